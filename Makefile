@@ -1,0 +1,43 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both set up what they need once;
+# re-running them on a set-up machine skips every install step (stamps below).
+
+PYTHON ?= python3
+VENV ?= .venv
+CLIENT_VENV ?= .venv-client
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PIP_FLAGS := --disable-pip-version-check -q
+
+.PHONY: demo test setup sysdeps clean help
+
+help:
+	@echo "make demo   - set up .venv and run the end-to-end demo (server + load generator)"
+	@echo "make test   - set up .venv (and Debian test tools) and run every test"
+
+# The project venv, re-installed only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev]'
+	@touch $@
+
+setup: $(VENV)/.installed
+
+# A separate environment for the real Triton client: the server is tested by a client we did not write.
+$(CLIENT_VENV)/.installed:
+	@[ -x $(CLIENT_VENV)/bin/python ] || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) 'tritonclient[http]' numpy pillow
+	@touch $@
+
+# Debian tools for the RTL testbenches (Icarus Verilog); installed only where missing.
+sysdeps:
+	@command -v iverilog >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iverilog; }
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/atoll demo
+
+test: $(VENV)/.installed $(CLIENT_VENV)/.installed sysdeps
+	ATOLL_CLIENT_PYTHON=$(abspath $(CLIENT_VENV))/bin/python $(PY) -m pytest -q
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,3 @@
+from atoll.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""Kernel programs: a model compiled for one batch size, as an ordered list of kernel launches.
+
+This is the contract between the ONNX importer (which produces programs), the executors (which run
+them kernel by kernel) and the REEF scheduler (which interleaves, preempts and pads them).
+
+Kernels are idempotent (ARCHITECTURE §3): a launch reads its input buffers and writes only its
+output buffers, so re-running any suffix of a program from its last completed launch yields the same
+outputs. Every CUDA source begins with the preemption guard (`ATOLL_GUARD`), so a launch whose
+flag is set when it starts returns at once without writing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Union
+
+import numpy as np
+
+# The CUDA guard prologue. `atoll_preempt` points to a word in host-mapped pinned memory (or device
+# memory); kernels that loop over tiles re-check it per tile with the same macro.
+GUARD_PROLOGUE = r"""
+#define ATOLL_GUARD(flag) do { if (*((volatile const int*)(flag))) return; } while (0)
+"""
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One kernel: its CUDA C source, its NumPy reference and its resource use (for occupancy)."""
+
+    name: str
+    cuda_source: str  # extern "C" __global__ <name>(const int* atoll_preempt, ...) with ATOLL_GUARD
+    numpy_impl: Callable[..., None]  # numpy_impl(*args) writes its outputs in place
+    registers: int = 32
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """A tensor in the planned arena. `offset` is in bytes; dead temporaries share offsets."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name, e.g. "float32"
+    offset: int
+    role: str  # "input" | "output" | "weight" | "temp"
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    """A launch argument naming a buffer of the program by index into `Program.buffers`."""
+
+    index: int
+
+
+Arg = Union[BufferRef, int, float]
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: KernelDef
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[Arg, ...]
+    writes: tuple[int, ...]  # buffer indices this launch writes (its outputs)
+    shared_bytes: int = 0
+
+
+@dataclass
+class Program:
+    model: str
+    batch: int
+    buffers: list[BufferSpec]
+    launches: list[Launch]
+    inputs: dict[str, int]  # graph input name -> buffer index
+    outputs: dict[str, int]  # graph output name -> buffer index
+    weights: dict[int, np.ndarray] = field(default_factory=dict)  # buffer index -> constant data
+    arena_bytes: int = 0
+
+
+class Executor(Protocol):
+    """Runs programs launch by launch. `state` is whatever the executor needs (arena, streams)."""
+
+    name: str
+    preemptible: bool
+
+    def load(self, program: Program) -> Any: ...
+
+    def set_inputs(self, state: Any, inputs: dict[str, np.ndarray]) -> None: ...
+
+    def launch(self, state: Any, index: int, stream: Any = None) -> None: ...
+
+    def synchronize(self, state: Any, stream: Any = None) -> None: ...
+
+    def outputs(self, state: Any) -> dict[str, np.ndarray]: ...

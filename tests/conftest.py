@@ -1,0 +1,26 @@
+"""Shared pytest setup: GPU tests skip (never fail) where no CUDA device answers."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def cuda_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no cupy, no driver, or no device: all mean "no GPU here"
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device (cupy absent or no driver)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
