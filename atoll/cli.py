@@ -13,6 +13,7 @@ import sys
 # subcommand -> module; an explicit registry, no discovery magic.
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
+    "bench": "atoll.commands.bench",
 }
 
 

@@ -1,0 +1,19 @@
+"""`atoll bench <what>`: benchmarks that write JSON (and, on request, PNG plots).
+
+Each module in BENCHES defines `register(subparsers)` like a top-level command.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# benchmark -> module
+BENCHES: dict[str, str] = {}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="run a benchmark and write JSON results")
+    sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
+    sub.required = True
+    for module in BENCHES.values():
+        importlib.import_module(module).register(sub)
