@@ -13,6 +13,8 @@ import sys
 # subcommand -> module; an explicit registry, no discovery magic.
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
+    "serve": "atoll.commands.serve",
+    "demo": "atoll.commands.demo",
     "bench": "atoll.commands.bench",
     "zoo": "atoll.commands.zoo",
 }

@@ -31,6 +31,7 @@ def _tokens(text: str) -> list[str]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
+            pos += len(text[pos:]) - len(text[pos:].lstrip())
             line = text.count("\n", 0, pos) + 1
             raise PbtxtError(f"line {line}: cannot read {text[pos:pos + 20]!r}")
         pos = m.end()
