@@ -30,7 +30,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     http_port: int = _num(8000, 0, "KServe v2 / Triton HTTP port (0 = any free port)")
     grpc_port: int = _num(8001, 0, "reserved for the gRPC endpoint")
-    metrics_port: int = _num(8002, 0, "Prometheus metrics port (0 = any free port, -1 = off)")
+    metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")
     max_pending_requests: int = _num(1024, 1, "requests in flight before new ones get HTTP 503")

@@ -39,7 +39,7 @@ def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, 
     }
     if b.batcher == "static":
         return StaticBatcher(vgpus, service_time, b.max_batch_size,
-                             timeout_microseconds=b.max_queue_delay_microseconds)  # fmt: skip
+                             timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
     return TritonBatcher(vgpus, service_time, b.max_batch_size, b.max_queue_delay_microseconds,
                          per_model=per_model)  # fmt: skip
 
@@ -76,6 +76,7 @@ class Service:
             cu_timeout_s=p.cu_timeout_ms / 1000, max_image_dim=p.max_image_dim,
             resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
             max_audio_seconds=p.max_audio_seconds)  # fmt: skip
+        await self._warm_preprocessing(models)
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         executor = "onnxruntime" if c.vgpus.executor == "auto" else c.vgpus.executor
         self.pool = VGpuPool(vgpus, executor=executor)
@@ -95,6 +96,24 @@ class Service:
             metrics_app.router.add_get("/metrics", self.server.metrics_text)
             self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
         self.server.ready = True
+
+    async def _warm_preprocessing(self, models: dict[str, ModelSpec]) -> None:
+        """Run one request per CPU worker (and CU) before serving: worker start-up and librosa's
+        first-call compilation must not land on the first clients' latency."""
+        import numpy as np
+
+        from atoll.loadgen import synthetic_jpeg
+
+        kinds = {spec.preprocess for spec in models.values()}
+        rng = np.random.default_rng(0)
+        jobs = []
+        for _ in range(max(self.preprocessor.cpu_workers, 1)):
+            if "image" in kinds:
+                jobs.append(self.preprocessor.submit_image(synthetic_jpeg(rng, 320, 240)))
+            if "audio" in kinds:
+                tone = np.sin(np.arange(16000, dtype=np.float32) * 0.05).astype(np.float32)
+                jobs.append(self.preprocessor.submit_audio(tone, 16000))
+        await asyncio.gather(*(asyncio.wrap_future(j) for j in jobs))
 
     async def _listen(self, app: web.Application, host: str, port: int) -> str:
         runner = web.AppRunner(app, access_log=None)
