@@ -122,9 +122,12 @@ class device:
         if self.library is None:
             self.library = load_default_library()
         for spec in xb.manifest.kernels.values():
-            fn = getattr(self.library, spec.name)  # AttributeError names the missing kernel
-            fn.argtypes = [_CTYPES[a.kind] for a in spec.args]
-            fn.restype = None
+            # A kernel whose sources are not in the library yet cannot be opened (kernel() says so),
+            # like a CU missing from a partial bitstream; the others work.
+            fn = getattr(self.library, spec.name, None)
+            if fn is not None:
+                fn.argtypes = [_CTYPES[a.kind] for a in spec.args]
+                fn.restype = None
         self._xclbin = xb
         return xb.get_uuid()
 
@@ -155,6 +158,8 @@ class kernel:
             raise RuntimeError("xclbin not loaded on this device")
         kernel_name, _, cu_part = name.partition(":")
         self.spec = dev._xclbin.manifest.kernel(kernel_name)
+        if getattr(dev.library, kernel_name, None) is None:
+            raise RuntimeError(f"kernel {kernel_name} is not in the C-simulation library")
         cus = cu_part.strip("{}").split(",") if cu_part else [self.spec.cus[0]]
         if len(cus) != 1 or cus[0] not in self.spec.cus:
             raise RuntimeError(f"{name}: the emulation opens exactly one CU of {self.spec.cus}")

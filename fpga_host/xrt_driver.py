@@ -140,15 +140,20 @@ class XrtDriver:
         self._completed = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
         uuid = device.load_xclbin(xrt.xclbin(str(xclbin_path)))
         self.pools: dict[str, _Pool] = {}
+        self.unopened: dict[str, str] = {}  # kernel -> why its CUs could not be opened
         for name, needed in KERNEL_ARGS.items():
             spec = manifest.kernel(name)
             spec.require(needed)
             count = (cu_counts or {}).get(name)
             if count is not None and not 0 <= count <= len(spec.cus):
                 raise ValueError(f"{name}: {count} CUs asked for, the manifest has {len(spec.cus)}")
-            slots = [_Slot(xrt, device, spec, cu, xrt.kernel(
-                device, uuid, f"{name}:{{{cu}}}", xrt.kernel.cu_access_mode.exclusive))
-                for cu in spec.cus[:count]]
+            try:
+                slots = [_Slot(xrt, device, spec, cu, xrt.kernel(
+                    device, uuid, f"{name}:{{{cu}}}", xrt.kernel.cu_access_mode.exclusive))
+                    for cu in spec.cus[:count]]
+            except RuntimeError as exc:  # that kernel's requests go to the CPU, saying why
+                self.unopened[name] = str(exc)
+                slots = []
             self.pools[name] = _Pool(name, slots)
             self._preallocate(name, slots)
         mel_slots = list(self.pools["audio_mel_cu"]._free)
@@ -203,13 +208,18 @@ class XrtDriver:
 
     # -- running a CU -----------------------------------------------------------------------------
 
+    def _no_cu(self, kernel: str) -> CuFailure:
+        if kernel in self.unopened:
+            return CuFailure(f"no {kernel} CU opened: {self.unopened[kernel]}")
+        retired = self.pools[kernel].retired
+        return CuFailure(f"no working {kernel} CU" + (f" ({', '.join(retired)} failed)" if retired else ""))
+
     @contextmanager
     def _using(self, kernel: str):
         pool = self.pools[kernel]
         slot = pool.acquire()
         if slot is None:
-            why = f" ({', '.join(pool.retired)} failed)" if pool.retired else ""
-            raise CuFailure(f"no working {kernel} CU{why}")
+            raise self._no_cu(kernel)
         try:
             yield slot
         except CuFailure:
@@ -306,7 +316,7 @@ class XrtDriver:
     def _mel(self, outer: cf.Future, pcm: np.ndarray, rate: int, stage: str, submitted: float) -> None:
         handoff = self._handoffs.acquire()
         if handoff is None:
-            raise CuFailure("no audio_mel_cu CU opened")
+            raise self._no_cu("audio_mel_cu")
         passed_on = False
         try:
             with self._using("audio_mel_cu") as slot:

@@ -99,3 +99,17 @@ def test_forced_backend_that_cannot_open_fails_clearly():
 
     with pytest.raises(BackendUnavailable, match="backend 'xrt' unavailable: .*pyxrt"):
         Preprocessor("xrt")
+
+
+# -- the emu backend over the real image CU (the HLS C++ built by fpga_host.csim) ----------------
+
+@pytest.mark.parametrize("size", [(500, 375), (333, 500), (64, 48)])
+def test_emu_image_cu_equals_opencv(size):
+    data = jpeg_bytes(*size, seed=7)
+    rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    with Preprocessor("emu", cpu_workers=0, audio_mel_cus=0, audio_norm_cus=0) as pre:
+        decoded = pre.submit_image(data, "decode").result(60)
+        normalized = pre.submit_image(data, "normalize").result(60)
+    assert decoded.backend == "emu" and normalized.backend == "emu"
+    np.testing.assert_array_equal(decoded.array, rgb)  # libjpeg-turbo via cv2.imdecode
+    np.testing.assert_array_equal(normalized.array, cpu_backend.image(data, "normalize"))
