@@ -61,6 +61,8 @@ class Preprocessor:
             cpu_workers = 1 if self._driver else (os.cpu_count() or 1)
         self.cpu_workers = cpu_workers
         self._cpu = cpu_backend.CpuPool(cpu_workers)
+        # Requests that can run at once: callers size their in-flight windows with it.
+        self.parallelism = max(1, cpu_workers) + (len(self._driver.cu_states()) if self._driver else 0)
 
     # -- requests ---------------------------------------------------------------------------------
 

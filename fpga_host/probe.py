@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "bitstreams" / "atoll_dpu.json"
+from fpga_host.manifest import DEFAULT_MANIFEST, load_manifest
 
 
 def _reason(exc: BaseException) -> str:
@@ -38,8 +38,6 @@ def probe_xrt(manifest: Path) -> dict:
 
 
 def _xclbin_path(manifest: Path) -> Path | None:
-    from fpga_host.manifest import load_manifest
-
     try:
         return manifest.parent / load_manifest(manifest).xclbin
     except Exception:
@@ -49,7 +47,6 @@ def _xclbin_path(manifest: Path) -> Path | None:
 def probe_emu(manifest: Path) -> dict:
     try:
         from fpga_host import csim
-        from fpga_host.manifest import load_manifest
 
         load_manifest(manifest)
         lib = csim.load_library()
