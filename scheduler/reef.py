@@ -52,12 +52,14 @@ class SchedulerStats:
 
 class Reef:
     def __init__(self, executor: Any, device: Any, policy: str | Policy = "reset",
-                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float = 1e-4):
+                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float = 1e-4,
+                 profile_reps: int = 3):
         self.executor = executor
         self.device = device
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.clock = device.clock
         self.poll_s = poll_s
+        self.profile_reps = profile_reps
         self.stats = SchedulerStats()
         self._clients: dict[str, Client] = {}
         self._rt_stream = device.stream(guarded=False, priority=-1)
@@ -93,7 +95,7 @@ class Reef:
         self.executor.set_inputs(client.state, zeros)
         return profile_program(client.program,
                                lambda i: self.device.time_launch(client.state, i),
-                               self.device.limits)
+                               self.device.limits, self.profile_reps)
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)

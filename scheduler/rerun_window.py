@@ -16,7 +16,9 @@ MAX_WINDOW = 64
 
 
 class NotRestartable(ValueError):
-    """A launch overwrites its own input, so even re-running that one kernel changes the result."""
+    """A launch's output shares bytes with one of its inputs, so re-running it reads its own result.
+    (A kernel that updates a buffer in place cannot be seen from the launch: its output is also an
+    argument. The importer must not emit one, ARCHITECTURE §3.)"""
 
 
 def _ranges(program: Program, indices) -> list[tuple[int, int]]:

@@ -60,7 +60,7 @@ class VirtualHostQueue:
     def clear(self) -> None:
         """After the stream drained under the flag: rewind to the last completed kernel."""
         task = self.current
-        if task is not None and task.next_launch > task.completed:
+        if task is not None and not task.finished_kernels:
             task.preemptions += 1
             task.next_launch = task.completed
 
