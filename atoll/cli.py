@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
     "bench": "atoll.commands.bench",
+    "zoo": "atoll.commands.zoo",
 }
 
 
