@@ -43,8 +43,7 @@ class CpuStream:
         return self._outstanding
 
     def poll(self) -> None:
-        # The worker thread writes `completed` itself as each kernel ends.
-        pass
+        self._device.poll()
 
     def drain(self) -> None:
         with self._idle:
@@ -105,6 +104,9 @@ class CpuDevice:
     """Streams over an executor whose `launch` runs a kernel synchronously (the numpy executor)."""
 
     limits = None  # occupancy is meaningless here: a kernel owns its thread
+    # A guarded kernel is dropped before it starts and a started one always finishes, so the
+    # streams' counters are exact and a flush re-runs nothing.
+    exact_progress = True
     # One spare thread runs the pads one after another, so they must fit under the RT kernel.
     padding_rules = PaddingRules(max_pads=4, serial=True, same_block=False)
 
@@ -123,6 +125,14 @@ class CpuDevice:
         s = CpuStream(self, guarded, f"cpu-stream-{len(self._streams)}")
         self._streams.append(s)
         return s
+
+    def load(self, program, guarded: bool) -> Any:
+        # The streams check the device's flag before every kernel, so the executor's own flag
+        # stays clear: pads must run under a set flag.
+        return self.executor.load(program)
+
+    def poll(self) -> None:
+        """The stream threads write `completed` themselves as each kernel ends: nothing to fold."""
 
     def flag_is_set(self) -> bool:
         return bool(self._flag[0])

@@ -9,8 +9,9 @@ submitted kernel has exited (run, or returned at once through the guard).
 from __future__ import annotations
 
 import threading
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
+from gpu_runtime.program import Program
 from scheduler.task import Task
 
 # (task, launch index): one kernel of one task.
@@ -36,6 +37,19 @@ class Stream(Protocol):
 class Device(Protocol):
     name: str
     wake: threading.Event  # set whenever a kernel exits, so the scheduler loop can sleep between polls
+    # True when a flush leaves every task's `completed` exact up to at most one kernel that ran
+    # (partly) and must be re-run; False when more may have run unseen (then `rerun_window` caps
+    # the kernels a task may have in flight).
+    exact_progress: bool
+    limits: Any  # scheduler.profiler.DeviceLimits, or None where occupancy means nothing
+    padding_rules: Any  # scheduler.padding.PaddingRules
+    clock: Callable[[], float]
+
+    def load(self, program: Program, guarded: bool) -> Any:
+        """The executor state for `program`; guarded states' kernels obey the device's flag."""
+
+    def time_launch(self, state: Any, index: int) -> float:
+        """Run one launch alone and return its duration in seconds (for the profiler)."""
 
     def stream(self, guarded: bool, priority: int = 0) -> Stream: ...
 

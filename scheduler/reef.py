@@ -63,6 +63,7 @@ class Reef:
         self.stats = SchedulerStats()
         self._clients: dict[str, Client] = {}
         self._rt_stream = device.stream(guarded=False, priority=-1)
+        self._capacity = capacity
         self._vhqs = [VirtualHostQueue(device.stream(guarded=True), capacity) for _ in range(be_streams)]
         self._rr = [0] * be_streams
         self._rt_queue: deque[Task] = deque()
@@ -78,8 +79,12 @@ class Reef:
     def add_client(self, name: str, program: Program, priority: str) -> Client:
         if priority not in (RT, BE):
             raise ValueError(f"priority must be {RT!r} or {BE!r}")
-        state = self.executor.load(program)
-        client = Client(name, priority, program, state, rerun_window(program))
+        state = self.device.load(program, guarded=priority == BE)
+        # rerun_window also rejects programs whose launches alias their inputs. A device that knows
+        # exactly which kernels finished re-runs at most one, so only an inexact one needs the cap.
+        window = rerun_window(program)
+        client = Client(name, priority, program, state,
+                        self._capacity if self.device.exact_progress else window)
         if self.policy.pads:
             client.profiles = self.profile(client)
         self._clients[name] = client

@@ -91,7 +91,7 @@ class ArenaExecutor:
         self.log: list[tuple[str, int, float, float]] = []
         self._lock = threading.Lock()
 
-    def load(self, program: Program) -> ArenaState:
+    def load(self, program: Program, flag=None) -> ArenaState:
         return ArenaState(program)
 
     def set_inputs(self, state: ArenaState, inputs) -> None:
