@@ -63,10 +63,11 @@ mcus:
       for (uint32_t by = 0; by < c.v; ++by) {
       mcu_block_cols:
         for (uint32_t bx = 0; bx < c.h; ++bx) {
-          if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef)) return kCorrupt;
+          bool dc_only;
+          if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
           const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
-          idct_islow(coef, c.quant, frame + c.offset + row * c.stride + col, c.stride);
+          idct_islow(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
         }
       }
     }
