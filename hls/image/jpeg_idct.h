@@ -79,6 +79,7 @@ inline void idct_islow(const int16_t coef[kBlockSize], const uint16_t quant[kBlo
     const uint8_t v = idct_sample(descale(dc << kIdctPass1Bits, kIdctPass1Bits + 3));
   idct_dc_rows:
     for (int r = 0; r < 8; ++r)
+      #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) dst[r * stride + k] = v;
     return;
   }
@@ -88,16 +89,19 @@ idct_columns:
   for (int c = 0; c < 8; ++c) {
     IdctWord ac = 0;
   idct_col_load:
+    #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       in[k] = static_cast<IdctWord>(int32_t{coef[8 * k + c]}) * quant[8 * k + c];
       if (k) ac |= in[k];
     }
     if (ac == 0) {
+      #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) ws[8 * k + c] = in[0] << kIdctPass1Bits;
       continue;
     }
     idct_1d(in, out);
   idct_col_store:
+    #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
       ws[8 * k + c] = static_cast<IdctWord>(descale(out[k], kIdctConstBits - kIdctPass1Bits));
   }
@@ -105,17 +109,20 @@ idct_rows:
   for (int r = 0; r < 8; ++r) {
     IdctWord ac = 0;
   idct_row_load:
+    #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       in[k] = ws[8 * r + k];
       if (k) ac |= in[k];
     }
     if (ac == 0) {
       const uint8_t v = idct_sample(descale(in[0], kIdctPass1Bits + 3));
+      #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) dst[r * stride + k] = v;
       continue;
     }
     idct_1d(in, out);
   idct_row_store:
+    #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
       dst[r * stride + k] = idct_sample(descale(out[k], kIdctConstBits + kIdctPass1Bits + 3));
   }
