@@ -67,7 +67,8 @@ def build_key(entries: list[Path], flags: tuple[str, ...], cxx: str = CXX) -> st
     """Hash of every kernel source and header, the compiler and the flags."""
     digest = hashlib.sha256("\0".join((cxx, *flags)).encode())
     for path in _files([*entries, *INCLUDE_DIRS], (".cpp", ".h", ".hpp")):
-        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0")
+        name = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        digest.update(str(name).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

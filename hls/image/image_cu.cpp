@@ -17,6 +17,10 @@
 //   max_dim               TOO_LARGE when width or height exceeds it (clamped to kMaxDim), decided
 //                         from the frame header before the frame store is touched
 //
+// The decode equals libjpeg-turbo's default decode (what cv2.imdecode returns, in RGB order);
+// EXIF orientation is not applied, so the reference is cv2.imdecode with
+// IMREAD_COLOR | IMREAD_IGNORE_ORIENTATION. Grayscale files come out as R = G = B.
+//
 // Structure: the marker parser reads the headers; the entropy decoder and IDCT fill the frame
 // store (a whole frame, since MCU order is not raster order); then one DATAFLOW region streams
 // pixels through upsample+colour -> resize -> crop -> normalize -> writer.
