@@ -128,6 +128,13 @@ class Preprocessor:
         inner.add_done_callback(done)
         return outer
 
+    def describe(self) -> dict:
+        """Backend, the state of every CU, and kernels whose CUs could not be opened (with why)."""
+        driver = self._driver
+        return {"backend": self.backend, "parallelism": self.parallelism,
+                "cus": driver.cu_states() if driver else {},
+                "unopened": dict(driver.unopened) if driver else {}}
+
     # -- lifetime ---------------------------------------------------------------------------------
 
     def close(self) -> None:

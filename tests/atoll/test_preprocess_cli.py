@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from atoll.commands import preprocess
-from tests.fpga_host.media import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, tone
 
 
 def run_cli(argv: list[str]) -> int:
