@@ -1,0 +1,15 @@
+"""Batching policies (PREBA bucketed dynamic batcher and baselines), knee profiles, simulator.
+
+Pure policy: imports nothing else of Atoll, reads no clock (time is passed in by the caller).
+"""
+
+from batching.api import Batcher, Dispatch, Item
+from batching.buckets import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
+from batching.preba import PrebaBatcher
+from batching.static import StaticBatcher
+from batching.triton import TritonBatcher, TritonConfig
+
+__all__ = [
+    "Batcher", "BucketPolicy", "Dispatch", "Item", "ModelBatching", "PrebaBatcher",
+    "StaticBatcher", "TritonBatcher", "TritonConfig", "audio_bucket_edges", "image_model",
+]

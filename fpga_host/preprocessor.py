@@ -59,6 +59,7 @@ class Preprocessor:
         if cpu_workers is None:
             # With a DPU the CPU only takes fallbacks; without one it does all the work.
             cpu_workers = 1 if self._driver else (os.cpu_count() or 1)
+        self.cpu_workers = cpu_workers
         self._cpu = cpu_backend.CpuPool(cpu_workers)
         # Requests that can run at once: callers size their in-flight windows with it.
         self.parallelism = max(1, cpu_workers) + (len(self._driver.cu_states()) if self._driver else 0)

@@ -1,0 +1,119 @@
+"""PREBA's bucketed dynamic batcher.
+
+Per model, inputs are bucketed by length; each bucket is a FIFO with its own Batch_max (the profiled
+Batch_knee) and Time_queue = Time_knee / number of vGPUs serving the model. A bucket dispatches when
+it holds Batch_max inputs or its oldest input has waited Time_queue. A timed-out (short) batch is
+topped up from the neighbouring buckets, nearest first and, at equal distance, the shorter bucket
+first: shorter inputs neither raise the padded length nor lower the batch limit, while a longer one
+does both. A merged batch never holds more than the Batch_max of its longest input and is padded to
+that input's length.
+
+Placement: a batch is placed as soon as it is due, on an idle vGPU if one serves the model, else on
+the one whose queued work is expected to complete first (see VgpuPool). Waiting for an idle vGPU
+instead would let batches grow past the knee under load, which is what the knee is there to stop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from batching.api import Dispatch, Item
+from batching.buckets import ModelBatching
+from batching.vgpu_pool import ServiceTime, VgpuPool
+
+
+class _ModelQueues:
+    def __init__(self, policy: ModelBatching, vgpus: list[str]):
+        self.policy = policy
+        self.vgpus = vgpus
+        self.fifos: list[deque[Item]] = [deque() for _ in policy.buckets]
+        self.time_queue = [b.time_knee / len(vgpus) for b in policy.buckets]
+
+    def deadline(self, k: int) -> float | None:
+        """When bucket k becomes due: as soon as it is full, else when its oldest times out."""
+        fifo = self.fifos[k]
+        if not fifo:
+            return None
+        batch_max = self.policy.buckets[k].batch_max
+        if len(fifo) >= batch_max:
+            return fifo[batch_max - 1].arrival
+        return fifo[0].arrival + self.time_queue[k]
+
+    def neighbours(self, k: int, distance: int) -> list[int]:
+        order = []
+        for d in range(1, distance + 1):
+            order += [j for j in (k - d, k + d) if 0 <= j < len(self.fifos)]
+        return order
+
+
+class PrebaBatcher:
+    def __init__(self, models: Mapping[str, ModelBatching], vgpus: Mapping[str, str],
+                 service_time: ServiceTime, merge_distance: int = 1):
+        """`vgpus` maps vGPU id -> kind; `merge_distance` is how many buckets away a short batch
+        may borrow inputs from (1 = adjacent buckets only)."""
+        self._pool = VgpuPool(vgpus, service_time)
+        self._models: dict[str, _ModelQueues] = {}
+        for name, policy in models.items():
+            serving = list(policy.vgpus) if policy.vgpus is not None else self._pool.names
+            unknown = set(serving) - set(self._pool.names)
+            if unknown or not serving:
+                raise ValueError(f"model {name!r}: vGPUs {sorted(unknown) or '[]'} are not in the pool")
+            self._models[name] = _ModelQueues(policy, serving)
+        self._merge_distance = merge_distance
+        self._pending = 0
+
+    def time_queue(self, model: str, bucket: int) -> float:
+        return self._models[model].time_queue[bucket]
+
+    def add(self, item: Item, now: float) -> None:
+        queues = self._models.get(item.model)
+        if queues is None:
+            raise ValueError(f"unknown model {item.model!r}")
+        queues.fifos[queues.policy.bucket_of(item.length)].append(item)
+        self._pending += 1
+
+    def poll(self, now: float) -> list[Dispatch]:
+        out = []
+        while True:
+            due = [
+                (deadline, name, k)
+                for name, queues in self._models.items()
+                for k in range(len(queues.fifos))
+                if (deadline := queues.deadline(k)) is not None and deadline <= now
+            ]
+            if not due:
+                return out
+            _, name, k = min(due)
+            out.append(self._dispatch(name, k, now))
+
+    def next_deadline(self) -> float | None:
+        deadlines = [
+            d for q in self._models.values() for k in range(len(q.fifos))
+            if (d := q.deadline(k)) is not None
+        ]
+        return min(deadlines, default=None)
+
+    def on_complete(self, vgpu: str, now: float) -> None:
+        self._pool.complete(vgpu, now)
+
+    def pending(self) -> int:
+        return self._pending
+
+    def _dispatch(self, name: str, k: int, now: float) -> Dispatch:
+        queues = self._models[name]
+        buckets = queues.policy.buckets
+        fifo = queues.fifos[k]
+        items = [fifo.popleft() for _ in range(min(len(fifo), buckets[k].batch_max))]
+        longest = k
+        short = len(items) < buckets[k].batch_max
+        for j in queues.neighbours(k, self._merge_distance) if short else ():
+            source = queues.fifos[j]
+            # the limit is the Batch_max of the longest input once this one joins
+            while source and len(items) < buckets[max(longest, j)].batch_max:
+                items.append(source.popleft())
+                longest = max(longest, j)
+        self._pending -= len(items)
+        pad_length = max(item.length for item in items)
+        vgpu = self._pool.place(name, len(items), pad_length, now, queues.vgpus)
+        return Dispatch(name, items, vgpu, longest, pad_length, buckets[longest].batch_max)
