@@ -369,8 +369,10 @@ class XrtDriver:
                 for pool in self.pools.values() for name in pool.names}
 
     def close(self) -> None:
+        # Drain rather than cancel: every accepted request gets its answer (a hung CU costs at
+        # most its timeout).
         for executor in self._executors.values():
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=True)
         close = getattr(self.device, "close", None)  # the emulation's worker threads; XRT has none
         if close is not None:
             close()

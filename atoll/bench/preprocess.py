@@ -6,7 +6,8 @@ through the same backends, plus PREBA's mel -> norm overlap: the same requests r
 through one fused mel+norm execution, versus pipelined over 1+1 and 2+2 emulated mel/norm CUs.
 
 Throughput runs keep 2 x parallelism requests in flight; latencies are submit-to-result times in that
-run (p50/p99), and `unloaded_ms` is the median of requests sent one at a time.
+run (p50/p99); `unloaded_each_ms` are the first requests (one per image size / clip length) sent
+one at a time, `unloaded_ms` their median.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def measure(pre, requests: list, label: str, unloaded: int = 4) -> dict:
+def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
     """Throughput and latency of `requests` (callables pre -> Future[Result]) on one Preprocessor."""
     import concurrent.futures as cf
 
@@ -67,7 +68,8 @@ def measure(pre, requests: list, label: str, unloaded: int = 4) -> dict:
     latencies = [r.timings["total_ms"] for r in results]
     return {"throughput_per_s": round(len(requests) / wall, 3), "wall_s": round(wall, 3),
             "latency_ms": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)},
-            "unloaded_ms": percentile(single, 50), "n": len(requests),
+            "unloaded_ms": percentile(single, 50), "unloaded_each_ms": [round(x, 3) for x in single],
+            "n": len(requests),
             "cpu_fallbacks": sum(r.backend != pre.backend for r in results)}
 
 
@@ -159,7 +161,8 @@ def run(args) -> int:
                   "rates": sorted({r for _, r in clips})}
     report = {"bench": "preprocess", "modality": args.modality, "n": n, "corpus": corpus,
               "host": {"cores": os.cpu_count(), "machine": platform.machine(),
-                       "python": platform.python_version()},
+                       "python": platform.python_version(),
+                       "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
               "configs": {}}
     for label, options in configurations(args.modality, backends):
         try:
