@@ -162,4 +162,4 @@ class CpuPool:
         return self._executor.submit(timed, audio, pcm, sample_rate, stage, max_seconds)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=True)  # drain: accepted requests are answered

@@ -142,3 +142,13 @@ def test_emu_audio_cus_close_to_librosa(dpu_library, monkeypatch, seconds, rate,
     # librosa via the CPU path (itself checked against librosa in test_cpu_backend.py)
     np.testing.assert_allclose(mel.array, cpu_backend.audio(pcm, rate, "mel"), atol=1e-3)
     np.testing.assert_allclose(norm.array, cpu_backend.audio(pcm, rate), atol=1e-3)
+
+
+def test_close_answers_every_accepted_request(use_fake_library):
+    pre = Preprocessor("emu", cpu_workers=0)
+    futures = [pre.submit_audio(tone(0.3, 16000, seed=i), 16000) for i in range(8)]
+    futures += [pre.submit_image(jpeg_bytes(64, 48, seed=i)) for i in range(8)]
+    futures.append(pre.submit_image(jpeg_bytes(64, 48, progressive=True)))  # DPU, then CPU
+    pre.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert futures[-1].result().backend == "cpu"
