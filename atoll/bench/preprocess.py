@@ -29,6 +29,8 @@ def register(subparsers) -> None:
     parser.add_argument("--backends", default="cpu,emu",
                         help="comma-separated subset of cpu,emu,xrt (default cpu,emu)")
     parser.add_argument("--n", type=int, default=None, help="requests per configuration")
+    parser.add_argument("--cus", type=int, default=None,
+                        help="image CUs (or mel and norm CUs each) for emu/xrt (default: all in the manifest)")
     parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     parser.add_argument("--out", type=Path, default=None,
                         help="results file (default bench/results/preprocess_<modality>.json)")
@@ -73,15 +75,17 @@ def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
             "cpu_fallbacks": sum(r.backend != pre.backend for r in results)}
 
 
-def configurations(modality: str, backends: list[str]) -> list[tuple[str, dict]]:
+def configurations(modality: str, backends: list[str], cus: int | None) -> list[tuple[str, dict]]:
     cores = os.cpu_count() or 1
+    counts = ({"image_cus": cus, "audio_mel_cus": 0, "audio_norm_cus": 0} if modality == "image"
+              else {"image_cus": 0, "audio_mel_cus": cus, "audio_norm_cus": cus})
     configs = []
     if "cpu" in backends:
         configs += [("cpu-1", {"backend": "cpu", "cpu_workers": 1}),
                     (f"cpu-{cores}", {"backend": "cpu", "cpu_workers": cores})]
     for backend in ("emu", "xrt"):
         if backend in backends:
-            configs.append((backend, {"backend": backend, "cpu_workers": 1}))
+            configs.append((backend, {"backend": backend, "cpu_workers": 1, **counts}))
     return configs
 
 
@@ -164,7 +168,7 @@ def run(args) -> int:
                        "python": platform.python_version(),
                        "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
               "configs": {}}
-    for label, options in configurations(args.modality, backends):
+    for label, options in configurations(args.modality, backends, args.cus):
         try:
             with Preprocessor(**options) as pre:
                 _require_cus(pre, ("image_cu",) if args.modality == "image" else AUDIO_KERNELS)
