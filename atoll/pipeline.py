@@ -142,7 +142,8 @@ class Pipeline:
 
         now = self.now()
         future = asyncio.get_running_loop().create_future()
-        length = row.shape[-1] * FRAME_SECONDS if spec.preprocess == "audio" else 1.0
+        # T frames of a centred STFT cover (T - 1) hops: the clip's own duration
+        length = (row.shape[-1] - 1) * FRAME_SECONDS if spec.preprocess == "audio" else 1.0
         item = Item(id=next(self._ids), model=spec.name, length=length, arrival=now,
                     payload=Waiting(row, future, now))  # fmt: skip
         self.batcher.add(item, now)

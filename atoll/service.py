@@ -22,11 +22,36 @@ from atoll.server import InferenceServer
 log = logging.getLogger("atoll.service")
 
 
-def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], service_time):
-    """The configured batching policy over the given vGPUs ({id: profile kind})."""
-    from batching import StaticBatcher, TritonBatcher, TritonConfig
+def preba_policies(config: Config, models: dict[str, ModelSpec]):
+    """PREBA bucket policies per model: Batch_max and Time_knee from the model's config (or the
+    [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest accepted clip."""
+    from batching import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
 
     b = config.batching
+    policies = {}
+    for name, spec in models.items():
+        batch_max = min(b.max_batch_size, max(spec.max_batch_size, 1))
+        delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
+        time_knee = max(delay_us, 1) * 1e-6
+        if spec.preprocess == "audio":
+            edges = audio_bucket_edges(config.preprocessing.max_audio_seconds)
+            buckets = tuple(BucketPolicy(edge, batch_max, time_knee) for edge in edges)
+            policies[name] = ModelBatching("audio", buckets)
+        else:
+            policies[name] = image_model(batch_max, time_knee)
+    return policies
+
+
+def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], service_time):
+    """The configured batching policy over the given vGPUs ({id: profile kind})."""
+    from batching import PrebaBatcher, StaticBatcher, TritonBatcher, TritonConfig
+
+    b = config.batching
+    if b.batcher == "preba":
+        return PrebaBatcher(preba_policies(config, models), vgpus, service_time)
+    if b.batcher == "static":
+        return StaticBatcher(vgpus, service_time, b.max_batch_size,
+                             timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
     per_model = {
         name: TritonConfig(
             max_batch_size=min(b.max_batch_size, max(spec.max_batch_size, 1)),
@@ -37,9 +62,6 @@ def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, 
         )
         for name, spec in models.items()
     }
-    if b.batcher == "static":
-        return StaticBatcher(vgpus, service_time, b.max_batch_size,
-                             timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
     return TritonBatcher(vgpus, service_time, b.max_batch_size, b.max_queue_delay_microseconds,
                          per_model=per_model)  # fmt: skip
 
