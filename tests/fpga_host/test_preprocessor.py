@@ -152,3 +152,15 @@ def test_close_answers_every_accepted_request(use_fake_library):
     pre.close()
     assert all(f.done() and f.exception() is None for f in futures)
     assert futures[-1].result().backend == "cpu"
+
+
+def test_probe_never_raises_and_explains(tmp_path):
+    from fpga_host.probe import probe_backends
+
+    report = probe_backends()
+    assert report["backend"] in ("xrt", "emu", "cpu") and report["backends"]["cpu"]["available"]
+    xrt = report["backends"]["xrt"]
+    assert xrt["available"] or xrt["reason"]
+    broken = probe_backends(tmp_path / "missing.json")
+    assert broken["backend"] == "cpu" or broken["backends"]["xrt"]["available"]
+    assert "cannot read manifest" in broken["backends"]["emu"]["reason"]
