@@ -52,7 +52,10 @@ def probe_emu(manifest: Path) -> dict:
         lib = csim.load_library()
     except Exception as exc:  # missing sources, compiler errors, bad manifest: all "unavailable"
         return {"available": False, "reason": _reason(exc)}
-    return {"available": True, "library": str(getattr(lib, "_name", lib)), "manifest": str(manifest)}
+    # A library built before some kernels' sources existed serves those requests on the CPU path.
+    kernels = {name: hasattr(lib, name) for name in load_manifest(manifest).kernels}
+    return {"available": any(kernels.values()), "library": str(getattr(lib, "_name", lib)),
+            "manifest": str(manifest), "kernels": kernels}
 
 
 def probe_cpu() -> dict:

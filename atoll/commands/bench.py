@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib
 
 # benchmark -> module
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "preprocess": "atoll.bench.preprocess",
+}
 
 
 def register(subparsers) -> None:
