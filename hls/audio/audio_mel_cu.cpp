@@ -4,7 +4,7 @@
 // mel bands 0..8000 Hz, norm='slaney'), log(S + 2^-24).
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "fft.h"
 #include "framer.h"

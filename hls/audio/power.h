@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "fft.h"
 

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
 
@@ -28,7 +28,7 @@ struct ResamplePlan {
   uint32_t up;          // L
   uint32_t down;        // M
   uint32_t half_taps;   // taps before and including the sample at or left of the output time
-  uint32_t taps;        // multiple of DOT_LANES, <= TAPS_MAX
+  int taps;             // multiple of DOT_LANES, <= TAPS_MAX
   uint32_t row_step;    // bank row stride per unit of r when exact, else 0 (interpolated bank)
   uint32_t n_in;
   uint32_t n_filtered;  // round(n_in * L / M)
@@ -60,7 +60,7 @@ static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
   p.down = rate / g;
   p.scale = rate > OUT_RATE ? (double)rate / OUT_RATE : 1.0;
   p.half_taps = (uint32_t)std::floor(PROTO_HALF * p.scale) + 2;
-  p.taps = (2 * p.half_taps + DOT_LANES - 1) / DOT_LANES * DOT_LANES;
+  p.taps = (int)((2 * p.half_taps + DOT_LANES - 1) / DOT_LANES * DOT_LANES);
   p.row_step = (BANK_PHASES % p.up == 0) ? BANK_PHASES / p.up : 0;
   p.n_in = n_in;
   p.n_filtered = (uint32_t)((2ull * n_in * p.up + p.down) / (2ull * p.down));
@@ -86,7 +86,7 @@ static float prototype_at(double u) {
 static void build_bank_row(const ResamplePlan& p, double phi, float* row) {
   double inv_scale = 1.0 / p.scale;
 bank_tap_loop:
-  for (uint32_t k = 0; k < p.taps; ++k) {
+  for (int k = 0; k < p.taps; ++k) {
 #pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
 #pragma HLS PIPELINE II = 1
     double tau = phi + (double)p.half_taps - 1.0 - (double)k;
@@ -94,11 +94,13 @@ bank_tap_loop:
   }
 }
 
-static float dot_taps(const float* c, const float* x, uint32_t taps) {
+// DOT_LANES independent partial sums: one pipelined adder chain each in hardware, SIMD lanes on
+// the host. Signed indices keep the lanes provably contiguous for the host vectoriser.
+static float dot_taps(const float* c, const float* x, int taps) {
   float acc[DOT_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma HLS ARRAY_PARTITION variable = acc complete
 dot_loop:
-  for (uint32_t k = 0; k < taps; k += DOT_LANES) {
+  for (int k = 0; k < taps; k += DOT_LANES) {
 #pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
 #pragma HLS PIPELINE II = 1
   dot_lane_loop:
@@ -129,7 +131,7 @@ resample_out_loop:
   for (uint32_t n = 0; n < p.n_filtered; ++n) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
   resample_fill_loop:
-    while (pushed < (uint64_t)q + p.taps) {
+    while (pushed < (uint64_t)q + (uint64_t)p.taps) {
 #pragma HLS LOOP_TRIPCOUNT min = 0 max = 4
       float v = 0.0f;
       if (pushed >= p.half_taps - 1 && consumed < p.n_in) {
