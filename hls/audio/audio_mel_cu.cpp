@@ -11,7 +11,6 @@
 #include "log_mel.h"
 #include "mel_filterbank.h"
 #include "pcm_reader.h"
-#include "power.h"
 #include "preemphasis.h"
 #include "resampler.h"
 
@@ -20,28 +19,23 @@ namespace atoll_audio {
 static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
                          uint32_t frames, float* mel, double* stats) {
 #pragma HLS DATAFLOW
-  hls::stream<float> samples("samples");
   hls::stream<float> samples16("samples16");
   hls::stream<float> emphasised("emphasised");
   hls::stream<float> windowed("windowed");
-  hls::stream<Bin> spectrum("spectrum");
   hls::stream<float> power("power");
   hls::stream<float> bands("bands");
-#pragma HLS STREAM variable = samples depth = 1024
+#pragma HLS STREAM variable = samples16 depth = 1024
 #pragma HLS STREAM variable = windowed depth = 2 * WIN
-#pragma HLS STREAM variable = spectrum depth = 2 * N_BINS
 #pragma HLS STREAM variable = power depth = 2 * N_BINS
 
-  pcm_reader_stage(pcm, plan.n_in, format, samples);
   if (resample) {
-    resample_stage(plan, samples, samples16);
-  } else {
-    passthrough_stage(plan.n_in, samples, samples16);
+    resample_stage(plan, pcm, format, samples16);
+  } else {  // at 16 kHz librosa does not resample
+    pcm_reader_stage(pcm, plan.n_in, format, samples16);
   }
   preemphasis_stage(plan.n_out, samples16, emphasised);
   framer_stage(plan.n_out, frames, emphasised, windowed);
-  fft_stage(frames, windowed, spectrum);
-  power_stage(frames, spectrum, power);
+  fft_stage(frames, windowed, power);
   mel_filterbank_stage(frames, power, bands);
   log_mel_stage(frames, bands, mel, stats);
 }

@@ -5,16 +5,13 @@
 #include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
+#include "power.h"
 
 namespace atoll_audio {
 
 const int FFT_HALF = N_FFT / 2;  // complex points
 const int FFT_STAGES = 8;        // log2(FFT_HALF)
 
-struct Bin {
-  float re;
-  float im;
-};
 
 // Iterative radix-2 decimation in time on bit-reversed input. Stage twiddles are contiguous, so
 // the butterfly loop is a plain streaming loop (II = 1 in hardware, SIMD on the host).
@@ -46,8 +43,9 @@ fft_stage_loop:
   }
 }
 
-// Reads WIN windowed samples per frame, writes N_BINS complex bins per frame.
-static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<Bin>& out) {
+// Reads WIN windowed samples per frame, writes the N_BINS bin powers of each frame (the power
+// unit sits on the FFT's output so bins never travel as complex pairs).
+static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<float>& out) {
   float frame[N_FFT];
   float re[FFT_HALF], im[FFT_HALF];
 fft_frame_loop:
@@ -79,10 +77,7 @@ fft_frame_loop:
       float oi = -0.5f * (re[a] - re[b]);
       float wr = TWIDDLE512_RE[k];
       float wi = TWIDDLE512_IM[k];
-      Bin x;
-      x.re = er + (wr * or_ - wi * oi);
-      x.im = ei + (wr * oi + wi * or_);
-      out.write(x);
+      out.write(bin_power(er + (wr * or_ - wi * oi), ei + (wr * oi + wi * or_)));
     }
   }
 }

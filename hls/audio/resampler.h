@@ -16,13 +16,14 @@
 #include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
+#include "pcm_reader.h"
 
 namespace atoll_audio {
 
 const int BANK_PHASES = 640;   // a multiple of L for 8, 11.025, 12, 22.05, 24, 32, 44.1 and 48 kHz
-const int TAPS_MAX = 592;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to 8: 48 kHz input
+const int TAPS_MAX = 608;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to DOT_LANES: 48 kHz in
 const int RING = 1024;         // input history, >= TAPS_MAX
-const int DOT_LANES = 8;
+const int DOT_LANES = 32;
 
 struct ResamplePlan {
   uint32_t up;          // L
@@ -94,23 +95,43 @@ bank_tap_loop:
   }
 }
 
+// Host builds of the C simulation get an AVX2 clone of the hot loop, picked at load time when the
+// CPU has it (same arithmetic order, so results do not depend on which clone runs).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SYNTHESIS__) && !defined(__clang__)
+#define ATOLL_HOST_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ATOLL_HOST_SIMD_CLONES
+#endif
+
 // DOT_LANES independent partial sums: one pipelined adder chain each in hardware, SIMD lanes on
 // the host. Signed indices keep the lanes provably contiguous for the host vectoriser.
-static float dot_taps(const float* c, const float* x, int taps) {
-  float acc[DOT_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+ATOLL_HOST_SIMD_CLONES static float dot_taps(const float* c, const float* x, int taps) {
+  float acc[DOT_LANES];
 #pragma HLS ARRAY_PARTITION variable = acc complete
+dot_clear_loop:
+#pragma GCC unroll 32
+  for (int l = 0; l < DOT_LANES; ++l) acc[l] = 0.0f;
 dot_loop:
   for (int k = 0; k < taps; k += DOT_LANES) {
 #pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
 #pragma HLS PIPELINE II = 1
   dot_lane_loop:
+#pragma GCC unroll 32
     for (int l = 0; l < DOT_LANES; ++l) acc[l] += c[k + l] * x[k + l];
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+dot_tree_loop:
+#pragma GCC unroll 5
+  for (int width = DOT_LANES / 2; width > 0; width /= 2) {
+  dot_tree_level_loop:
+#pragma GCC unroll 16
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0];
 }
 
-// Consumes p.n_in samples from `in`, produces p.n_out samples on `out`.
-static void resample_stage(const ResamplePlan& p, hls::stream<float>& in, hls::stream<float>& out) {
+// Reads the p.n_in PCM samples in order (a sequential burst from the m_axi port), produces p.n_out
+// samples on `out`.
+static void resample_stage(const ResamplePlan& p, const uint8_t* pcm, uint32_t format, hls::stream<float>& out) {
   static float bank[BANK_PHASES + 1][TAPS_MAX];
   static float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
 #pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
@@ -135,7 +156,7 @@ resample_out_loop:
 #pragma HLS LOOP_TRIPCOUNT min = 0 max = 4
       float v = 0.0f;
       if (pushed >= p.half_taps - 1 && consumed < p.n_in) {
-        v = in.read();
+        v = pcm_sample(pcm, consumed, format);
         ++consumed;
       }
       uint32_t w = (uint32_t)(pushed & (RING - 1));
@@ -159,26 +180,10 @@ resample_out_loop:
     q += next / p.up;
     r = next % p.up;
   }
-resample_drain_loop:
-  while (consumed < p.n_in) {  // inputs whose filtered outputs fall past round(n*L/M)
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = 2 * RING
-    in.read();
-    ++consumed;
-  }
 resample_zero_loop:
   for (uint32_t n = p.n_filtered; n < p.n_out; ++n) {
 #pragma HLS LOOP_TRIPCOUNT min = 0 max = 1
     out.write(0.0f);
-  }
-}
-
-// At 16 kHz librosa does not resample: samples pass through untouched.
-static void passthrough_stage(uint32_t n, hls::stream<float>& in, hls::stream<float>& out) {
-passthrough_loop:
-  for (uint32_t i = 0; i < n; ++i) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
-#pragma HLS PIPELINE II = 1
-    out.write(in.read());
   }
 }
 
