@@ -16,6 +16,17 @@
 
 namespace atoll_audio {
 
+// The first DATAFLOW process: PCM to 16 kHz samples. At 16 kHz librosa does not resample, so the
+// samples pass through untouched.
+static void source_stage(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
+                         hls::stream<float>& out) {
+  if (resample) {
+    resample_stage(plan, pcm, format, out);
+  } else {
+    pcm_reader_stage(pcm, plan.n_in, format, out);
+  }
+}
+
 static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
                          uint32_t frames, float* mel, double* stats) {
 #pragma HLS DATAFLOW
@@ -28,11 +39,7 @@ static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan
 #pragma HLS STREAM variable = windowed depth = 2 * WIN
 #pragma HLS STREAM variable = power depth = 2 * N_BINS
 
-  if (resample) {
-    resample_stage(plan, pcm, format, samples16);
-  } else {  // at 16 kHz librosa does not resample
-    pcm_reader_stage(pcm, plan.n_in, format, samples16);
-  }
+  source_stage(pcm, format, plan, resample, samples16);
   preemphasis_stage(plan.n_out, samples16, emphasised);
   framer_stage(plan.n_out, frames, emphasised, windowed);
   fft_stage(frames, windowed, power);
