@@ -27,7 +27,7 @@ HLS_DIR = REPO_ROOT / "hls"
 
 # Kernel sources compiled into the library: directories (every .cpp in them is compiled, every
 # .h hashed) or single files. Each CU's sources are one entry.
-KERNEL_SOURCES: list[Path] = [HLS_DIR / "image"]
+KERNEL_SOURCES: list[Path] = [HLS_DIR / "image", HLS_DIR / "audio"]
 INCLUDE_DIRS: list[Path] = [HLS_DIR / "common"]
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS: tuple[str, ...] = ("-O2", "-shared", "-fPIC", "-std=c++17", "-Wno-unknown-pragmas")
