@@ -82,6 +82,9 @@ class Program:
     # Weights live in their own region (offsets of role "weight" buffers index it), so programs of
     # one model at several batch sizes can share a single copy.
     weight_bytes: int = 0
+    # Restore may re-run up to this many already-completed launches (REEF's c outstanding kernels):
+    # the arena keeps every buffer a launch reads intact until this many launches after it.
+    restore_window: int = 0
 
     def kernels(self) -> dict[str, KernelDef]:
         """The distinct kernels of the program by name (what an executor compiles once)."""
