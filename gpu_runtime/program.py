@@ -43,6 +43,7 @@ class BufferSpec:
     dtype: str  # numpy dtype name, e.g. "float32"
     offset: int
     role: str  # "input" | "output" | "weight" | "temp"
+    alias_of: int | None = None  # index of the buffer whose bytes this one views (Reshape etc.)
 
     @property
     def nbytes(self) -> int:
