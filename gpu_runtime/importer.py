@@ -89,7 +89,7 @@ class ProgramBuilder:
     def launch(self, kernel: KernelDef, grid, block, args, writes: list[Tensor]) -> None:
         refs = tuple(BufferRef(a.buf) if isinstance(a, Tensor) else a for a in args)
         self.launches.append(Launch(kernel, tuple(grid), tuple(block), refs,
-                                    tuple(w.buf for w in writes), kernel.shared_bytes))
+                                    tuple(w.buf for w in writes)))
 
     def finish(self, inputs: dict[str, Tensor], outputs: dict[str, Tensor],
                restore_window: int) -> Program:

@@ -67,7 +67,7 @@ class Launch:
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     writes: tuple[int, ...]  # buffer indices this launch writes (its outputs)
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # dynamic shared memory; a kernel's static use is KernelDef.shared_bytes
 
 
 @dataclass
