@@ -51,7 +51,9 @@ class PinnedFlag:
         self._host = np.ctypeslib.as_array(ctypes.cast(self._host_ptr, ctypes.POINTER(ctypes.c_int32)),
                                            shape=(1,))
         self._host[0] = 0
-        dev_ptr = rt.hostGetDevicePointer(self._host_ptr, 0)
+        # With unified addressing (every 64-bit CUDA platform) a mapped pinned allocation has
+        # the same address on host and device; CuPy does not wrap cudaHostGetDevicePointer.
+        dev_ptr = self._host_ptr
         mem = cp.cuda.UnownedMemory(dev_ptr, 4, self)
         self.device = cp.ndarray((1,), cp.int32, cp.cuda.MemoryPointer(mem, 0))
 
