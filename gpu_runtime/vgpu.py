@@ -43,7 +43,8 @@ class _Request:
     req: int
     future: Future
     message: tuple
-    segments: tuple[str, ...] = ()  # shared-memory segments to unlink when the request ends
+    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for run requests
+    out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
     crashes: int = 0
 
 
@@ -71,9 +72,10 @@ class WorkerState:
 
 
 class _Worker:
-    def __init__(self, info: VGpuInfo, ctx):
+    def __init__(self, info: VGpuInfo, ctx, prefix: str):
         self.state = WorkerState(info)
         self.ctx = ctx
+        self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
         self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
         self.send_lock = threading.Lock()
@@ -114,7 +116,8 @@ class VGpuPool:
         self._closed = False
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx) for info in infos}
+        self._workers = {info.id: _Worker(info, ctx, self._prefix) for info in infos}
+        self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(target=self._monitor_loop, name="vgpu-monitor", daemon=True)
         self._monitor.start()
 
@@ -149,17 +152,23 @@ class VGpuPool:
         worker = self._workers.get(vgpu_id)
         if worker is None:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
-        req = next(self._ids)
-        in_segment, out_segment = f"{self._prefix}-{req}i", f"{self._prefix}-{req}o"
-        layout = shm.write(in_segment, inputs)
-        request = _Request(
-            req, Future(), ("run", req, model, in_segment, layout, out_segment), (in_segment, out_segment)
-        )
-        request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:
             if self._closed or not worker.state.alive:
-                shm.unlink(in_segment)
-                raise PoolClosed(f"pool closed" if self._closed else f"vGPU {vgpu_id} is dead")
+                raise PoolClosed("pool closed" if self._closed else f"vGPU {vgpu_id} is dead")
+        arrays = {name: np.asarray(array) for name, array in inputs.items()}
+        _, in_bytes = shm.plan(arrays)
+        in_seg = worker.segments.acquire(in_bytes)
+        layout = shm.store(in_seg.buf, arrays)
+        # Until a model's output size is known for this input size, guess the input size.
+        out_seg = worker.segments.acquire(self._out_bytes.get((model, in_bytes), in_bytes))
+        req = next(self._ids)
+        message = ("run", req, model, shm.segment_name(in_seg), layout, shm.segment_name(out_seg), out_seg.size)
+        request = _Request(req, Future(), message, (in_seg, out_seg), out_key=(model, in_bytes))
+        request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
+        with self._lock:
+            if self._closed:
+                self._finish(worker, request, exception=PoolClosed("pool closed"))
+                return request.future
             return self._dispatch(worker, request)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -182,6 +191,7 @@ class VGpuPool:
                 worker.process.join()
             worker.conn.close()
             self._fail_all(worker, PoolClosed("pool closed before the request finished"))
+            worker.segments.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -250,23 +260,35 @@ class VGpuPool:
         if reply[0] == "error":
             if not is_run:
                 worker.models.pop(request.message[2], None)  # don't replay a failed load
-            self._finish(request, exception=WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}"))
+            error = WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}")
+            self._finish(worker, request, exception=error)
         elif is_run:
-            out_layout, seconds = reply[2]
-            worker.state.last_batch_seconds = seconds
-            try:
-                result = shm.read(request.message[5], out_layout)
-            except Exception as exc:  # segment vanished: report, don't kill the monitor
-                self._finish(request, exception=exc)
-            else:
-                self._finish(request, result=result)
+            self._finish(worker, request, result=self._outputs(worker, request, *reply[2]))
         else:
             worker.state.loaded[request.message[2]] = reply[2]
-            self._finish(request, result=reply[2])
+            self._finish(worker, request, result=reply[2])
 
-    def _finish(self, request: _Request, result=None, exception: BaseException | None = None) -> None:
-        for segment in request.segments:
-            shm.unlink(segment)
+    def _outputs(self, worker, request, layout, out_bytes, overflowed, seconds) -> dict:
+        worker.state.last_batch_seconds = seconds
+        out_name = request.message[5]
+        self._out_bytes[request.out_key] = out_bytes
+        if overflowed:
+            try:
+                return shm.read(out_name + "x", layout)
+            finally:
+                shm.unlink(out_name + "x")
+        return {name: view.copy() for name, view in shm.views(request.segments[1].buf, layout).items()}
+
+    def _finish(
+        self, worker: _Worker, request: _Request, result=None, exception: BaseException | None = None
+    ) -> None:
+        evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
+        request.segments = ()
+        if evicted and not self._closed:
+            try:
+                worker.send(("forget", evicted))
+            except OSError:  # dead worker: its mappings died with it
+                pass
         if request.future.done():
             return
         if exception is not None:
@@ -284,7 +306,7 @@ class VGpuPool:
             worker.state.inflight_runs = 0
             for request in pending:
                 if request.message[0] == "run":
-                    shm.unlink(request.message[5])  # a partial output of the dead worker
+                    shm.unlink(request.message[5] + "x")  # an overflow output of the dead worker
             if worker.state.restarts >= self.max_restarts:
                 worker.state.alive = False
                 error = WorkerCrashed(
@@ -292,7 +314,7 @@ class VGpuPool:
                     " restarts; vGPU disabled"
                 )
                 for request in pending:
-                    self._finish(request, exception=error)
+                    self._finish(worker, request, exception=error)
                 return
             worker.state.restarts += 1
             worker.start()
@@ -308,6 +330,7 @@ class VGpuPool:
                     if request.message[0] == "load":
                         worker.models.pop(request.message[2], None)
                     self._finish(
+                        worker,
                         request,
                         exception=WorkerCrashed(
                             f"{worker.state.info.id}: worker died (exit {code}) while running this"
@@ -323,4 +346,4 @@ class VGpuPool:
             worker.inflight.clear()
             worker.state.inflight_runs = 0
         for request in pending:
-            self._finish(request, exception=error)
+            self._finish(worker, request, exception=error)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib
 
 # benchmark -> module
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "models": "atoll.bench.models",
+}
 
 
 def register(subparsers) -> None:

@@ -59,7 +59,19 @@ def models(tmp_path_factory):
         [helper.make_tensor_value_info("h24", TensorProto.FLOAT, ["N", 768])],
         [numpy_helper.from_array(k, "k")],
     )
-    return {"mlp": save(mlp, d / "mlp.onnx"), "slow": save(slow, d / "slow.onnx")}
+    # Output 64x the input: more than the pool's first guess of the output size.
+    grow = helper.make_graph(
+        [helper.make_node("Tile", ["x", "reps"], ["y"])],
+        "grow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+        [numpy_helper.from_array(np.array([1, 64], np.int64), "reps")],
+    )
+    return {
+        "mlp": save(mlp, d / "mlp.onnx"),
+        "slow": save(slow, d / "slow.onnx"),
+        "grow": save(grow, d / "grow.onnx"),
+    }
 
 
 def reference(path, inputs):
@@ -71,6 +83,10 @@ def reference(path, inputs):
 
 def shm_segments(pool) -> list[str]:
     return [name for name in os.listdir("/dev/shm") if name.startswith(pool._prefix)]
+
+
+def overflow_segments(pool) -> list[str]:
+    return [name for name in shm_segments(pool) if name.endswith("x")]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +123,8 @@ def test_concurrent_submitters_get_their_own_results(pool, models):
         results = list(threads.map(one, range(len(batches))))
     for x, out in zip(batches, results):
         np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x})["relu"])
-    assert shm_segments(pool) == []
+    assert overflow_segments(pool) == []
+    assert len(shm_segments(pool)) <= 2 * 6 * len(ids)  # reused: at most one pair per request in flight
 
 
 def test_asyncio_wrap_future(pool, models):
@@ -135,6 +152,18 @@ def test_errors_are_explicit(pool, models):
         pool.load_model("m2", models["mlp"], executor="tensorrt")
     # the worker survived all of that
     assert pool.submit("cpu0", "mlp", {"x": np.zeros((1, 16), np.float32)}).result(30)["relu"].shape == (1, 8)
+    assert overflow_segments(pool) == []
+
+
+def test_outputs_larger_than_inputs(models):
+    """The first batch overflows the guessed output segment, later ones reuse a large enough one."""
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+        pool.load_model("grow", models["grow"])
+        for n in (1, 1, 300, 300):
+            x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+            out = pool.submit("cpu0", "grow", {"x": x}).result(30)
+            np.testing.assert_array_equal(out["y"], reference(models["grow"], {"x": x})["y"])
+            assert overflow_segments(pool) == []
     assert shm_segments(pool) == []
 
 
