@@ -56,7 +56,8 @@ class WorkerState:
     pid: int | None = None
     ready: bool = False
     restarts: int = 0
-    alive: bool = True  # False once the worker exhausted its restarts
+    alive: bool = True  # False once the worker exhausted its restarts or could not start
+    error: str | None = None  # why it is not alive
     last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
     loaded: dict[str, str] = field(default_factory=dict)  # model -> executor description
     inflight_runs: int = 0
@@ -154,7 +155,7 @@ class VGpuPool:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
         with self._lock:
             if self._closed or not worker.state.alive:
-                raise PoolClosed("pool closed" if self._closed else f"vGPU {vgpu_id} is dead")
+                raise PoolClosed("pool closed" if self._closed else f"vGPU {vgpu_id} is dead: {worker.state.error}")
         arrays = {name: np.asarray(array) for name, array in inputs.items()}
         _, in_bytes = shm.plan(arrays)
         in_seg = worker.segments.acquire(in_bytes)
@@ -208,6 +209,10 @@ class VGpuPool:
             raise PoolClosed("pool closed")
 
     def _dispatch(self, worker: _Worker, request: _Request) -> Future:
+        if not worker.state.alive:
+            error = WorkerError(f"{worker.state.info.id} is dead: {worker.state.error}")
+            self._finish(worker, request, exception=error)
+            return request.future
         worker.inflight[request.req] = request
         if request.message[0] == "run":
             worker.state.inflight_runs += 1
@@ -237,7 +242,10 @@ class VGpuPool:
                     self._drain(worker)
                 elif not self._closed:
                     self._drain(worker)  # replies sent just before dying still count
-                    self._restart(worker)
+                    if worker.state.alive:
+                        self._restart(worker)
+                    else:
+                        worker.process.join()  # reap it; it stays dead
 
     def _drain(self, worker: _Worker) -> None:
         try:
@@ -249,6 +257,12 @@ class VGpuPool:
     def _on_reply(self, worker: _Worker, reply: tuple) -> None:
         if reply[0] == "ready":
             worker.state.ready = True
+            return
+        if reply[0] == "fatal":
+            with self._lock:
+                worker.state.alive = False
+                worker.state.error = reply[1]
+            self._fail_all(worker, WorkerError(f"{worker.state.info.id}: cannot start: {reply[1]}"))
             return
         with self._lock:
             request = worker.inflight.pop(reply[1], None)
@@ -309,10 +323,8 @@ class VGpuPool:
                     shm.unlink(request.message[5] + "x")  # an overflow output of the dead worker
             if worker.state.restarts >= self.max_restarts:
                 worker.state.alive = False
-                error = WorkerCrashed(
-                    f"{worker.state.info.id}: worker died (exit {code}) after {worker.state.restarts}"
-                    " restarts; vGPU disabled"
-                )
+                worker.state.error = f"died (exit {code}) after {worker.state.restarts} restarts"
+                error = WorkerCrashed(f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled")
                 for request in pending:
                     self._finish(worker, request, exception=error)
                 return

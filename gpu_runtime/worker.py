@@ -10,6 +10,7 @@ Messages from the pool:
   ("stop",)
 Replies:
   ("ready", pid)
+  ("fatal", reason)      the vGPU cannot be set up (e.g. its green context); the worker exits
   ("ok", req, payload)   load: the executor's describe();
                          run: (out_layout, out_bytes, overflowed, compute_seconds)
   ("error", req, exception type name, message)
@@ -25,12 +26,16 @@ def worker_main(conn, info) -> None:
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
     # any backend initialises CUDA or its thread pools, i.e. before any executor is imported.
     os.environ.update(info.env)
-    if info.cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, info.cpus)
-    if info.green_context is not None:
-        from gpu_runtime import vgpu_green_context
+    try:
+        if info.cpus and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, info.cpus)
+        if info.green_context is not None:
+            from gpu_runtime import vgpu_green_context
 
-        vgpu_green_context.activate(*info.green_context)
+            vgpu_green_context.activate(*info.green_context)
+    except Exception as exc:  # restarting would fail the same way: say why and stop
+        conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
+        return
 
     from gpu_runtime import shm, vgpu_executors
 

@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.discovery import VGpuInfo, discover_vgpus
 from gpu_runtime.vgpu import PoolClosed, VGpuPool, WorkerCrashed, WorkerError
 
 pytestmark = pytest.mark.timeout(120)
@@ -238,3 +238,18 @@ def test_close_leaves_no_processes_or_segments(models):
         assert not os.path.exists(f"/proc/{pid}")
     with pytest.raises(PoolClosed):
         pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)})
+
+
+def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
+    """A green-context vGPU on a machine without cuda-python/CUDA: no restart loop, no hang."""
+    broken = VGpuInfo("gpu0.gc0", "green_context", "fake", "GPU-0", "fake-16sm", 16, None,
+                      green_context=(0, 16))  # fmt: skip
+    with VGpuPool([broken]) as pool:
+        with pytest.raises(WorkerError, match="gpu0.gc0"):
+            pool.load_model("mlp", models["mlp"])
+        wait_for(lambda: not pool.workers["gpu0.gc0"].alive)
+        assert pool.workers["gpu0.gc0"].restarts == 0
+        with pytest.raises(PoolClosed, match="dead"):
+            pool.submit("gpu0.gc0", "mlp", {"x": np.ones((1, 16), np.float32)})
+        with pytest.raises(WorkerError, match="dead"):
+            pool.load_model("mlp", models["mlp"])
