@@ -321,9 +321,14 @@ class VGpuPool:
             for request in pending:
                 if request.message[0] == "run":
                     shm.unlink(request.message[5] + "x")  # an overflow output of the dead worker
-            if worker.state.restarts >= self.max_restarts:
-                worker.state.alive = False
+            if code > 0 and not worker.state.ready:
+                # It exited by itself before serving (e.g. spawn could not import the parent's
+                # __main__): a restart would fail the same way.
+                worker.state.error = f"exited with code {code} during startup (see its stderr)"
+            elif worker.state.restarts >= self.max_restarts:
                 worker.state.error = f"died (exit {code}) after {worker.state.restarts} restarts"
+            if worker.state.error:
+                worker.state.alive = False
                 error = WorkerCrashed(f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled")
                 for request in pending:
                     self._finish(worker, request, exception=error)

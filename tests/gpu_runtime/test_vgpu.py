@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -253,3 +256,25 @@ def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
             pool.submit("gpu0.gc0", "mlp", {"x": np.ones((1, 16), np.float32)})
         with pytest.raises(WorkerError, match="dead"):
             pool.load_model("mlp", models["mlp"])
+
+
+STDIN_SCRIPT = """
+from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.vgpu import VGpuPool, WorkerCrashed
+with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+    try:
+        pool.load_model("mlp", {path!r})
+    except WorkerCrashed as exc:
+        print("FAILED:", exc, "restarts", pool.workers["cpu0"].restarts)
+"""
+
+
+def test_a_worker_that_cannot_start_under_spawn_is_not_restarted(models):
+    """`python -` scripts have no importable __main__, so spawned workers exit with code 1 at once."""
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-"], input=STDIN_SCRIPT.format(path=models["mlp"]), text=True,
+        capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert "FAILED: cpu0: worker exited with code 1 during startup" in done.stdout
+    assert done.stdout.strip().endswith("restarts 0")
