@@ -297,6 +297,8 @@ def _device(vgpu) -> dict:
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "gpu": None if vgpu.kind == "cpu" else vgpu.name,
         "platform": platform.platform(),
+        # Other work on the machine shows here; a shared machine makes every figure noisier.
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
 
 
