@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 import secrets
 import threading
 from concurrent.futures import Future
@@ -59,7 +60,7 @@ class WorkerState:
     alive: bool = True  # False once the worker exhausted its restarts or could not start
     error: str | None = None  # why it is not alive
     last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
-    loaded: dict[str, str] = field(default_factory=dict)  # model -> executor description
+    loaded: dict[str, dict] = field(default_factory=dict)  # model -> executor description
     inflight_runs: int = 0
 
     @property
@@ -79,23 +80,40 @@ class _Worker:
         self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
         self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
-        self.send_lock = threading.Lock()
         self.start()
 
     def start(self) -> None:
+        """Start a worker process, with its own pipe and sender thread (one set per incarnation,
+        so nothing queued for a dead worker reaches its successor)."""
         self.conn, child = self.ctx.Pipe()
+        name = f"atoll-vgpu-{self.state.info.id}"
         self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.state.info), name=f"atoll-vgpu-{self.state.info.id}",
-            daemon=True,
+            target=worker_main, args=(child, self.state.info), name=name, daemon=True
         )
         self.process.start()
         child.close()
         self.state.pid = self.process.pid
         self.state.ready = False
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(
+            target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
+        ).start()
 
     def send(self, message: tuple) -> None:
-        with self.send_lock:
-            self.conn.send(message)
+        """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
+        self.outbox.put(message)
+
+    def retire(self) -> None:
+        """Stop this incarnation's sender thread (after anything already queued)."""
+        self.outbox.put(None)
+
+
+def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send(message)
+        except OSError:  # the worker died; the pool restarts it and re-sends what is in flight
+            return
 
 
 class VGpuPool:
@@ -119,7 +137,9 @@ class VGpuPool:
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
         self._workers = {info.id: _Worker(info, ctx, self._prefix) for info in infos}
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
-        self._monitor = threading.Thread(target=self._monitor_loop, name="vgpu-monitor", daemon=True)
+        self._monitor = threading.Thread(
+            target=self._monitor_loop, name="vgpu-monitor", daemon=True
+        )
         self._monitor.start()
 
     # ---- public API -------------------------------------------------------------------------
@@ -143,7 +163,8 @@ class VGpuPool:
             self._check_open()
             for vid, worker in self._workers.items():
                 req = next(self._ids)
-                message = ("load", req, name, os.fspath(onnx_path), executor or self.executor, max_batch)
+                path = os.fspath(onnx_path)
+                message = ("load", req, name, path, executor or self.executor, max_batch)
                 worker.models[name] = message
                 futures[vid] = self._dispatch(worker, _Request(req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
@@ -153,17 +174,24 @@ class VGpuPool:
         worker = self._workers.get(vgpu_id)
         if worker is None:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
-        with self._lock:
-            if self._closed or not worker.state.alive:
-                raise PoolClosed("pool closed" if self._closed else f"vGPU {vgpu_id} is dead: {worker.state.error}")
+        if self._closed:
+            raise PoolClosed("pool closed")
+        if not worker.state.alive:
+            raise PoolClosed(f"vGPU {vgpu_id} is dead: {worker.state.error}")
         arrays = {name: np.asarray(array) for name, array in inputs.items()}
         _, in_bytes = shm.plan(arrays)
         in_seg = worker.segments.acquire(in_bytes)
-        layout = shm.store(in_seg.buf, arrays)
         # Until a model's output size is known for this input size, guess the input size.
         out_seg = worker.segments.acquire(self._out_bytes.get((model, in_bytes), in_bytes))
+        try:
+            layout = shm.store(in_seg.buf, arrays)
+        except Exception:  # e.g. object arrays: give the segments back before refusing
+            worker.segments.release(in_seg)
+            worker.segments.release(out_seg)
+            raise
         req = next(self._ids)
-        message = ("run", req, model, shm.segment_name(in_seg), layout, shm.segment_name(out_seg), out_seg.size)
+        names = shm.segment_name(in_seg), shm.segment_name(out_seg)
+        message = ("run", req, model, names[0], layout, names[1], out_seg.size)
         request = _Request(req, Future(), message, (in_seg, out_seg), out_key=(model, in_bytes))
         request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:
@@ -181,10 +209,8 @@ class VGpuPool:
         self._wake_w.send(None)
         self._monitor.join(timeout)
         for worker in self._workers.values():
-            try:
-                worker.send(("stop",))
-            except OSError:  # already dead
-                pass
+            worker.send(("stop",))
+            worker.retire()
         for worker in self._workers.values():
             worker.process.join(timeout)
             if worker.process.is_alive():
@@ -216,10 +242,7 @@ class VGpuPool:
         worker.inflight[request.req] = request
         if request.message[0] == "run":
             worker.state.inflight_runs += 1
-        try:
-            worker.send(request.message)
-        except OSError:  # the worker just died; the monitor will restart it and re-send this
-            pass
+        worker.send(request.message)
         return request.future
 
     def _monitor_loop(self) -> None:
@@ -291,7 +314,8 @@ class VGpuPool:
                 return shm.read(out_name + "x", layout)
             finally:
                 shm.unlink(out_name + "x")
-        return {name: view.copy() for name, view in shm.views(request.segments[1].buf, layout).items()}
+        views = shm.views(request.segments[1].buf, layout)
+        return {name: view.copy() for name, view in views.items()}
 
     def _finish(
         self, worker: _Worker, request: _Request, result=None, exception: BaseException | None = None
@@ -299,10 +323,7 @@ class VGpuPool:
         evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
         request.segments = ()
         if evicted and not self._closed:
-            try:
-                worker.send(("forget", evicted))
-            except OSError:  # dead worker: its mappings died with it
-                pass
+            worker.send(("forget", evicted))
         if request.future.done():
             return
         if exception is not None:
@@ -314,6 +335,7 @@ class VGpuPool:
         with self._lock:
             worker.process.join()
             code = worker.process.exitcode
+            worker.retire()
             worker.conn.close()
             pending = [worker.inflight[r] for r in sorted(worker.inflight)]
             worker.inflight.clear()
@@ -329,7 +351,9 @@ class VGpuPool:
                 worker.state.error = f"died (exit {code}) after {worker.state.restarts} restarts"
             if worker.state.error:
                 worker.state.alive = False
-                error = WorkerCrashed(f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled")
+                error = WorkerCrashed(
+                    f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled"
+                )
                 for request in pending:
                     self._finish(worker, request, exception=error)
                 return

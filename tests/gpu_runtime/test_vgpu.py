@@ -130,6 +130,16 @@ def test_concurrent_submitters_get_their_own_results(pool, models):
     assert len(shm_segments(pool)) <= 2 * 6 * len(ids)  # reused: at most one pair per request in flight
 
 
+def test_hundreds_in_flight_never_stall(pool, models):
+    """Far more requests than the pipes buffer: submit never blocks, every future completes."""
+    x = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32)
+    futures = [pool.submit("cpu0", "mlp", {"x": x}) for _ in range(800)]
+    expected = reference(models["mlp"], {"x": x})["relu"]
+    for future in futures:
+        np.testing.assert_array_equal(future.result(60)["relu"], expected)
+    assert pool.workers["cpu0"].inflight_runs == 0
+
+
 def test_asyncio_wrap_future(pool, models):
     x = np.ones((3, 16), np.float32)
 
@@ -151,6 +161,8 @@ def test_errors_are_explicit(pool, models):
         pool.submit("cpu0", "mlp", {"x": np.zeros((1, 15), np.float32)}).result(30)
     with pytest.raises(KeyError):
         pool.submit("gpu7", "mlp", {"x": np.zeros((1, 16), np.float32)})
+    with pytest.raises(ValueError):  # object arrays cannot live in shared memory
+        pool.submit("cpu0", "mlp", {"x": np.array([object()])})
     with pytest.raises(WorkerError, match="unknown executor"):
         pool.load_model("m2", models["mlp"], executor="tensorrt")
     # the worker survived all of that
