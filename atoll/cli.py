@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "demo": "atoll.commands.demo",
     "bench": "atoll.commands.bench",
     "zoo": "atoll.commands.zoo",
+    "model": "atoll.commands.model",
 }
 
 

@@ -89,7 +89,7 @@ class ProgramBuilder:
     def launch(self, kernel: KernelDef, grid, block, args, writes: list[Tensor]) -> None:
         refs = tuple(BufferRef(a.buf) if isinstance(a, Tensor) else a for a in args)
         self.launches.append(Launch(kernel, tuple(grid), tuple(block), refs,
-                                    tuple(w.buf for w in writes), kernel.shared_bytes))
+                                    tuple(w.buf for w in writes)))
 
     def finish(self, inputs: dict[str, Tensor], outputs: dict[str, Tensor],
                restore_window: int) -> Program:
@@ -119,10 +119,12 @@ class ProgramBuilder:
                 lifetimes.append(Lifetime(s, nbytes, lo, hi))
         arena_offsets, arena_bytes = plan(lifetimes)
         weight_offsets, weight_bytes = pack(weight_sizes)
-        specs = []
-        for name, shape, role, s in self.buffers:
+        specs, owner = [], {}
+        for i, (name, shape, role, s) in enumerate(self.buffers):
             offset = weight_offsets[s] if role == "weight" else arena_offsets.get(s, 0)
-            specs.append(BufferSpec(name, shape, "float32", offset, role))
+            alias = owner.setdefault(s, i)
+            specs.append(BufferSpec(name, shape, "float32", offset, role,
+                                    alias if alias != i else None))
         return Program(self.model_name, self.batch, specs, self.launches,
                        {k: v.buf for k, v in inputs.items()}, {k: v.buf for k, v in outputs.items()},
                        self.weights, arena_bytes, weight_bytes, restore_window)

@@ -43,6 +43,7 @@ class BufferSpec:
     dtype: str  # numpy dtype name, e.g. "float32"
     offset: int
     role: str  # "input" | "output" | "weight" | "temp"
+    alias_of: int | None = None  # index of the buffer whose bytes this one views (Reshape etc.)
 
     @property
     def nbytes(self) -> int:
@@ -66,7 +67,7 @@ class Launch:
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     writes: tuple[int, ...]  # buffer indices this launch writes (its outputs)
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # dynamic shared memory; a kernel's static use is KernelDef.shared_bytes
 
 
 @dataclass
