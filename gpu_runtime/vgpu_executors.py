@@ -12,6 +12,8 @@ import importlib
 # executor -> "module:loader"
 EXECUTORS: dict[str, str] = {
     "onnxruntime": "gpu_runtime.vgpu_executors:load_onnxruntime",
+    "numpy": "gpu_runtime.vgpu_executors:load_numpy",
+    "cupy": "gpu_runtime.vgpu_executors:load_cupy",
 }
 
 
@@ -35,3 +37,61 @@ def load_onnxruntime(onnx_path, info, max_batch=None):
 
     device = "cpu" if info.kind == "cpu" else "cuda"
     return OrtExecutor(onnx_path, intra_op_threads=info.threads, device=device)
+
+
+class ProgramRunner:
+    """A kernel-program executor (numpy, cupy) behind the worker's run(inputs) call. Programs are
+    planned per input shape (batch, and the length of a variable dim such as audio frames) on first
+    use and kept, so each bucketed batch size is imported once."""
+
+    def __init__(self, executor, onnx_path, stream=None):
+        import onnx
+
+        self.executor = executor
+        self.stream = stream
+        self.model = onnx.load(str(onnx_path))
+        weights = {i.name for i in self.model.graph.initializer}
+        self.inputs = [v for v in self.model.graph.input if v.name not in weights]
+        self.states: dict[tuple[int, int | None], object] = {}
+
+    def _key(self, inputs) -> tuple[int, int | None]:
+        """(batch, length): dim 0 of the first input, and the first variable non-batch dim."""
+        batch = inputs[self.inputs[0].name].shape[0]
+        for value in self.inputs:
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                if axis and not dim.HasField("dim_value"):
+                    return batch, inputs[value.name].shape[axis]
+        return batch, None
+
+    def run(self, inputs):
+        from gpu_runtime.importer import import_model
+
+        missing = {v.name for v in self.inputs} - set(inputs)
+        if missing:
+            raise KeyError(f"missing model inputs: {', '.join(sorted(missing))}")
+        key = self._key(inputs)
+        if key not in self.states:
+            self.states[key] = self.executor.load(import_model(self.model, batch=key[0], length=key[1]))
+        state = self.states[key]
+        self.executor.set_inputs(state, inputs)
+        for index in range(len(state.program.launches)):
+            self.executor.launch(state, index, self.stream)
+        self.executor.synchronize(state, self.stream)
+        return self.executor.outputs(state)
+
+    def describe(self) -> dict:
+        return {"executor": self.executor.name, "preemptible": self.executor.preemptible}
+
+
+def load_numpy(onnx_path, info, max_batch=None):
+    from gpu_runtime.numpy_executor import NumpyExecutor
+
+    return ProgramRunner(NumpyExecutor(), onnx_path)
+
+
+def load_cupy(onnx_path, info, max_batch=None):
+    """On a green-context vGPU the worker made that context current; launches go to its stream."""
+    from gpu_runtime import vgpu_green_context
+    from gpu_runtime.cupy_executor import CupyExecutor
+
+    return ProgramRunner(CupyExecutor(), onnx_path, stream=vgpu_green_context.active().get("stream"))

@@ -10,6 +10,7 @@ import importlib
 # benchmark -> module
 BENCHES: dict[str, str] = {
     "preprocess": "atoll.bench.preprocess",
+    "models": "atoll.bench.models",
 }
 
 
