@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
     "bench": "atoll.commands.bench",
+    "simulate": "atoll.commands.simulate",
 }
 
 
