@@ -13,7 +13,11 @@ import sys
 # subcommand -> module; an explicit registry, no discovery magic.
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
+    "serve": "atoll.commands.serve",
+    "demo": "atoll.commands.demo",
     "bench": "atoll.commands.bench",
+    "zoo": "atoll.commands.zoo",
+    "preprocess": "atoll.commands.preprocess",
     "simulate": "atoll.commands.simulate",
 }
 

@@ -79,6 +79,23 @@ class Program:
     outputs: dict[str, int]  # graph output name -> buffer index
     weights: dict[int, np.ndarray] = field(default_factory=dict)  # buffer index -> constant data
     arena_bytes: int = 0
+    # Weights live in their own region (offsets of role "weight" buffers index it), so programs of
+    # one model at several batch sizes can share a single copy.
+    weight_bytes: int = 0
+
+    def kernels(self) -> dict[str, KernelDef]:
+        """The distinct kernels of the program by name (what an executor compiles once)."""
+        return {launch.kernel.name: launch.kernel for launch in self.launches}
+
+
+class PreemptFlag(Protocol):
+    """The guard's flag as the host sees it: set() makes every later launch start as a no-op."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def is_set(self) -> bool: ...
 
 
 class Executor(Protocol):
@@ -87,7 +104,12 @@ class Executor(Protocol):
     name: str
     preemptible: bool
 
-    def load(self, program: Program) -> Any: ...
+    def new_flag(self) -> PreemptFlag: ...
+
+    def load(self, program: Program, flag: PreemptFlag | None = None) -> Any:
+        """Allocates the arena and uploads weights; launches of the returned state check `flag`
+        (a fresh flag of the executor's kind when None; pass one flag to several states to preempt
+        them together)."""
 
     def set_inputs(self, state: Any, inputs: dict[str, np.ndarray]) -> None: ...
 

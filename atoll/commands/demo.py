@@ -1,0 +1,91 @@
+"""`atoll demo`: start the server on CPU defaults, drive it with generated media, print a summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="end-to-end demo: server + load generator + summary")
+    p.add_argument("--requests", type=int, default=300, help="requests to send (default 300)")
+    p.add_argument("--rate", type=float, default=25.0, help="mean arrival rate, req/s (default 25)")
+    p.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
+    p.add_argument("--audio-share", type=float, default=0.2,
+                   help="fraction of requests carrying WAV audio when an audio model is served")  # fmt: skip
+    p.add_argument("--repository", help="model repository (default: the built-in demo)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print only the JSON summary line")
+    p.set_defaults(func=run)
+
+
+def _workloads(url: str, seed: int, audio_share: float):
+    import urllib.request
+
+    import numpy as np
+
+    from atoll.loadgen import IMAGE_SIZES, Workload, infer_body, synthetic_jpeg, synthetic_wav
+
+    rng = np.random.default_rng(seed)
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:
+        index = json.load(r)
+    workloads = []
+    for entry in index:
+        with urllib.request.urlopen(f"{url}/v2/models/{entry['name']}") as r:
+            meta = json.load(r)
+        raw = next((i for i in meta["inputs"] if i["datatype"] == "BYTES"), None)
+        if raw is None:
+            continue
+        if raw["name"] == "image":
+            files = [synthetic_jpeg(rng, *IMAGE_SIZES[i % len(IMAGE_SIZES)]) for i in range(24)]
+            weight = 1.0 - audio_share
+        else:
+            files = [synthetic_wav(rng, float(rng.uniform(1.0, 8.0))) for _ in range(8)]
+            weight = audio_share
+        if weight > 0:
+            workloads.append(Workload(meta["name"], raw["name"], [infer_body(raw["name"], [f]) for f in files], weight))
+    return workloads
+
+
+def _batch_summary(url: str) -> dict[str, float]:
+    """Mean batch size per model, from the server's own Prometheus metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics") as r:
+        text = r.read().decode()
+    sums, counts = {}, {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "atoll_batch_size":
+            continue
+        for s in family.samples:
+            model = s.labels.get("model")
+            if s.name.endswith("_sum"):
+                sums[model] = sums.get(model, 0.0) + s.value
+            elif s.name.endswith("_count"):
+                counts[model] = counts.get(model, 0.0) + s.value
+    return {m: round(sums[m] / counts[m], 2) for m in sums if counts.get(m)}
+
+
+def run(args) -> int:
+    import asyncio
+
+    from atoll.loadgen import format_table, run_load
+    from atoll.server_process import ServerProcess
+
+    extra = ["--repository", args.repository] if args.repository else []
+    with ServerProcess(extra) as server:
+        workloads = _workloads(server.url, args.seed, args.audio_share)
+        if not workloads:
+            print("atoll demo: the repository serves no model with a JPEG/WAV input", file=sys.stderr)
+            return 2
+        summary = asyncio.run(run_load(server.url, workloads, args.requests, args.rate, args.arrival,
+                                       args.seed, progress=not args.json))  # fmt: skip
+        batches = _batch_summary(server.url)
+    result = summary.to_dict() | {"mean_batch_size": batches}
+    if not args.json:
+        print(format_table(summary))
+        print("mean batch size: " + ", ".join(f"{m} {b}" for m, b in batches.items()))
+    print(json.dumps(result, separators=(",", ":")))
+    return 0 if summary.errors == 0 else 1

@@ -1,0 +1,81 @@
+"""`atoll serve`: the KServe v2 / Triton-protocol HTTP server over a model repository."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add_config_options(p) -> None:
+    p.add_argument("--config", help="atoll.toml with settings (defaults for every key)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", default=[],
+                   help="override one config key, e.g. --set batching.batcher=triton (repeatable)")  # fmt: skip
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve a model repository over KServe v2 HTTP")
+    p.add_argument("--repository", help="Triton-layout model repository (default: built-in demo)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--http-port", type=int, help="HTTP port (default 8000; 0 = any free port)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; -1 = off)")
+    p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
+    p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
+    add_config_options(p)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args, flags: dict[str, str]):
+    """Config file, then --set overrides, then the named flags (attribute -> section.key)."""
+    from atoll.config import load_config, parse_set_options
+
+    overrides = parse_set_options(args.set)
+    for attr, key in flags.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides[key] = value
+    return load_config(args.config, overrides)
+
+
+SERVE_FLAGS = {
+    "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
+    "metrics_port": "server.metrics_port", "backend": "preprocessing.backend",
+    "batcher": "batching.batcher",
+}  # fmt: skip
+
+
+async def serve_forever(service) -> None:
+    import asyncio
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        print(f"atoll: serving on {service.http_url}"
+              + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),
+              flush=True)  # fmt: skip
+        await stop.wait()
+        print("atoll: shutting down", flush=True)
+    finally:
+        await service.stop()
+
+
+def run(args) -> int:
+    import asyncio
+    import logging
+
+    from atoll.config import ConfigError
+    from atoll.repository import RepositoryError
+    from atoll.service import Service
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args, SERVE_FLAGS)
+        repo = Path(config.server.repository) if config.server.repository else None
+        asyncio.run(serve_forever(Service(config, repo)))
+    except (ConfigError, RepositoryError, OSError) as exc:
+        print(f"atoll serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

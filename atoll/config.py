@@ -1,0 +1,178 @@
+"""Typed configuration: one TOML file (`atoll.toml`), every key with a default, CLI overrides.
+
+Unknown sections or keys and values of the wrong type or outside their allowed set are rejected with
+a `ConfigError` naming the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration file or override that names an unknown key or holds a bad value."""
+
+
+def _choice(default: str, *allowed: str, doc: str = "") -> Any:
+    return field(default=default, metadata={"choices": (default, *allowed), "doc": doc})
+
+
+def _num(default: float | int, minimum: float | int | None = None, doc: str = "") -> Any:
+    return field(default=default, metadata={"min": minimum, "doc": doc})
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    http_port: int = _num(8000, 0, "KServe v2 / Triton HTTP port (0 = any free port)")
+    grpc_port: int = _num(8001, 0, "reserved for the gRPC endpoint")
+    metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
+    repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
+    max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")
+    max_pending_requests: int = _num(1024, 1, "requests in flight before new ones get HTTP 503")
+
+
+@dataclass
+class PreprocessingConfig:
+    backend: str = _choice("auto", "xrt", "emu", "cpu", doc="DPU backend")
+    cpu_workers: int = _num(0, 0, "processes for the CPU path (0 = all cores)")
+    image_cus: int = _num(4, 1, "image_cu compute units (emulated XRT)")
+    audio_mel_cus: int = _num(2, 1, "audio_mel_cu compute units (emulated XRT)")
+    audio_norm_cus: int = _num(2, 1, "audio_norm_cu compute units (emulated XRT)")
+    manifest: str = field(default="bitstreams/atoll_dpu.json", metadata={"doc": "DPU manifest"})
+    cu_timeout_ms: int = _num(2000, 1, "a CU run longer than this is failed over to the CPU")
+    max_image_dim: int = _num(8192, 16, "larger images are refused as TOO_LARGE")
+    resize_short: int = _num(256, 1, "shorter side after resize")
+    crop: int = _num(224, 1, "centre crop size")
+    fp16: bool = False
+    max_audio_seconds: float = _num(30.0, 0.1, "longer clips are refused")
+
+
+@dataclass
+class BatchingConfig:
+    batcher: str = _choice("preba", "triton", "static", doc="batching policy")
+    profile: str = field(default="", metadata={"doc": "knee profile JSON (empty: measured/default)"})
+    max_batch_size: int = _num(8, 1, "Batch_max when no profile gives one")
+    max_queue_delay_microseconds: int = _num(5000, 0, "Time_queue when no profile gives one")
+
+
+@dataclass
+class SchedulerConfig:
+    policy: str = _choice("reset", "reef", "wait", "streams", "seq", doc="preemption policy")
+    outstanding_kernels: int = _num(4, 1, "c: kernels in flight per best-effort stream")
+
+
+@dataclass
+class VGpuConfig:
+    mode: str = _choice("auto", "mig", "gpu", "cpu", doc="which vGPUs to use")
+    cpu_vgpus: int = _num(0, 0, "CPU vGPUs (0 = one per two cores)")
+    executor: str = _choice("auto", "onnxruntime", "numpy", "cupy", doc="model executor")
+    green_context_sms: int = _num(0, 0, "split whole GPUs into partitions of this many SMs (0 = off)")
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    preprocessing: PreprocessingConfig = field(default_factory=PreprocessingConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    vgpus: VGpuConfig = field(default_factory=VGpuConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(key: str, value: Any, kind: type, meta: dict) -> Any:
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            value = value.lower() in ("true", "1", "yes")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    elif kind in (int, float):
+        if isinstance(value, str):
+            try:
+                value = kind(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if kind is int and float(value) != int(value):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        value = kind(value)
+        if meta.get("min") is not None and value < meta["min"]:
+            raise ConfigError(f"{key}: must be >= {meta['min']}, got {value!r}")
+    elif kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        choices = meta.get("choices")
+        if choices and value not in choices:
+            raise ConfigError(f"{key}: must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _apply(config: Config, section: str, key: str, value: Any) -> None:
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    if section not in sections:
+        raise ConfigError(f"unknown section [{section}] (known: {', '.join(sections)})")
+    target = getattr(config, section)
+    fields = {f.name: f for f in dataclasses.fields(target)}
+    if key not in fields:
+        raise ConfigError(f"unknown key {section}.{key} (known: {', '.join(fields)})")
+    kind = get_type_hints(type(target))[key]
+    setattr(target, key, _coerce(f"{section}.{key}", value, kind, fields[key].metadata))
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults, then the TOML file (if any), then overrides given as {"section.key": value}."""
+    config = Config()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"{section}: expected a [{section}] table")
+            for key, value in values.items():
+                _apply(config, section, key, value)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"override {dotted!r}: expected section.key")
+        _apply(config, section, key, value)
+    return config
+
+
+def parse_set_options(items: list[str] | None) -> dict[str, str]:
+    """`--set section.key=value` options as an overrides dict."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def render_toml(config: Config) -> str:
+    """The configuration as a commented TOML file (used by `atoll config --defaults`)."""
+    lines = []
+    for section in dataclasses.fields(Config):
+        obj = getattr(config, section.name)
+        lines.append(f"[{section.name}]")
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            text = str(value).lower() if isinstance(value, bool) else repr(value).replace("'", '"')
+            doc = f.metadata.get("doc", "")
+            choices = f.metadata.get("choices")
+            if choices:
+                doc = f"{doc} ({' | '.join(choices)})".strip()
+            lines.append(f"{f.name} = {text}" + (f"  # {doc}" if doc else ""))
+        lines.append("")
+    return "\n".join(lines)

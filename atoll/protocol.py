@@ -1,0 +1,206 @@
+"""KServe v2 / Triton inference protocol: tensors in JSON and in the binary tensor extension.
+
+Binary extension (as `tritonclient.http` sends it): the body is a JSON header of
+`Inference-Header-Content-Length` bytes followed by the raw tensors in input order; an input with
+`parameters.binary_data_size` takes its bytes from there. BYTES tensors, in binary form, are each
+element as a 4-byte little-endian length followed by its bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(object),
+}
+_NAMES = {dt: name for name, dt in DTYPES.items() if name != "BYTES"}
+
+
+class ProtocolError(ValueError):
+    """A request that does not follow the protocol (answered with HTTP 400)."""
+
+
+@dataclass
+class Tensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: np.ndarray  # dtype object (of bytes) for BYTES
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InferRequest:
+    id: str | None
+    inputs: list[Tensor]
+    outputs: list[dict[str, Any]]  # requested outputs: {"name", "parameters"}
+    parameters: dict[str, Any]
+
+
+def datatype_of(array: np.ndarray) -> str:
+    if array.dtype == object or array.dtype.kind in ("S", "U"):
+        return "BYTES"
+    try:
+        return _NAMES[array.dtype]
+    except KeyError:
+        raise ProtocolError(f"no protocol datatype for numpy dtype {array.dtype}") from None
+
+
+def _split_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
+    items, pos = [], 0
+    for _ in range(count):
+        if pos + 4 > len(raw):
+            raise ProtocolError(f"input {name!r}: BYTES data ends inside an element length")
+        (n,) = struct.unpack_from("<I", raw, pos)
+        pos += 4
+        if pos + n > len(raw):
+            raise ProtocolError(f"input {name!r}: BYTES element of {n} bytes runs past the data")
+        items.append(raw[pos : pos + n])
+        pos += n
+    if pos != len(raw):
+        raise ProtocolError(f"input {name!r}: {len(raw) - pos} bytes left after {count} elements")
+    out = np.empty(count, dtype=object)
+    out[:] = items
+    return out
+
+
+def join_bytes(array: np.ndarray) -> bytes:
+    parts = []
+    for item in array.reshape(-1):
+        b = item if isinstance(item, bytes) else str(item).encode()
+        parts.append(struct.pack("<I", len(b)) + b)
+    return b"".join(parts)
+
+
+def _element_count(shape: list[int], name: str) -> int:
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tuple[Tensor, int]:
+    try:
+        name, datatype, shape = spec["name"], spec["datatype"], spec["shape"]
+    except (KeyError, TypeError):
+        raise ProtocolError("each input needs name, datatype and shape") from None
+    if datatype not in DTYPES:
+        raise ProtocolError(f"input {name!r}: unknown datatype {datatype!r}")
+    count = _element_count(shape, name)
+    params = spec.get("parameters") or {}
+    size = params.get("binary_data_size")
+    if size is not None:
+        if binary is None or offset + size > len(binary):
+            raise ProtocolError(f"input {name!r}: binary_data_size {size} exceeds the request body")
+        raw = bytes(binary[offset : offset + size])
+        offset += size
+        if datatype == "BYTES":
+            data = _split_bytes(raw, count, name)
+        else:
+            dt = DTYPES[datatype]
+            if len(raw) != count * dt.itemsize:
+                raise ProtocolError(
+                    f"input {name!r}: {len(raw)} bytes for {count} {datatype} elements"
+                )
+            data = np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt, copy=False)
+    else:
+        if "data" not in spec:
+            raise ProtocolError(f"input {name!r}: neither data nor binary_data_size given")
+        flat = np.asarray(spec["data"], dtype=object).reshape(-1)
+        if flat.size != count:
+            raise ProtocolError(f"input {name!r}: {flat.size} values for shape {shape}")
+        if datatype == "BYTES":
+            data = np.empty(count, dtype=object)
+            data[:] = [v.encode() if isinstance(v, str) else bytes(v) for v in flat]
+        else:
+            try:
+                data = flat.astype(DTYPES[datatype])
+            except (TypeError, ValueError):
+                raise ProtocolError(f"input {name!r}: data is not {datatype}") from None
+    return Tensor(name, datatype, list(shape), data.reshape(shape), params), offset
+
+
+def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:
+    view = memoryview(body)
+    head = view if header_length is None else view[:header_length]
+    binary = None if header_length is None else view[header_length:]
+    try:
+        doc = json.loads(bytes(head))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"request header is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise ProtocolError("request must be a JSON object with an 'inputs' list")
+    offset, inputs = 0, []
+    for spec in doc["inputs"]:
+        tensor, offset = _tensor_from_json(spec, binary, offset)
+        inputs.append(tensor)
+    outputs = doc.get("outputs") or []
+    return InferRequest(doc.get("id"), inputs, outputs, doc.get("parameters") or {})
+
+
+def encode_response(
+    model: str,
+    version: str,
+    request_id: str | None,
+    outputs: dict[str, np.ndarray],
+    binary: set[str],
+    parameters: dict[str, Any] | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers; outputs named in `binary` go in the binary extension."""
+    specs, blobs = [], []
+    for name, array in outputs.items():
+        datatype = datatype_of(array)
+        spec: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if name in binary:
+            blob = join_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
+            spec["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        elif datatype == "BYTES":
+            spec["data"] = [b.decode(errors="replace") for b in array.reshape(-1)]
+        else:
+            spec["data"] = array.reshape(-1).tolist()
+        specs.append(spec)
+    doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": specs}
+    if request_id is not None:
+        doc["id"] = request_id
+    if parameters:
+        doc["parameters"] = parameters
+    header = json.dumps(doc, separators=(",", ":")).encode()
+    if not blobs:
+        return header, {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
+    return header + b"".join(blobs), headers
+
+
+def binary_outputs(request: InferRequest, available: list[str]) -> tuple[list[str], set[str]]:
+    """Which outputs to return and which of them in binary form (request or request-wide default)."""
+    default_binary = bool(request.parameters.get("binary_data_output", False))
+    if not request.outputs:
+        return available, set(available) if default_binary else set()
+    names, binary = [], set()
+    for spec in request.outputs:
+        name = spec.get("name")
+        if name not in available:
+            raise ProtocolError(f"unknown output {name!r} (model has {', '.join(available)})")
+        names.append(name)
+        if (spec.get("parameters") or {}).get("binary_data", default_binary):
+            binary.add(name)
+    return names, binary

@@ -1,0 +1,129 @@
+"""Model repository in Triton's layout: `<repo>/<model>/config.pbtxt`, `<repo>/<model>/<v>/model.onnx`.
+
+Atoll reads its own settings from the config's `parameters`:
+- `atoll.preprocess`: `image` or `audio` (the model takes a BYTES input holding a JPEG / WAV file,
+  preprocessed by the DPU) or `none` (only ready tensors). Default `none`.
+- `atoll.raw_input`: name of that BYTES input (default: the value of `atoll.preprocess`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atoll import pbtxt
+
+TYPES = {
+    "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
+    "TYPE_UINT64": "UINT64", "TYPE_INT8": "INT8", "TYPE_INT16": "INT16", "TYPE_INT32": "INT32",
+    "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
+    "TYPE_STRING": "BYTES",
+}  # fmt: skip
+PREPROCESS_KINDS = ("image", "audio", "none")
+
+
+class RepositoryError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # protocol name, e.g. FP32
+    dims: tuple[int, ...]  # without the batch dimension; -1 = variable
+
+
+@dataclass
+class ModelSpec:
+    name: str
+    version: str
+    path: Path  # the ONNX file of the newest version
+    platform: str
+    max_batch_size: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    preprocess: str
+    raw_input: str
+    parameters: dict[str, str] = field(default_factory=dict)
+    max_queue_delay_microseconds: int | None = None
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+    def metadata(self) -> dict:
+        """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
+
+        def shape(t: TensorSpec) -> list[int]:
+            return ([-1] if self.max_batch_size > 0 else []) + list(t.dims)
+
+        inputs = [{"name": t.name, "datatype": t.datatype, "shape": shape(t)} for t in self.inputs]
+        if self.preprocess != "none":
+            inputs.insert(0, {"name": self.raw_input, "datatype": "BYTES", "shape": [-1, 1]})
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": self.platform,
+            "inputs": inputs,
+            "outputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": shape(t)} for t in self.outputs
+            ],
+        }
+
+
+def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
+    out = []
+    for e in pbtxt.as_list(entries):
+        try:
+            out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(pbtxt.as_list(e["dims"]))))
+        except KeyError as exc:
+            raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
+    if not out:
+        raise RepositoryError(f"{model}: config.pbtxt declares no {what}")
+    return out
+
+
+def load_model(directory: Path) -> ModelSpec:
+    config_path = directory / "config.pbtxt"
+    try:
+        cfg = pbtxt.loads(config_path.read_text())
+    except (OSError, pbtxt.PbtxtError) as exc:
+        raise RepositoryError(f"{config_path}: {exc}") from None
+    name = cfg.get("name", directory.name)
+    if name != directory.name:
+        raise RepositoryError(f"{config_path}: name {name!r} differs from folder {directory.name!r}")
+    versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))  # fmt: skip
+    files = [v / cfg.get("default_model_filename", "model.onnx") for v in versions]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        raise RepositoryError(f"{directory}: no <version>/model.onnx found")
+    params = {
+        p["key"]: p.get("value", {}).get("string_value", "")
+        for p in pbtxt.as_list(cfg.get("parameters"))
+    }
+    preprocess = params.get("atoll.preprocess", "none")
+    if preprocess not in PREPROCESS_KINDS:
+        raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
+    batching = cfg.get("dynamic_batching") or {}
+    return ModelSpec(
+        name=name,
+        version=files[-1].parent.name,
+        path=files[-1],
+        platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
+        max_batch_size=int(cfg.get("max_batch_size", 0)),
+        inputs=_tensors(cfg.get("input"), name, "input"),
+        outputs=_tensors(cfg.get("output"), name, "output"),
+        preprocess=preprocess,
+        raw_input=params.get("atoll.raw_input", preprocess),
+        parameters=params,
+        max_queue_delay_microseconds=batching.get("max_queue_delay_microseconds"),
+        preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
+    )
+
+
+def load_repository(root: str | Path) -> dict[str, ModelSpec]:
+    root = Path(root)
+    if not root.is_dir():
+        raise RepositoryError(f"model repository not found: {root}")
+    models = {d.name: load_model(d) for d in sorted(root.iterdir()) if (d / "config.pbtxt").is_file()}
+    if not models:
+        raise RepositoryError(f"{root}: no model folders with a config.pbtxt")
+    return models

@@ -1,0 +1,66 @@
+"""`atoll serve` as a child process on a free port, for the demo and end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+READY = re.compile(r"atoll: serving on (http://\S+)")
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class ServerProcess:
+    """Starts `atoll serve --http-port 0`, waits for its ready line, and stops it with SIGINT."""
+
+    def __init__(self, extra_args: list[str] | None = None, start_timeout_s: float = 600.0,
+                 env: dict[str, str] | None = None):  # fmt: skip
+        self.args = [sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--metrics-port", "-1",
+                     *(extra_args or [])]  # fmt: skip
+        self.start_timeout_s = start_timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.log: list[str] = []
+
+    def __enter__(self) -> "ServerProcess":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=self.env)  # fmt: skip
+        found = threading.Event()
+
+        def pump() -> None:  # keep reading so the child never blocks on a full pipe
+            for line in self.proc.stdout:
+                self.log.append(line.rstrip())
+                m = READY.search(line)
+                if m and not found.is_set():
+                    self.url = m.group(1)
+                    found.set()
+                if os.environ.get("ATOLL_SERVER_LOG"):  # show the server's log while debugging
+                    sys.stderr.write(line)
+            found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not found.wait(self.start_timeout_s) or not self.url:
+            self.stop()
+            tail = "\n".join(self.log[-20:])
+            raise ServerStartError(f"atoll serve did not become ready:\n{tail}")
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

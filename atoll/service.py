@@ -1,0 +1,159 @@
+"""Wiring of one server process: repository, DPU preprocessor, vGPU workers, batcher, HTTP.
+
+`Service.start()` brings everything up in dependency order and `stop()` takes it down in reverse,
+so every worker process and shared-memory segment is released on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from aiohttp import web
+
+from atoll.config import Config
+from atoll.latency_model import LatencyModel
+from atoll.metrics import Metrics
+from atoll.pipeline import Pipeline
+from atoll.repository import ModelSpec, load_repository
+from atoll.server import InferenceServer
+
+log = logging.getLogger("atoll.service")
+
+
+def preba_policies(config: Config, models: dict[str, ModelSpec]):
+    """PREBA bucket policies per model: Batch_max and Time_knee from the model's config (or the
+    [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest accepted clip."""
+    from batching import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
+
+    b = config.batching
+    policies = {}
+    for name, spec in models.items():
+        batch_max = min(b.max_batch_size, max(spec.max_batch_size, 1))
+        delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
+        time_knee = max(delay_us, 1) * 1e-6
+        if spec.preprocess == "audio":
+            edges = audio_bucket_edges(config.preprocessing.max_audio_seconds)
+            buckets = tuple(BucketPolicy(edge, batch_max, time_knee) for edge in edges)
+            policies[name] = ModelBatching("audio", buckets)
+        else:
+            policies[name] = image_model(batch_max, time_knee)
+    return policies
+
+
+def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], service_time):
+    """The configured batching policy over the given vGPUs ({id: profile kind})."""
+    from batching import PrebaBatcher, StaticBatcher, TritonBatcher, TritonConfig
+
+    b = config.batching
+    if b.batcher == "preba":
+        return PrebaBatcher(preba_policies(config, models), vgpus, service_time)
+    if b.batcher == "static":
+        return StaticBatcher(vgpus, service_time, b.max_batch_size,
+                             timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
+    per_model = {
+        name: TritonConfig(
+            max_batch_size=min(b.max_batch_size, max(spec.max_batch_size, 1)),
+            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
+            if spec.max_queue_delay_microseconds is not None
+            else b.max_queue_delay_microseconds,
+            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= b.max_batch_size),
+        )
+        for name, spec in models.items()
+    }
+    return TritonBatcher(vgpus, service_time, b.max_batch_size, b.max_queue_delay_microseconds,
+                         per_model=per_model)  # fmt: skip
+
+
+class Service:
+    def __init__(self, config: Config, repository: Path | None = None, progress: bool = True):
+        self.config = config
+        self.repository = repository
+        self.progress = progress
+        self.metrics = Metrics()
+        self.preprocessor = None
+        self.pool = None
+        self.pipeline: Pipeline | None = None
+        self.server: InferenceServer | None = None
+        self._runners: list[web.AppRunner] = []
+        self.http_url = ""
+        self.metrics_url = ""
+
+    async def start(self) -> None:
+        from fpga_host.preprocessor import Preprocessor
+        from gpu_runtime.discovery import discover_vgpus
+        from gpu_runtime.vgpu import VGpuPool
+
+        c = self.config
+        if self.repository is None:
+            from atoll.demo_repository import demo_repository
+
+            self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
+        models = load_repository(self.repository)
+        p = c.preprocessing
+        self.preprocessor = Preprocessor(
+            p.backend, cpu_workers=p.cpu_workers or None, image_cus=p.image_cus,
+            audio_mel_cus=p.audio_mel_cus, audio_norm_cus=p.audio_norm_cus, manifest=p.manifest,
+            cu_timeout_s=p.cu_timeout_ms / 1000, max_image_dim=p.max_image_dim,
+            resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
+            max_audio_seconds=p.max_audio_seconds)  # fmt: skip
+        await self._warm_preprocessing(models)
+        vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
+        executor = "onnxruntime" if c.vgpus.executor == "auto" else c.vgpus.executor
+        self.pool = VGpuPool(vgpus, executor=executor)
+        for name, spec in models.items():
+            log.info("loading %s on %d vGPU(s)", name, len(vgpus))
+            await asyncio.to_thread(self.pool.load_model, name, spec.path, None, spec.max_batch_size)
+        latency = LatencyModel()
+        batcher = make_batcher(c, models, {v.id: v.profile_kind for v in vgpus}, latency)
+        self.pipeline = Pipeline(models, self.preprocessor, self.pool, batcher, self.metrics,
+                                 latency, {v.id: v.profile_kind for v in vgpus})  # fmt: skip
+        await self.pipeline.start()
+        self.server = InferenceServer(self.pipeline, models, self.metrics, c.server.max_pending_requests)
+        app = self.server.app(c.server.max_request_bytes)
+        self.http_url = await self._listen(app, c.server.host, c.server.http_port)
+        if c.server.metrics_port >= 0:
+            metrics_app = web.Application()
+            metrics_app.router.add_get("/metrics", self.server.metrics_text)
+            self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
+        self.server.ready = True
+
+    async def _warm_preprocessing(self, models: dict[str, ModelSpec]) -> None:
+        """Run one request per CPU worker (and CU) before serving: worker start-up and librosa's
+        first-call compilation must not land on the first clients' latency."""
+        import numpy as np
+
+        from atoll.loadgen import synthetic_jpeg
+
+        kinds = {spec.preprocess for spec in models.values()}
+        rng = np.random.default_rng(0)
+        jobs = []
+        for _ in range(max(self.preprocessor.cpu_workers, 1)):
+            if "image" in kinds:
+                jobs.append(self.preprocessor.submit_image(synthetic_jpeg(rng, 320, 240)))
+            if "audio" in kinds:
+                tone = np.sin(np.arange(16000, dtype=np.float32) * 0.05).astype(np.float32)
+                jobs.append(self.preprocessor.submit_audio(tone, 16000))
+        await asyncio.gather(*(asyncio.wrap_future(j) for j in jobs))
+
+    async def _listen(self, app: web.Application, host: str, port: int) -> str:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        self._runners.append(runner)
+        bound = runner.addresses[0][1]
+        return f"http://{host}:{bound}"
+
+    async def stop(self) -> None:
+        if self.server:
+            self.server.ready = False
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        if self.pipeline:
+            await self.pipeline.stop()
+        if self.pool:
+            await asyncio.to_thread(self.pool.close)
+        if self.preprocessor:
+            await asyncio.to_thread(self.preprocessor.close)

@@ -1,0 +1,165 @@
+"""Reference CPU preprocessing (OpenCV, librosa) and the process pool that runs it.
+
+These functions are the numerics the DPU is measured against (ARCHITECTURE §4.1, §4.2) and the path
+used when no CU can take a request. They are module-level so a `spawn` process pool can pickle them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fpga_host.status import PreprocessError, Status
+
+IMAGE_STAGES = ("decode", "resize", "crop", "normalize")
+AUDIO_STAGES = ("mel", "normalize")
+
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+AUDIO_RATE = 16000
+MIN_RATE, MAX_RATE = 8000, 48000
+MEL_PARAMS = dict(sr=AUDIO_RATE, n_fft=512, hop_length=160, win_length=400, window="hann",
+                  center=True, pad_mode="constant", power=2.0, n_mels=80, fmin=0, fmax=8000,
+                  htk=False, norm="slaney")
+LOG_FLOOR = 2.0 ** -24
+NORM_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class ImageParams:
+    resize_short: int = 256
+    crop: int = 224
+    fp16: bool = False
+    max_dim: int = 8192
+
+
+def resized_shape(h: int, w: int, short: int) -> tuple[int, int]:
+    """(height, width) with the shorter side at `short`, the longer `int(short * long / short_side)`."""
+    if h <= w:
+        return short, int(short * w / h)
+    return int(short * h / w), short
+
+
+def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
+    """torchvision CenterCrop offsets."""
+    return int(round((h - crop) / 2)), int(round((w - crop) / 2))
+
+
+def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams()) -> np.ndarray:
+    """JPEG (or any OpenCV-decodable) bytes -> the array after `stage` (see IMAGE_STAGES)."""
+    import cv2
+
+    if stage not in IMAGE_STAGES:
+        raise ValueError(f"unknown image stage {stage!r}; expected one of {IMAGE_STAGES}")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION) if buf.size else None
+    if bgr is None:
+        raise PreprocessError(Status.CORRUPT, "OpenCV could not decode the image")
+    h, w = bgr.shape[:2]
+    if max(h, w) > params.max_dim:
+        raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {params.max_dim} pixel limit")
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    if stage == "decode":
+        return rgb
+    rh, rw = resized_shape(h, w, params.resize_short)
+    resized = cv2.resize(rgb, (rw, rh), interpolation=cv2.INTER_LINEAR)
+    if stage == "resize":
+        return resized
+    top, left = crop_offsets(rh, rw, params.crop)
+    cropped = np.ascontiguousarray(resized[top:top + params.crop, left:left + params.crop])
+    if stage == "crop":
+        return cropped
+    chw = cropped.transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+    out = (chw - IMAGENET_MEAN[:, None, None]) / IMAGENET_STD[:, None, None]
+    return out.astype(np.float16) if params.fp16 else out
+
+
+def pcm_to_float(pcm: np.ndarray) -> np.ndarray:
+    """int16 or float32 mono PCM -> float32 in [-1, 1) (int16 scaled by 1/32768)."""
+    pcm = np.asarray(pcm)
+    if pcm.ndim != 1:
+        raise PreprocessError(Status.BAD_ARGS, f"audio must be mono (1-D), got shape {pcm.shape}")
+    if pcm.dtype == np.int16:
+        return pcm.astype(np.float32) / np.float32(32768)
+    if pcm.dtype == np.float32:
+        return pcm
+    raise PreprocessError(Status.BAD_ARGS, f"audio samples must be int16 or float32, got {pcm.dtype}")
+
+
+def validate_audio(y: np.ndarray, sample_rate: int, max_seconds: float) -> None:
+    if not MIN_RATE <= sample_rate <= MAX_RATE:
+        raise PreprocessError(Status.BAD_RATE,
+                              f"sample rate {sample_rate} Hz outside {MIN_RATE}..{MAX_RATE} Hz")
+    if y.size == 0:
+        raise PreprocessError(Status.EMPTY, "audio has no samples")
+    if y.size > max_seconds * sample_rate:
+        raise PreprocessError(Status.TOO_LONG,
+                              f"{y.size / sample_rate:.2f} s exceeds the {max_seconds:g} s limit")
+    if not np.isfinite(y).all():
+        raise PreprocessError(Status.NON_FINITE, "audio contains NaN or infinite samples")
+
+
+def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
+          max_seconds: float = 30.0) -> np.ndarray:
+    """Mono PCM -> (80, T) float32 log-mel (`mel`) or per-feature normalised log-mel (`normalize`)."""
+    import librosa
+
+    if stage not in AUDIO_STAGES:
+        raise ValueError(f"unknown audio stage {stage!r}; expected one of {AUDIO_STAGES}")
+    y = pcm_to_float(pcm)
+    validate_audio(y, sample_rate, max_seconds)
+    if sample_rate != AUDIO_RATE:
+        y = librosa.resample(y, orig_sr=sample_rate, target_sr=AUDIO_RATE)
+    y = librosa.effects.preemphasis(y, coef=0.97)
+    mel = np.log(librosa.feature.melspectrogram(y=y, **MEL_PARAMS) + LOG_FLOOR)
+    if stage == "mel":
+        return mel
+    if mel.shape[1] < 2:
+        raise PreprocessError(Status.EMPTY, "audio shorter than two 10 ms frames cannot be normalised")
+    mean = mel.mean(axis=1, keepdims=True)
+    std = mel.std(axis=1, ddof=1, keepdims=True)
+    return (mel - mean) / (std + NORM_EPS)
+
+
+def timed(fn, *args) -> tuple[np.ndarray, float]:
+    """Run `fn(*args)` and return (result, seconds): the compute time as seen inside the worker."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def _warm_worker() -> None:
+    """Pool initializer: one core per worker, and librosa's first-call caches built before any request."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    audio(np.zeros(8000, dtype=np.float32), 8000)
+
+
+class CpuPool:
+    """The CPU path: a `spawn` process pool of `workers` processes, or in-process threads when 0."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        if workers > 0:
+            self._executor: cf.Executor = cf.ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_warm_worker)
+        else:
+            # In-process mode for small deployments and tests: no worker start-up cost.
+            self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="atoll-cpu")
+
+    def image(self, data: bytes, stage: str, params: ImageParams) -> cf.Future:
+        """Future of (array, compute seconds)."""
+        return self._executor.submit(timed, image, data, stage, params)
+
+    def audio(self, pcm: np.ndarray, sample_rate: int, stage: str, max_seconds: float) -> cf.Future:
+        return self._executor.submit(timed, audio, pcm, sample_rate, stage, max_seconds)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)

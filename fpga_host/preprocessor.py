@@ -1,0 +1,143 @@
+"""`Preprocessor`: the one entry point for request preprocessing, whatever runs it (xrt | emu | cpu).
+
+Requests go to DPU compute units when a device (or its emulation) is open; media the DPU reports
+UNSUPPORTED, and requests whose CU failed or timed out, are redone on the CPU path and say why in
+`Result.fallback_reason`. Corrupt, oversized or invalid media raise `PreprocessError`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fpga_host import cpu_backend
+from fpga_host.status import PreprocessError, Status
+
+BACKENDS = ("auto", "xrt", "emu", "cpu")
+
+
+@dataclass
+class Result:
+    array: np.ndarray
+    backend: str  # the backend that produced `array`: "xrt" | "emu" | "cpu"
+    status: Status = Status.OK
+    fallback_reason: str | None = None  # why the CPU produced it when a DPU backend was selected
+    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+
+
+class Preprocessor:
+    def __init__(self, backend: str = "auto", *, cpu_workers: int | None = None,
+                 image_cus: int | None = None, audio_mel_cus: int | None = None,
+                 audio_norm_cus: int | None = None, manifest: str | os.PathLike | None = None,
+                 cu_timeout_s: float = 5.0, max_image_dim: int = 8192, resize_short: int = 256,
+                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        if not 0 < crop <= resize_short:
+            raise ValueError(f"crop ({crop}) must be in 1..resize_short ({resize_short})")
+        self.image_params = cpu_backend.ImageParams(resize_short=resize_short, crop=crop,
+                                                    fp16=fp16, max_dim=max_image_dim)
+        self.max_audio_seconds = max_audio_seconds
+        if backend == "auto":
+            from fpga_host.probe import probe_backends
+
+            backend = probe_backends(manifest)["backend"]
+        self.backend = backend
+        self._driver = None
+        if backend != "cpu":
+            from fpga_host.xrt_driver import open_driver
+
+            self._driver = open_driver(
+                backend, manifest=manifest, cu_timeout_s=cu_timeout_s, image_params=self.image_params,
+                max_audio_seconds=max_audio_seconds, cu_counts={
+                    "image_cu": image_cus, "audio_mel_cu": audio_mel_cus,
+                    "audio_norm_cu": audio_norm_cus})
+        if cpu_workers is None:
+            # With a DPU the CPU only takes fallbacks; without one it does all the work.
+            cpu_workers = 1 if self._driver else (os.cpu_count() or 1)
+        self.cpu_workers = cpu_workers
+        self._cpu = cpu_backend.CpuPool(cpu_workers)
+        # Requests that can run at once: callers size their in-flight windows with it.
+        self.parallelism = max(1, cpu_workers) + (len(self._driver.cu_states()) if self._driver else 0)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def submit_image(self, data: bytes, stage: str = "normalize") -> cf.Future:
+        """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize."""
+        if stage not in cpu_backend.IMAGE_STAGES:
+            raise ValueError(f"unknown image stage {stage!r}; expected one of {cpu_backend.IMAGE_STAGES}")
+        start = time.perf_counter()
+        cpu = lambda: self._cpu.image(data, stage, self.image_params)  # noqa: E731
+        if self._driver is None:
+            return self._from_cpu(cpu(), start, None)
+        return self._from_dpu(self._driver.submit_image(data, stage), cpu, start)
+
+    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize") -> cf.Future:
+        """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize."""
+        if stage not in cpu_backend.AUDIO_STAGES:
+            raise ValueError(f"unknown audio stage {stage!r}; expected one of {cpu_backend.AUDIO_STAGES}")
+        start = time.perf_counter()
+        cpu = lambda: self._cpu.audio(pcm, sample_rate, stage, self.max_audio_seconds)  # noqa: E731
+        if self._driver is None:
+            return self._from_cpu(cpu(), start, None)
+        return self._from_dpu(self._driver.submit_audio(pcm, sample_rate, stage), cpu, start)
+
+    # -- completion -------------------------------------------------------------------------------
+
+    def _from_cpu(self, inner: cf.Future, start: float, reason: str | None,
+                  outer: cf.Future | None = None) -> cf.Future:
+        outer = outer or cf.Future()
+
+        def done(f: cf.Future) -> None:
+            try:
+                array, compute_s = f.result()
+            except BaseException as exc:  # PreprocessError and worker failures reach the caller
+                outer.set_exception(exc)
+                return
+            outer.set_result(Result(array, "cpu", Status.OK, reason, {
+                "compute_ms": compute_s * 1e3, "total_ms": (time.perf_counter() - start) * 1e3}))
+
+        inner.add_done_callback(done)
+        return outer
+
+    def _from_dpu(self, inner: cf.Future, cpu, start: float) -> cf.Future:
+        from fpga_host.xrt_driver import CuFailure
+
+        outer: cf.Future = cf.Future()
+
+        def done(f: cf.Future) -> None:
+            try:
+                out = f.result()
+            except CuFailure as exc:
+                self._from_cpu(cpu(), start, str(exc), outer)
+                return
+            except BaseException as exc:
+                outer.set_exception(exc)
+                return
+            if out.status == Status.UNSUPPORTED:
+                self._from_cpu(cpu(), start, f"DPU: UNSUPPORTED ({out.reason})", outer)
+            elif out.status != Status.OK:
+                outer.set_exception(PreprocessError(out.status, out.reason))
+            else:
+                timings = dict(out.timings, total_ms=(time.perf_counter() - start) * 1e3)
+                outer.set_result(Result(out.array, self.backend, Status.OK, None, timings))
+
+        inner.add_done_callback(done)
+        return outer
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+        self._cpu.close()
+
+    def __enter__(self) -> "Preprocessor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,67 @@
+"""The onnxruntime executor: a whole ONNX graph per call (ARCHITECTURE §7).
+
+It is the fast path on CPU vGPUs and the reference the kernel-level executors are checked against.
+A call cannot be interrupted, so it is not preemptible: the REEF scheduler treats a batch on it as
+one indivisible kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def default_providers(device: str) -> list[str]:
+    """CUDA EP first on a GPU vGPU when this onnxruntime build has it; CPU always last."""
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    providers = []
+    if device != "cpu" and "CUDAExecutionProvider" in available:
+        providers.append("CUDAExecutionProvider")
+    providers.append("CPUExecutionProvider")
+    return providers
+
+
+class OrtExecutor:
+    """One onnxruntime session over one model; `run` maps input names to arrays."""
+
+    name = "onnxruntime"
+    preemptible = False
+
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        intra_op_threads: int | None = None,
+        providers: list[str] | None = None,
+        device: str = "cpu",
+    ):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        if intra_op_threads:
+            options.intra_op_num_threads = intra_op_threads
+        # A vGPU worker runs one batch at a time; inter-op parallelism would oversubscribe its cores.
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = onnxruntime.InferenceSession(
+            str(onnx_path), sess_options=options, providers=providers or default_providers(device)
+        )
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    @property
+    def providers(self) -> list[str]:
+        return self.session.get_providers()
+
+    def describe(self) -> dict:
+        return {"executor": self.name, "providers": self.providers}
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = set(self.input_names) - set(inputs)
+        if missing:
+            raise KeyError(f"missing model inputs: {', '.join(sorted(missing))}")
+        feeds = {name: inputs[name] for name in self.input_names}
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))

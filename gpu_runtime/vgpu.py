@@ -1,0 +1,326 @@
+"""VGpuPool: one worker process per vGPU, fed batches through shared memory.
+
+`submit` returns a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
+One monitor thread waits on every worker's pipe and process sentinel at once: replies resolve
+futures, and a sentinel firing means the worker died. A dead worker is restarted, its models are
+reloaded, and the requests it had in flight are re-sent, each at most `crash_retries` times; after
+that (or after `max_restarts` restarts of that worker) they fail with WorkerCrashed. Every request
+therefore ends in a result or an exception, never a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import secrets
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+import numpy as np
+
+from gpu_runtime import shm
+from gpu_runtime.discovery import VGpuInfo
+from gpu_runtime.worker import worker_main
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker died while the request was in flight, more often than the retry budget allows."""
+
+
+class WorkerError(RuntimeError):
+    """The worker raised while serving the request (bad input, unknown model, executor failure)."""
+
+
+class PoolClosed(RuntimeError):
+    pass
+
+
+@dataclass
+class _Request:
+    req: int
+    future: Future
+    message: tuple
+    segments: tuple[str, ...] = ()  # shared-memory segments to unlink when the request ends
+    crashes: int = 0
+
+
+@dataclass
+class WorkerState:
+    """What the pool knows about one worker; read it freely, the pool updates it."""
+
+    info: VGpuInfo
+    pid: int | None = None
+    ready: bool = False
+    restarts: int = 0
+    alive: bool = True  # False once the worker exhausted its restarts
+    last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
+    loaded: dict[str, str] = field(default_factory=dict)  # model -> executor description
+    inflight_runs: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.inflight_runs > 0
+
+    @property
+    def queue_length(self) -> int:
+        """Batches waiting behind the one being computed."""
+        return max(0, self.inflight_runs - 1)
+
+
+class _Worker:
+    def __init__(self, info: VGpuInfo, ctx):
+        self.state = WorkerState(info)
+        self.ctx = ctx
+        self.inflight: dict[int, _Request] = {}
+        self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
+        self.send_lock = threading.Lock()
+        self.start()
+
+    def start(self) -> None:
+        self.conn, child = self.ctx.Pipe()
+        self.process = self.ctx.Process(
+            target=worker_main, args=(child, self.state.info), name=f"atoll-vgpu-{self.state.info.id}",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+        self.state.pid = self.process.pid
+        self.state.ready = False
+
+    def send(self, message: tuple) -> None:
+        with self.send_lock:
+            self.conn.send(message)
+
+
+class VGpuPool:
+    def __init__(
+        self,
+        infos: list[VGpuInfo],
+        executor: str = "onnxruntime",
+        crash_retries: int = 1,
+        max_restarts: int = 5,
+    ):
+        if not infos:
+            raise ValueError("VGpuPool needs at least one vGPU")
+        self.executor = executor
+        self.crash_retries = crash_retries
+        self.max_restarts = max_restarts
+        self._prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
+        self._ids = itertools.count()
+        self._lock = threading.RLock()
+        self._closed = False
+        ctx = multiprocessing.get_context("spawn")
+        self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
+        self._workers = {info.id: _Worker(info, ctx) for info in infos}
+        self._monitor = threading.Thread(target=self._monitor_loop, name="vgpu-monitor", daemon=True)
+        self._monitor.start()
+
+    # ---- public API -------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> dict[str, WorkerState]:
+        return {vid: w.state for vid, w in self._workers.items()}
+
+    def load_model(
+        self,
+        name: str,
+        onnx_path: str | os.PathLike,
+        executor: str | None = None,
+        max_batch: int | None = None,
+        timeout: float | None = 300.0,
+    ) -> dict[str, dict]:
+        """Load a model on every worker; returns {vgpu_id: executor description}. Raises the first
+        worker's error if any worker failed to load it."""
+        futures = {}
+        with self._lock:
+            self._check_open()
+            for vid, worker in self._workers.items():
+                req = next(self._ids)
+                message = ("load", req, name, os.fspath(onnx_path), executor or self.executor, max_batch)
+                worker.models[name] = message
+                futures[vid] = self._dispatch(worker, _Request(req, Future(), message))
+        return {vid: future.result(timeout) for vid, future in futures.items()}
+
+    def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray]) -> Future:
+        """Run one batch of `model` on vGPU `vgpu_id`; the future yields its outputs by name."""
+        worker = self._workers.get(vgpu_id)
+        if worker is None:
+            raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
+        req = next(self._ids)
+        in_segment, out_segment = f"{self._prefix}-{req}i", f"{self._prefix}-{req}o"
+        layout = shm.write(in_segment, inputs)
+        request = _Request(
+            req, Future(), ("run", req, model, in_segment, layout, out_segment), (in_segment, out_segment)
+        )
+        request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
+        with self._lock:
+            if self._closed or not worker.state.alive:
+                shm.unlink(in_segment)
+                raise PoolClosed(f"pool closed" if self._closed else f"vGPU {vgpu_id} is dead")
+            return self._dispatch(worker, request)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every worker, fail what is still in flight, and unlink every segment."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake_w.send(None)
+        self._monitor.join(timeout)
+        for worker in self._workers.values():
+            try:
+                worker.send(("stop",))
+            except OSError:  # already dead
+                pass
+        for worker in self._workers.values():
+            worker.process.join(timeout)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+            self._fail_all(worker, PoolClosed("pool closed before the request finished"))
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def __enter__(self) -> VGpuPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PoolClosed("pool closed")
+
+    def _dispatch(self, worker: _Worker, request: _Request) -> Future:
+        worker.inflight[request.req] = request
+        if request.message[0] == "run":
+            worker.state.inflight_runs += 1
+        try:
+            worker.send(request.message)
+        except OSError:  # the worker just died; the monitor will restart it and re-send this
+            pass
+        return request.future
+
+    def _monitor_loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                by_handle = {}
+                for worker in self._workers.values():
+                    if worker.state.alive:
+                        by_handle[worker.conn] = worker
+                        by_handle[worker.process.sentinel] = worker
+            ready = wait([self._wake_r, *by_handle])
+            for handle in ready:
+                if handle is self._wake_r:
+                    self._wake_r.recv()
+                    continue
+                worker = by_handle[handle]
+                if handle is worker.conn:
+                    self._drain(worker)
+                elif not self._closed:
+                    self._drain(worker)  # replies sent just before dying still count
+                    self._restart(worker)
+
+    def _drain(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._on_reply(worker, worker.conn.recv())
+        except (EOFError, OSError):  # pipe closed: the sentinel reports the death
+            pass
+
+    def _on_reply(self, worker: _Worker, reply: tuple) -> None:
+        if reply[0] == "ready":
+            worker.state.ready = True
+            return
+        with self._lock:
+            request = worker.inflight.pop(reply[1], None)
+            if request is None:
+                return
+            is_run = request.message[0] == "run"
+            if is_run:
+                worker.state.inflight_runs -= 1
+        if reply[0] == "error":
+            if not is_run:
+                worker.models.pop(request.message[2], None)  # don't replay a failed load
+            self._finish(request, exception=WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}"))
+        elif is_run:
+            out_layout, seconds = reply[2]
+            worker.state.last_batch_seconds = seconds
+            try:
+                result = shm.read(request.message[5], out_layout)
+            except Exception as exc:  # segment vanished: report, don't kill the monitor
+                self._finish(request, exception=exc)
+            else:
+                self._finish(request, result=result)
+        else:
+            worker.state.loaded[request.message[2]] = reply[2]
+            self._finish(request, result=reply[2])
+
+    def _finish(self, request: _Request, result=None, exception: BaseException | None = None) -> None:
+        for segment in request.segments:
+            shm.unlink(segment)
+        if request.future.done():
+            return
+        if exception is not None:
+            request.future.set_exception(exception)
+        else:
+            request.future.set_result(result)
+
+    def _restart(self, worker: _Worker) -> None:
+        with self._lock:
+            worker.process.join()
+            code = worker.process.exitcode
+            worker.conn.close()
+            pending = [worker.inflight[r] for r in sorted(worker.inflight)]
+            worker.inflight.clear()
+            worker.state.inflight_runs = 0
+            for request in pending:
+                if request.message[0] == "run":
+                    shm.unlink(request.message[5])  # a partial output of the dead worker
+            if worker.state.restarts >= self.max_restarts:
+                worker.state.alive = False
+                error = WorkerCrashed(
+                    f"{worker.state.info.id}: worker died (exit {code}) after {worker.state.restarts}"
+                    " restarts; vGPU disabled"
+                )
+                for request in pending:
+                    self._finish(request, exception=error)
+                return
+            worker.state.restarts += 1
+            worker.start()
+            pending_loads = {r.message[2] for r in pending if r.message[0] == "load"}
+            for name, message in worker.models.items():
+                if name not in pending_loads:
+                    req = next(self._ids)
+                    replay = ("load", req, *message[2:])
+                    self._dispatch(worker, _Request(req, Future(), replay))
+            for request in pending:
+                request.crashes += 1
+                if request.crashes > self.crash_retries:
+                    if request.message[0] == "load":
+                        worker.models.pop(request.message[2], None)
+                    self._finish(
+                        request,
+                        exception=WorkerCrashed(
+                            f"{worker.state.info.id}: worker died (exit {code}) while running this"
+                            f" request, {request.crashes} time(s)"
+                        ),
+                    )
+                else:
+                    self._dispatch(worker, request)
+
+    def _fail_all(self, worker: _Worker, error: BaseException) -> None:
+        with self._lock:
+            pending = list(worker.inflight.values())
+            worker.inflight.clear()
+            worker.state.inflight_runs = 0
+        for request in pending:
+            self._finish(request, exception=error)

@@ -1,0 +1,183 @@
+// resampler.h: polyphase FIR sample-rate converter to 16 kHz (rational L/M from the gcd).
+//
+// The filter is the continuous prototype in audio_tables.h (a Kaiser-windowed sinc matching
+// soxr's HQ recipe, librosa.resample's default), scaled to the lower of the two Nyquist rates.
+// Each output sample n sits at input time n*M/L = q + r/L. The coefficients for every fraction
+// r/L are precomputed per request into a phase bank: when L divides BANK_PHASES the bank holds
+// exactly those L phases; otherwise (unusual rates such as 44099 Hz) it holds BANK_PHASES+1
+// uniformly spaced phases and each output interpolates linearly between the two nearest ones.
+// Output length follows librosa: round(n*L/M) filtered samples (soxr's length), zero-filled up to
+// ceil(n*16000/sr) (librosa's fix_length).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../common/hls_compat.h"
+#include "audio_config.h"
+#include "audio_tables.h"
+
+namespace atoll_audio {
+
+const int BANK_PHASES = 640;   // a multiple of L for 8, 11.025, 12, 22.05, 24, 32, 44.1 and 48 kHz
+const int TAPS_MAX = 592;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to 8: 48 kHz input
+const int RING = 1024;         // input history, >= TAPS_MAX
+const int DOT_LANES = 8;
+
+struct ResamplePlan {
+  uint32_t up;          // L
+  uint32_t down;        // M
+  uint32_t half_taps;   // taps before and including the sample at or left of the output time
+  uint32_t taps;        // multiple of DOT_LANES, <= TAPS_MAX
+  uint32_t row_step;    // bank row stride per unit of r when exact, else 0 (interpolated bank)
+  uint32_t n_in;
+  uint32_t n_filtered;  // round(n_in * L / M)
+  uint32_t n_out;       // ceil(n_in * 16000 / sr), as librosa computes it in float64
+  double scale;         // input samples per prototype unit
+};
+
+static uint32_t gcd_u32(uint32_t a, uint32_t b) {
+gcd_loop:
+  while (b != 0) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
+    uint32_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+// librosa: n_samples = int(np.ceil(n * (float(target_sr) / orig_sr))).
+static uint32_t resampled_length(uint32_t n_in, uint32_t rate) {
+  if (rate == OUT_RATE) return n_in;
+  return (uint32_t)std::ceil((double)n_in * ((double)OUT_RATE / (double)rate));
+}
+
+static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
+  ResamplePlan p;
+  uint32_t g = gcd_u32(OUT_RATE, rate);
+  p.up = OUT_RATE / g;
+  p.down = rate / g;
+  p.scale = rate > OUT_RATE ? (double)rate / OUT_RATE : 1.0;
+  p.half_taps = (uint32_t)std::floor(PROTO_HALF * p.scale) + 2;
+  p.taps = (2 * p.half_taps + DOT_LANES - 1) / DOT_LANES * DOT_LANES;
+  p.row_step = (BANK_PHASES % p.up == 0) ? BANK_PHASES / p.up : 0;
+  p.n_in = n_in;
+  p.n_filtered = (uint32_t)((2ull * n_in * p.up + p.down) / (2ull * p.down));
+  p.n_out = resampled_length(n_in, rate);
+  return p;
+}
+
+// Prototype at |u| (units of 1/(2 * lower Nyquist)), 4-point cubic Lagrange on the table.
+// The position is kept in double: tap offsets reach ~300 units and the fraction needs 1e-7.
+static float prototype_at(double u) {
+  double x = std::fabs(u) * PROTO_STEPS + 1.0;
+  int i = (int)x;
+  if (i + 2 >= PROTO_LEN) return 0.0f;
+  float f = (float)(x - (double)i);
+  float wm1 = -f * (f - 1.0f) * (f - 2.0f) * (1.0f / 6.0f);
+  float w0 = (f + 1.0f) * (f - 1.0f) * (f - 2.0f) * 0.5f;
+  float w1 = -(f + 1.0f) * f * (f - 2.0f) * 0.5f;
+  float w2 = (f + 1.0f) * f * (f - 1.0f) * (1.0f / 6.0f);
+  return wm1 * PROTO_TABLE[i - 1] + w0 * PROTO_TABLE[i] + w1 * PROTO_TABLE[i + 1] + w2 * PROTO_TABLE[i + 2];
+}
+
+// Row for fraction phi in [0, 1]: tap k multiplies input sample q - half_taps + 1 + k.
+static void build_bank_row(const ResamplePlan& p, double phi, float* row) {
+  double inv_scale = 1.0 / p.scale;
+bank_tap_loop:
+  for (uint32_t k = 0; k < p.taps; ++k) {
+#pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
+#pragma HLS PIPELINE II = 1
+    double tau = phi + (double)p.half_taps - 1.0 - (double)k;
+    row[k] = (float)(prototype_at(tau * inv_scale) * inv_scale);
+  }
+}
+
+static float dot_taps(const float* c, const float* x, uint32_t taps) {
+  float acc[DOT_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma HLS ARRAY_PARTITION variable = acc complete
+dot_loop:
+  for (uint32_t k = 0; k < taps; k += DOT_LANES) {
+#pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
+#pragma HLS PIPELINE II = 1
+  dot_lane_loop:
+    for (int l = 0; l < DOT_LANES; ++l) acc[l] += c[k + l] * x[k + l];
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Consumes p.n_in samples from `in`, produces p.n_out samples on `out`.
+static void resample_stage(const ResamplePlan& p, hls::stream<float>& in, hls::stream<float>& out) {
+  static float bank[BANK_PHASES + 1][TAPS_MAX];
+  static float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
+#pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
+
+  uint32_t rows = p.row_step ? p.up : BANK_PHASES + 1;
+bank_row_loop:
+  for (uint32_t j = 0; j < rows; ++j) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = BANK_PHASES + 1
+    uint32_t row = p.row_step ? j * p.row_step : j;
+    build_bank_row(p, (double)row / BANK_PHASES, bank[row]);
+  }
+
+  // Logical history index i holds input sample i - (half_taps - 1); before 0 and past n_in: zeros.
+  uint64_t pushed = 0;
+  uint32_t consumed = 0;
+  uint32_t q = 0, r = 0;
+resample_out_loop:
+  for (uint32_t n = 0; n < p.n_filtered; ++n) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
+  resample_fill_loop:
+    while (pushed < (uint64_t)q + p.taps) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 4
+      float v = 0.0f;
+      if (pushed >= p.half_taps - 1 && consumed < p.n_in) {
+        v = in.read();
+        ++consumed;
+      }
+      uint32_t w = (uint32_t)(pushed & (RING - 1));
+      ring[w] = v;
+      ring[w + RING] = v;
+      ++pushed;
+    }
+    const float* window = &ring[q & (RING - 1)];
+    float y;
+    if (p.row_step) {
+      y = dot_taps(bank[r * p.row_step], window, p.taps);
+    } else {
+      uint64_t pos = (uint64_t)r * BANK_PHASES;
+      uint32_t row = (uint32_t)(pos / p.up);
+      float a = (float)(pos % p.up) / (float)p.up;
+      float y0 = dot_taps(bank[row], window, p.taps);
+      y = a == 0.0f ? y0 : y0 + a * (dot_taps(bank[row + 1], window, p.taps) - y0);
+    }
+    out.write(y);
+    uint32_t next = r + p.down;
+    q += next / p.up;
+    r = next % p.up;
+  }
+resample_drain_loop:
+  while (consumed < p.n_in) {  // inputs whose filtered outputs fall past round(n*L/M)
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 2 * RING
+    in.read();
+    ++consumed;
+  }
+resample_zero_loop:
+  for (uint32_t n = p.n_filtered; n < p.n_out; ++n) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 1
+    out.write(0.0f);
+  }
+}
+
+// At 16 kHz librosa does not resample: samples pass through untouched.
+static void passthrough_stage(uint32_t n, hls::stream<float>& in, hls::stream<float>& out) {
+passthrough_loop:
+  for (uint32_t i = 0; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
+#pragma HLS PIPELINE II = 1
+    out.write(in.read());
+  }
+}
+
+}  // namespace atoll_audio

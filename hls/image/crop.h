@@ -1,0 +1,34 @@
+// crop.h: the crop unit, a centred window as torchvision's CenterCrop places it:
+// offset int(round((size - crop) / 2)) with Python's round-half-to-even.
+#pragma once
+#include <cstdint>
+
+#include "hls_compat.h"
+#include "image_types.h"
+
+namespace atoll_image {
+
+inline uint32_t center_offset(uint32_t size, uint32_t crop) {
+  const uint32_t d = size - crop;
+  const uint32_t half = d >> 1;
+  return (d & 1) && (half & 1) ? half + 1 : half;  // x.5 rounds to the even neighbour
+}
+
+inline void crop_stream(hls::stream<Pixel>& in, hls::stream<Pixel>& out, uint32_t h, uint32_t w,
+                        uint32_t crop) {
+  const uint32_t top = center_offset(h, crop);
+  const uint32_t left = center_offset(w, crop);
+crop_rows:
+  for (uint32_t y = 0; y < h; ++y) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+  crop_cols:
+    for (uint32_t x = 0; x < w; ++x) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+      const Pixel p = in.read();
+      if (y >= top && y < top + crop && x >= left && x < left + crop) out.write(p);
+    }
+  }
+}
+
+}  // namespace atoll_image

@@ -1,0 +1,155 @@
+// image_cu: one image request, JPEG bytes in, model input out (ABI_DPU.md).
+//
+// Arguments (each pointer an m_axi port on its own bundle, each scalar and the return on
+// s_axilite):
+//   jpeg           in     the JPEG file bytes
+//   jpeg_len              their count
+//   scratch        inout  frame store for the decoded component planes (image_cu_scratch_bytes)
+//   scratch_bytes         its capacity; TOO_LARGE when the frame would not fit
+//   out            out    stage output: 0 decode / 1 resize / 2 crop: uint8 HWC RGB;
+//                         3 normalize: float32 CHW, or float16 CHW when out_fp16
+//   out_bytes             capacity of out; BAD_ARGS when the stage output would not fit
+//   status         out    8 words: code, c, h, w, src_h, src_w, n_components, bytes_written
+//   stage                 last unit to run (0..3)
+//   resize_short          R: the shorter side is resized to R, the longer to int(R * long / short)
+//   crop                  C: centre crop C x C
+//   out_fp16              nonzero: normalize writes IEEE half
+//   max_dim               TOO_LARGE when width or height exceeds it (clamped to kMaxDim), decided
+//                         from the frame header before the frame store is touched
+//
+// Structure: the marker parser reads the headers; the entropy decoder and IDCT fill the frame
+// store (a whole frame, since MCU order is not raster order); then one DATAFLOW region streams
+// pixels through upsample+colour -> resize -> crop -> normalize -> writer.
+#include <cstdint>
+
+#include "crop.h"
+#include "hls_compat.h"
+#include "image_types.h"
+#include "jpeg_decode.h"
+#include "jpeg_markers.h"
+#include "normalize.h"
+#include "resize.h"
+
+using namespace atoll_image;
+
+namespace {
+
+struct OutputShape {
+  uint32_t h, w;          // output image dims
+  uint32_t resized_h, resized_w;
+  uint64_t bytes;
+};
+
+// Output dims of the requested stage; false when the parameters make no sense for this frame.
+bool output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t crop, bool fp16,
+                  OutputShape& s) {
+  if (stage > kStageNormalize) return false;
+  s.h = f.height;
+  s.w = f.width;
+  s.resized_h = f.height;
+  s.resized_w = f.width;
+  if (stage >= kStageResize) {
+    if (r == 0 || r > kMaxDim) return false;
+    resize_dims(f.height, f.width, r, s.resized_h, s.resized_w);
+    if (s.resized_h > kMaxDim || s.resized_w > kMaxDim || s.resized_h == 0 || s.resized_w == 0)
+      return false;
+    s.h = s.resized_h;
+    s.w = s.resized_w;
+  }
+  if (stage >= kStageCrop) {
+    if (crop == 0 || crop > s.h || crop > s.w) return false;
+    s.h = s.w = crop;
+  }
+  const uint64_t elem = stage == kStageNormalize ? (fp16 ? 2 : 4) : 1;
+  s.bytes = uint64_t{s.h} * s.w * kChannels * elem;
+  return true;
+}
+
+void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
+              uint32_t crop, bool fp16, uint8_t* out) {
+#pragma HLS DATAFLOW
+  hls::stream<Pixel> decoded("decoded");
+  hls::stream<Pixel> resized("resized");
+  hls::stream<Pixel> cropped("cropped");
+#pragma HLS STREAM variable = decoded depth = 64
+#pragma HLS STREAM variable = resized depth = 64
+#pragma HLS STREAM variable = cropped depth = 64
+  emit_rgb_rows(frame, f, decoded);
+  if (stage == kStageDecode) {
+    write_hwc(decoded, out, f.height * f.width);
+    return;
+  }
+  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w);
+  if (stage == kStageResize) {
+    write_hwc(resized, out, s.h * s.w);
+    return;
+  }
+  crop_stream(resized, cropped, s.resized_h, s.resized_w, crop);
+  if (stage == kStageCrop) {
+    write_hwc(cropped, out, crop * crop);
+  } else {
+    normalize_chw(cropped, out, crop * crop, fp16);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Frame-store bytes that suffice for any frame up to max_dim x max_dim (three full-resolution
+// planes padded to whole 16x16 MCUs).
+uint64_t image_cu_scratch_bytes(uint32_t max_dim) {
+  const uint64_t d = max_dim > kMaxDim ? kMaxDim : max_dim;
+  const uint64_t padded = (d + kMaxMcuPixels - 1) / kMaxMcuPixels * kMaxMcuPixels;
+  return kMaxComponents * padded * padded;
+}
+
+void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t scratch_bytes,
+              uint8_t* out, uint32_t out_bytes, uint32_t* status, uint32_t stage,
+              uint32_t resize_short, uint32_t crop, uint32_t out_fp16, uint32_t max_dim) {
+#pragma HLS INTERFACE m_axi port = jpeg offset = slave bundle = gmem_jpeg max_read_burst_length = 64
+#pragma HLS INTERFACE m_axi port = scratch offset = slave bundle = gmem_scratch
+#pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem_out
+#pragma HLS INTERFACE m_axi port = status offset = slave bundle = gmem_status
+#pragma HLS INTERFACE s_axilite port = jpeg_len
+#pragma HLS INTERFACE s_axilite port = scratch_bytes
+#pragma HLS INTERFACE s_axilite port = out_bytes
+#pragma HLS INTERFACE s_axilite port = stage
+#pragma HLS INTERFACE s_axilite port = resize_short
+#pragma HLS INTERFACE s_axilite port = crop
+#pragma HLS INTERFACE s_axilite port = out_fp16
+#pragma HLS INTERFACE s_axilite port = max_dim
+#pragma HLS INTERFACE s_axilite port = return
+  if (status == nullptr) return;
+  uint32_t words[kStatusWords] = {kBadArgs, 0, 0, 0, 0, 0, 0, 0};
+  JpegFrame f;
+  OutputShape s;
+  const bool fp16 = out_fp16 != 0;
+  Status code = jpeg == nullptr ? kCorrupt
+                                : parse_headers(jpeg, jpeg_len,
+                                                max_dim > kMaxDim ? kMaxDim : max_dim, f);
+  if (code == kOk || code == kTooLarge) {
+    words[4] = f.height;
+    words[5] = f.width;
+    words[6] = f.n_components;
+  }
+  if (code == kOk && frame_store_bytes(f) > scratch_bytes) code = kTooLarge;
+  if (code == kOk && (scratch == nullptr || out == nullptr ||
+                      !output_shape(f, stage, resize_short, crop, fp16, s) ||
+                      s.bytes > out_bytes)) {
+    code = kBadArgs;
+  }
+  if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
+  if (code == kOk) {
+    pipeline(scratch, f, s, stage, crop, fp16, out);
+    words[1] = kChannels;
+    words[2] = s.h;
+    words[3] = s.w;
+    words[7] = static_cast<uint32_t>(s.bytes);
+  }
+  words[0] = code;
+status_write:
+  for (uint32_t i = 0; i < kStatusWords; ++i) status[i] = words[i];
+}
+
+}  // extern "C"

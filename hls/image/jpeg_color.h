@@ -1,0 +1,47 @@
+// jpeg_color.h: YCbCr -> RGB with libjpeg's fixed-point arithmetic (16 fraction bits, constants
+// rounded to nearest, ONE_HALF rounding folded into the Cr->R, Cb->B and Cb->G terms, an
+// arithmetic right shift, then saturation to 0..255).
+#pragma once
+#include <cstdint>
+
+#include "image_types.h"
+
+namespace atoll_image {
+
+constexpr int kColorScaleBits = 16;
+constexpr int32_t kColorOneHalf = 1 << (kColorScaleBits - 1);
+
+constexpr int32_t color_fix(double x) {
+  return static_cast<int32_t>(x * (1 << kColorScaleBits) + 0.5);
+}
+
+// The four per-value terms, precomputed once per run (a 256-entry ROM each in hardware).
+struct ColorTables {
+  int32_t cr_r[256];
+  int32_t cb_b[256];
+  int32_t cr_g[256];
+  int32_t cb_g[256];
+};
+
+inline void build_color_tables(ColorTables& t) {
+color_table:
+  for (int i = 0; i < 256; ++i) {
+    const int32_t x = i - 128;
+    t.cr_r[i] = (color_fix(1.40200) * x + kColorOneHalf) >> kColorScaleBits;
+    t.cb_b[i] = (color_fix(1.77200) * x + kColorOneHalf) >> kColorScaleBits;
+    t.cr_g[i] = -color_fix(0.71414) * x;
+    t.cb_g[i] = -color_fix(0.34414) * x + kColorOneHalf;
+  }
+}
+
+inline uint8_t clamp_u8(int32_t v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+
+inline Pixel ycc_to_rgb(const ColorTables& t, int32_t y, uint8_t cb, uint8_t cr) {
+  Pixel p;
+  p.c[0] = clamp_u8(y + t.cr_r[cr]);
+  p.c[1] = clamp_u8(y + ((t.cb_g[cb] + t.cr_g[cr]) >> kColorScaleBits));
+  p.c[2] = clamp_u8(y + t.cb_b[cb]);
+  return p;
+}
+
+}  // namespace atoll_image

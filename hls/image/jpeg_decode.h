@@ -1,0 +1,142 @@
+// jpeg_decode.h: the JPEG decode unit. decode_scan runs the entropy decoder over the interleaved
+// scan (MCU order, DC prediction, restart intervals), dequantises and inverse-transforms each
+// block into per-component planes in the frame store; emit_rgb_rows then upsamples the chroma
+// planes row by row and converts to RGB, streaming pixels in raster order.
+#pragma once
+#include <cstdint>
+
+#include "hls_compat.h"
+#include "image_types.h"
+#include "jpeg_color.h"
+#include "jpeg_huffman.h"
+#include "jpeg_idct.h"
+#include "jpeg_markers.h"
+#include "jpeg_upsample.h"
+
+namespace atoll_image {
+
+// Bytes of frame store a frame needs (the planes laid out by parse_sof).
+inline uint64_t frame_store_bytes(const JpegFrame& f) {
+  const JpegComponent& last = f.comp[f.n_components - 1];
+  return last.offset + uint64_t{last.stride} * last.rows;
+}
+
+// Skips an RSTn marker (optionally preceded by fill bytes) at br.pos; false if it is absent or
+// out of sequence.
+inline bool read_restart_marker(BitReader& br, uint32_t expected) {
+  uint32_t p = br.pos;
+  if (p >= br.len || br.data[p] != 0xFF) return false;
+rst_fill:
+  for (uint32_t i = 0; i < kMaxSegments && p < br.len && br.data[p] == 0xFF; ++i) ++p;
+  if (p >= br.len || br.data[p] != 0xD0 + (expected & 7)) return false;
+  br.pos = p + 1;
+  br.reset_bits();
+  return true;
+}
+
+inline Status decode_scan(const uint8_t* jpeg, uint32_t len, const JpegFrame& f,
+                          uint8_t* frame) {
+  BitReader br;
+  br.start(jpeg, len, f.scan_start);
+  int32_t pred[kMaxComponents] = {0, 0, 0};
+  int16_t coef[kBlockSize];
+  const uint32_t n_mcus = f.mcus_x * f.mcus_y;
+  uint32_t mx = 0, my = 0;
+  uint32_t to_restart = f.restart_interval;
+  uint32_t restart_index = 0;
+mcus:
+  for (uint32_t m = 0; m < n_mcus; ++m) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalBlocks / 6
+    if (f.restart_interval) {
+      if (to_restart == 0) {
+        if (br.overran() || !read_restart_marker(br, restart_index)) return kCorrupt;
+        ++restart_index;
+        to_restart = f.restart_interval;
+        for (uint32_t c = 0; c < kMaxComponents; ++c) pred[c] = 0;
+      }
+      --to_restart;
+    }
+  mcu_components:
+    for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+      const JpegComponent& c = f.comp[ci];
+    mcu_block_rows:
+      for (uint32_t by = 0; by < c.v; ++by) {
+      mcu_block_cols:
+        for (uint32_t bx = 0; bx < c.h; ++bx) {
+          if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef)) return kCorrupt;
+          const uint64_t row = (uint64_t{my} * c.v + by) * 8;
+          const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
+          idct_islow(coef, c.quant, frame + c.offset + row * c.stride + col, c.stride);
+        }
+      }
+    }
+    // The bit reader feeds zeros past the data; stop as soon as a block used them.
+    if (br.overran()) return kCorrupt;
+    if (++mx == f.mcus_x) {
+      mx = 0;
+      ++my;
+    }
+  }
+  return kOk;
+}
+
+// Upsamples row y of component c to the full image width into out.
+inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
+                                   const JpegComponent& c, uint32_t y, uint8_t* out) {
+  const uint8_t* plane = frame + c.offset;
+  const bool h2 = c.h < f.hmax;
+  const bool v2 = c.v < f.vmax;
+  if (!v2) {
+    const uint8_t* row = plane + uint64_t{y} * c.stride;
+    if (h2) {
+      upsample_h2_row(row, c.width, out);
+    } else {
+    copy_row:
+      for (uint32_t i = 0; i < f.width; ++i) out[i] = row[i];
+    }
+    return;
+  }
+  const uint32_t i = y >> 1;
+  const bool lower = y & 1;
+  const uint32_t j = lower ? (i + 1 < c.height ? i + 1 : i) : (i > 0 ? i - 1 : 0);
+  const uint8_t* near = plane + uint64_t{i} * c.stride;
+  const uint8_t* far = plane + uint64_t{j} * c.stride;
+  if (h2) {
+    upsample_h2v2_row(near, far, c.width, out);
+  } else {
+    upsample_v2_row(near, far, lower, c.width, out);
+  }
+}
+
+// Streams the decoded frame as RGB pixels, row-major.
+inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<Pixel>& out) {
+  ColorTables tables;
+  build_color_tables(tables);
+  uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
+rgb_rows:
+  for (uint32_t y = 0; y < f.height; ++y) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+  rgb_components:
+    for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+      upsample_component_row(frame, f, f.comp[ci], y, rows[ci]);
+    }
+  rgb_cols:
+    for (uint32_t x = 0; x < f.width; ++x) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+      Pixel p;
+      if (f.n_components == 1) {
+        p.c[0] = p.c[1] = p.c[2] = rows[0][x];
+      } else if (f.rgb) {
+        p.c[0] = rows[0][x];
+        p.c[1] = rows[1][x];
+        p.c[2] = rows[2][x];
+      } else {
+        p = ycc_to_rgb(tables, rows[0][x], rows[1][x], rows[2][x]);
+      }
+      out.write(p);
+    }
+  }
+}
+
+}  // namespace atoll_image

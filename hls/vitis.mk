@@ -1,0 +1,64 @@
+# Shared Vitis rules: compile each kernel to a .xo, link them with a connectivity .cfg into an
+# xclbin, and put the manifest beside it. Inputs: TARGET, PLATFORM, DESIGN, KERNELS, CONNECTIVITY.
+#
+# A kernel K's top function is in hls/<unit>/K.cpp (the headers of that folder are its other
+# sources); an optional hls/K.cfg is passed to its compile (HLS settings, RTL blackbox JSON files).
+
+ifeq ($(filter $(TARGET),hw hw_emu),)
+$(error TARGET=$(TARGET): use hw or hw_emu (sw_emu is deprecated since Vitis 2024.2; fpga_host's emulated XRT replaces it))
+endif
+
+HLS_DIR := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+REPO_DIR := $(patsubst %/,%,$(dir $(HLS_DIR)))
+BUILD_DIR := $(REPO_DIR)/build/$(TARGET).$(PLATFORM)
+BITSTREAMS := $(REPO_DIR)/bitstreams
+MANIFEST := $(BITSTREAMS)/$(DESIGN).json
+
+VPP ?= v++
+EMCONFIGUTIL ?= emconfigutil
+VPP_FLAGS := -t $(TARGET) --platform $(PLATFORM) --save-temps \
+             --log_dir $(BUILD_DIR)/logs --report_dir $(BUILD_DIR)/reports -I$(HLS_DIR)/common
+
+kernel_top = $(firstword $(wildcard $(HLS_DIR)/*/$(1).cpp) $(HLS_DIR)/$(1)/$(1).cpp)
+kernel_cfg = $(wildcard $(HLS_DIR)/$(1).cfg)
+
+XOS := $(foreach k,$(KERNELS),$(BUILD_DIR)/$(k).xo)
+XCLBIN := $(BUILD_DIR)/$(DESIGN).xclbin
+# hw builds are installed next to the hand-written manifest; hw_emu ones stay in the build folder.
+INSTALLED := $(if $(filter hw,$(TARGET)),$(BITSTREAMS)/$(DESIGN).xclbin)
+
+.PHONY: all xos emconfig clean help
+all: $(XCLBIN) $(BUILD_DIR)/$(DESIGN).json $(INSTALLED)
+
+xos: $(XOS)
+
+help:
+	@echo "make -C hls [TARGET=hw|hw_emu] [PLATFORM=...]   build $(DESIGN).xclbin (-n prints the commands)"
+
+define compile_rule
+$(BUILD_DIR)/$(1).xo: $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h) $(call kernel_cfg,$(1))
+	@mkdir -p $(BUILD_DIR)
+	$(VPP) -c $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/$(1) -k $(1) -I$(patsubst %/,%,$(dir $(call kernel_top,$(1)))) \
+	  $(addprefix --config ,$(call kernel_cfg,$(1))) -o $$@ $(call kernel_top,$(1))
+endef
+$(foreach k,$(KERNELS),$(eval $(call compile_rule,$(k))))
+
+$(XCLBIN): $(XOS) $(HLS_DIR)/$(CONNECTIVITY)
+	$(VPP) -l $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/link --config $(HLS_DIR)/$(CONNECTIVITY) -o $@ $(XOS)
+
+# The driver reads kernel argument lists from the manifest, so every xclbin travels with one.
+$(BUILD_DIR)/$(DESIGN).json: $(MANIFEST)
+	@mkdir -p $(BUILD_DIR)
+	cp $< $@
+
+$(BITSTREAMS)/$(DESIGN).xclbin: $(XCLBIN)
+	cp $< $@
+
+# hw_emu runs also need emconfig.json next to the host program (or EMCONFIG_PATH pointing at it).
+emconfig: $(BUILD_DIR)/emconfig.json
+$(BUILD_DIR)/emconfig.json:
+	@mkdir -p $(BUILD_DIR)
+	$(EMCONFIGUTIL) --platform $(PLATFORM) --od $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,60 @@
+"""The stream contract the scheduler drives, identical for CPU vGPUs and CUDA devices.
+
+A device owns one preemption flag (the guard every kernel checks before it starts) and hands out
+streams. A stream runs submitted kernels in order; `outstanding()` and the tasks' `completed`
+counters are readable at any time without waiting for the device; `drain()` waits until every
+submitted kernel has exited (run, or returned at once through the guard).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Protocol, Sequence
+
+from gpu_runtime.program import Program
+from scheduler.task import Task
+
+# (task, launch index): one kernel of one task.
+Kernel = tuple[Task, int]
+
+
+class Stream(Protocol):
+    guarded: bool  # False for the RT stream: RT kernels ignore the flag
+
+    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = ()) -> None:
+        """Enqueue kernel `index` of `task`; `pads` are BE kernels run in the same padded launch."""
+
+    def outstanding(self) -> int: ...
+
+    def poll(self) -> None:
+        """Fold finished kernels into their tasks' `completed` counters (no device sync)."""
+
+    def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Device(Protocol):
+    name: str
+    wake: threading.Event  # set whenever a kernel exits, so the scheduler loop can sleep between polls
+    # True when a flush leaves every task's `completed` exact up to at most one kernel that ran
+    # (partly) and must be re-run; False when more may have run unseen (then `rerun_window` caps
+    # the kernels a task may have in flight).
+    exact_progress: bool
+    limits: Any  # scheduler.profiler.DeviceLimits, or None where occupancy means nothing
+    padding_rules: Any  # scheduler.padding.PaddingRules
+    clock: Callable[[], float]
+
+    def load(self, program: Program, guarded: bool) -> Any:
+        """The executor state for `program`; guarded states' kernels obey the device's flag."""
+
+    def time_launch(self, state: Any, index: int) -> float:
+        """Run one launch alone and return its duration in seconds (for the profiler)."""
+
+    def stream(self, guarded: bool, priority: int = 0) -> Stream: ...
+
+    def set_flag(self) -> None: ...
+
+    def clear_flag(self) -> None: ...
+
+    def close(self) -> None: ...

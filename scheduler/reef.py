@@ -1,0 +1,263 @@
+"""The per-vGPU scheduler: an RT queue, one BE queue per client, vHQs over BE streams, and a polling
+loop in its own thread that applies a policy (`scheduler.policies`).
+
+Normal mode: BE tasks run concurrently, one per BE stream. RT mode (entered when an RT task may
+start): the policy gets the BE streams out of the way (nothing, wait, or reset), RT tasks run one at
+a time in arrival order on the unguarded RT stream, and BE kernels run only as padding (`reef`).
+When the RT queue empties the policy restores BE work.
+
+Clients own one loaded program state each, so a client's requests run one after another; inputs
+are copied in when a task starts and outputs copied out when it ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpu_runtime.program import Program
+from scheduler.padding import plan_padding
+from scheduler.policies import Policy, make_policy
+from scheduler.profiler import KernelProfile, profile_program
+from scheduler.rerun_window import rerun_window
+from scheduler.task import BE, RT, Task
+from scheduler.vhq import VirtualHostQueue, round_robin
+
+DEFAULT_CAPACITY = 4
+
+
+@dataclass
+class Client:
+    name: str
+    priority: str
+    program: Program
+    state: Any
+    rerun_window: int
+    profiles: list[KernelProfile] | None = None
+
+
+@dataclass
+class SchedulerStats:
+    flush_s: list[float] = field(default_factory=list)  # set flag .. all BE streams drained
+    restore_s: list[float] = field(default_factory=list)  # RT queue empty .. BE kernels resubmitted
+    padded_kernels: int = 0
+
+
+class Reef:
+    def __init__(self, executor: Any, device: Any, policy: str | Policy = "reset",
+                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float = 1e-4,
+                 profile_reps: int = 3):
+        self.executor = executor
+        self.device = device
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.clock = device.clock
+        self.poll_s = poll_s
+        self.profile_reps = profile_reps
+        self.stats = SchedulerStats()
+        self._clients: dict[str, Client] = {}
+        self._rt_stream = device.stream(guarded=False, priority=-1)
+        self._capacity = capacity
+        self._vhqs = [VirtualHostQueue(device.stream(guarded=True), capacity) for _ in range(be_streams)]
+        self._rr = [0] * be_streams
+        self._rt_queue: deque[Task] = deque()
+        self._be_queues: dict[str, deque[Task]] = {}
+        self._rt_task: Task | None = None
+        self._rt_mode = False
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._ids = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- set-up and client side ----------------------------------------------------------------
+    def add_client(self, name: str, program: Program, priority: str) -> Client:
+        if priority not in (RT, BE):
+            raise ValueError(f"priority must be {RT!r} or {BE!r}")
+        state = self.device.load(program, guarded=priority == BE)
+        # rerun_window also rejects programs whose launches alias their inputs. A device that knows
+        # exactly which kernels finished re-runs at most one, so only an inexact one needs the cap.
+        window = rerun_window(program)
+        client = Client(name, priority, program, state,
+                        self._capacity if self.device.exact_progress else window)
+        if self.policy.pads:
+            client.profiles = self.profile(client)
+        self._clients[name] = client
+        if priority == BE:
+            self._be_queues[name] = deque()
+            vhq = self._vhqs[(len(self._be_queues) - 1) % len(self._vhqs)]
+            vhq.clients.append(name)
+        return client
+
+    def profile(self, client: Client) -> list[KernelProfile]:
+        zeros = {name: np.zeros(client.program.buffers[i].shape, client.program.buffers[i].dtype)
+                 for name, i in client.program.inputs.items()}
+        self.executor.set_inputs(client.state, zeros)
+        return profile_program(client.program,
+                               lambda i: self.device.time_launch(client.state, i),
+                               self.device.limits, self.profile_reps)
+
+    def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
+        c = self._clients.get(client)
+        if c is None:
+            raise KeyError(f"unknown client {client!r}")
+        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
+                    c.rerun_window, self.clock())
+        if self._stop.is_set():
+            task.fail(RuntimeError("scheduler is stopped"))
+            return task.future
+        self._inbox.put(task)
+        self.device.wake.set()
+        return task.future
+
+    def start(self) -> "Reef":
+        self._thread = threading.Thread(target=self._loop, name="reef", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.device.wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.device.set_flag()  # whatever is still queued on a stream exits at once
+        for s in [self._rt_stream] + [v.stream for v in self._vhqs]:
+            s.drain()
+        self.device.clear_flag()
+        leftovers = [self._rt_task] + list(self._rt_queue) + [v.current for v in self._vhqs]
+        leftovers += [t for q in self._be_queues.values() for t in q]
+        while True:
+            try:
+                leftovers.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        for t in leftovers:
+            if t is not None:
+                t.fail(RuntimeError("scheduler stopped before the task finished"))
+
+    def __enter__(self) -> "Reef":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- Controller callbacks for the policy ---------------------------------------------------
+    def rt_pending(self) -> bool:
+        return self._rt_task is not None or bool(self._rt_queue)
+
+    def rt_mode(self) -> bool:
+        return self._rt_mode
+
+    def be_active(self) -> bool:
+        return any(v.current is not None for v in self._vhqs)
+
+    def be_kernels_outstanding(self) -> bool:
+        return any(v.stream.outstanding() for v in self._vhqs)
+
+    def wait_be_idle(self) -> None:
+        for v in self._vhqs:
+            v.stream.drain()
+            v.stream.poll()
+
+    def flush_be(self) -> None:
+        t0 = self.clock()
+        for v in self._vhqs:
+            v.stream.poll()  # credit what finished before the flag, nothing after
+        self.device.set_flag()
+        for v in self._vhqs:
+            v.stream.drain()
+        for v in self._vhqs:
+            v.clear()
+        self.stats.flush_s.append(self.clock() - t0)
+
+    def restore_be(self) -> None:
+        t0 = self.clock()
+        self.device.clear_flag()
+        for v in self._vhqs:
+            v.pump()
+        self.stats.restore_s.append(self.clock() - t0)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        wake = self.device.wake
+        while not self._stop.is_set():
+            wake.clear()
+            self._admit()
+            self._rt_stream.poll()
+            for v in self._vhqs:
+                v.stream.poll()
+            self._schedule_rt()
+            self._schedule_be()
+            if self.poll_s:
+                wake.wait(self.poll_s)
+
+    def _admit(self) -> None:
+        while True:
+            try:
+                task = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if task.priority == RT:
+                self._rt_queue.append(task)
+            else:
+                self._be_queues[task.client].append(task)
+
+    def _begin(self, task: Task) -> None:
+        client = self._clients[task.client]
+        self.executor.set_inputs(client.state, task.inputs)
+        task.state = client.state
+
+    def _finish(self, task: Task) -> None:
+        outputs = {k: np.array(v, copy=True) for k, v in self.executor.outputs(task.state).items()}
+        task.finish(outputs, self.clock())
+
+    def _schedule_rt(self) -> None:
+        rt = self._rt_task
+        if rt is not None:
+            if not (rt.finished_kernels and self._rt_stream.outstanding() == 0):
+                return
+            self._finish(rt)
+            self._rt_task = None
+        if not self._rt_queue:
+            if self._rt_mode:
+                self._rt_mode = False
+                self.policy.leave_rt(self)
+            return
+        if not self._rt_mode:
+            if not self.policy.rt_may_start(self):
+                return
+            self._rt_mode = True
+            self.policy.enter_rt(self)
+        self._start_rt(self._rt_queue.popleft())
+
+    def _start_rt(self, task: Task) -> None:
+        self._begin(task)
+        self._rt_task = task
+        client = self._clients[task.client]
+        plan = None
+        if self.policy.pads:
+            be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
+                  if v.current is not None]
+            plan = plan_padding(client.profiles, be, self.device.padding_rules)
+            self.stats.padded_kernels += sum(map(len, plan))
+        for i in range(task.n_launches):
+            self._rt_stream.submit(task, i, plan[i] if plan else ())
+        task.next_launch = task.n_launches
+
+    def _schedule_be(self) -> None:
+        for i, v in enumerate(self._vhqs):
+            done = v.reap()
+            if done is not None:
+                self._finish(done)
+            if v.idle() and self.policy.be_may_start(self):
+                task, self._rr[i] = round_robin(self._be_queues, v.clients, self._rr[i])
+                if task is not None:
+                    self._begin(task)
+                    v.assign(task)
+            if v.current is not None and self.policy.be_may_issue(self):
+                v.pump()

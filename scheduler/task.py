@@ -1,0 +1,72 @@
+"""A scheduled inference: a loaded program, how far it has got, and the future its client waits on."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+RT = "rt"
+BE = "be"
+
+
+@dataclass
+class TaskResult:
+    outputs: dict[str, Any]
+    arrival_s: float
+    first_kernel_s: float  # when its first kernel started (preemption latency = this - arrival_s)
+    end_s: float
+    preemptions: int
+    reruns: int  # kernels executed more than once because a preemption flushed them
+
+
+@dataclass(eq=False)
+class Task:
+    """One request on one vGPU. Progress is `completed` (kernels known to have finished, written by
+    the stream that ran them); `next_launch` is the next kernel to hand to a stream. After a
+    preemption `next_launch` is rewound to `completed`, which is all restore needs."""
+
+    id: int
+    priority: str  # RT or BE
+    client: str
+    inputs: dict[str, Any]
+    n_launches: int
+    rerun_window: int  # largest number of kernels that may be in flight and safely re-run
+    arrival_s: float
+    state: Any = None  # the executor's loaded-program state, bound when the task starts
+    future: Future = field(default_factory=Future)
+    next_launch: int = 0
+    completed: int = 0
+    first_kernel_s: float | None = None
+    preemptions: int = 0
+    executed: int = 0  # kernels actually run (>= n_launches; the excess is re-execution)
+    _done: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def finished_kernels(self) -> bool:
+        return self.completed >= self.n_launches
+
+    def mark_started(self, t: float) -> None:
+        if self.first_kernel_s is None:
+            self.first_kernel_s = t
+
+    def finish(self, outputs: dict[str, Any], end_s: float) -> bool:
+        """Resolve the future; a second call is a no-op and returns False (exactly-once delivery)."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+        first = self.first_kernel_s if self.first_kernel_s is not None else end_s
+        self.future.set_result(TaskResult(outputs, self.arrival_s, first, end_s, self.preemptions,
+                                          self.executed - self.n_launches))
+        return True
+
+    def fail(self, error: BaseException) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+        self.future.set_exception(error)
+        return True

@@ -1,0 +1,180 @@
+"""End to end through real HTTP: `atoll serve` in a child process, driven by aiohttp-free stdlib
+requests and by the real `tritonclient.http` (separate venv). Outputs are compared with the same
+model run directly in onnxruntime on an input preprocessed with OpenCV in the test."""
+
+from __future__ import annotations
+
+import json
+import struct
+import urllib.error
+import urllib.request
+
+import cv2
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from atoll.loadgen import infer_body, synthetic_jpeg
+from atoll.protocol import HEADER_LENGTH
+from atoll.server_process import ServerProcess
+from tests.atoll.client_env import run_client
+
+MODEL = "mobilenet_v3_small"
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    from gpu_runtime.zoo import build
+    from gpu_runtime.zoo.repository import write_model
+
+    root = tmp_path_factory.mktemp("repo")
+    write_model(root, MODEL, build(MODEL))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    with ServerProcess(["--repository", str(repository), "--backend", "cpu",
+                        "--set", "batching.max_queue_delay_microseconds=2000"]) as s:  # fmt: skip
+        yield s
+    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _post(url: str, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _reference_logits(repository, jpeg: bytes) -> np.ndarray:
+    """cv2 decode -> RGB -> INTER_LINEAR resize (short side 256) -> centre crop 224 -> ImageNet
+    normalisation, then onnxruntime: the expected output, computed without Atoll code."""
+    rgb = cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    h, w = rgb.shape[:2]
+    nh, nw = (256, int(256 * w / h)) if h <= w else (int(256 * h / w), 256)
+    small = cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    top, left = int(round((nh - 224) / 2)), int(round((nw - 224) / 2))
+    crop = small[top:top + 224, left:left + 224]
+    x = ((crop.astype(np.float32) / np.float32(255) - MEAN) / STD).transpose(2, 0, 1)[None]
+    session = ort.InferenceSession(str(repository / MODEL / "1" / "model.onnx"))
+    return session.run(None, {"input": np.ascontiguousarray(x)})[0][0]
+
+
+def _decode_binary_response(headers: dict, payload: bytes) -> np.ndarray:
+    n = int(headers[HEADER_LENGTH])
+    head = json.loads(payload[:n])
+    out = head["outputs"][0]
+    return np.frombuffer(payload[n:], dtype=np.float32).reshape(out["shape"])
+
+
+def test_health_and_metadata(server):
+    assert _get(f"{server.url}/v2/health/live")[0] == 200
+    assert _get(f"{server.url}/v2/health/ready")[0] == 200
+    status, body = _get(f"{server.url}/v2")
+    meta = json.loads(body)
+    assert status == 200 and meta["name"] == "atoll" and "binary_tensor_data" in meta["extensions"]
+    status, body = _get(f"{server.url}/v2/models/{MODEL}")
+    meta = json.loads(body)
+    assert meta["inputs"][0] == {"name": "image", "datatype": "BYTES", "shape": [-1, 1]}
+    assert meta["outputs"][0]["shape"] == [-1, 1000]
+    assert _get(f"{server.url}/v2/models/{MODEL}/ready")[0] == 200
+    assert _get(f"{server.url}/v2/models/{MODEL}/versions/1/ready")[0] == 200
+    status, body = _get(f"{server.url}/v2/models/nope")
+    assert status == 404 and "nope" in json.loads(body)["error"]
+    assert _get(f"{server.url}/v2/models/{MODEL}/versions/7")[0] == 404
+
+
+def test_jpeg_inference_matches_opencv_plus_onnxruntime(server, repository):
+    jpeg = synthetic_jpeg(np.random.default_rng(3), 640, 480)
+    body, headers = infer_body("image", [jpeg])
+    status, rheaders, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+    assert status == 200, payload[:300]
+    logits = _decode_binary_response(rheaders, payload)
+    assert logits.shape == (1, 1000)
+    np.testing.assert_allclose(logits[0], _reference_logits(repository, jpeg), rtol=1e-4, atol=1e-4)
+
+
+def test_several_files_in_one_request_and_json_output(server):
+    rng = np.random.default_rng(4)
+    files = [synthetic_jpeg(rng, 500, 375), synthetic_jpeg(rng, 375, 500)]
+    blob = b"".join(struct.pack("<I", len(f)) + f for f in files)
+    head = json.dumps({"inputs": [{"name": "image", "datatype": "BYTES", "shape": [2, 1],
+                                   "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", head + blob,
+                               {HEADER_LENGTH: str(len(head))})  # fmt: skip
+    assert status == 200
+    out = json.loads(payload)["outputs"][0]
+    assert out["shape"] == [2, 1000] and len(out["data"]) == 2000
+
+
+def test_ready_tensor_input_bypasses_preprocessing(server, repository):
+    x = np.random.default_rng(5).normal(size=(2, 3, 224, 224)).astype(np.float32)
+    head = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 3, 224, 224],
+                                   "parameters": {"binary_data_size": x.nbytes}}],
+                       "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+    status, rheaders, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", head + x.tobytes(),
+                                      {HEADER_LENGTH: str(len(head))})  # fmt: skip
+    assert status == 200
+    session = ort.InferenceSession(str(repository / MODEL / "1" / "model.onnx"))
+    np.testing.assert_allclose(_decode_binary_response(rheaders, payload),
+                               session.run(None, {"input": x})[0], rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+def test_bad_requests_get_reasons(server):
+    body, headers = infer_body("image", [b"\xff\xd8\xff\xe0 definitely not a jpeg"])
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+    assert status == 400 and json.loads(payload)["error"]
+    status, _, payload = _post(f"{server.url}/v2/models/nope/infer", body, headers)
+    assert status == 404
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", b"{oops", {})
+    assert status == 400 and "JSON" in json.loads(payload)["error"]
+    # the server still answers after bad input
+    good, headers = infer_body("image", [synthetic_jpeg(np.random.default_rng(1), 320, 240)])
+    assert _post(f"{server.url}/v2/models/{MODEL}/infer", good, headers)[0] == 200
+
+
+def test_metrics_show_batches(server):
+    status, body = _get(f"{server.url}/metrics")
+    text = body.decode()
+    assert status == 200
+    assert f'nv_inference_request_success_total{{model="{MODEL}",version="1"}}' in text
+    assert "atoll_batch_size_bucket" in text and f'model="{MODEL}"' in text
+
+
+TRITON_CLIENT = r"""
+import sys, json, numpy as np, tritonclient.http as httpclient
+url, jpeg_path, model = sys.argv[1].replace("http://", ""), sys.argv[2], sys.argv[3]
+client = httpclient.InferenceServerClient(url=url)
+ready = client.is_server_ready()
+meta = client.get_model_metadata(model)
+data = np.array([[open(jpeg_path, "rb").read()]], dtype=object)
+inp = httpclient.InferInput("image", [1, 1], "BYTES")
+inp.set_data_from_numpy(data, binary_data=True)
+res = client.infer(model, [inp], outputs=[httpclient.InferRequestedOutput("logits", binary_data=True)])
+out = res.as_numpy("logits")
+print(json.dumps({"ready": ready, "meta_name": meta["name"], "shape": list(out.shape),
+                  "logits": out.reshape(-1).tolist()}))
+"""
+
+
+def test_real_tritonclient(server, repository, tmp_path):
+    jpeg = synthetic_jpeg(np.random.default_rng(6), 800, 600)
+    path = tmp_path / "x.jpg"
+    path.write_bytes(jpeg)
+    out = json.loads(run_client(TRITON_CLIENT, server.url, str(path), MODEL))
+    assert out["ready"] is True and out["meta_name"] == MODEL
+    assert out["shape"] == [1, 1000]
+    np.testing.assert_allclose(out["logits"], _reference_logits(repository, jpeg), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,116 @@
+"""The CPU reference path against OpenCV, NumPy (torchvision's CenterCrop rule) and librosa."""
+
+from __future__ import annotations
+
+import cv2
+import librosa
+import numpy as np
+import pytest
+
+from fpga_host import cpu_backend
+from fpga_host.status import PreprocessError, Status
+from tests.fpga_host.media import jpeg_bytes, tone
+
+
+@pytest.fixture(scope="module")
+def jpeg():
+    return jpeg_bytes(500, 375, seed=1)
+
+
+def test_decode_is_opencv_rgb(jpeg):
+    ref = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    np.testing.assert_array_equal(cpu_backend.image(jpeg, "decode"), ref)
+
+
+@pytest.mark.parametrize("size,expected", [((500, 375), (256, 341)), ((375, 500), (341, 256)),
+                                           ((300, 300), (256, 256))])
+def test_resize_shorter_side(size, expected):
+    data = jpeg_bytes(*size)
+    out = cpu_backend.image(data, "resize")
+    rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    ref = cv2.resize(rgb, expected[::-1], interpolation=cv2.INTER_LINEAR)
+    assert out.shape == expected + (3,)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_crop_and_normalize_match_torchvision_rule(jpeg):
+    resized = cpu_backend.image(jpeg, "resize")  # 256 x 341
+    top, left = int(round((256 - 224) / 2)), int(round((341 - 224) / 2))
+    crop = cpu_backend.image(jpeg, "crop")
+    np.testing.assert_array_equal(crop, resized[top:top + 224, left:left + 224])
+    out = cpu_backend.image(jpeg, "normalize")
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    ref = ((crop.astype(np.float32) / np.float32(255) - mean) / std).transpose(2, 0, 1)
+    assert out.dtype == np.float32 and out.shape == (3, 224, 224)
+    np.testing.assert_array_equal(out, ref)
+    half = cpu_backend.image(jpeg, "normalize", cpu_backend.ImageParams(fp16=True))
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, ref.astype(np.float16))
+
+
+def test_corrupt_and_too_large():
+    with pytest.raises(PreprocessError) as err:
+        cpu_backend.image(b"\xff\xd8\xff\xe0 not a jpeg", "normalize")
+    assert err.value.status == Status.CORRUPT
+    with pytest.raises(PreprocessError) as err:
+        cpu_backend.image(b"", "normalize")
+    assert err.value.status == Status.CORRUPT
+    with pytest.raises(PreprocessError) as err:
+        cpu_backend.image(jpeg_bytes(300, 200), "normalize", cpu_backend.ImageParams(max_dim=256))
+    assert err.value.status == Status.TOO_LARGE
+
+
+def _librosa_reference(y: np.ndarray, sr: int) -> np.ndarray:
+    """ARCHITECTURE §4.2 spelled out with librosa."""
+    if sr != 16000:
+        y = librosa.resample(y, orig_sr=sr, target_sr=16000)
+    y = librosa.effects.preemphasis(y, coef=0.97)
+    S = librosa.feature.melspectrogram(y=y, sr=16000, n_fft=512, hop_length=160, win_length=400,
+                                       window="hann", center=True, pad_mode="constant", power=2.0,
+                                       n_mels=80, fmin=0, fmax=8000, htk=False, norm="slaney")
+    return np.log(S + 2 ** -24)
+
+
+@pytest.mark.parametrize("rate,dtype", [(16000, np.int16), (44100, np.float32), (8000, np.int16)])
+def test_audio_matches_librosa(rate, dtype):
+    pcm = tone(1.0, rate, dtype=dtype)
+    y = pcm.astype(np.float32) / 32768 if dtype == np.int16 else pcm
+    L = _librosa_reference(y, rate)
+    mel = cpu_backend.audio(pcm, rate, "mel")
+    assert mel.shape == (80, 1 + 16000 // 160) and mel.dtype == np.float32
+    np.testing.assert_allclose(mel, L, rtol=0, atol=1e-5)
+    out = cpu_backend.audio(pcm, rate, "normalize")
+    ref = (L - L.mean(axis=1, keepdims=True)) / (L.std(axis=1, ddof=1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(out.mean(axis=1), 0, atol=1e-4)
+
+
+@pytest.mark.parametrize("pcm,rate,status", [
+    (np.zeros(0, np.int16), 16000, Status.EMPTY),
+    (np.zeros(16000 * 3, np.int16), 16000, Status.TOO_LONG),
+    (np.array([0.0, np.nan, 0.1], np.float32), 16000, Status.NON_FINITE),
+    (np.zeros(100, np.int16), 96000, Status.BAD_RATE),
+    (np.zeros(100, np.int16), 4000, Status.BAD_RATE),
+    (np.zeros((100, 2), np.int16), 16000, Status.BAD_ARGS),
+    (np.zeros(100, np.float64), 16000, Status.BAD_ARGS),
+])
+def test_audio_validation(pcm, rate, status):
+    with pytest.raises(PreprocessError) as err:
+        cpu_backend.audio(pcm, rate, max_seconds=2.0)
+    assert err.value.status == status and err.value.reason
+
+
+def test_pool_in_process_and_spawned(jpeg):
+    ref = cpu_backend.image(jpeg, "normalize")
+    for workers in (0, 1):
+        pool = cpu_backend.CpuPool(workers)
+        try:
+            array, seconds = pool.image(jpeg, "normalize", cpu_backend.ImageParams()).result(60)
+            np.testing.assert_array_equal(array, ref)
+            assert seconds > 0
+            with pytest.raises(PreprocessError) as err:  # the typed error survives pickling
+                pool.image(b"junk", "normalize", cpu_backend.ImageParams()).result(60)
+            assert err.value.status == Status.CORRUPT
+        finally:
+            pool.close()

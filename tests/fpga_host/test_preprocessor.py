@@ -1,0 +1,115 @@
+"""The Preprocessor facade: results equal the OpenCV/librosa reference; errors are typed."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from fpga_host import cpu_backend
+from fpga_host.preprocessor import Preprocessor
+from fpga_host.status import PreprocessError, Status
+from tests.fpga_host.media import jpeg_bytes, tone
+
+
+def test_cpu_backend_image_and_audio():
+    data = jpeg_bytes(640, 480)
+    with Preprocessor("cpu", cpu_workers=0) as pre:
+        res = pre.submit_image(data).result(30)
+        assert res.backend == "cpu" and res.status == Status.OK and res.fallback_reason is None
+        rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+        crop = cv2.resize(rgb, (341, 256), interpolation=cv2.INTER_LINEAR)[16:240, 58:282]
+        np.testing.assert_array_equal(pre.submit_image(data, "crop").result(30).array, crop)
+        assert res.array.shape == (3, 224, 224) and res.timings["total_ms"] > 0
+        audio = pre.submit_audio(tone(0.5, 16000), 16000, "mel").result(30)
+        assert audio.array.shape == (80, 51)
+        with pytest.raises(PreprocessError) as err:
+            pre.submit_image(b"garbage").result(30)
+        assert err.value.status == Status.CORRUPT
+        with pytest.raises(PreprocessError) as err:
+            pre.submit_audio(np.zeros(0, np.int16), 16000).result(30)
+        assert err.value.status == Status.EMPTY
+        with pytest.raises(ValueError):
+            pre.submit_image(data, "blur")
+
+
+def test_options_reach_the_cpu_path():
+    data = jpeg_bytes(400, 300)
+    with Preprocessor("cpu", cpu_workers=0, resize_short=128, crop=96, fp16=True) as pre:
+        out = pre.submit_image(data).result(30).array
+    ref = cpu_backend.image(data, "normalize", cpu_backend.ImageParams(128, 96, True))
+    assert out.dtype == np.float16 and out.shape == (3, 96, 96)
+    np.testing.assert_array_equal(out, ref)
+    with pytest.raises(ValueError):
+        Preprocessor("cpu", crop=300)
+    with pytest.raises(ValueError):
+        Preprocessor("tpu")
+
+
+# -- the emu backend over the fake DPU library (tests/fpga_host/fake_dpu.c) ----------------------
+
+from tests.fpga_host.fake_dpu import fake_library, use_fake_library  # noqa: E402,F401 (fixtures)
+
+
+def test_emu_backend_results_come_from_the_cus(use_fake_library):
+    data = jpeg_bytes(64, 48)
+    with Preprocessor("emu", cpu_workers=0) as pre:
+        assert pre.backend == "emu"
+        res = pre.submit_image(data, "crop").result(10)
+        src = np.frombuffer(data, np.uint8)
+        np.testing.assert_array_equal(res.array, src[np.arange(224 * 224 * 3) % src.size].reshape(224, 224, 3))
+        assert res.backend == "emu" and res.fallback_reason is None and "cu_ms" in res.timings
+
+
+def test_unsupported_jpeg_is_redone_on_cpu(use_fake_library):
+    data = jpeg_bytes(300, 200, progressive=True)
+    with Preprocessor("emu", cpu_workers=0) as pre:
+        res = pre.submit_image(data).result(10)
+    assert res.backend == "cpu" and "UNSUPPORTED" in res.fallback_reason
+    np.testing.assert_array_equal(res.array, cpu_backend.image(data, "normalize"))
+
+
+def test_corrupt_on_dpu_raises(use_fake_library):
+    with Preprocessor("emu", cpu_workers=0) as pre:
+        with pytest.raises(PreprocessError) as err:
+            pre.submit_image(b"\x00garbage").result(10)
+        assert err.value.status == Status.CORRUPT and "malformed" in err.value.reason
+        with pytest.raises(PreprocessError) as err:
+            pre.submit_audio(np.zeros(100, np.int16), 4000).result(10)
+        assert err.value.status == Status.BAD_RATE
+
+
+def test_cu_timeout_completes_on_cpu(use_fake_library, monkeypatch):
+    monkeypatch.setenv("ATOLL_EMU_HANG_CUS", "image_cu_1,audio_mel_cu_1")
+    data = jpeg_bytes(320, 240)
+    with Preprocessor("emu", cpu_workers=0, image_cus=1, audio_mel_cus=1, cu_timeout_s=0.2) as pre:
+        res = pre.submit_image(data).result(10)
+        assert res.backend == "cpu" and "image_cu_1" in res.fallback_reason
+        np.testing.assert_array_equal(res.array, cpu_backend.image(data, "normalize"))
+        again = pre.submit_image(data).result(10)
+        assert again.backend == "cpu" and "no working image_cu" in again.fallback_reason
+        clip = tone(0.5, 16000)
+        audio = pre.submit_audio(clip, 16000).result(10)
+        assert audio.backend == "cpu" and "audio_mel_cu_1" in audio.fallback_reason
+        np.testing.assert_array_equal(audio.array, cpu_backend.audio(clip, 16000))
+
+
+def test_forced_backend_that_cannot_open_fails_clearly():
+    from fpga_host.xrt_driver import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match="backend 'xrt' unavailable: .*pyxrt"):
+        Preprocessor("xrt")
+
+
+# -- the emu backend over the real image CU (the HLS C++ built by fpga_host.csim) ----------------
+
+@pytest.mark.parametrize("size", [(500, 375), (333, 500), (64, 48)])
+def test_emu_image_cu_equals_opencv(size):
+    data = jpeg_bytes(*size, seed=7)
+    rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    with Preprocessor("emu", cpu_workers=0, audio_mel_cus=0, audio_norm_cus=0) as pre:
+        decoded = pre.submit_image(data, "decode").result(60)
+        normalized = pre.submit_image(data, "normalize").result(60)
+    assert decoded.backend == "emu" and normalized.backend == "emu"
+    np.testing.assert_array_equal(decoded.array, rgb)  # libjpeg-turbo via cv2.imdecode
+    np.testing.assert_array_equal(normalized.array, cpu_backend.image(data, "normalize"))

@@ -1,0 +1,211 @@
+"""VGpuPool on CPU vGPUs: results equal direct onnxruntime (the reference), concurrency, errors,
+a worker killed with SIGKILL mid-batch, and no leaked processes or shared memory after close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.vgpu import PoolClosed, VGpuPool, WorkerCrashed, WorkerError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def save(graph, path) -> str:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("models")
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    mlp = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["y"]),
+            helper.make_node("Relu", ["y"], ["relu"]),
+            helper.make_node("ArgMax", ["y"], ["label"], axis=1, keepdims=0),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [
+            helper.make_tensor_value_info("relu", TensorProto.FLOAT, ["N", 8]),
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+        ],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    # Slow enough (hundreds of ms) that a SIGKILL right after submit lands mid-batch.
+    k = rng.standard_normal((768, 768)).astype(np.float32) / 28
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", "k"], [f"h{i + 1}"]) for i in range(24)]
+    slow = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 768])],
+        [helper.make_tensor_value_info("h24", TensorProto.FLOAT, ["N", 768])],
+        [numpy_helper.from_array(k, "k")],
+    )
+    return {"mlp": save(mlp, d / "mlp.onnx"), "slow": save(slow, d / "slow.onnx")}
+
+
+def reference(path, inputs):
+    """onnxruntime in this process, the reference for every pool result."""
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
+
+
+def shm_segments(pool) -> list[str]:
+    return [name for name in os.listdir("/dev/shm") if name.startswith(pool._prefix)]
+
+
+@pytest.fixture(scope="module")
+def pool(models):
+    pool = VGpuPool(discover_vgpus("cpu", cpu_vgpus=2))
+    pool.load_model("mlp", models["mlp"])
+    yield pool
+    pool.close()
+
+
+def test_round_trip_equals_onnxruntime(pool, models):
+    x = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
+    expected = reference(models["mlp"], {"x": x})
+    for vgpu in pool.workers:
+        out = pool.submit(vgpu, "mlp", {"x": x}).result(30)
+        assert set(out) == {"relu", "label"}
+        np.testing.assert_array_equal(out["relu"], expected["relu"])
+        np.testing.assert_array_equal(out["label"], expected["label"])
+        assert out["label"].dtype == np.int64
+    state = pool.workers["cpu0"]
+    assert state.loaded["mlp"]["providers"] == ["CPUExecutionProvider"]
+    assert state.last_batch_seconds > 0 and not state.busy and state.queue_length == 0
+
+
+def test_concurrent_submitters_get_their_own_results(pool, models):
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32) for _ in range(60)]
+    ids = list(pool.workers)
+
+    def one(i):
+        return pool.submit(ids[i % len(ids)], "mlp", {"x": batches[i]}).result(30)
+
+    with ThreadPoolExecutor(6) as threads:
+        results = list(threads.map(one, range(len(batches))))
+    for x, out in zip(batches, results):
+        np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x})["relu"])
+    assert shm_segments(pool) == []
+
+
+def test_asyncio_wrap_future(pool, models):
+    x = np.ones((3, 16), np.float32)
+
+    async def main():
+        futures = [asyncio.wrap_future(pool.submit("cpu1", "mlp", {"x": x * i})) for i in range(8)]
+        return await asyncio.gather(*futures)
+
+    results = asyncio.run(main())
+    for i, out in enumerate(results):
+        np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x * i})["relu"])
+
+
+def test_errors_are_explicit(pool, models):
+    with pytest.raises(WorkerError, match="not loaded"):
+        pool.submit("cpu0", "nope", {"x": np.zeros((1, 16), np.float32)}).result(30)
+    with pytest.raises(WorkerError, match="missing model inputs"):
+        pool.submit("cpu0", "mlp", {"y": np.zeros((1, 16), np.float32)}).result(30)
+    with pytest.raises(WorkerError):  # wrong width: onnxruntime refuses the shape
+        pool.submit("cpu0", "mlp", {"x": np.zeros((1, 15), np.float32)}).result(30)
+    with pytest.raises(KeyError):
+        pool.submit("gpu7", "mlp", {"x": np.zeros((1, 16), np.float32)})
+    with pytest.raises(WorkerError, match="unknown executor"):
+        pool.load_model("m2", models["mlp"], executor="tensorrt")
+    # the worker survived all of that
+    assert pool.submit("cpu0", "mlp", {"x": np.zeros((1, 16), np.float32)}).result(30)["relu"].shape == (1, 8)
+    assert shm_segments(pool) == []
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_killed_worker_restarts_and_reruns_the_batch(models):
+    x = np.random.default_rng(3).standard_normal((256, 768)).astype(np.float32)
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+        pool.load_model("slow", models["slow"])
+        pool.load_model("mlp", models["mlp"])
+        first_pid = pool.workers["cpu0"].pid
+        future = pool.submit("cpu0", "slow", {"x": x})
+        time.sleep(0.05)
+        assert pool.workers["cpu0"].busy and not future.done()
+        os.kill(first_pid, signal.SIGKILL)
+        out = future.result(60)  # re-run once on the restarted worker
+        np.testing.assert_allclose(out["h24"], reference(models["slow"], {"x": x})["h24"], rtol=1e-4, atol=1e-5)
+        state = pool.workers["cpu0"]
+        assert state.restarts == 1 and state.pid != first_pid
+        # models were reloaded on the new worker
+        assert pool.submit("cpu0", "mlp", {"x": np.ones((2, 16), np.float32)}).result(30)["relu"].shape == (2, 8)
+        assert not os.path.exists(f"/proc/{first_pid}")  # reaped, no zombie
+    assert shm_segments(pool) == []
+
+
+def test_second_crash_fails_the_batch_explicitly(models):
+    x = np.random.default_rng(4).standard_normal((64, 768)).astype(np.float32)
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+        pool.load_model("slow", models["slow"])
+        pid = pool.workers["cpu0"].pid
+        future = pool.submit("cpu0", "slow", {"x": x})
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: pool.workers["cpu0"].pid != pid)
+        os.kill(pool.workers["cpu0"].pid, signal.SIGKILL)  # the re-run is queued on it
+        with pytest.raises(WorkerCrashed, match="2 time"):
+            future.result(60)
+        # the vGPU itself keeps serving after its second restart
+        wait_for(lambda: pool.workers["cpu0"].restarts == 2)
+        assert pool.submit("cpu0", "slow", {"x": x[:1]}).result(60)["h24"].shape == (1, 768)
+    assert shm_segments(pool) == []
+
+
+def test_no_retry_budget_fails_at_first_crash(models):
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), crash_retries=0, max_restarts=0) as pool:
+        pool.load_model("slow", models["slow"])
+        future = pool.submit("cpu0", "slow", {"x": np.ones((64, 768), np.float32)})
+        os.kill(pool.workers["cpu0"].pid, signal.SIGKILL)
+        with pytest.raises(WorkerCrashed):
+            future.result(30)
+        wait_for(lambda: not pool.workers["cpu0"].alive)
+        with pytest.raises(PoolClosed, match="dead"):
+            pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)})
+
+
+def test_close_leaves_no_processes_or_segments(models):
+    pool = VGpuPool(discover_vgpus("cpu", cpu_vgpus=2))
+    pool.load_model("slow", models["slow"])
+    pids = [s.pid for s in pool.workers.values()]
+    futures = [pool.submit(v, "slow", {"x": np.ones((64, 768), np.float32)}) for v in pool.workers]
+    pool.close(timeout=0.2)  # workers still computing: they are killed, futures fail
+    for future in futures:
+        assert future.done()
+        if future.exception() is not None:
+            assert isinstance(future.exception(), PoolClosed)
+    assert shm_segments(pool) == []
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")
+    with pytest.raises(PoolClosed):
+        pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)})

@@ -1,0 +1,243 @@
+"""The scheduler on a CPU vGPU with instrumented fake executors (tests/scheduler/scheduler_fakes.py).
+
+References: outputs are compared with the same program run once, straight through, with no
+scheduler (`run_alone`); timing claims are checked on the executor's own kernel log."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from scheduler.cpu_device import CpuDevice
+from scheduler.policies import POLICIES
+from scheduler.reef import Reef
+from scheduler.task import BE, RT
+from scheduler_fakes import ArenaExecutor, dense_chain, run_alone, sleep_chain
+
+WIDTH = 48
+
+
+def _inputs(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, WIDTH)).astype(np.float32)} for _ in range(n)]
+
+
+def _scheduler(policy, capacity=4, be_streams=2):
+    ex = ArenaExecutor()
+    return Reef(ex, CpuDevice(ex), policy, capacity=capacity, be_streams=be_streams, poll_s=5e-5,
+                profile_reps=1)
+
+
+def _close(reef):
+    reef.stop()
+    reef.device.close()
+
+
+@pytest.mark.parametrize("policy", ["reset", "reef"])
+def test_preempted_be_tasks_are_bit_identical(policy):
+    be = [dense_chain("be0", 400, WIDTH, slots=6, seed=1), dense_chain("be1", 300, WIDTH, slots=2, seed=2)]
+    rt = dense_chain("rt", 8, WIDTH, slots=3, seed=3)
+    reef = _scheduler(policy)
+    reef.add_client("b0", be[0], BE)
+    reef.add_client("b1", be[1], BE)
+    reef.add_client("r", rt, RT)
+    xs = _inputs(8)
+    with reef:
+        be_futures = [(i % 2, x, reef.submit(f"b{i % 2}", x)) for i, x in enumerate(xs)]
+        rt_futures = []
+        while not all(f.done() for _, _, f in be_futures):  # RT arrivals all through the BE work
+            rt_futures.append((xs[len(rt_futures) % 8], reef.submit("r", xs[len(rt_futures) % 8])))
+            time.sleep(0.004)  # long enough for RT mode to end in between
+        results = [(k, x, f.result(timeout=30)) for k, x, f in be_futures]
+        rt_results = [(x, f.result(timeout=30)) for x, f in rt_futures]
+    _close(reef)
+    assert sum(r.preemptions for _, _, r in results) >= 6
+    assert max(r.preemptions for _, _, r in results) >= 2  # some task preempted several times
+    for k, x, r in results:
+        np.testing.assert_array_equal(r.outputs["y"], run_alone(be[k], x)["y"])
+    for x, r in rt_results:
+        np.testing.assert_array_equal(r.outputs["y"], run_alone(rt, x)["y"])
+    if policy == "reef":
+        assert reef.stats.padded_kernels > 0
+
+
+class LaggingCpuDevice(CpuDevice):
+    """Progress seen late, as with CUDA events: a BE kernel's completion is credited only when a
+    poll comes `delay_s` after it, and completions not yet credited when the flag is set are lost,
+    so a flush re-runs up to the rerun window of kernels that had in fact finished."""
+
+    exact_progress = False
+
+    def __init__(self, executor, delay_s):
+        super().__init__(executor)
+        self.delay_s = delay_s
+        self._pending = []
+        self._unguarded = set()
+        self._lock = threading.Lock()
+
+    def load(self, program, guarded):
+        state = super().load(program, guarded)
+        if not guarded:
+            self._unguarded.add(id(state))
+        return state
+
+    def run_kernel(self, task, index):
+        if id(task.state) in self._unguarded:
+            return super().run_kernel(task, index)
+        task.mark_started(self.clock())
+        self.executor.launch(task.state, index)
+        task.executed += 1
+        with self._lock:
+            if not self.flag_is_set():
+                self._pending.append((task, index, self.clock()))
+
+    def poll(self):
+        now = self.clock()
+        with self._lock:
+            keep = []
+            for task, index, t in self._pending:
+                if now - t >= self.delay_s:
+                    task.completed = max(task.completed, index + 1)
+                else:
+                    keep.append((task, index, t))
+            self._pending = keep
+
+    def set_flag(self):
+        with self._lock:
+            self._pending.clear()
+            super().set_flag()
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_reruns_after_late_progress_are_bit_identical(slots):
+    be = dense_chain("be", 300, WIDTH, slots=slots, seed=4)
+    rt = dense_chain("rt", 6, WIDTH, slots=3, seed=5)
+    ex = ArenaExecutor()
+    reef = Reef(ex, LaggingCpuDevice(ex, delay_s=0.0005), "reset", capacity=4, be_streams=1, poll_s=5e-5)
+    reef.add_client("b", be, BE)
+    reef.add_client("r", rt, RT)
+    xs = _inputs(6)
+    with reef:
+        futures = [reef.submit("b", x) for x in xs]
+        while not all(f.done() for f in futures):
+            reef.submit("r", xs[0]).result(timeout=30)
+            time.sleep(0.002)
+        results = [f.result(timeout=30) for f in futures]
+    _close(reef)
+    assert sum(r.reruns for r in results) > 0  # kernels really were executed twice
+    assert reef._vhqs[0].max_outstanding_seen <= slots - 1  # capped by the rerun window
+    for x, r in zip(xs, results):
+        np.testing.assert_array_equal(r.outputs["y"], run_alone(be, x)["y"])
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_task_completes_exactly_once(policy):
+    reef = _scheduler(policy, be_streams=3)
+    for k in range(3):
+        reef.add_client(f"b{k}", dense_chain(f"be{k}", 30, WIDTH, seed=k), BE)
+    reef.add_client("r0", dense_chain("rt0", 5, WIDTH, seed=7), RT)
+    reef.add_client("r1", dense_chain("rt1", 6, WIDTH, seed=8), RT)
+    clients = ["b0", "b1", "b2", "r0", "r1"]
+    futures = []
+    with reef:
+        for i, x in enumerate(_inputs(60)):
+            futures.append(reef.submit(clients[i % 5], x))
+            if i % 7 == 0:
+                time.sleep(0.002)
+        results = [f.result(timeout=30) for f in futures]
+    _close(reef)
+    assert len(results) == 60 and all(f.done() for f in futures)
+    for i, r in enumerate(results):  # each future got its own request's answer
+        k = clients[i % 5]
+        ref = run_alone(reef._clients[k].program, _inputs(60)[i])
+        np.testing.assert_array_equal(r.outputs["y"], ref["y"])
+
+
+def test_a_task_resolves_once():
+    from scheduler.task import Task
+
+    t = Task(0, BE, "c", {}, 1, 1, 0.0)
+    assert t.finish({}, 1.0)
+    assert not t.finish({}, 2.0) and not t.fail(RuntimeError())
+    assert t.future.result().end_s == 1.0
+
+
+def test_tasks_left_at_stop_fail_once():
+    reef = _scheduler("reset")
+    reef.add_client("b", sleep_chain("slow", 50, 0.01), BE)
+    with reef:
+        futures = [reef.submit("b", {"x": np.zeros((1, 4), np.float32)}) for _ in range(3)]
+        time.sleep(0.05)
+    _close(reef)
+    for f in futures:
+        with pytest.raises(RuntimeError, match="stopped"):
+            f.result(timeout=1)
+    late = reef.submit("b", {"x": np.zeros((1, 4), np.float32)})
+    with pytest.raises(RuntimeError):
+        late.result(timeout=1)
+
+
+BE_KERNEL_S = 0.02
+BE_KERNELS = 30  # a whole BE task: 0.6 s
+
+
+def _rt_start_delays(policy):
+    """RT arrival -> its first kernel start, and how many BE kernels ended inside that gap."""
+    reef = _scheduler(policy, be_streams=2)
+    reef.add_client("b0", sleep_chain("be0", BE_KERNELS, BE_KERNEL_S), BE)
+    reef.add_client("b1", sleep_chain("be1", BE_KERNELS, BE_KERNEL_S), BE)
+    reef.add_client("r", sleep_chain("rt", 3, 0.001), RT)
+    x = {"x": np.ones((1, 4), np.float32)}
+    with reef:
+        be = [reef.submit(c, x) for c in ("b0", "b1", "b0", "b1")]
+        time.sleep(0.05)
+        rt = []
+        for _ in range(5):
+            rt.append(reef.submit("r", x).result(timeout=30))
+            time.sleep(0.043)  # lands at varying points inside BE kernels
+        for f in be:
+            f.result(timeout=30)
+    _close(reef)
+    log = reef.executor.log
+    out = []
+    for r in rt:
+        inside = sum(1 for m, _, t0, t1 in log if m.startswith("be") and r.arrival_s < t1 < r.first_kernel_s)
+        out.append((r.first_kernel_s - r.arrival_s, inside))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["reset", "reef"])
+def test_rt_waits_at_most_one_be_kernel(policy):
+    for delay, inside in _rt_start_delays(policy):
+        assert inside <= 2  # at most the kernel each BE stream was already running
+        assert delay < BE_KERNEL_S + 0.015  # one kernel plus scheduling slack, far below a task
+
+
+def test_seq_makes_rt_wait_for_a_whole_be_task():
+    delays = [d for d, _ in _rt_start_delays("seq")]
+    assert max(delays) > 5 * BE_KERNEL_S
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_vhq_never_exceeds_capacity(capacity):
+    reef = _scheduler("reset", capacity=capacity, be_streams=1)
+    reef.add_client("b", dense_chain("be", 60, WIDTH, slots=8), BE)  # rerun window 7 > capacity
+    reef.add_client("r", dense_chain("rt", 4, WIDTH), RT)
+    vhq = reef._vhqs[0]
+    seen = []
+    submit = vhq.stream.submit
+
+    def checked_submit(task, index, pads=()):
+        seen.append(vhq.stream.outstanding())
+        submit(task, index, pads)
+
+    vhq.stream.submit = checked_submit
+    with reef:
+        futures = [reef.submit("b", x) for x in _inputs(4)]
+        futures += [reef.submit("r", x) for x in _inputs(3)]
+        for f in futures:
+            f.result(timeout=30)
+    _close(reef)
+    assert seen and max(seen) < capacity  # room for one more at every submit
+    assert vhq.max_outstanding_seen <= capacity
