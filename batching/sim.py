@@ -98,10 +98,11 @@ def simulate(batcher: Batcher, model: str, arrivals: np.ndarray, lengths: np.nda
     window = duration - warmup
     finished = np.count_nonzero(measured & (done_at <= duration))
     p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if latency.size else (math.nan,) * 3
+    mean = float(latency.mean()) if latency.size else math.nan
     return SimResult(
         offered_rps=n / duration,
         throughput_rps=finished / window,
-        latency_ms={"p50": float(p50), "p95": float(p95), "p99": float(p99)},
+        latency_ms={"mean": mean, "p50": float(p50), "p95": float(p95), "p99": float(p99)},
         mean_batch_size=float(np.mean(batch_sizes)) if batch_sizes else 0.0,
         vgpu_utilisation=busy / (duration * len(vgpus)),
         completed=int(np.count_nonzero(~np.isnan(done_at))),

@@ -4,6 +4,7 @@ Batchers compared (same arrivals and lengths for each, drawn from --seed per rat
 - preba: Batch_max = Batch_knee per bucket, Time_queue = Time_knee / vGPUs.
 - triton: one queue, max_batch_size = the model's largest Batch_knee, max_queue_delay = its largest
   Time_knee (the most permissive knee settings a Triton operator could read off the profile).
+- preba-eager: preba, but timed-out batches also go to busy vGPUs (short_batches_wait_for_idle=False).
 - static: fixed batch = the Batch_knee of the bucket holding the mean input length (or
   --static-batch), flushed only after --static-timeout-ms so a run's tail drains.
 """
@@ -15,6 +16,8 @@ import json
 import sys
 
 BATCHERS = ("preba", "triton", "static")
+# not part of the default side-by-side set: PREBA placing timed-out batches on busy vGPUs too
+VARIANTS = ("preba-eager",)
 
 
 def register(subparsers) -> None:
@@ -25,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     p.add_argument("--rate", type=float, help="offered load, requests/s (without --sweep)")
     p.add_argument("--lengths", default="librispeech", help="librispeech | fixed:SECONDS (audio)")
-    p.add_argument("--batcher", choices=BATCHERS,
+    p.add_argument("--batcher", choices=BATCHERS + VARIANTS,
                    help="default: preba; with --sweep, all three side by side")
     p.add_argument("--duration", type=float, default=30.0, help="simulated seconds of arrivals")
     p.add_argument("--warmup", type=float, help="seconds excluded from metrics (default 10%%)")
@@ -124,7 +127,7 @@ def default_rates(capacity_rps: float) -> list[float]:
 
 def batcher_params(name: str, profile, args, typical_batch: int) -> dict:
     buckets = profile.model(args.model).buckets
-    if name == "preba":
+    if name in ("preba", "preba-eager"):
         return {"batch_max": [b.batch_knee for b in buckets],
                 "time_queue_ms": [round(b.time_knee_ms / args.vgpus, 4) for b in buckets]}
     if name == "triton":
@@ -142,6 +145,8 @@ def batcher_factories(profile, args, vgpus, service_time, typical_batch):
     policy = {args.model: profile.model_batching(args.model)}
     return {
         "preba": lambda: PrebaBatcher(policy, vgpus, service_time),
+        "preba-eager": lambda: PrebaBatcher(policy, vgpus, service_time,
+                                            short_batches_wait_for_idle=False),
         "triton": lambda: TritonBatcher(vgpus, service_time, **triton),
         "static": lambda: StaticBatcher(vgpus, service_time, static["batch_size"],
                                         static["timeout_ms"] / 1e3),
@@ -151,16 +156,16 @@ def batcher_factories(profile, args, vgpus, service_time, typical_batch):
 def print_table(report: dict) -> None:
     print(f"{report['model']} on {report['vgpus']} x {report['kind']}, {report['arrival']} arrivals, "
           f"lengths {report['lengths']}")
-    print(f"{'batcher':8} {'rate/s':>9} {'thr/s':>9} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9} "
+    print(f"{'batcher':11} {'rate/s':>9} {'thr/s':>9} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9} "
           f"{'batch':>6} {'util':>6}")
     for name, entry in report["batchers"].items():
         for r in entry["runs"]:
             lat = r["latency_ms"]
-            print(f"{name:8} {r['rate_rps']:9.1f} {r['throughput_rps']:9.1f} {lat['p50']:9.1f} "
+            print(f"{name:11} {r['rate_rps']:9.1f} {r['throughput_rps']:9.1f} {lat['p50']:9.1f} "
                   f"{lat['p95']:9.1f} {lat['p99']:9.1f} {r['mean_batch_size']:6.1f} "
                   f"{r['vgpu_utilisation']:6.2f}")
         if "max_rate_at_slo_rps" in entry:
-            print(f"{name:8} max rate at p95 <= {report['slo_ms']:g} ms: "
+            print(f"{name:11} max rate at p95 <= {report['slo_ms']:g} ms: "
                   f"{entry['max_rate_at_slo_rps']} req/s")
 
 
