@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "zoo": "atoll.commands.zoo",
     "preprocess": "atoll.commands.preprocess",
     "simulate": "atoll.commands.simulate",
+    "profile": "atoll.commands.profile",
 }
 
 
