@@ -3,7 +3,8 @@
 Batchers compared (same arrivals and lengths for each, drawn from --seed per rate):
 - preba: Batch_max = Batch_knee per bucket, Time_queue = Time_knee / vGPUs.
 - triton: one queue, max_batch_size = the model's largest Batch_knee, max_queue_delay = its largest
-  Time_knee (the most permissive knee settings a Triton operator could read off the profile).
+  Time_knee (the most permissive knee settings a Triton operator could read off the profile);
+  --triton-max-batch / --triton-delay-us override them for sensitivity runs.
 - preba-eager: preba, but timed-out batches also go to busy vGPUs (short_batches_wait_for_idle=False).
 - static: fixed batch = the Batch_knee of the bucket holding the mean input length (or
   --static-batch), flushed only after --static-timeout-ms so a run's tail drains.
@@ -37,6 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--sweep", action="store_true", help="sweep the offered rate")
     p.add_argument("--rates", help="START:STOP:STEP for --sweep (default: 10%%..150%% of an "
                                    "estimate of capacity, 15 points)")
+    p.add_argument("--triton-max-batch", type=int, help="override triton's max_batch_size")
+    p.add_argument("--triton-delay-us", type=int, help="override triton's max_queue_delay_microseconds")
     p.add_argument("--static-batch", type=int, help="static batcher's batch size")
     p.add_argument("--static-timeout-ms", type=float, default=1000.0)
     p.add_argument("--plot", help="PNG of throughput vs p95 latency per batcher")
@@ -131,8 +134,9 @@ def batcher_params(name: str, profile, args, typical_batch: int) -> dict:
         return {"batch_max": [b.batch_knee for b in buckets],
                 "time_queue_ms": [round(b.time_knee_ms / args.vgpus, 4) for b in buckets]}
     if name == "triton":
-        return {"max_batch_size": max(b.batch_knee for b in buckets),
-                "max_queue_delay_microseconds": round(max(b.time_knee_ms for b in buckets) * 1e3)}
+        return {"max_batch_size": args.triton_max_batch or max(b.batch_knee for b in buckets),
+                "max_queue_delay_microseconds": args.triton_delay_us if args.triton_delay_us is not None
+                else round(max(b.time_knee_ms for b in buckets) * 1e3)}
     return {"batch_size": args.static_batch or typical_batch,
             "timeout_ms": args.static_timeout_ms}
 
