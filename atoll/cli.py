@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "zoo": "atoll.commands.zoo",
     "preprocess": "atoll.commands.preprocess",
     "model": "atoll.commands.model",
+    "simulate": "atoll.commands.simulate",
+    "profile": "atoll.commands.profile",
 }
 
 

@@ -8,9 +8,15 @@ first: shorter inputs neither raise the padded length nor lower the batch limit,
 does both. A merged batch never holds more than the Batch_max of its longest input and is padded to
 that input's length.
 
-Placement: a batch is placed as soon as it is due, on an idle vGPU if one serves the model, else on
-the one whose queued work is expected to complete first (see VgpuPool). Waiting for an idle vGPU
-instead would let batches grow past the knee under load, which is what the knee is there to stop.
+Placement: a full batch is placed as soon as it is full, on an idle vGPU if one serves the model,
+else on the one whose queued work is expected to complete first (see VgpuPool); that keeps the next
+batch queued behind the running one so no vGPU idles between batches. A timed-out (short) batch is
+placed only on an idle vGPU: while every vGPU serving the model is busy its bucket keeps filling
+(never past Batch_max) and goes when a vGPU frees or it fills up. Placing short batches on busy vGPUs
+as well (`short_batches_wait_for_idle=False`, the literal reading of "idle, else earliest expected
+completion" for every batch) commits small batches to a queue where they gain nothing by waiting:
+with audio spread over ~10 busy buckets, Time_queue = Time_knee / N then fires every few ms per bucket
+and the vGPUs saturate on batches of 2-3 (see batching/README.md for the simulated figures).
 """
 
 from __future__ import annotations
@@ -30,15 +36,16 @@ class _ModelQueues:
         self.fifos: list[deque[Item]] = [deque() for _ in policy.buckets]
         self.time_queue = [b.time_knee / len(vgpus) for b in policy.buckets]
 
-    def deadline(self, k: int) -> float | None:
-        """When bucket k becomes due: as soon as it is full, else when its oldest times out."""
+    def deadline(self, k: int, may_time_out: bool) -> float | None:
+        """When bucket k becomes due: as soon as it is full, else when its oldest times out
+        (if `may_time_out`)."""
         fifo = self.fifos[k]
         if not fifo:
             return None
         batch_max = self.policy.buckets[k].batch_max
         if len(fifo) >= batch_max:
             return fifo[batch_max - 1].arrival
-        return fifo[0].arrival + self.time_queue[k]
+        return fifo[0].arrival + self.time_queue[k] if may_time_out else None
 
     def neighbours(self, k: int, distance: int) -> list[int]:
         order = []
@@ -49,9 +56,11 @@ class _ModelQueues:
 
 class PrebaBatcher:
     def __init__(self, models: Mapping[str, ModelBatching], vgpus: Mapping[str, str],
-                 service_time: ServiceTime, merge_distance: int = 1):
+                 service_time: ServiceTime, merge_distance: int = 1,
+                 short_batches_wait_for_idle: bool = True):
         """`vgpus` maps vGPU id -> kind; `merge_distance` is how many buckets away a short batch
-        may borrow inputs from (1 = adjacent buckets only)."""
+        may borrow inputs from (1 = adjacent buckets only); `short_batches_wait_for_idle=False`
+        places timed-out batches on busy vGPUs too (see the module docstring)."""
         self._pool = VgpuPool(vgpus, service_time)
         self._models: dict[str, _ModelQueues] = {}
         for name, policy in models.items():
@@ -61,6 +70,7 @@ class PrebaBatcher:
                 raise ValueError(f"model {name!r}: vGPUs {sorted(unknown) or '[]'} are not in the pool")
             self._models[name] = _ModelQueues(policy, serving)
         self._merge_distance = merge_distance
+        self._short_wait = short_batches_wait_for_idle
         self._pending = 0
 
     def time_queue(self, model: str, bucket: int) -> float:
@@ -76,23 +86,23 @@ class PrebaBatcher:
     def poll(self, now: float) -> list[Dispatch]:
         out = []
         while True:
-            due = [
-                (deadline, name, k)
-                for name, queues in self._models.items()
-                for k in range(len(queues.fifos))
-                if (deadline := queues.deadline(k)) is not None and deadline <= now
-            ]
+            due = [(d, name, k) for d, name, k in self._deadlines() if d <= now]
             if not due:
                 return out
             _, name, k = min(due)
             out.append(self._dispatch(name, k, now))
 
     def next_deadline(self) -> float | None:
-        deadlines = [
-            d for q in self._models.values() for k in range(len(q.fifos))
-            if (d := q.deadline(k)) is not None
-        ]
-        return min(deadlines, default=None)
+        return min((d for d, _, _ in self._deadlines()), default=None)
+
+    def _deadlines(self) -> list[tuple[float, str, int]]:
+        out = []
+        for name, queues in self._models.items():
+            may_time_out = not self._short_wait or bool(self._pool.idle(queues.vgpus))
+            for k in range(len(queues.fifos)):
+                if (d := queues.deadline(k, may_time_out)) is not None:
+                    out.append((d, name, k))
+        return out
 
     def on_complete(self, vgpu: str, now: float) -> None:
         self._pool.complete(vgpu, now)

@@ -4,7 +4,6 @@ configuration documentation, `dynamic_batching`) and static batching."""
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
@@ -113,41 +112,3 @@ def test_static_places_on_idle_then_earliest_completion():
     b = StaticBatcher(vgpus(2), service, batch_size=1)
     add(b, 3)
     assert [d.vgpu for d in b.poll(0.0)] == ["g0", "g1", "g0"]
-
-
-@pytest.mark.parametrize("make", [
-    lambda: TritonBatcher(vgpus(3), service, max_batch_size=8, max_queue_delay_microseconds=2000,
-                          preferred_batch_sizes=(4,)),
-    lambda: StaticBatcher(vgpus(3), service, batch_size=8, timeout=0.01),
-])
-def test_every_item_dispatched_exactly_once(make):
-    b = make()
-    rng = random.Random(5)
-    busy: dict[str, list[float]] = {}
-    t, seen = 0.0, []
-
-    def drain_until(limit):
-        # completions feed back like a real vGPU: FIFO, one batch at a time
-        nonlocal seen
-        while True:
-            done = min(((ends[0], g) for g, ends in busy.items() if ends), default=None)
-            deadline = b.next_deadline()
-            nxt = min(done[0] if done else math.inf, math.inf if deadline is None else deadline)
-            if nxt > limit or nxt == math.inf:
-                return
-            if done and done[0] == nxt:
-                busy[done[1]].pop(0)
-                b.on_complete(done[1], nxt)
-            for d in b.poll(nxt):
-                seen.append(d)
-                ends = busy.setdefault(d.vgpu, [])
-                start = max(nxt, ends[-1] if ends else nxt)
-                ends.append(start + service(d.model, len(d.items), d.pad_length, "k"))
-
-    for i in range(1500):
-        t += rng.expovariate(300.0)
-        drain_until(t)
-        b.add(Item(i, "m", rng.uniform(0.5, 3.0), t), now=t)
-    drain_until(math.inf)
-    assert sorted(it.id for d in seen for it in d.items) == list(range(1500))
-    assert b.pending() == 0

@@ -1,0 +1,176 @@
+"""`atoll profile MODEL --vgpu ID --out PROFILE.json`: measure a knee profile on one vGPU.
+
+For every input length (audio) and batch size, runs `--repeats` timed batches (after `--warmup`
+untimed ones) through a runner, records the tail latency (`--percentile`, p95 by default), and
+derives Batch_knee / Time_knee per bucket with batching.knee. The runner is the real vGPU worker
+path (gpu_runtime.vgpu.VGpuPool: a worker process on the chosen vGPU, inputs through shared memory,
+the model file from a Triton-layout repository), so the times include what a served batch pays.
+If --out already holds a profile of the same vGPU kind, the measured model is added or replaced in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Runner = Callable[[int, float], None]  # run one batch of `batch` inputs of `length` seconds
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("profile", help="measure latency over batch size (and length) on a vGPU")
+    p.add_argument("model", help="model name in the repository")
+    p.add_argument("--vgpu", help="vGPU id from `atoll info` (default: the first one found)")
+    p.add_argument("--vgpu-mode", default="auto", help="vGPU discovery mode (auto|mig|gpu|cpu)")
+    p.add_argument("--repository", help="Triton-layout model repository (default: built-in demo)")
+    p.add_argument("--lengths", default="2.5:35:2.5",
+                   help="audio lengths in s, comma list or START:STOP:STEP (bucket upper edges)")
+    p.add_argument("--batches", default="1,2,4,8,16,32,64", help="comma list of batch sizes")
+    p.add_argument("--repeats", type=int, default=10, help="timed batches per point")
+    p.add_argument("--warmup", type=int, default=2, help="untimed batches per point (>= 1: the first also builds the input)")
+    p.add_argument("--percentile", type=float, default=95.0, help="tail latency percentile")
+    p.add_argument("--out", required=True, help="profile JSON to write")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from batching.profile import ProfileError
+
+    try:
+        batches = parse_batches(args.batches)
+        lengths = parse_lengths(args.lengths)
+        if args.repeats < 1 or args.warmup < 1 or not 0 < args.percentile <= 100:
+            raise ValueError("--repeats must be >= 1, --warmup >= 1, --percentile in (0, 100]")
+        profile_on_vgpu(args, batches, lengths)
+    except (ValueError, ProfileError, RuntimeError, OSError) as e:
+        print(f"atoll profile: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def parse_batches(spec: str) -> list[int]:
+    try:
+        sizes = sorted({int(x) for x in spec.split(",")})
+    except ValueError:
+        raise ValueError(f"--batches must be a comma list of integers, not {spec!r}") from None
+    if sizes[0] < 1:
+        raise ValueError("batch sizes must be >= 1")
+    return sizes
+
+
+def parse_lengths(spec: str) -> list[float]:
+    from batching.sweep import parse_rates
+
+    if ":" in spec:
+        return parse_rates(spec)  # the same START:STOP:STEP grammar
+    try:
+        lengths = sorted({float(x) for x in spec.split(",")})
+    except ValueError:
+        raise ValueError(f"--lengths must be numbers in seconds, not {spec!r}") from None
+    if lengths[0] <= 0:
+        raise ValueError("lengths must be positive")
+    return lengths
+
+
+def measure(runner: Runner, model: str, modality: str, lengths: Sequence[float],
+            batches: Sequence[int], repeats: int, warmup: int, percentile: float,
+            clock: Callable[[], float] = time.perf_counter, progress: bool = True):
+    """A ModelProfile of tail latency (ms) per (length, batch), with knees by the knee rule."""
+    from tqdm import tqdm
+
+    from batching.knee import knee
+    from batching.profile import BucketProfile, ModelProfile
+
+    points = [None] if modality == "image" else list(lengths)
+    buckets = []
+    with tqdm(total=len(points) * len(batches), desc=f"profile {model}", unit="point",
+              file=sys.stderr, disable=not progress) as bar:
+        for length in points:
+            latency = {}
+            for batch in batches:
+                for _ in range(warmup):
+                    runner(batch, 1.0 if length is None else length)
+                times = []
+                for _ in range(repeats):
+                    start = clock()
+                    runner(batch, 1.0 if length is None else length)
+                    times.append((clock() - start) * 1e3)
+                latency[batch] = float(np.percentile(times, percentile))
+                bar.update()
+            batch_knee, time_knee = knee(latency)
+            buckets.append(BucketProfile(length, batch_knee, time_knee, latency))
+    return ModelProfile(modality, tuple(buckets))
+
+
+def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[float]) -> None:
+    from pathlib import Path
+
+    from batching.profile import Profile, load_profile, save_profile
+    from gpu_runtime.discovery import discover
+    from gpu_runtime.vgpu import VGpuPool
+
+    spec = _model_spec(args.repository, args.model)
+    modality = "audio" if spec.preprocess == "audio" else "image"
+    vgpus = discover(args.vgpu_mode).vgpus
+    info = next((v for v in vgpus if v.id == args.vgpu), None) if args.vgpu else vgpus[0]
+    if info is None:
+        raise ValueError(f"no vGPU {args.vgpu!r}; found {', '.join(v.id for v in vgpus)}")
+    if spec.max_batch_size and batches[-1] > spec.max_batch_size:
+        raise ValueError(f"{spec.name} accepts batches up to {spec.max_batch_size} (config.pbtxt)")
+
+    with VGpuPool([info]) as pool:
+        pool.load_model(spec.name, spec.path, max_batch=batches[-1])
+        runner = _pool_runner(pool, info.id, spec)
+        measured = measure(runner, spec.name, modality, lengths, batches, args.repeats,
+                           args.warmup, args.percentile)
+
+    out = Path(args.out)
+    source = (f"measured by `atoll profile` on {info.name} ({info.id}), executor "
+              f"{pool.executor}, p{args.percentile:g} of {args.repeats} batches per point")
+    models = {}
+    if out.is_file():
+        previous = load_profile(out)
+        if previous.kind != info.profile_kind:
+            raise ValueError(f"{out} holds a profile for {previous.kind!r}, this vGPU is "
+                             f"{info.profile_kind!r}: choose another --out")
+        models = dict(previous.models)
+    models[spec.name] = measured
+    save_profile(Profile(info.profile_kind, source, models, args.percentile), out)
+    print(f"wrote {out}: {spec.name} on {info.profile_kind}, Batch_knee per bucket "
+          f"{[b.batch_knee for b in measured.buckets]}", file=sys.stderr)
+
+
+def _model_spec(repository: str | None, model: str):
+    from atoll.repository import load_repository
+
+    if repository is None:
+        from atoll.demo_repository import demo_repository
+
+        repository = demo_repository()
+    models = load_repository(repository)
+    if model not in models:
+        raise ValueError(f"no model {model!r} in {repository} (has {', '.join(models)})")
+    return models[model]
+
+
+def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
+    from atoll.pipeline import FRAME_SECONDS
+
+    tensor = spec.inputs[0]
+    rng = np.random.default_rng(0)
+    inputs: dict[tuple[int, float], np.ndarray] = {}  # built once per point, outside the timing
+
+    def run_batch(batch: int, length: float) -> None:
+        x = inputs.get((batch, length))
+        if x is None:
+            # the variable axis of an audio input is its frame axis: T frames span (T - 1) hops
+            frames = int(round(length / FRAME_SECONDS)) + 1
+            dims = [frames if d < 0 else d for d in tensor.dims]
+            inputs.clear()
+            x = inputs[(batch, length)] = rng.standard_normal((batch, *dims)).astype(np.float32)
+        pool.submit(vgpu_id, spec.name, {tensor.name: x}).result()
+
+    return run_batch

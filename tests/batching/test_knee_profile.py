@@ -1,0 +1,143 @@
+"""Knee rule on synthetic curves, profile files (validation, interpolation), shipped profiles.
+
+References: the knee rule's closed form for a linear latency curve (derived in the test), PREBA's
+published Batch_knee values (MobileNet 16/128, SqueezeNet 4/32, Swin 2/16 on A100 1g.5gb/7g.40gb).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from batching.knee import knee
+from batching.paper_profiles import KINDS, paper_profile
+from batching.profile import ProfileError, load_profile, parse_profile, service_time_from
+
+PROFILES = Path(__file__).resolve().parents[2] / "batching" / "profiles"
+DOUBLING = [2**i for i in range(10)]
+
+
+@pytest.mark.parametrize("a,c", [(10.0, 0.1), (2.0, 0.5), (17.0, 3.3), (1.0, 1e-4)])
+def test_knee_of_linear_latency_matches_closed_form(a, c):
+    # latency a + c b doubles-step test: (a + 2cb) / (a + cb) <= sqrt(2)  <=>  c b <= a / sqrt(2),
+    # so the knee is the largest power of two b with c b / 2 <= a / sqrt(2) (capped by the grid)
+    latency = {b: a + c * b for b in DOUBLING}
+    expected = max(b for b in DOUBLING if c * b / 2 <= a / math.sqrt(2))
+    assert knee(latency) == (expected, latency[expected])
+
+
+def test_knee_is_first_step_where_latency_outgrows_throughput():
+    # throughput grows until 8, then latency doubles per doubling (throughput flat): knee 8
+    latency = {1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 24.0, 32: 48.0}
+    assert knee(latency) == (8, 12.0)
+    # the exact boundary: latency growth equal to throughput gain is still acceptable
+    assert knee({1: 1.0, 2: math.sqrt(2), 4: 10.0})[0] == 2
+
+
+def test_knee_handles_uneven_sizes_and_flat_curves():
+    assert knee({1: 5.0, 3: 5.1, 7: 5.2}) == (7, 5.2)
+    # 3 -> 12 is 4x the batch; latency 3x < sqrt(4)=2? no: 3 > 2 so the knee stays at 3
+    assert knee({1: 1.0, 3: 1.2, 12: 3.6})[0] == 3
+    assert knee({4: 9.0}) == (4, 9.0)
+    with pytest.raises(ValueError):
+        knee({})
+
+
+def test_shipped_profiles_reproduce_prebas_published_knees():
+    published = {"a100-1g.5gb": {"mobilenet_v3_small": 16, "squeezenet1_1": 4, "swin_t": 2},
+                 "a100-7g.40gb": {"mobilenet_v3_small": 128, "squeezenet1_1": 32, "swin_t": 16}}
+    for kind, knees in published.items():
+        profile = load_profile(PROFILES / f"{kind}.json")
+        assert profile.kind == kind and "PREBA" in profile.source and "not measured" in profile.source
+        for model, expected in knees.items():
+            assert profile.models[model].buckets[0].batch_knee == expected
+        for model in ("conformer", "citrinet"):
+            times = [b.time_knee_ms for b in profile.models[model].buckets]
+            assert 20.0 <= min(times) and max(times) <= 45.0  # PREBA: audio Time_knee ~35 ms
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_shipped_profiles_are_the_generator_output_and_obey_the_knee_rule(kind):
+    shipped = json.loads((PROFILES / f"{kind}.json").read_text())
+    assert shipped == paper_profile(kind).to_json()
+    for model in load_profile(PROFILES / f"{kind}.json").models.values():
+        for b in model.buckets:
+            assert (b.batch_knee, b.time_knee_ms) == pytest.approx(knee(b.latency_ms), rel=1e-6)
+
+
+def test_service_time_interpolates_over_batch_and_length():
+    profile = load_profile(PROFILES / "a100-1g.5gb.json")
+    conformer = profile.models["conformer"]
+    grid = {(b.length_s, s): v for b in conformer.buckets for s, v in b.latency_ms.items()}
+    assert profile.service_time("conformer", 8, 5.0) == pytest.approx(grid[(5.0, 8)] / 1e3)
+    mid_batch = (grid[(5.0, 8)] + grid[(5.0, 16)]) / 2
+    assert profile.service_time("conformer", 12, 5.0) == pytest.approx(mid_batch / 1e3)
+    mid_len = (grid[(5.0, 8)] + grid[(7.5, 8)]) / 2
+    assert profile.service_time("conformer", 8, 6.25) == pytest.approx(mid_len / 1e3)
+    # shorter than the first bucket: clamped to it; past the largest batch: linear extrapolation
+    assert profile.service_time("conformer", 8, 0.3) == pytest.approx(grid[(2.5, 8)] / 1e3)
+    slope = grid[(2.5, 256)] - grid[(2.5, 128)]
+    assert profile.service_time("conformer", 384, 2.5) == pytest.approx(
+        (grid[(2.5, 256)] + slope) / 1e3)
+    # images ignore length
+    assert profile.service_time("swin_t", 2, 99.0) == profile.service_time("swin_t", 2, 1.0)
+    fn = service_time_from({profile.kind: profile})
+    assert fn("conformer", 8, 5.0, "a100-1g.5gb") == profile.service_time("conformer", 8, 5.0)
+    with pytest.raises(ProfileError, match="no profile for vGPU kind"):
+        fn("conformer", 8, 5.0, "h100")
+
+
+def test_model_batching_from_profile():
+    profile = load_profile(PROFILES / "a100-1g.5gb.json")
+    policy = profile.model_batching("conformer")
+    assert policy.modality == "audio" and len(policy.buckets) == 14
+    assert policy.buckets[0].max_length == 2.5 and policy.buckets[-1].max_length == 35.0
+    assert policy.buckets[0].batch_max == profile.models["conformer"].buckets[0].batch_knee
+    assert policy.buckets[0].time_knee == pytest.approx(
+        profile.models["conformer"].buckets[0].time_knee_ms / 1e3)
+    assert math.isinf(profile.model_batching("swin_t").buckets[0].max_length)
+    with pytest.raises(ProfileError, match="has no model 'bert'"):
+        profile.model_batching("bert")
+
+
+def _valid():
+    return paper_profile("a100-1g.5gb").to_json()
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.pop("kind"), r"kind: missing or not a string"),
+    (lambda d: d.update(models={}), r"models: is empty"),
+    (lambda d: d["models"]["swin_t"].update(modality="video"), r"models.swin_t.modality: must be one of"),
+    (lambda d: d["models"]["swin_t"]["buckets"][0].update(length_s=2.5),
+     r"models.swin_t.buckets\[0\].length_s: must be null"),
+    (lambda d: d["models"]["conformer"]["buckets"][3].update(length_s=1.0),
+     r"models.conformer.buckets: length_s must increase"),
+    (lambda d: d["models"]["conformer"]["buckets"][1].update(batch_knee=48),
+     r"models.conformer.buckets\[1\].batch_knee: 48 is not one of the profiled batch sizes"),
+    (lambda d: d["models"]["conformer"]["buckets"][1]["latency_ms"].update({"x": 1.0}),
+     r"batch size 'x' is not a positive integer"),
+    (lambda d: d["models"]["conformer"]["buckets"][2]["latency_ms"].update({"4": -1.0}),
+     r"latency_ms\[4\]: must be a positive number"),
+    (lambda d: d["models"]["conformer"]["buckets"][2]["latency_ms"].pop("4"),
+     r"must profile the same batch sizes as bucket 0"),
+    (lambda d: d["models"]["conformer"]["buckets"][0].pop("time_knee_ms"),
+     r"time_knee_ms: must be a positive number"),
+])
+def test_profile_validation_names_the_field(mutate, message):
+    data = copy.deepcopy(_valid())
+    mutate(data)
+    with pytest.raises(ProfileError, match=message):
+        parse_profile(data, "p.json")
+
+
+def test_load_profile_errors_are_one_line(tmp_path):
+    with pytest.raises(ProfileError, match="cannot read profile"):
+        load_profile(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        load_profile(bad)
