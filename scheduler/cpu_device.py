@@ -107,6 +107,9 @@ class CpuDevice:
     # A guarded kernel is dropped before it starts and a started one always finishes, so the
     # streams' counters are exact and a flush re-runs nothing.
     exact_progress = True
+    # Stream threads set `wake` as kernels end, so the scheduler may sleep between polls (a pure
+    # spin would hold the GIL the kernels need).
+    poll_s = 1e-4
     # One spare thread runs the pads one after another, so they must fit under the RT kernel.
     padding_rules = PaddingRules(max_pads=4, serial=True, same_block=False)
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 
 # benchmark -> module
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "disb": "atoll.bench.disb",
+    "preempt": "atoll.bench.preempt",
+}
 
 
 def register(subparsers) -> None:
