@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
     "bench": "atoll.commands.bench",
     "zoo": "atoll.commands.zoo",
+    "model": "atoll.commands.model",
 }
 
 

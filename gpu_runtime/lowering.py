@@ -388,13 +388,13 @@ def lower_reduce_mean(ctx, node, ins, attrs):
     return [_rows_reduce(ctx, x, outer, L, inner, shape)]
 
 
-def lower_softmax(ctx, node, ins, attrs):
+def lower_softmax(ctx, node, ins, attrs, log=False):
     _only(attrs, {"axis"})
     x = ctx.b.as_tensor(ins[0])
     ax = _axis(attrs.get("axis", -1), len(x.shape))
     outer, L, inner = _prod(x.shape[:ax]), x.shape[ax], _prod(x.shape[ax + 1:])
     y = ctx.b.tensor(x.shape)
-    ctx.b.launch(rows.softmax(), rows.row_grid(outer * inner), BLOCK,
+    ctx.b.launch(rows.softmax(log), rows.row_grid(outer * inner), BLOCK,
                  [x, y, outer * inner, L, inner], [y])
     return [y]
 
@@ -637,6 +637,7 @@ LOWERINGS = {
     "GlobalAveragePool": lower_global_avg_pool,
     "ReduceMean": lower_reduce_mean,
     "Softmax": lower_softmax,
+    "LogSoftmax": lambda c, n, i, a: lower_softmax(c, n, i, a, log=True),
     "LayerNormalization": lower_layer_norm,
     "Transpose": lower_transpose,
     "Concat": lower_concat,

@@ -43,6 +43,7 @@ class BufferSpec:
     dtype: str  # numpy dtype name, e.g. "float32"
     offset: int
     role: str  # "input" | "output" | "weight" | "temp"
+    alias_of: int | None = None  # index of the buffer whose bytes this one views (Reshape etc.)
 
     @property
     def nbytes(self) -> int:
@@ -66,7 +67,7 @@ class Launch:
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     writes: tuple[int, ...]  # buffer indices this launch writes (its outputs)
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # dynamic shared memory; a kernel's static use is KernelDef.shared_bytes
 
 
 @dataclass
@@ -82,6 +83,9 @@ class Program:
     # Weights live in their own region (offsets of role "weight" buffers index it), so programs of
     # one model at several batch sizes can share a single copy.
     weight_bytes: int = 0
+    # Restore may re-run up to this many already-completed launches (REEF's c outstanding kernels):
+    # the arena keeps every buffer a launch reads intact until this many launches after it.
+    restore_window: int = 0
 
     def kernels(self) -> dict[str, KernelDef]:
         """The distinct kernels of the program by name (what an executor compiles once)."""

@@ -45,8 +45,9 @@ def reduce_mean() -> KernelDef:
 
 
 @functools.cache
-def softmax() -> KernelDef:
-    name = "atoll_softmax"
+def softmax(log: bool = False) -> KernelDef:
+    name = "atoll_log_softmax" if log else "atoll_softmax"
+    write = "X[o] - m - logf(s)" if log else "expf(X[o] - m) * r"
     body = ROW_LOOP + r"""
     float m = -3.402823466e38f;
     for (int j = threadIdx.x; j < L; j += blockDim.x) m = fmaxf(m, X[base + (long long)j * inner]);
@@ -57,17 +58,18 @@ def softmax() -> KernelDef:
     const float r = 1.f / s;
     for (int j = threadIdx.x; j < L; j += blockDim.x) {
       const long long o = base + (long long)j * inner;
-      Y[o] = expf(X[o] - m) * r;
+      Y[o] = WRITE;
     }
-  }"""
+  }""".replace("WRITE", write)
     src = kernel_source(name, "const float* __restrict__ X, float* __restrict__ Y, int rows, "
                         "int L, int inner", body, prelude=BLOCK_REDUCE)
 
     def impl(x, y, rows, L, inner):
         v = x.reshape(-1, L, inner)
-        e = np.exp(v - v.max(axis=1, keepdims=True))
-        e /= e.sum(axis=1, keepdims=True)
-        y.reshape(-1, L, inner)[...] = e
+        shifted = v - v.max(axis=1, keepdims=True)
+        e = np.exp(shifted)
+        total = e.sum(axis=1, keepdims=True)
+        y.reshape(-1, L, inner)[...] = shifted - np.log(total) if log else e / total
 
     return KernelDef(name, src, impl, registers=32, shared_bytes=4 * 34)
 
