@@ -206,6 +206,7 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         reef.add_client(name, programs["rt"][name], "rt")
     for name in be:
         reef.add_client(name, programs["be"][name], "be")
+    pad_pairs = reef.prepare_padding()
     rec = Recorder()
     rng = np.random.default_rng(seed)
     with reef:
@@ -243,12 +244,14 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "padded_kernels": stats.padded_kernels,
+        "padding_variants": pad_pairs,
     }
 
 
 def merge(policy: str, rounds: list[dict]) -> dict:
     """One policy's rounds pooled: latencies concatenated, counts summed over the total time."""
-    pooled = {k: sum((r[k] for r in rounds), [] if isinstance(rounds[0][k], list) else 0) for k in rounds[0]}
+    pooled = {k: sum((r[k] for r in rounds), [] if isinstance(rounds[0][k], list) else 0)
+              for k in rounds[0] if k != "padding_variants"}
     seconds = pooled["seconds"]
     return {
         "policy": policy,
@@ -260,6 +263,7 @@ def merge(policy: str, rounds: list[dict]) -> dict:
         "be_preemptions": pooled["be_preemptions"],
         "be_reruns": pooled["be_reruns"],
         "padded_kernels": pooled["padded_kernels"],
+        "padding_variants": rounds[-1]["padding_variants"],
     }
 
 

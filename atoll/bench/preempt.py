@@ -58,6 +58,7 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
     reef.add_client("rt", programs["rt"], "rt")
     if policy != RT_ONLY:
         reef.add_client("be", programs["be"], "be")
+    reef.prepare_padding()
     rec = Recorder()
     with reef:
         for c in ["rt"] + (["be"] if policy != RT_ONLY else []):
