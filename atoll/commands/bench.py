@@ -11,6 +11,8 @@ import importlib
 BENCHES: dict[str, str] = {
     "preprocess": "atoll.bench.preprocess",
     "models": "atoll.bench.models",
+    "disb": "atoll.bench.disb",
+    "preempt": "atoll.bench.preempt",
 }
 
 
