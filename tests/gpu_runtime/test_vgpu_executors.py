@@ -30,7 +30,7 @@ def conv1d(tmp_path_factory):
          numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")],
     )  # fmt: skip
     path = tmp_path_factory.mktemp("exec") / "conv1d.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return str(path)
 
 
