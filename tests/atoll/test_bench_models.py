@@ -32,7 +32,7 @@ def repository(tmp_path):
         [numpy_helper.from_array(w, "w")],
     )
     (tmp_path / "repo" / "tiny" / "1").mkdir(parents=True)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
               tmp_path / "repo" / "tiny" / "1" / "model.onnx")
     (tmp_path / "repo" / "tiny" / "config.pbtxt").write_text(CONFIG)
     return tmp_path / "repo"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def save(graph, path) -> str:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return str(path)

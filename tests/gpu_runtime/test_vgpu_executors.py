@@ -30,7 +30,7 @@ def conv1d(tmp_path_factory):
          numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")],
     )  # fmt: skip
     path = tmp_path_factory.mktemp("exec") / "conv1d.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return str(path)
 
 
@@ -61,3 +61,20 @@ def test_program_runner_plans_once_per_shape(conv1d):
     for batch, length in [(2, 9), (2, 9), (2, 12), (4, 9)]:
         runner.run({"x": np.ones((batch, 8, length), np.float32)})
     assert sorted(runner.states) == [(2, 9), (2, 12), (4, 9)]
+
+
+def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
+    from gpu_runtime.numpy_executor import NumpyExecutor
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )  # fmt: skip
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    runner = vgpu_executors.ProgramRunner(NumpyExecutor(), path, max_batch=12)
+    assert sorted(runner.states) == [(1, None), (2, None), (4, None), (8, None), (12, None)]
+    x = np.linspace(-1, 1, 12 * 4, dtype=np.float32).reshape(12, 4)
+    np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))  # numpy reference
+    assert len(runner.states) == 5
