@@ -168,9 +168,25 @@ def _stats(seconds: list[float]) -> dict:
 
 
 def _comparator(kind: str | None):
-    """(describe, timer) for --compare, or (reason, None) when it cannot run here."""
+    """(note, make_runner) for --compare: make_runner(path) gives a callable that runs the model on
+    an input dict and waits for the device; (note with the reason it was skipped, None) otherwise."""
     if kind is None:
         return None, None
+    if kind == "torch":
+        try:
+            import torch
+        except ImportError as exc:
+            return {"kind": kind, "skipped": f"PyTorch not importable ({exc})"}, None
+        if not torch.cuda.is_available():
+            return {"kind": kind, "skipped": "PyTorch sees no CUDA device"}, None
+        from atoll.bench.torch_eager import TorchEagerModel
+
+        def make_torch(path):
+            model = TorchEagerModel(str(path), "cuda")
+            return lambda inputs: (model(inputs), model.synchronize())
+
+        return {"kind": kind, "runtime": f"torch {torch.__version__} eager (ONNX graph op by op)",
+                "device": torch.cuda.get_device_name()}, make_torch  # fmt: skip
     import onnxruntime
 
     if kind == "onnxruntime-cpu":
@@ -179,22 +195,23 @@ def _comparator(kind: str | None):
         return {"kind": kind, "skipped": "this onnxruntime has no CUDAExecutionProvider"}, None
     else:
         providers = ["CUDAExecutionProvider"]
+
+    def make_ort(path):
+        session = onnxruntime.InferenceSession(str(path), providers=providers)
+        names = [o.name for o in session.get_outputs()]
+        return lambda inputs: session.run(names, inputs)
+
     note = {"kind": kind, "runtime": f"onnxruntime {onnxruntime.__version__}", "providers": providers}
-    if kind == "torch":
-        # PyTorch eager needs the model as a torch module and onnx2torch is not available here, so
-        # the GPU side-by-side point is onnxruntime's CUDA provider on the same graph.
-        note["substitute"] = "PyTorch eager unavailable for ONNX graphs; timed with onnxruntime CUDA EP"
-    return note, providers
+    return note, make_ort
 
 
-def _time_direct(session, inputs: dict, warmup: int, repeats: int) -> list[float]:
-    names = [o.name for o in session.get_outputs()]
+def _time_direct(run, inputs: dict, warmup: int, repeats: int) -> list[float]:
     for _ in range(warmup):
-        session.run(names, inputs)
+        run(inputs)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        session.run(names, inputs)
+        run(inputs)
         times.append(time.perf_counter() - start)
     return times
 
@@ -210,7 +227,7 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
     chosen = next((v for v in vgpus if v.id == (args.vgpu or vgpus[0].id)), None)
     if chosen is None:
         raise KeyError(f"no vGPU {args.vgpu!r}; have {', '.join(v.id for v in vgpus)}")
-    compare_note, compare_providers = _comparator(args.compare)
+    compare_note, make_runner = _comparator(args.compare)
     rng = np.random.default_rng(0)
     results, skipped = [], []
     points = [
@@ -254,11 +271,9 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
                 "compute_ms": _stats(computes),
                 "throughput_items_s": batch / float(np.median(round_trips)),
             }
-            if compare_providers:
-                import onnxruntime
-
+            if make_runner:
                 if name not in sessions:
-                    sessions[name] = onnxruntime.InferenceSession(str(path), providers=compare_providers)
+                    sessions[name] = make_runner(path)
                 times = _time_direct(sessions[name], inputs, args.warmup, args.repeats)
                 point["compare"] = {
                     "latency_ms": _stats(times),
@@ -316,7 +331,7 @@ def _versions() -> dict:
 def _table(doc: dict) -> str:
     head = f"{doc['executor']} on {doc['vgpu']['id']} ({doc['device']['gpu'] or doc['device']['cpu']})"
     lines = [head, f"{'model':<20} {'batch':>5} {'len':>5} {'p50 ms':>9} {'p95 ms':>9} {'comp ms':>9} {'items/s':>9}"
-             + ("  cmp ms  cmp items/s" if doc.get("compare", {}).get("providers") else "")]
+             + ("  cmp ms  cmp items/s" if doc.get("compare", {}).get("runtime") else "")]
     for r in doc["results"]:
         line = (f"{r['model']:<20} {r['batch']:>5} {r.get('length', '-'):>5} {r['latency_ms']['median']:>9.2f}"
                 f" {r['latency_ms']['p95']:>9.2f} {r['compute_ms']['median']:>9.2f} {r['throughput_items_s']:>9.1f}")

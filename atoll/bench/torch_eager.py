@@ -23,7 +23,9 @@ def _attrs(node) -> dict[str, Any]:
 
 
 def _ints(t) -> list[int]:
-    return [int(v) for v in t.reshape(-1).tolist()]
+    """Integers from a tensor input or an attribute list (opset-dependent: axes move to inputs)."""
+    values = t if isinstance(t, (list, tuple)) else t.reshape(-1).tolist()
+    return [int(v) for v in values]
 
 
 def _conv(torch, F, x, w, b=None, *, pads=None, strides=None, dilations=None, group=1, **_):
@@ -65,15 +67,18 @@ def _slice(torch, F, x, starts, ends, axes=None, steps=None, **_):
     starts, ends = _ints(starts), _ints(ends)
     axes = _ints(axes) if axes is not None else list(range(len(starts)))
     steps = _ints(steps) if steps is not None else [1] * len(starts)
-    index = [slice(None)] * x.dim()
     for s, e, a, st in zip(starts, ends, axes, steps):
-        if st != 1:
-            raise UnsupportedOp("Slice with steps other than 1")
         n = x.shape[a]
-        s = max(0, min(n, s + n if s < 0 else s))
-        e = max(0, min(n, e + n if e < 0 else e))
-        index[a] = slice(s, e)
-    return x[tuple(index)]
+        s, e = s + n if s < 0 else s, e + n if e < 0 else e
+        if st > 0:  # ONNX clamps to [0, n] going forwards, to [0, n-1] / [-1, n-1] going backwards
+            s, e = max(0, min(n, s)), max(0, min(n, e))
+        else:
+            s, e = max(0, min(n - 1, s)), max(-1, min(n - 1, e))
+        if st == 1:
+            x = x.narrow(a, s, max(0, e - s))
+        else:
+            x = torch.index_select(x, a, torch.arange(s, e, st, device=x.device))
+    return x
 
 
 def _split(torch, F, x, split=None, *, axis=0, num_outputs=None, n_out=1, **_):
@@ -84,11 +89,10 @@ def _split(torch, F, x, split=None, *, axis=0, num_outputs=None, n_out=1, **_):
     return list(torch.split(x, sizes, dim=axis))
 
 
-def _reduce_mean(torch, F, x, axes=None, *, keepdims=1, **attrs):
-    axes = _ints(axes) if axes is not None else attrs.get("axes")
+def _reduce_mean(torch, F, x, axes=None, *, keepdims=1, **_):
     if axes is None:
         return x.mean() if not keepdims else x.mean(dim=tuple(range(x.dim())), keepdim=True)
-    return x.mean(dim=tuple(axes), keepdim=bool(keepdims))
+    return x.mean(dim=tuple(_ints(axes)), keepdim=bool(keepdims))
 
 
 def _reshape(torch, F, x, shape, *, allowzero=0, **_):
@@ -167,6 +171,10 @@ class TorchEagerModel:
         from onnx import numpy_helper
 
         self.torch, self.F, self.device = torch, F, device
+        # Our kernels compute in fp32; TF32 (PyTorch's default for convolutions) would compare a
+        # less precise computation, so both sides run true fp32.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
         model = onnx.load(path)
         self.graph = model.graph
         unknown = sorted({n.op_type for n in self.graph.node} - set(OPS) - {"Constant"})
