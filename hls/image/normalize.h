@@ -89,4 +89,14 @@ norm_pixels:
   }
 }
 
+// The writer process: normalised CHW for the normalize stage, uint8 HWC otherwise.
+inline void write_output(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool normalize,
+                         bool fp16) {
+  if (normalize) {
+    normalize_chw(in, out, n_pixels, fp16);
+  } else {
+    write_hwc(in, out, n_pixels);
+  }
+}
+
 }  // namespace atoll_image
