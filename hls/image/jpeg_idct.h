@@ -69,6 +69,7 @@ inline uint8_t idct_sample(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// The GCC unroll pragmas only speed up the host model; synthesis pipelines these loops anyway.
 // coef: quantised coefficients, natural order; quant: table, natural order; dc_only: no AC
 // coefficient is set. Writes the 8x8 samples to dst with the given row stride. Columns and rows
 // whose AC inputs are all zero take the closed form of the same arithmetic (equal results).
