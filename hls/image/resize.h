@@ -76,8 +76,9 @@ resize_h_cols:
 }
 
 inline uint8_t resize_v(int32_t r0, int32_t r1, int32_t b0, int32_t b1) {
-  const int32_t v = ((((r0 >> 4) * b0) >> 16) + (((r1 >> 4) * b1) >> 16) + 2) >> 2;
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  int32_t v = ((((r0 >> 4) * b0) >> 16) + (((r1 >> 4) * b1) >> 16) + 2) >> 2;
+  if (static_cast<uint32_t>(v) > 255) v = v < 0 ? 0 : 255;  // rare: one predictable test
+  return static_cast<uint8_t>(v);
 }
 
 // Consumes src_h x src_w pixels, produces dst_h x dst_w. Rows arrive in order and each output row
