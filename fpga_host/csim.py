@@ -36,6 +36,7 @@ LIBRARY_NAME = "libatoll_dpu.so"
 
 STATUS_NAMES = {0: "OK", 1: "UNSUPPORTED", 2: "CORRUPT", 3: "TOO_LARGE", 4: "BAD_ARGS",
                 5: "EMPTY", 6: "TOO_LONG", 7: "NON_FINITE", 8: "BAD_RATE"}
+IMAGE_MAX_DIM = 8192  # the CU's line-buffer width (kMaxDim in hls/image/image_types.h)
 IMAGE_STATUS_FIELDS = ("code", "c", "h", "w", "src_h", "src_w", "n_components", "bytes_written")
 
 
@@ -125,13 +126,12 @@ def run_image_cu(jpeg: bytes, stage: int = 3, resize_short: int = 256, crop: int
     the code is not OK."""
     lib = load_library()
     data = np.frombuffer(jpeg, dtype=np.uint8) if jpeg else np.zeros(1, np.uint8)
-    dim = min(max_dim, 8192)
+    dim = min(max_dim, IMAGE_MAX_DIM)
     scratch = np.empty(lib.image_cu_scratch_bytes(dim), dtype=np.uint8)
-    if stage == 3:
-        capacity = 3 * crop * crop * (2 if out_fp16 else 4)
-    else:
-        capacity = 3 * (dim * dim if stage == 0 else max(dim, resize_short) ** 2)
-    out = np.empty(capacity, dtype=np.uint8)
+    # Worst-case output per stage (large buffers are mapped lazily: untouched pages cost nothing).
+    capacity = {0: 3 * dim * dim, 1: 3 * IMAGE_MAX_DIM * IMAGE_MAX_DIM, 2: 3 * crop * crop,
+                3: 3 * crop * crop * (2 if out_fp16 else 4)}.get(stage, 0)
+    out = np.empty(max(capacity, 1), dtype=np.uint8)
     words = np.zeros(8, dtype=np.uint32)
     lib.image_cu(_address(data), len(jpeg), _address(scratch), scratch.nbytes, _address(out),
                  out.nbytes, _address(words), stage, resize_short, crop, int(out_fp16), max_dim)

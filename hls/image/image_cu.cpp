@@ -69,8 +69,10 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
   return kOk;
 }
 
+// One DATAFLOW region in canonical form: every process always runs; the stage selector turns
+// resize and crop into pass-throughs and picks the writer's format.
 void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
-              uint32_t crop, bool fp16, uint8_t* out) {
+              bool fp16, uint8_t* out) {
 #pragma HLS DATAFLOW
   hls::stream<Pixel> decoded("decoded");
   hls::stream<Pixel> resized("resized");
@@ -79,21 +81,10 @@ void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, ui
 #pragma HLS STREAM variable = resized depth = 64
 #pragma HLS STREAM variable = cropped depth = 64
   emit_rgb_rows(frame, f, decoded);
-  if (stage == kStageDecode) {
-    write_hwc(decoded, out, f.height * f.width);
-    return;
-  }
-  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w);
-  if (stage == kStageResize) {
-    write_hwc(resized, out, s.h * s.w);
-    return;
-  }
-  crop_stream(resized, cropped, s.resized_h, s.resized_w, crop);
-  if (stage == kStageCrop) {
-    write_hwc(cropped, out, crop * crop);
-  } else {
-    normalize_chw(cropped, out, crop * crop, fp16);
-  }
+  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w,
+                stage >= kStageResize);
+  crop_stream(resized, cropped, s.resized_h, s.resized_w, s.h, s.w);
+  write_output(cropped, out, s.h * s.w, stage == kStageNormalize, fp16);
 }
 
 }  // namespace
@@ -142,7 +133,7 @@ void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t
   if (code == kOk && (scratch == nullptr || out == nullptr || s.bytes > out_bytes)) code = kBadArgs;
   if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
   if (code == kOk) {
-    pipeline(scratch, f, s, stage, crop, fp16, out);
+    pipeline(scratch, f, s, stage, fp16, out);
     words[1] = kChannels;
     words[2] = s.h;
     words[3] = s.w;

@@ -6,6 +6,7 @@
 // coefficients are defined behaviour); legal 8-bit data never comes near the limit.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "image_types.h"
 
@@ -66,21 +67,27 @@ inline void idct_1d(const IdctWord in[8], IdctWord out[8]) {
 
 inline uint8_t idct_sample(int32_t v) {
   v += 128;
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  if (static_cast<uint32_t>(v) > 255) v = v < 0 ? 0 : 255;  // rare: one predictable test
+  return static_cast<uint8_t>(v);
+}
+
+// Writes one sample value to the 8 samples of a block row (one 64-bit store).
+inline void fill_row8(uint8_t* dst, uint8_t v) {
+  const uint64_t word = 0x0101010101010101ull * v;
+  std::memcpy(dst, &word, sizeof word);
 }
 
 // coef: quantised coefficients, natural order; quant: table, natural order; dc_only: no AC
 // coefficient is set. Writes the 8x8 samples to dst with the given row stride. Columns and rows
 // whose AC inputs are all zero take the closed form of the same arithmetic (equal results).
+// The GCC unroll pragmas only speed up the host model; synthesis pipelines these loops anyway.
 inline void idct_islow(const int16_t coef[kBlockSize], const uint16_t quant[kBlockSize],
                        bool dc_only, uint8_t* dst, uint32_t stride) {
   if (dc_only) {
     const IdctWord dc = static_cast<IdctWord>(int32_t{coef[0]}) * quant[0];
     const uint8_t v = idct_sample(descale(dc << kIdctPass1Bits, kIdctPass1Bits + 3));
   idct_dc_rows:
-    for (int r = 0; r < 8; ++r)
-      #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) dst[r * stride + k] = v;
+    for (int r = 0; r < 8; ++r) fill_row8(dst + r * stride, v);
     return;
   }
   IdctWord ws[kBlockSize];
@@ -89,19 +96,19 @@ idct_columns:
   for (int c = 0; c < 8; ++c) {
     IdctWord ac = 0;
   idct_col_load:
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       in[k] = static_cast<IdctWord>(int32_t{coef[8 * k + c]}) * quant[8 * k + c];
       if (k) ac |= in[k];
     }
     if (ac == 0) {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) ws[8 * k + c] = in[0] << kIdctPass1Bits;
       continue;
     }
     idct_1d(in, out);
   idct_col_store:
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
       ws[8 * k + c] = static_cast<IdctWord>(descale(out[k], kIdctConstBits - kIdctPass1Bits));
   }
@@ -109,20 +116,18 @@ idct_rows:
   for (int r = 0; r < 8; ++r) {
     IdctWord ac = 0;
   idct_row_load:
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       in[k] = ws[8 * r + k];
       if (k) ac |= in[k];
     }
     if (ac == 0) {
-      const uint8_t v = idct_sample(descale(in[0], kIdctPass1Bits + 3));
-      #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) dst[r * stride + k] = v;
+      fill_row8(dst + r * stride, idct_sample(descale(in[0], kIdctPass1Bits + 3)));
       continue;
     }
     idct_1d(in, out);
   idct_row_store:
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k)
       dst[r * stride + k] = idct_sample(descale(out[k], kIdctConstBits + kIdctPass1Bits + 3));
   }
