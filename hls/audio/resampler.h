@@ -132,8 +132,8 @@ dot_tree_loop:
 // Reads the p.n_in PCM samples in order (a sequential burst from the m_axi port), produces p.n_out
 // samples on `out`.
 static void resample_stage(const ResamplePlan& p, const uint8_t* pcm, uint32_t format, hls::stream<float>& out) {
-  static float bank[BANK_PHASES + 1][TAPS_MAX];
-  static float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
+  ATOLL_CU_RAM float bank[BANK_PHASES + 1][TAPS_MAX];
+  float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
 #pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
 
   uint32_t rows = p.row_step ? p.up : BANK_PHASES + 1;
