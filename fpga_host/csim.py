@@ -67,15 +67,16 @@ def build_key(entries: list[Path], flags: tuple[str, ...], cxx: str = CXX) -> st
     """Hash of every kernel source and header, the compiler and the flags."""
     digest = hashlib.sha256("\0".join((cxx, *flags)).encode())
     for path in _files([*entries, *INCLUDE_DIRS], (".cpp", ".h", ".hpp")):
-        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0")
+        name = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        digest.update(str(name).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def compile_shared(entries: list[Path], flags: tuple[str, ...], out_dir: Path, name: str) -> Path:
+def compile_cached(entries: list[Path], flags: tuple[str, ...], out_dir: Path, name: str) -> Path:
     """Compiles entries into out_dir/name unless that build exists; returns its path.
 
-    Also used for the sanitizer builds (other flags, other directory)."""
+    flags decide what is built (a shared library, or an executable such as the fuzz driver)."""
     target = out_dir / build_key(entries, flags) / name
     if target.exists():
         return target
@@ -108,7 +109,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 @functools.cache
 def load_library() -> ctypes.CDLL:
     """Builds (if needed) and loads the C-simulation library; raises CsimBuildError."""
-    lib = ctypes.CDLL(str(compile_shared(KERNEL_SOURCES, CXXFLAGS, BUILD_ROOT, LIBRARY_NAME)))
+    lib = ctypes.CDLL(str(compile_cached(KERNEL_SOURCES, CXXFLAGS, BUILD_ROOT, LIBRARY_NAME)))
     _declare(lib)
     return lib
 

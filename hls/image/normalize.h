@@ -22,9 +22,9 @@ inline void build_norm_tables(NormTables& t) {
 norm_table:
   for (uint32_t c = 0; c < kChannels; ++c) {
     for (uint32_t i = 0; i < 256; ++i) {
-      // volatile keeps each float32 operation separately rounded whatever the compiler flags.
-      volatile float scaled = static_cast<float>(i) / 255.0f;
-      volatile float centred = scaled - kMean[c];
+      // Three separately rounded float32 operations (no multiply-add for a compiler to fuse).
+      const float scaled = static_cast<float>(i) / 255.0f;
+      const float centred = scaled - kMean[c];
       t.value[c][i] = centred / kStd[c];
     }
   }
@@ -86,6 +86,16 @@ norm_pixels:
         out32[uint64_t{k} * n_pixels + i] = v;
       }
     }
+  }
+}
+
+// The writer process: normalised CHW for the normalize stage, uint8 HWC otherwise.
+inline void write_output(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool normalize,
+                         bool fp16) {
+  if (normalize) {
+    normalize_chw(in, out, n_pixels, fp16);
+  } else {
+    write_hwc(in, out, n_pixels);
   }
 }
 
