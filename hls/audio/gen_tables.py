@@ -68,6 +68,16 @@ def mel_filterbank() -> np.ndarray:
     return w.astype(np.float32)
 
 
+def hann_window() -> np.ndarray:
+    """Periodic Hann window of WIN samples (the DFT-even window librosa asks scipy for)."""
+    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)
+
+
+def split_twiddles() -> np.ndarray:
+    """W512^k for k = 0..256, used by the real-FFT split step."""
+    return np.exp(-2j * np.pi * np.arange(N_FFT // 2 + 1) / N_FFT)
+
+
 def c_array(ctype: str, name: str, values, per_line: int = 8) -> str:
     values = np.asarray(values).ravel()
     if ctype == "float":
@@ -81,14 +91,13 @@ def c_array(ctype: str, name: str, values, per_line: int = 8) -> str:
 
 def render() -> str:
     proto = prototype()
-    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)
+    hann = hann_window()
     # Stage s of the 256-point FFT (butterfly span 2^s) reads its 2^s twiddles contiguously from
     # offset 2^s - 1: W256^(j * 128 / 2^s), j < 2^s.
     stage_k = np.concatenate([np.arange(1 << s) * (128 >> s) for s in range(8)])
     tw256 = np.exp(-2j * np.pi * stage_k / (N_FFT // 2))
     bitrev = np.array([int(f"{i:08b}"[::-1], 2) for i in range(N_FFT // 2)])
-    k2 = np.arange(N_FFT // 2 + 1)
-    tw512 = np.exp(-2j * np.pi * k2 / N_FFT)
+    tw512 = split_twiddles()
     fb = mel_filterbank()
     first = np.array([np.flatnonzero(row)[0] for row in fb])
     count = np.array([np.flatnonzero(row)[-1] - np.flatnonzero(row)[0] + 1 for row in fb])

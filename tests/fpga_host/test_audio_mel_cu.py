@@ -114,3 +114,14 @@ def test_idempotent():
     audio_csim.mel_cu(case("noise", 0.5, 48000, "float32")[0], 48000)
     second = audio_csim.mel_cu(pcm, 22050)
     assert np.array_equal(first[1], second[1]) and np.array_equal(first[2], second[2])
+
+
+def test_concurrent_calls_are_independent():
+    """The emulated XRT runs several mel CUs on threads of one library: no state may be shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(case("speech", 1.3, rate, "float32")[0], rate) for rate in (8000, 22050, 44100, 48000)] * 2
+    serial = [audio_csim.mel_cu(pcm, rate)[1] for pcm, rate in jobs]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda job: audio_csim.mel_cu(*job)[1], jobs))
+    assert all(np.array_equal(a, b) for a, b in zip(serial, parallel))
