@@ -39,18 +39,8 @@ class VgpuPool:
     def names(self) -> list[str]:
         return list(self._vgpus)
 
-    def kind(self, name: str) -> str:
-        return self._vgpus[name].kind
-
     def idle(self, names: Iterable[str]) -> list[str]:
         return [n for n in names if not self._vgpus[n].expected]
-
-    def outstanding(self, name: str) -> int:
-        return len(self._vgpus[name].expected)
-
-    def expected_completion(self, name: str) -> float:
-        """When the vGPU is expected to finish everything dispatched to it (the past if idle)."""
-        return self._vgpus[name].free_at()
 
     def place(self, model: str, batch: int, pad_length: float, now: float,
               names: Iterable[str]) -> str:
