@@ -9,7 +9,7 @@ import sys
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="end-to-end demo: server + load generator + summary")
     p.add_argument("--requests", type=int, default=300, help="requests to send (default 300)")
-    p.add_argument("--rate", type=float, default=25.0, help="mean arrival rate, req/s (default 25)")
+    p.add_argument("--rate", type=float, default=12.0, help="mean arrival rate, req/s (default 12)")
     p.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     p.add_argument("--audio-share", type=float, default=0.2,
                    help="fraction of requests carrying WAV audio when an audio model is served")  # fmt: skip
