@@ -24,7 +24,17 @@ struct HuffTable {
   int32_t maxcode[kMaxCodeLen + 1];    // largest code of each length, -1 when none
   int32_t valoffset[kMaxCodeLen + 1];  // symbol index = code + valoffset[length]
   uint8_t huffval[256];
+  // AC fast path: where a code and its magnitude bits both fit in the lookahead, the run and the
+  // signed value are decoded by one table read. fast_bits 0: take the general path.
+  uint8_t fast_bits[1 << kLookBits];
+  uint8_t fast_run[1 << kLookBits];
+  int16_t fast_value[1 << kLookBits];
 };
+
+// T.81 F.12: a magnitude category s and its s raw bits give a signed value.
+inline int32_t extend(uint32_t v, int s) {
+  return v < (1u << (s - 1)) ? static_cast<int32_t>(v) - (1 << s) + 1 : static_cast<int32_t>(v);
+}
 
 // Builds the canonical code from the 16 code-length counts (T.81 C.2). Returns false for a table
 // whose codes do not fit their lengths or that lists more than 256 symbols.
@@ -57,6 +67,18 @@ huff_lengths:
     }
     t.maxcode[len] = n ? static_cast<int32_t>(code) - 1 : -1;
     code <<= 1;
+  }
+huff_fast:
+  for (uint32_t i = 0; i < (1u << kLookBits); ++i) {
+    const int len = t.look_len[i];
+    const int size = t.look_sym[i] & 15;
+    t.fast_bits[i] = 0;
+    if (len && size && len + size <= kLookBits) {
+      const uint32_t bits = (i >> (kLookBits - len - size)) & ((1u << size) - 1);
+      t.fast_bits[i] = static_cast<uint8_t>(len + size);
+      t.fast_run[i] = t.look_sym[i] >> 4;
+      t.fast_value[i] = static_cast<int16_t>(extend(bits, size));
+    }
   }
   t.defined = true;
   return true;
@@ -152,11 +174,6 @@ huff_slow:
   return -1;
 }
 
-// T.81 F.12: a magnitude category s and its s raw bits give a signed value.
-inline int32_t extend(uint32_t v, int s) {
-  return v < (1u << (s - 1)) ? static_cast<int32_t>(v) - (1 << s) + 1 : static_cast<int32_t>(v);
-}
-
 // Decodes one block (natural order) into coef, updating the component's DC predictor; dc_only
 // tells whether no AC coefficient was coded. Returns false on an invalid code or a coefficient
 // index past 63.
@@ -174,6 +191,17 @@ block_clear:
 block_ac:
   for (int k = 1; k < 64;) {
 #pragma HLS LOOP_TRIPCOUNT max = 63
+    br.ensure(kMaxCodeLen);
+    const uint32_t look = br.peek(kLookBits);
+    if (ac.fast_bits[look]) {
+      k += ac.fast_run[look];
+      if (k > 63) return false;
+      coef[kZigzag[k]] = ac.fast_value[look];
+      dc_only = false;
+      br.skip(ac.fast_bits[look]);
+      ++k;
+      continue;
+    }
     const int rs = decode_symbol(br, ac);
     if (rs < 0) return false;
     const int run = rs >> 4;

@@ -27,14 +27,14 @@ CV2_SAMPLING = {
 def natural_image(h: int, w: int, seed: int = 0) -> np.ndarray:
     """An RGB uint8 test picture of h x w."""
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    phase = rng.uniform(0, 2 * np.pi, 3)
-    img = np.stack([
-        128 + 90 * np.sin(x / (17 + w / 9) + y / (29 + h / 7) + phase[0]),
-        120 + 80 * np.cos(x / (23 + w / 5) - y / (13 + h / 11) + phase[1]),
-        (x * 200 / max(w, 1) + y * 55 / max(h, 1) + 40 * phase[2]) % 256,
-    ], axis=-1)
-    img += rng.normal(0, 6, img.shape).astype(np.float32)
+    y = np.arange(h, dtype=np.float32)[:, None]
+    x = np.arange(w, dtype=np.float32)[None, :]
+    phase = rng.uniform(0, 2 * np.pi, 3).astype(np.float32)
+    img = np.empty((h, w, 3), np.float32)
+    img[..., 0] = 128 + 90 * np.sin(x / (17 + w / 9) + y / (29 + h / 7) + phase[0])
+    img[..., 1] = 120 + 80 * np.cos(x / (23 + w / 5) - y / (13 + h / 11) + phase[1])
+    img[..., 2] = (x * 200 / max(w, 1) + y * 55 / max(h, 1) + 40 * phase[2]) % 256
+    img += 6 * rng.standard_normal(img.shape, dtype=np.float32)
     for _ in range(4):  # hard-edged rectangles of flat colour
         y0, x0 = rng.integers(0, max(h, 1)), rng.integers(0, max(w, 1))
         img[y0:y0 + h // 4 + 1, x0:x0 + w // 5 + 1] = rng.uniform(0, 255, 3)

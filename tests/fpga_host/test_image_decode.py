@@ -56,3 +56,23 @@ def test_component_ids_rgb_without_markers_mean_rgb():
     status, rgb = csim.run_image_cu(bytes(data), stage=0)
     assert status["status"] == "OK"
     np.testing.assert_array_equal(rgb, cv2_decode_rgb(bytes(data)))
+
+
+def test_exif_orientation_is_not_applied():
+    # Reference is cv2.imdecode with IMREAD_IGNORE_ORIENTATION; plain IMREAD_COLOR would rotate.
+    import io
+
+    import cv2
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    buf = io.BytesIO()
+    Image.fromarray(natural_image(60, 100, seed=5)).save(buf, format="JPEG", quality=90,
+                                                          exif=exif.tobytes())
+    data = buf.getvalue()
+    status, rgb = csim.run_image_cu(data, stage=0)
+    assert (status["h"], status["w"]) == (60, 100)
+    np.testing.assert_array_equal(rgb, cv2_decode_rgb(data))
+    rotated = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert rotated.shape[:2] == (100, 60)
