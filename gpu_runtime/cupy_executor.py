@@ -1,10 +1,10 @@
 """The GPU executor: our CUDA kernels compiled with NVRTC (cupy.RawKernel), launched one by one.
 
 Every kernel's first parameter is the guard flag, one int in device memory (DeviceFlag): once
-set, kernels that start afterwards (or reach their next tile) return without writing. The arena is one device allocation with buffers as views at
-the planned offsets; weights live in a separate region uploaded once per loaded program.
-CuPy is imported lazily: without it (or without a CUDA device) construction fails with a clear
-message.
+set, kernels that start afterwards (or reach their next tile) return without writing. The arena
+is one device allocation with buffers as views at the planned offsets; weights live in a separate
+region uploaded once per loaded program. CuPy is imported lazily: without it (or without a CUDA
+device) construction fails with a clear message.
 """
 
 from __future__ import annotations
