@@ -15,8 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 Runner = Callable[[int, float], None]  # run one batch of `batch` inputs of `length` seconds
 
 
@@ -79,6 +77,7 @@ def measure(runner: Runner, model: str, modality: str, lengths: Sequence[float],
             batches: Sequence[int], repeats: int, warmup: int, percentile: float,
             clock: Callable[[], float] = time.perf_counter, progress: bool = True):
     """A ModelProfile of tail latency (ms) per (length, batch), with knees by the knee rule."""
+    import numpy as np
     from tqdm import tqdm
 
     from batching.knee import knee
@@ -157,6 +156,8 @@ def _model_spec(repository: str | None, model: str):
 
 
 def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
+    import numpy as np
+
     from atoll.pipeline import FRAME_SECONDS
 
     tensor = spec.inputs[0]
