@@ -28,7 +28,8 @@ def register(subparsers) -> None:
                    help="audio lengths in s, comma list or START:STOP:STEP (bucket upper edges)")
     p.add_argument("--batches", default="1,2,4,8,16,32,64", help="comma list of batch sizes")
     p.add_argument("--repeats", type=int, default=10, help="timed batches per point")
-    p.add_argument("--warmup", type=int, default=2, help="untimed batches per point (>= 1: the first also builds the input)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed batches per point (>= 1: the first also builds the input)")
     p.add_argument("--percentile", type=float, default=95.0, help="tail latency percentile")
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.set_defaults(func=run)
