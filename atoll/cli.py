@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "bench": "atoll.commands.bench",
     "zoo": "atoll.commands.zoo",
     "preprocess": "atoll.commands.preprocess",
+    "model": "atoll.commands.model",
     "simulate": "atoll.commands.simulate",
     "profile": "atoll.commands.profile",
 }

@@ -22,15 +22,28 @@ from atoll.server import InferenceServer
 log = logging.getLogger("atoll.service")
 
 
-def preba_policies(config: Config, models: dict[str, ModelSpec]):
-    """PREBA bucket policies per model: Batch_max and Time_knee from the model's config (or the
-    [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest accepted clip."""
+def _clamped(policy, max_batch: int):
+    """A profiled policy with Batch_max capped at the model's own max_batch_size."""
+    from batching import BucketPolicy, ModelBatching
+
+    buckets = tuple(BucketPolicy(b.max_length, min(b.batch_max, max_batch), b.time_knee)
+                    for b in policy.buckets)  # fmt: skip
+    return ModelBatching(policy.modality, buckets, policy.vgpus)
+
+
+def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None):
+    """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
+    Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
+    the [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest clip."""
     from batching import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
 
     b = config.batching
     policies = {}
     for name, spec in models.items():
         batch_max = min(b.max_batch_size, max(spec.max_batch_size, 1))
+        if profile is not None and name in profile.models:
+            policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
+            continue
         delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
         time_knee = max(delay_us, 1) * 1e-6
         if spec.preprocess == "audio":
@@ -42,13 +55,25 @@ def preba_policies(config: Config, models: dict[str, ModelSpec]):
     return policies
 
 
-def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], service_time):
-    """The configured batching policy over the given vGPUs ({id: profile kind})."""
+def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency):
+    """The configured batching policy over the given vGPUs ({id: profile kind}). Service times come
+    from the knee profile (`batching.profile`) where it covers a model, else from measured batches."""
     from batching import PrebaBatcher, StaticBatcher, TritonBatcher, TritonConfig
+    from batching.profile import load_profile
 
     b = config.batching
+    profile = load_profile(b.profile) if b.profile else None
+    if profile is not None and profile.kind not in vgpus.values():
+        log.warning("profile %s is for %r vGPUs; serving on %s", b.profile, profile.kind,
+                    sorted(set(vgpus.values())))  # fmt: skip
+
+    def service_time(model: str, batch: int, length: float, kind: str) -> float:
+        if profile is not None and model in profile.models:
+            return profile.service_time(model, batch, length)
+        return latency(model, batch, length, kind)
+
     if b.batcher == "preba":
-        return PrebaBatcher(preba_policies(config, models), vgpus, service_time)
+        return PrebaBatcher(preba_policies(config, models, profile), vgpus, service_time)
     if b.batcher == "static":
         return StaticBatcher(vgpus, service_time, b.max_batch_size,
                              timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip

@@ -150,6 +150,10 @@ class CpuPool:
             self._executor: cf.Executor = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_warm_worker)
+            # Start (and warm) every worker now, in the background, so the first request, often
+            # a fallback from the DPU, does not pay for process start-up and librosa's first call.
+            for _ in range(workers):
+                self._executor.submit(int)
         else:
             # In-process mode for small deployments and tests: no worker start-up cost.
             self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="atoll-cpu")
@@ -162,4 +166,4 @@ class CpuPool:
         return self._executor.submit(timed, audio, pcm, sample_rate, stage, max_seconds)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=True)  # drain: accepted requests are answered

@@ -27,7 +27,7 @@ HLS_DIR = REPO_ROOT / "hls"
 
 # Kernel sources compiled into the library: directories (every .cpp in them is compiled, every
 # .h hashed) or single files. Each CU's sources are one entry.
-KERNEL_SOURCES: list[Path] = [HLS_DIR / "image"]
+KERNEL_SOURCES: list[Path] = [HLS_DIR / "image", HLS_DIR / "audio"]
 INCLUDE_DIRS: list[Path] = [HLS_DIR / "common"]
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS: tuple[str, ...] = ("-O2", "-shared", "-fPIC", "-std=c++17", "-Wno-unknown-pragmas")
@@ -36,6 +36,7 @@ LIBRARY_NAME = "libatoll_dpu.so"
 
 STATUS_NAMES = {0: "OK", 1: "UNSUPPORTED", 2: "CORRUPT", 3: "TOO_LARGE", 4: "BAD_ARGS",
                 5: "EMPTY", 6: "TOO_LONG", 7: "NON_FINITE", 8: "BAD_RATE"}
+IMAGE_MAX_DIM = 8192  # the CU's line-buffer width (kMaxDim in hls/image/image_types.h)
 IMAGE_STATUS_FIELDS = ("code", "c", "h", "w", "src_h", "src_w", "n_components", "bytes_written")
 
 
@@ -67,15 +68,16 @@ def build_key(entries: list[Path], flags: tuple[str, ...], cxx: str = CXX) -> st
     """Hash of every kernel source and header, the compiler and the flags."""
     digest = hashlib.sha256("\0".join((cxx, *flags)).encode())
     for path in _files([*entries, *INCLUDE_DIRS], (".cpp", ".h", ".hpp")):
-        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0")
+        name = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        digest.update(str(name).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def compile_shared(entries: list[Path], flags: tuple[str, ...], out_dir: Path, name: str) -> Path:
+def compile_cached(entries: list[Path], flags: tuple[str, ...], out_dir: Path, name: str) -> Path:
     """Compiles entries into out_dir/name unless that build exists; returns its path.
 
-    Also used for the sanitizer builds (other flags, other directory)."""
+    flags decide what is built (a shared library, or an executable such as the fuzz driver)."""
     target = out_dir / build_key(entries, flags) / name
     if target.exists():
         return target
@@ -108,7 +110,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 @functools.cache
 def load_library() -> ctypes.CDLL:
     """Builds (if needed) and loads the C-simulation library; raises CsimBuildError."""
-    lib = ctypes.CDLL(str(compile_shared(KERNEL_SOURCES, CXXFLAGS, BUILD_ROOT, LIBRARY_NAME)))
+    lib = ctypes.CDLL(str(compile_cached(KERNEL_SOURCES, CXXFLAGS, BUILD_ROOT, LIBRARY_NAME)))
     _declare(lib)
     return lib
 
@@ -124,13 +126,12 @@ def run_image_cu(jpeg: bytes, stage: int = 3, resize_short: int = 256, crop: int
     the code is not OK."""
     lib = load_library()
     data = np.frombuffer(jpeg, dtype=np.uint8) if jpeg else np.zeros(1, np.uint8)
-    dim = min(max_dim, 8192)
+    dim = min(max_dim, IMAGE_MAX_DIM)
     scratch = np.empty(lib.image_cu_scratch_bytes(dim), dtype=np.uint8)
-    if stage == 3:
-        capacity = 3 * crop * crop * (2 if out_fp16 else 4)
-    else:
-        capacity = 3 * (dim * dim if stage == 0 else max(dim, resize_short) ** 2)
-    out = np.empty(capacity, dtype=np.uint8)
+    # Worst-case output per stage (large buffers are mapped lazily: untouched pages cost nothing).
+    capacity = {0: 3 * dim * dim, 1: 3 * IMAGE_MAX_DIM * IMAGE_MAX_DIM, 2: 3 * crop * crop,
+                3: 3 * crop * crop * (2 if out_fp16 else 4)}.get(stage, 0)
+    out = np.empty(max(capacity, 1), dtype=np.uint8)
     words = np.zeros(8, dtype=np.uint32)
     lib.image_cu(_address(data), len(jpeg), _address(scratch), scratch.nbytes, _address(out),
                  out.nbytes, _address(words), stage, resize_short, crop, int(out_fp16), max_dim)

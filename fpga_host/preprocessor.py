@@ -109,17 +109,23 @@ class Preprocessor:
 
         outer: cf.Future = cf.Future()
 
+        def redo_on_cpu(reason: str) -> None:
+            try:
+                self._from_cpu(cpu(), start, reason, outer)
+            except BaseException as exc:  # e.g. the CPU pool already shut down
+                outer.set_exception(exc)
+
         def done(f: cf.Future) -> None:
             try:
                 out = f.result()
             except CuFailure as exc:
-                self._from_cpu(cpu(), start, str(exc), outer)
+                redo_on_cpu(str(exc))
                 return
             except BaseException as exc:
                 outer.set_exception(exc)
                 return
             if out.status == Status.UNSUPPORTED:
-                self._from_cpu(cpu(), start, f"DPU: UNSUPPORTED ({out.reason})", outer)
+                redo_on_cpu(f"DPU: UNSUPPORTED ({out.reason})")
             elif out.status != Status.OK:
                 outer.set_exception(PreprocessError(out.status, out.reason))
             else:
@@ -128,6 +134,13 @@ class Preprocessor:
 
         inner.add_done_callback(done)
         return outer
+
+    def describe(self) -> dict:
+        """Backend, the state of every CU, and kernels whose CUs could not be opened (with why)."""
+        driver = self._driver
+        return {"backend": self.backend, "parallelism": self.parallelism,
+                "cus": driver.cu_states() if driver else {},
+                "unopened": dict(driver.unopened) if driver else {}}
 
     # -- lifetime ---------------------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Which preprocessing backends this machine can run, and which `auto` picks (xrt > emu > cpu).
+"""Which preprocessing backends this machine can run, and which `auto` picks (xrt, else cpu).
+
+`emu` runs the HLS C++ (written for hardware, not for a CPU) behind the emulated XRT: it is the
+functional model of the DPU, slower than OpenCV/librosa on the same cores, so `auto` never serves
+with it; it is chosen by asking for it (`--backend emu`), as Vitis users choose an emulation target.
 
 `probe_backends()` never raises: every failure becomes an `available: False` entry with a reason,
 because `atoll info` and the `auto` choice must work on any machine.
@@ -52,7 +56,10 @@ def probe_emu(manifest: Path) -> dict:
         lib = csim.load_library()
     except Exception as exc:  # missing sources, compiler errors, bad manifest: all "unavailable"
         return {"available": False, "reason": _reason(exc)}
-    return {"available": True, "library": str(getattr(lib, "_name", lib)), "manifest": str(manifest)}
+    # A library built before some kernels' sources existed serves those requests on the CPU path.
+    kernels = {name: hasattr(lib, name) for name in load_manifest(manifest).kernels}
+    return {"available": any(kernels.values()), "library": str(getattr(lib, "_name", lib)),
+            "manifest": str(manifest), "kernels": kernels}
 
 
 def probe_cpu() -> dict:
@@ -72,5 +79,5 @@ def probe_backends(manifest: str | os.PathLike | None = None) -> dict:
     except Exception as exc:  # belt and braces: `atoll info` must still print something
         unavailable = {"available": False, "reason": _reason(exc)}
         backends = {"xrt": unavailable, "emu": unavailable, "cpu": probe_cpu()}
-    chosen = next((name for name in ("xrt", "emu") if backends[name]["available"]), "cpu")
+    chosen = "xrt" if backends["xrt"]["available"] else "cpu"
     return {"backend": chosen, "backends": backends}

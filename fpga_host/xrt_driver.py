@@ -79,6 +79,7 @@ def scratch_bytes(max_dim: int) -> int:
 
 
 def max_frames(max_seconds: float) -> int:
+    """Frames of the longest accepted clip (T = 1 + n16 // hop), plus one for resampling rounding."""
     return 1 + math.ceil(max_seconds * AUDIO_RATE) // HOP + 1
 
 
@@ -156,7 +157,8 @@ class XrtDriver:
                 slots = []
             self.pools[name] = _Pool(name, slots)
             self._preallocate(name, slots)
-        mel_slots = list(self.pools["audio_mel_cu"]._free)
+            if name == "audio_mel_cu":
+                mel_slots = slots
         self._handoffs = _Pool("handoff", [self._handoff(mel_slots[0]) for _ in range(
             HANDOFFS_PER_MEL_CU * len(mel_slots))] if mel_slots else [])
         self._executors = {name: cf.ThreadPoolExecutor(max(1, len(pool.names)), f"dpu-{name}")
@@ -168,7 +170,7 @@ class XrtDriver:
         p, frames = self.image_params, max_frames(self.max_audio_seconds)
         sizes = {
             "image_cu": {"jpeg": INITIAL_JPEG_BYTES, "scratch": scratch_bytes(p.max_dim),
-                         "out": 3 * p.crop * p.crop * (2 if p.fp16 else 4)},
+                         "out": self._image_out_bytes(b"", "normalize")},
             "audio_mel_cu": {"pcm": 4 * int(self.max_audio_seconds * MAX_RATE)},
             "audio_norm_cu": {"out": 4 * N_MELS * frames},
         }[kernel]
@@ -369,8 +371,10 @@ class XrtDriver:
                 for pool in self.pools.values() for name in pool.names}
 
     def close(self) -> None:
+        # Drain rather than cancel: every accepted request gets its answer (a hung CU costs at
+        # most its timeout).
         for executor in self._executors.values():
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=True)
         close = getattr(self.device, "close", None)  # the emulation's worker threads; XRT has none
         if close is not None:
             close()

@@ -89,9 +89,10 @@ class ProgramBuilder:
     def launch(self, kernel: KernelDef, grid, block, args, writes: list[Tensor]) -> None:
         refs = tuple(BufferRef(a.buf) if isinstance(a, Tensor) else a for a in args)
         self.launches.append(Launch(kernel, tuple(grid), tuple(block), refs,
-                                    tuple(w.buf for w in writes), kernel.shared_bytes))
+                                    tuple(w.buf for w in writes)))
 
-    def finish(self, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> Program:
+    def finish(self, inputs: dict[str, Tensor], outputs: dict[str, Tensor],
+               restore_window: int) -> Program:
         n = len(self.launches)
         first: dict[int, int] = {}
         last: dict[int, int] = {}
@@ -114,17 +115,19 @@ class ProgramBuilder:
                 weight_sizes[s] = nbytes
             elif s in first or s in pinned_last:
                 lo = -1 if s in pinned_first else first.get(s, n)
-                hi = n if s in pinned_last else last[s]
+                hi = n if s in pinned_last else last[s] + restore_window
                 lifetimes.append(Lifetime(s, nbytes, lo, hi))
         arena_offsets, arena_bytes = plan(lifetimes)
         weight_offsets, weight_bytes = pack(weight_sizes)
-        specs = []
-        for name, shape, role, s in self.buffers:
+        specs, owner = [], {}
+        for i, (name, shape, role, s) in enumerate(self.buffers):
             offset = weight_offsets[s] if role == "weight" else arena_offsets.get(s, 0)
-            specs.append(BufferSpec(name, shape, "float32", offset, role))
+            alias = owner.setdefault(s, i)
+            specs.append(BufferSpec(name, shape, "float32", offset, role,
+                                    alias if alias != i else None))
         return Program(self.model_name, self.batch, specs, self.launches,
                        {k: v.buf for k, v in inputs.items()}, {k: v.buf for k, v in outputs.items()},
-                       self.weights, arena_bytes, weight_bytes)
+                       self.weights, arena_bytes, weight_bytes, restore_window)
 
 
 def attrs_of(node: onnx.NodeProto) -> dict:
@@ -181,10 +184,15 @@ def _static_dims(value_info, batch: int, length: int | None) -> tuple[int, ...]:
     return tuple(dims)
 
 
+RESTORE_WINDOW = 4  # REEF keeps 2-4 kernels outstanding per stream
+
+
 def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
-                 length: int | None = None, name: str | None = None) -> Program:
+                 length: int | None = None, name: str | None = None,
+                 restore_window: int = RESTORE_WINDOW) -> Program:
     """Lowers `model` for `batch` (the first dim of every input) and `length` (any other
-    dynamic input dim, e.g. audio frames)."""
+    dynamic input dim, e.g. audio frames). Any of the last `restore_window` launches may be
+    re-run after later ones without reading overwritten inputs."""
     from gpu_runtime.lowering import LOWERINGS
 
     if not isinstance(model, onnx.ModelProto):
@@ -239,4 +247,4 @@ def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
         if not isinstance(v, Tensor):
             raise UnsupportedModelError(f"output {vo.name!r} is a constant; nothing to compute")
         outputs[vo.name] = v
-    return builder.finish(inputs, outputs)
+    return builder.finish(inputs, outputs, restore_window)

@@ -16,10 +16,15 @@ from typing import Any, Callable, Protocol, Union
 
 import numpy as np
 
-# The CUDA guard prologue. `atoll_preempt` points to a word in host-mapped pinned memory (or device
-# memory); kernels that loop over tiles re-check it per tile with the same macro.
+# The CUDA guard prologue. `atoll_preempt` points to a word in device memory (or host-mapped pinned
+# memory); kernels that loop over tiles re-check it per tile. One thread per block reads the flag
+# and the block leaves together: a read per thread costs a memory transaction per thread (over
+# PCIe for a mapped flag, which made whole models 10-100x slower), and a block-uniform exit keeps
+# later __syncthreads safe. So ATOLL_GUARD must be reached by every thread of the block.
 GUARD_PROLOGUE = r"""
-#define ATOLL_GUARD(flag) do { if (*((volatile const int*)(flag))) return; } while (0)
+#define ATOLL_GUARD(flag) do { __shared__ int atoll_stop_; \
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0) atoll_stop_ = *((volatile const int*)(flag)); \
+  __syncthreads(); if (atoll_stop_) return; } while (0)
 """
 
 
@@ -43,6 +48,7 @@ class BufferSpec:
     dtype: str  # numpy dtype name, e.g. "float32"
     offset: int
     role: str  # "input" | "output" | "weight" | "temp"
+    alias_of: int | None = None  # index of the buffer whose bytes this one views (Reshape etc.)
 
     @property
     def nbytes(self) -> int:
@@ -66,7 +72,7 @@ class Launch:
     block: tuple[int, int, int]
     args: tuple[Arg, ...]
     writes: tuple[int, ...]  # buffer indices this launch writes (its outputs)
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # dynamic shared memory; a kernel's static use is KernelDef.shared_bytes
 
 
 @dataclass
@@ -82,6 +88,9 @@ class Program:
     # Weights live in their own region (offsets of role "weight" buffers index it), so programs of
     # one model at several batch sizes can share a single copy.
     weight_bytes: int = 0
+    # Restore may re-run up to this many already-completed launches (REEF's c outstanding kernels):
+    # the arena keeps every buffer a launch reads intact until this many launches after it.
+    restore_window: int = 0
 
     def kernels(self) -> dict[str, KernelDef]:
         """The distinct kernels of the program by name (what an executor compiles once)."""

@@ -1,17 +1,23 @@
-"""Tensors across processes through POSIX shared memory, one segment per request and direction.
+"""Tensors across processes through POSIX shared memory.
 
 Only a small layout (name, dtype, shape, offset per tensor) travels through the control pipe; the
-bytes are written once into the segment and read once out of it. Segment names are chosen by the
-pool, so the pool can unlink a segment even when the worker that created it died before saying so.
+bytes are written once into a segment and read once out of it. Segments are reused: touching fresh
+shared pages costs a page fault per 4 KiB in each process (tens of milliseconds for one batch of
+images), so the pool keeps a cache of mapped segments per worker and the worker keeps its mappings
+open until the pool tells it to forget one. Segment names are chosen by the pool, so it can unlink
+every segment, including one a worker created just before dying.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from multiprocessing import shared_memory
 
 import numpy as np
 
 ALIGN = 64  # cache-line alignment for every tensor in a segment
+MIN_SEGMENT = 64 << 10
 
 Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, dtype, shape, byte offset)
 
@@ -25,47 +31,41 @@ def plan(arrays: dict[str, np.ndarray]) -> tuple[Layout, int]:
     return layout, offset
 
 
-def write(segment: str, arrays: dict[str, np.ndarray]) -> Layout:
-    """Create segment `segment` holding `arrays`; the caller (or the pool) unlinks it."""
-    arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    layout, size = plan(arrays)
-    shm = shared_memory.SharedMemory(name=segment, create=True, size=max(size, 1))
-    try:
-        for (name, _dtype, _shape, offset), array in zip(layout, arrays.values()):
-            _view(shm, array.dtype, array.shape, offset)[...] = array
-    finally:
-        shm.close()
+def views(buf, layout: Layout) -> dict[str, np.ndarray]:
+    """Zero-copy arrays over a mapped segment."""
+    out = {}
+    for name, dtype, shape, offset in layout:
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(buf, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
+    return out
+
+
+def store(buf, arrays: dict[str, np.ndarray]) -> Layout:
+    """Copy `arrays` into a mapped segment (which must be large enough); returns their layout."""
+    layout, _ = plan(arrays)
+    for (name, *_), view in zip(layout, views(buf, layout).values()):
+        view[...] = arrays[name]
     return layout
 
 
-def read(segment: str, layout: Layout) -> dict[str, np.ndarray]:
-    """Copy the tensors out of `segment` (which stays; see `unlink`)."""
-    shm = shared_memory.SharedMemory(name=segment)
+def write(segment: str, arrays: dict[str, np.ndarray]) -> Layout:
+    """Create a one-off segment `segment` holding `arrays`; the caller (or the pool) unlinks it."""
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    _, size = plan(arrays)
+    shm = shared_memory.SharedMemory(name=segment, create=True, size=max(size, 1))
     try:
-        return {name: _view(shm, dtype, shape, offset).copy() for name, dtype, shape, offset in layout}
+        return store(shm.buf, arrays)
     finally:
         shm.close()
 
 
-class Mapped:
-    """Zero-copy views of a segment's tensors, valid inside the `with` block. The caller must drop
-    its references to the views before the block ends, or the mapping stays until collected."""
-
-    def __init__(self, segment: str, layout: Layout):
-        self._shm = shared_memory.SharedMemory(name=segment)
-        self.arrays = {
-            name: _view(self._shm, dtype, shape, offset) for name, dtype, shape, offset in layout
-        }
-
-    def __enter__(self) -> dict[str, np.ndarray]:
-        return self.arrays
-
-    def __exit__(self, *exc) -> None:
-        self.arrays = {}  # views must go before the mapping can close
-        try:
-            self._shm.close()
-        except BufferError:  # a view survives (e.g. in a traceback); the GC unmaps it later
-            pass
+def read(segment: str, layout: Layout) -> dict[str, np.ndarray]:
+    """Copy the tensors out of a one-off segment (which stays; see `unlink`)."""
+    shm = shared_memory.SharedMemory(name=segment)
+    try:
+        return {k: v.copy() for k, v in views(shm.buf, layout).items()}
+    finally:
+        shm.close()
 
 
 def unlink(segment: str) -> bool:
@@ -79,7 +79,78 @@ def unlink(segment: str) -> bool:
     return True
 
 
-def _view(shm, dtype, shape, offset) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    return np.frombuffer(shm.buf, dtype=dtype, count=count, offset=offset).reshape(shape)
+class SegmentCache:
+    """The pool's reusable segments for one worker. `acquire` hands out a free segment at least as
+    large as asked (or creates one, sized to a power of two); `release` returns it and evicts the
+    least recently used free segments beyond `max_free_bytes`, returning their names so the worker
+    can unmap them too."""
+
+    def __init__(self, prefix: str, max_free_bytes: int = 256 << 20):
+        self.prefix = prefix
+        self.max_free_bytes = max_free_bytes
+        self._lock = threading.Lock()
+        self._count = 0
+        self._free: OrderedDict[str, shared_memory.SharedMemory] = OrderedDict()
+        self._used: dict[str, shared_memory.SharedMemory] = {}
+
+    def acquire(self, nbytes: int) -> shared_memory.SharedMemory:
+        with self._lock:
+            fits = [s for s in self._free.values() if s.size >= nbytes]
+            if fits:
+                shm = min(fits, key=lambda s: s.size)
+                del self._free[segment_name(shm)]
+            else:
+                size = max(MIN_SEGMENT, 1 << max(0, nbytes - 1).bit_length())
+                self._count += 1
+                shm = shared_memory.SharedMemory(f"{self.prefix}-{self._count}", create=True, size=size)
+            self._used[segment_name(shm)] = shm
+            return shm
+
+    def release(self, shm: shared_memory.SharedMemory) -> list[str]:
+        with self._lock:
+            self._free[segment_name(shm)] = self._used.pop(segment_name(shm))
+            evicted = []
+            while sum(s.size for s in self._free.values()) > self.max_free_bytes:
+                name, old = self._free.popitem(last=False)
+                _drop(old)
+                evicted.append(name)
+            return evicted
+
+    def close(self) -> None:
+        with self._lock:
+            for shm in [*self._free.values(), *self._used.values()]:
+                _drop(shm)
+            self._free.clear()
+            self._used.clear()
+
+
+class Attachments:
+    """A worker's open mappings of the pool's segments, kept until the pool says to forget one."""
+
+    def __init__(self):
+        self._open: dict[str, shared_memory.SharedMemory] = {}
+
+    def buf(self, name: str):
+        if name not in self._open:
+            self._open[name] = shared_memory.SharedMemory(name=name)
+        return self._open[name].buf
+
+    def forget(self, name: str) -> None:
+        shm = self._open.pop(name, None)
+        if shm is not None:
+            try:
+                shm.close()
+            except BufferError:  # a view still exists somewhere; the GC unmaps it later
+                pass
+
+
+def segment_name(shm: shared_memory.SharedMemory) -> str:
+    return shm.name.lstrip("/")
+
+
+def _drop(shm: shared_memory.SharedMemory) -> None:
+    shm.close()
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass

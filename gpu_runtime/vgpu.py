@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 import secrets
 import threading
 from concurrent.futures import Future
@@ -43,7 +44,8 @@ class _Request:
     req: int
     future: Future
     message: tuple
-    segments: tuple[str, ...] = ()  # shared-memory segments to unlink when the request ends
+    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for run requests
+    out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
     crashes: int = 0
 
 
@@ -55,9 +57,10 @@ class WorkerState:
     pid: int | None = None
     ready: bool = False
     restarts: int = 0
-    alive: bool = True  # False once the worker exhausted its restarts
+    alive: bool = True  # False once the worker exhausted its restarts or could not start
+    error: str | None = None  # why it is not alive
     last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
-    loaded: dict[str, str] = field(default_factory=dict)  # model -> executor description
+    loaded: dict[str, dict] = field(default_factory=dict)  # model -> executor description
     inflight_runs: int = 0
 
     @property
@@ -71,28 +74,46 @@ class WorkerState:
 
 
 class _Worker:
-    def __init__(self, info: VGpuInfo, ctx):
+    def __init__(self, info: VGpuInfo, ctx, prefix: str):
         self.state = WorkerState(info)
         self.ctx = ctx
+        self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
         self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
-        self.send_lock = threading.Lock()
         self.start()
 
     def start(self) -> None:
+        """Start a worker process, with its own pipe and sender thread (one set per incarnation,
+        so nothing queued for a dead worker reaches its successor)."""
         self.conn, child = self.ctx.Pipe()
+        name = f"atoll-vgpu-{self.state.info.id}"
         self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.state.info), name=f"atoll-vgpu-{self.state.info.id}",
-            daemon=True,
+            target=worker_main, args=(child, self.state.info), name=name, daemon=True
         )
         self.process.start()
         child.close()
         self.state.pid = self.process.pid
         self.state.ready = False
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(
+            target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
+        ).start()
 
     def send(self, message: tuple) -> None:
-        with self.send_lock:
-            self.conn.send(message)
+        """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
+        self.outbox.put(message)
+
+    def retire(self) -> None:
+        """Stop this incarnation's sender thread (after anything already queued)."""
+        self.outbox.put(None)
+
+
+def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send(message)
+        except OSError:  # the worker died; the pool restarts it and re-sends what is in flight
+            return
 
 
 class VGpuPool:
@@ -114,8 +135,11 @@ class VGpuPool:
         self._closed = False
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx) for info in infos}
-        self._monitor = threading.Thread(target=self._monitor_loop, name="vgpu-monitor", daemon=True)
+        self._workers = {info.id: _Worker(info, ctx, self._prefix) for info in infos}
+        self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
+        self._monitor = threading.Thread(
+            target=self._monitor_loop, name="vgpu-monitor", daemon=True
+        )
         self._monitor.start()
 
     # ---- public API -------------------------------------------------------------------------
@@ -139,7 +163,8 @@ class VGpuPool:
             self._check_open()
             for vid, worker in self._workers.items():
                 req = next(self._ids)
-                message = ("load", req, name, os.fspath(onnx_path), executor or self.executor, max_batch)
+                path = os.fspath(onnx_path)
+                message = ("load", req, name, path, executor or self.executor, max_batch)
                 worker.models[name] = message
                 futures[vid] = self._dispatch(worker, _Request(req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
@@ -149,17 +174,30 @@ class VGpuPool:
         worker = self._workers.get(vgpu_id)
         if worker is None:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
+        if self._closed:
+            raise PoolClosed("pool closed")
+        if not worker.state.alive:
+            raise PoolClosed(f"vGPU {vgpu_id} is dead: {worker.state.error}")
+        arrays = {name: np.asarray(array) for name, array in inputs.items()}
+        _, in_bytes = shm.plan(arrays)
+        in_seg = worker.segments.acquire(in_bytes)
+        # Until a model's output size is known for this input size, guess the input size.
+        out_seg = worker.segments.acquire(self._out_bytes.get((model, in_bytes), in_bytes))
+        try:
+            layout = shm.store(in_seg.buf, arrays)
+        except Exception:  # e.g. object arrays: give the segments back before refusing
+            worker.segments.release(in_seg)
+            worker.segments.release(out_seg)
+            raise
         req = next(self._ids)
-        in_segment, out_segment = f"{self._prefix}-{req}i", f"{self._prefix}-{req}o"
-        layout = shm.write(in_segment, inputs)
-        request = _Request(
-            req, Future(), ("run", req, model, in_segment, layout, out_segment), (in_segment, out_segment)
-        )
+        names = shm.segment_name(in_seg), shm.segment_name(out_seg)
+        message = ("run", req, model, names[0], layout, names[1], out_seg.size)
+        request = _Request(req, Future(), message, (in_seg, out_seg), out_key=(model, in_bytes))
         request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:
-            if self._closed or not worker.state.alive:
-                shm.unlink(in_segment)
-                raise PoolClosed(f"pool closed" if self._closed else f"vGPU {vgpu_id} is dead")
+            if self._closed:
+                self._finish(worker, request, exception=PoolClosed("pool closed"))
+                return request.future
             return self._dispatch(worker, request)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -171,10 +209,8 @@ class VGpuPool:
         self._wake_w.send(None)
         self._monitor.join(timeout)
         for worker in self._workers.values():
-            try:
-                worker.send(("stop",))
-            except OSError:  # already dead
-                pass
+            worker.send(("stop",))
+            worker.retire()
         for worker in self._workers.values():
             worker.process.join(timeout)
             if worker.process.is_alive():
@@ -182,6 +218,7 @@ class VGpuPool:
                 worker.process.join()
             worker.conn.close()
             self._fail_all(worker, PoolClosed("pool closed before the request finished"))
+            worker.segments.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -198,13 +235,14 @@ class VGpuPool:
             raise PoolClosed("pool closed")
 
     def _dispatch(self, worker: _Worker, request: _Request) -> Future:
+        if not worker.state.alive:
+            error = WorkerError(f"{worker.state.info.id} is dead: {worker.state.error}")
+            self._finish(worker, request, exception=error)
+            return request.future
         worker.inflight[request.req] = request
         if request.message[0] == "run":
             worker.state.inflight_runs += 1
-        try:
-            worker.send(request.message)
-        except OSError:  # the worker just died; the monitor will restart it and re-send this
-            pass
+        worker.send(request.message)
         return request.future
 
     def _monitor_loop(self) -> None:
@@ -227,7 +265,10 @@ class VGpuPool:
                     self._drain(worker)
                 elif not self._closed:
                     self._drain(worker)  # replies sent just before dying still count
-                    self._restart(worker)
+                    if worker.state.alive:
+                        self._restart(worker)
+                    else:
+                        worker.process.join()  # reap it; it stays dead
 
     def _drain(self, worker: _Worker) -> None:
         try:
@@ -240,6 +281,12 @@ class VGpuPool:
         if reply[0] == "ready":
             worker.state.ready = True
             return
+        if reply[0] == "fatal":
+            with self._lock:
+                worker.state.alive = False
+                worker.state.error = reply[1]
+            self._fail_all(worker, WorkerError(f"{worker.state.info.id}: cannot start: {reply[1]}"))
+            return
         with self._lock:
             request = worker.inflight.pop(reply[1], None)
             if request is None:
@@ -250,23 +297,33 @@ class VGpuPool:
         if reply[0] == "error":
             if not is_run:
                 worker.models.pop(request.message[2], None)  # don't replay a failed load
-            self._finish(request, exception=WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}"))
+            error = WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}")
+            self._finish(worker, request, exception=error)
         elif is_run:
-            out_layout, seconds = reply[2]
-            worker.state.last_batch_seconds = seconds
-            try:
-                result = shm.read(request.message[5], out_layout)
-            except Exception as exc:  # segment vanished: report, don't kill the monitor
-                self._finish(request, exception=exc)
-            else:
-                self._finish(request, result=result)
+            self._finish(worker, request, result=self._outputs(worker, request, *reply[2]))
         else:
             worker.state.loaded[request.message[2]] = reply[2]
-            self._finish(request, result=reply[2])
+            self._finish(worker, request, result=reply[2])
 
-    def _finish(self, request: _Request, result=None, exception: BaseException | None = None) -> None:
-        for segment in request.segments:
-            shm.unlink(segment)
+    def _outputs(self, worker, request, layout, out_bytes, overflowed, seconds) -> dict:
+        worker.state.last_batch_seconds = seconds
+        out_name = request.message[5]
+        self._out_bytes[request.out_key] = out_bytes
+        if overflowed:
+            try:
+                return shm.read(out_name + "x", layout)
+            finally:
+                shm.unlink(out_name + "x")
+        views = shm.views(request.segments[1].buf, layout)
+        return {name: view.copy() for name, view in views.items()}
+
+    def _finish(
+        self, worker: _Worker, request: _Request, result=None, exception: BaseException | None = None
+    ) -> None:
+        evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
+        request.segments = ()
+        if evicted and not self._closed:
+            worker.send(("forget", evicted))
         if request.future.done():
             return
         if exception is not None:
@@ -278,21 +335,27 @@ class VGpuPool:
         with self._lock:
             worker.process.join()
             code = worker.process.exitcode
+            worker.retire()
             worker.conn.close()
             pending = [worker.inflight[r] for r in sorted(worker.inflight)]
             worker.inflight.clear()
             worker.state.inflight_runs = 0
             for request in pending:
                 if request.message[0] == "run":
-                    shm.unlink(request.message[5])  # a partial output of the dead worker
-            if worker.state.restarts >= self.max_restarts:
+                    shm.unlink(request.message[5] + "x")  # an overflow output of the dead worker
+            if code > 0 and not worker.state.ready:
+                # It exited by itself before serving (e.g. spawn could not import the parent's
+                # __main__): a restart would fail the same way.
+                worker.state.error = f"exited with code {code} during startup (see its stderr)"
+            elif worker.state.restarts >= self.max_restarts:
+                worker.state.error = f"died (exit {code}) after {worker.state.restarts} restarts"
+            if worker.state.error:
                 worker.state.alive = False
                 error = WorkerCrashed(
-                    f"{worker.state.info.id}: worker died (exit {code}) after {worker.state.restarts}"
-                    " restarts; vGPU disabled"
+                    f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled"
                 )
                 for request in pending:
-                    self._finish(request, exception=error)
+                    self._finish(worker, request, exception=error)
                 return
             worker.state.restarts += 1
             worker.start()
@@ -308,6 +371,7 @@ class VGpuPool:
                     if request.message[0] == "load":
                         worker.models.pop(request.message[2], None)
                     self._finish(
+                        worker,
                         request,
                         exception=WorkerCrashed(
                             f"{worker.state.info.id}: worker died (exit {code}) while running this"
@@ -323,4 +387,4 @@ class VGpuPool:
             worker.inflight.clear()
             worker.state.inflight_runs = 0
         for request in pending:
-            self._finish(request, exception=error)
+            self._finish(worker, request, exception=error)

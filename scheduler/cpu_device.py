@@ -67,8 +67,12 @@ class CpuStream:
                     padded.wait()
             with self._idle:
                 self._outstanding -= 1
+                left = self._outstanding
                 self._idle.notify_all()
-            device.wake.set()
+            # Wake the scheduler only when it has something to do: a task to finish, or a vHQ
+            # to refill. Each wake costs the running kernels the GIL for a loop iteration.
+            if index == task.n_launches - 1 or (self.guarded and left <= 1):
+                device.wake.set()
 
 
 class PadStream:
@@ -107,6 +111,9 @@ class CpuDevice:
     # A guarded kernel is dropped before it starts and a started one always finishes, so the
     # streams' counters are exact and a flush re-runs nothing.
     exact_progress = True
+    # Stream threads set `wake` whenever the scheduler has work, so the poll period is only a
+    # safety net; short periods cost the kernels the GIL.
+    poll_s = 5e-3
     # One spare thread runs the pads one after another, so they must fit under the RT kernel.
     padding_rules = PaddingRules(max_pads=4, serial=True, same_block=False)
 
@@ -133,6 +140,24 @@ class CpuDevice:
 
     def poll(self) -> None:
         """The stream threads write `completed` themselves as each kernel ends: nothing to fold."""
+
+    def set_inputs(self, state, inputs) -> None:
+        self.executor.set_inputs(state, inputs)
+
+    def on_arrival(self, task: Task) -> None:
+        """The stream threads stamp kernel starts on the host clock; nothing to record here."""
+
+    def started_at(self, task: Task) -> float | None:
+        return task.first_kernel_s
+
+    def can_pad(self, rt_state, rt_index: int, be_state, be_index: int) -> bool:
+        return True
+
+    def prepare_pads(self, pairs) -> int:
+        return 0
+
+    def resources(self, kernel) -> tuple[int, int]:
+        return kernel.registers, kernel.shared_bytes
 
     def flag_is_set(self) -> bool:
         return bool(self._flag[0])

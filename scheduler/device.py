@@ -44,9 +44,28 @@ class Device(Protocol):
     limits: Any  # scheduler.profiler.DeviceLimits, or None where occupancy means nothing
     padding_rules: Any  # scheduler.padding.PaddingRules
     clock: Callable[[], float]
+    poll_s: float  # scheduler loop sleep between polls (0: spin, yielding the GIL)
 
     def load(self, program: Program, guarded: bool) -> Any:
         """The executor state for `program`; guarded states' kernels obey the device's flag."""
+
+    def set_inputs(self, state: Any, inputs: dict) -> None:
+        """Copy inputs in, ordered before any kernel later submitted to this device's streams."""
+
+    def on_arrival(self, task: Task) -> None:
+        """Called in the submitting thread at arrival (CUDA stamps the GPU timeline)."""
+
+    def started_at(self, task: Task) -> float | None:
+        """When the task's first kernel started, on the scheduler clock (asked once, at finish)."""
+
+    def can_pad(self, rt_state: Any, rt_index: int, be_state: Any, be_index: int) -> bool:
+        """Whether that pair can run as one padded launch now (never blocks to find out)."""
+
+    def prepare_pads(self, pairs: list) -> int:
+        """Make pairs (rt_state, rt_index, be_state, be_index) paddable; returns how many."""
+
+    def resources(self, kernel: Any) -> tuple[int, int]:
+        """(registers per thread, static shared bytes) of a kernel, for occupancy."""
 
     def time_launch(self, state: Any, index: int) -> float:
         """Run one launch alone and return its duration in seconds (for the profiler)."""

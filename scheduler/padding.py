@@ -10,7 +10,7 @@ which is safe because RT kernel i+1 starts only after padded launch i has ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from scheduler.device import Kernel
 from scheduler.profiler import KernelProfile
@@ -34,10 +34,13 @@ class PaddingRules:
 
 def plan_padding(rt_profiles: Sequence[KernelProfile],
                  be: Sequence[tuple[Task, Sequence[KernelProfile]]],
-                 rules: PaddingRules) -> list[list[Kernel]]:
-    """Pads for every RT kernel; advances each chosen BE task's `next_launch` (it is in flight)."""
+                 rules: PaddingRules,
+                 paddable: Callable[[int, Task, int], bool] | None = None) -> list[list[Kernel]]:
+    """Pads for every RT kernel; advances each chosen BE task's `next_launch` (it is in flight).
+    `paddable(rt_index, task, be_index)` lets the device veto a pair it cannot launch padded
+    right now (CUDA: no compiled dispatcher variant yet)."""
     plan: list[list[Kernel]] = []
-    for rt in rt_profiles:
+    for r, rt in enumerate(rt_profiles):
         pads: list[Kernel] = []
         budget = rt.duration_s
         for task, profiles in be:
@@ -48,6 +51,8 @@ def plan_padding(rt_profiles: Sequence[KernelProfile],
                 continue
             cand = profiles[i]
             if not is_candidate(rt, cand, rules.same_block):
+                continue
+            if paddable is not None and not paddable(r, task, i):
                 continue
             if rules.serial:
                 if cand.duration_s >= budget:

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from gpu_runtime.program import Program
+from gpu_runtime.program import KernelDef, Program
 
 
 @dataclass(frozen=True)
@@ -51,15 +51,24 @@ class KernelProfile:
     occupancy: float
 
 
+def declared_resources(kernel: KernelDef) -> tuple[int, int]:
+    return kernel.registers, kernel.shared_bytes
+
+
 def profile_program(program: Program, time_launch: Callable[[int], float],
-                    limits: DeviceLimits | None, reps: int = 3) -> list[KernelProfile]:
-    """`time_launch(i)` runs launch i once on a loaded state and returns its duration in seconds.
-    Without `limits` (CPU vGPUs: one kernel owns one thread) every occupancy is 1."""
+                    limits: DeviceLimits | None, reps: int = 3,
+                    resources: Callable[[KernelDef], tuple[int, int]] = declared_resources,
+                    ) -> list[KernelProfile]:
+    """`time_launch(i)` runs launch i once on a loaded state and returns its duration in seconds;
+    `resources(kernel)` gives (registers per thread, static shared bytes), on CUDA from the
+    compiled kernel. Without `limits` (CPU vGPUs: a kernel owns a thread) every occupancy is 1."""
     out = []
     for i, launch in enumerate(program.launches):
         duration = statistics.median(time_launch(i) for _ in range(reps))
         threads = math.prod(launch.block)
-        shared = max(launch.shared_bytes, launch.kernel.shared_bytes)
-        occ = 1.0 if limits is None else occupancy(threads, launch.kernel.registers, shared, limits)
+        occ = 1.0
+        if limits is not None:
+            regs, static_shared = resources(launch.kernel)
+            occ = occupancy(threads, regs, static_shared + launch.shared_bytes, limits)
         out.append(KernelProfile(launch.kernel.name, duration, math.prod(launch.grid), threads, occ))
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.program import Program
-from scheduler.padding import plan_padding
+from scheduler.padding import is_candidate, plan_padding
 from scheduler.policies import Policy, make_policy
 from scheduler.profiler import KernelProfile, profile_program
 from scheduler.rerun_window import rerun_window
@@ -97,10 +98,26 @@ class Reef:
     def profile(self, client: Client) -> list[KernelProfile]:
         zeros = {name: np.zeros(client.program.buffers[i].shape, client.program.buffers[i].dtype)
                  for name, i in client.program.inputs.items()}
-        self.executor.set_inputs(client.state, zeros)
+        self.device.set_inputs(client.state, zeros)
         return profile_program(client.program,
                                lambda i: self.device.time_launch(client.state, i),
-                               self.device.limits, self.profile_reps)
+                               self.device.limits, self.profile_reps, self.device.resources)
+
+    def prepare_padding(self) -> int:
+        """Build, before traffic, every padded variant the rules could pick for the clients so
+        far (CUDA compiles dispatchers); returns how many distinct pairs were asked for."""
+        if not self.policy.pads:
+            return 0
+        rts = [c for c in self._clients.values() if c.priority == RT]
+        bes = [c for c in self._clients.values() if c.priority == BE]
+        pairs = []
+        for rt in rts:
+            for be in bes:
+                for r, rp in enumerate(rt.profiles):
+                    for i, bp in enumerate(be.profiles):
+                        if is_candidate(rp, bp, self.device.padding_rules.same_block):
+                            pairs.append((rt.state, r, be.state, i))
+        return self.device.prepare_pads(pairs)
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)
@@ -111,6 +128,7 @@ class Reef:
         if self._stop.is_set():
             task.fail(RuntimeError("scheduler is stopped"))
             return task.future
+        self.device.on_arrival(task)
         self._inbox.put(task)
         self.device.wake.set()
         return task.future
@@ -195,6 +213,8 @@ class Reef:
             self._schedule_be()
             if self.poll_s:
                 wake.wait(self.poll_s)
+            else:
+                time.sleep(0)  # busy polling, but let client threads take the GIL
 
     def _admit(self) -> None:
         while True:
@@ -209,12 +229,14 @@ class Reef:
 
     def _begin(self, task: Task) -> None:
         client = self._clients[task.client]
-        self.executor.set_inputs(client.state, task.inputs)
+        self.device.set_inputs(client.state, task.inputs)
         task.state = client.state
 
     def _finish(self, task: Task) -> None:
+        end = self.clock()
         outputs = {k: np.array(v, copy=True) for k, v in self.executor.outputs(task.state).items()}
-        task.finish(outputs, self.clock())
+        task.first_kernel_s = self.device.started_at(task)
+        task.finish(outputs, end)
 
     def _schedule_rt(self) -> None:
         rt = self._rt_task
@@ -243,7 +265,9 @@ class Reef:
         if self.policy.pads:
             be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
                   if v.current is not None]
-            plan = plan_padding(client.profiles, be, self.device.padding_rules)
+            state = client.state
+            plan = plan_padding(client.profiles, be, self.device.padding_rules,
+                                lambda r, t, i: self.device.can_pad(state, r, t.state, i))
             self.stats.padded_kernels += sum(map(len, plan))
         for i in range(task.n_launches):
             self._rt_stream.submit(task, i, plan[i] if plan else ())

@@ -8,7 +8,12 @@ from __future__ import annotations
 import importlib
 
 # benchmark -> module
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "preprocess": "atoll.bench.preprocess",
+    "models": "atoll.bench.models",
+    "disb": "atoll.bench.disb",
+    "preempt": "atoll.bench.preempt",
+}
 
 
 def register(subparsers) -> None:

@@ -34,6 +34,8 @@ def register(subparsers) -> None:
         p.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
         p.add_argument("--out", required=True, type=Path, help="directory for the .npy files")
         p.add_argument("--json", action="store_true", help="one JSON line per input on stdout")
+        p.add_argument("--manifest", type=Path, default=None,
+                       help="DPU manifest (default bitstreams/atoll_dpu.json; its xclbin sits beside it)")
         p.add_argument("--cpu-workers", type=int, default=None,
                        help="CPU preprocessing processes (default: all cores without a DPU)")
         p.set_defaults(func=run)
@@ -67,7 +69,7 @@ def run(args) -> int:
     from fpga_host.preprocessor import Preprocessor
     from fpga_host.xrt_driver import BackendUnavailable
 
-    options = {"cpu_workers": args.cpu_workers}
+    options = {"cpu_workers": args.cpu_workers, "manifest": args.manifest}
     if args.modality == "image":
         options.update(resize_short=args.resize_short, crop=args.crop, fp16=args.fp16,
                        max_image_dim=args.max_dim)

@@ -66,6 +66,8 @@ def run(args) -> int:
     import asyncio
     import logging
 
+    from batching.profile import ProfileError
+
     from atoll.config import ConfigError
     from atoll.repository import RepositoryError
     from atoll.service import Service
@@ -75,7 +77,7 @@ def run(args) -> int:
         config = config_from_args(args, SERVE_FLAGS)
         repo = Path(config.server.repository) if config.server.repository else None
         asyncio.run(serve_forever(Service(config, repo)))
-    except (ConfigError, RepositoryError, OSError) as exc:
+    except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 2
     return 0

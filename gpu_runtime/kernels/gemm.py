@@ -139,6 +139,12 @@ def conv_numpy(x, w, bias, y, C, H, W, Cout, OH, OW, KH, KW, sh, sw, ph, pw, dh,
                act):
     """Reference convolution: im2col as a strided window view, then one tensordot per group."""
     n = x.size // (C * H * W)
+    out = y.reshape(n, Cout, OH, OW)
+    if KH == KW == 1 and sh == sw == 1 and ph == pw == 0 and groups == 1 and (OH, OW) == (H, W):
+        np.matmul(w.reshape(Cout, C), x.reshape(n, C, H * W), out=out.reshape(n, Cout, H * W))
+        out += bias.reshape(1, Cout, 1, 1)
+        act_numpy(act, out)
+        return
     hp = max(H + ph, (OH - 1) * sh + (KH - 1) * dh + 1)
     wp = max(W + pw, (OW - 1) * sw + (KW - 1) * dw + 1)
     xp = np.zeros((n, C, hp, wp), np.float32)
@@ -147,10 +153,13 @@ def conv_numpy(x, w, bias, y, C, H, W, Cout, OH, OW, KH, KW, sh, sw, ph, pw, dh,
     cols = np.lib.stride_tricks.as_strided(
         xp, (n, C, OH, OW, KH, KW), (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw))
     cg, og = C // groups, Cout // groups
-    out = y.reshape(n, Cout, OH, OW)
     wk = w.reshape(groups, og, cg, KH, KW)
-    if cg == 1 and og == 1:  # depthwise: a weighted sum of shifted views, no matrix product
-        np.einsum("nchwij,cij->nchw", cols, wk[:, 0, 0], out=out)
+    if cg == 1 and og == 1:  # depthwise: a weighted sum of shifted views, one per tap
+        taps = wk[:, 0, 0]
+        out[...] = 0
+        for i in range(KH):
+            for j in range(KW):
+                out += cols[:, :, :, :, i, j] * taps[:, i, j].reshape(1, C, 1, 1)
     else:
         for g in range(groups):
             part = np.tensordot(cols[:, g * cg:(g + 1) * cg], wk[g], axes=([1, 4, 5], [1, 2, 3]))

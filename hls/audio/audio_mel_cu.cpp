@@ -4,44 +4,45 @@
 // mel bands 0..8000 Hz, norm='slaney'), log(S + 2^-24).
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "fft.h"
 #include "framer.h"
 #include "log_mel.h"
 #include "mel_filterbank.h"
 #include "pcm_reader.h"
-#include "power.h"
 #include "preemphasis.h"
 #include "resampler.h"
 
 namespace atoll_audio {
 
+// The first DATAFLOW process: PCM to 16 kHz samples. At 16 kHz librosa does not resample, so the
+// samples pass through untouched.
+static void source_stage(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
+                         hls::stream<float>& out) {
+  if (resample) {
+    resample_stage(plan, pcm, format, out);
+  } else {
+    pcm_reader_stage(pcm, plan.n_in, format, out);
+  }
+}
+
 static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
                          uint32_t frames, float* mel, double* stats) {
 #pragma HLS DATAFLOW
-  hls::stream<float> samples("samples");
   hls::stream<float> samples16("samples16");
   hls::stream<float> emphasised("emphasised");
   hls::stream<float> windowed("windowed");
-  hls::stream<Bin> spectrum("spectrum");
   hls::stream<float> power("power");
   hls::stream<float> bands("bands");
-#pragma HLS STREAM variable = samples depth = 1024
+#pragma HLS STREAM variable = samples16 depth = 1024
 #pragma HLS STREAM variable = windowed depth = 2 * WIN
-#pragma HLS STREAM variable = spectrum depth = 2 * N_BINS
 #pragma HLS STREAM variable = power depth = 2 * N_BINS
 
-  pcm_reader_stage(pcm, plan.n_in, format, samples);
-  if (resample) {
-    resample_stage(plan, samples, samples16);
-  } else {
-    passthrough_stage(plan.n_in, samples, samples16);
-  }
+  source_stage(pcm, format, plan, resample, samples16);
   preemphasis_stage(plan.n_out, samples16, emphasised);
   framer_stage(plan.n_out, frames, emphasised, windowed);
-  fft_stage(frames, windowed, spectrum);
-  power_stage(frames, spectrum, power);
+  fft_stage(frames, windowed, power);
   mel_filterbank_stage(frames, power, bands);
   log_mel_stage(frames, bands, mel, stats);
 }

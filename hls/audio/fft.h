@@ -2,58 +2,50 @@
 // the split step. Fixed size, fully bounded loops, twiddles from ROM (audio_tables.h).
 #pragma once
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
+#include "power.h"
 
 namespace atoll_audio {
 
 const int FFT_HALF = N_FFT / 2;  // complex points
 const int FFT_STAGES = 8;        // log2(FFT_HALF)
 
-struct Bin {
-  float re;
-  float im;
-};
 
-static unsigned bit_reverse8(unsigned v) {
-  unsigned r = 0;
-bitrev_loop:
-  for (int b = 0; b < FFT_STAGES; ++b) {
-#pragma HLS UNROLL
-    r = (r << 1) | ((v >> b) & 1u);
-  }
-  return r;
-}
-
+// Iterative radix-2 decimation in time on bit-reversed input. Stage twiddles are contiguous, so
+// the butterfly loop is a plain streaming loop (II = 1 in hardware, SIMD on the host).
 static void fft256_in_place(float re[FFT_HALF], float im[FFT_HALF]) {
 fft_stage_loop:
   for (int s = 0; s < FFT_STAGES; ++s) {
-    int half = 1 << s;
-    int tw_stride = FFT_HALF / (2 * half);
+    const int half = 1 << s;
+    const float* wre = &TWIDDLE256_RE[half - 1];
+    const float* wim = &TWIDDLE256_IM[half - 1];
   fft_group_loop:
     for (int start = 0; start < FFT_HALF; start += 2 * half) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = FFT_HALF / 2
+      float* ar = &re[start];
+      float* ai = &im[start];
+      float* br = &re[start + half];
+      float* bi = &im[start + half];
     fft_butterfly_loop:
       for (int j = 0; j < half; ++j) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = FFT_HALF / 2
 #pragma HLS PIPELINE II = 1
-        float wr = TWIDDLE256_RE[j * tw_stride];
-        float wi = TWIDDLE256_IM[j * tw_stride];
-        int a = start + j;
-        int b = a + half;
-        float tr = re[b] * wr - im[b] * wi;
-        float ti = re[b] * wi + im[b] * wr;
-        re[b] = re[a] - tr;
-        im[b] = im[a] - ti;
-        re[a] += tr;
-        im[a] += ti;
+        float tr = br[j] * wre[j] - bi[j] * wim[j];
+        float ti = br[j] * wim[j] + bi[j] * wre[j];
+        br[j] = ar[j] - tr;
+        bi[j] = ai[j] - ti;
+        ar[j] += tr;
+        ai[j] += ti;
       }
     }
   }
 }
 
-// Reads WIN windowed samples per frame, writes N_BINS complex bins per frame.
-static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<Bin>& out) {
+// Reads WIN windowed samples per frame, writes the N_BINS bin powers of each frame (the power
+// unit sits on the FFT's output so bins never travel as complex pairs).
+static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<float>& out) {
   float frame[N_FFT];
   float re[FFT_HALF], im[FFT_HALF];
 fft_frame_loop:
@@ -68,9 +60,9 @@ fft_frame_loop:
     }
   fft_pack_loop:
     for (int i = 0; i < FFT_HALF; ++i) {
-      unsigned k = bit_reverse8((unsigned)i);
-      re[k] = frame[2 * i];
-      im[k] = frame[2 * i + 1];
+#pragma HLS PIPELINE II = 1
+      re[BITREV256[i]] = frame[2 * i];
+      im[BITREV256[i]] = frame[2 * i + 1];
     }
     fft256_in_place(re, im);
     // Split: X[k] = E[k] + W512^k O[k], E = (Z[k] + conj Z[256-k]) / 2, O = (Z[k] - conj Z[256-k]) / 2i.
@@ -85,10 +77,7 @@ fft_frame_loop:
       float oi = -0.5f * (re[a] - re[b]);
       float wr = TWIDDLE512_RE[k];
       float wi = TWIDDLE512_IM[k];
-      Bin x;
-      x.re = er + (wr * or_ - wi * oi);
-      x.im = ei + (wr * oi + wi * or_);
-      out.write(x);
+      out.write(bin_power(er + (wr * or_ - wi * oi), ei + (wr * oi + wi * or_)));
     }
   }
 }

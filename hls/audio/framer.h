@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
 

@@ -6,7 +6,8 @@ Tables are computed here in float64 from their defining formulas and stored as f
   rate, Kaiser beta 13.04, half-length 97.25 units of 1/(2 * lower Nyquist rate). Sampled at
   PROTO_STEPS points per unit for 4-point cubic interpolation;
 - the periodic Hann window of 400 samples (scipy.signal.get_window('hann', 400, fftbins=True));
-- twiddles of the 256-point complex FFT and of the 512-point real-FFT split step;
+- the bit-reversal permutation and per-stage twiddles of the 256-point complex FFT, and the
+  twiddles of the 512-point real-FFT split step;
 - the 80-band Slaney mel filterbank on 257 FFT bins (0..8000 Hz, Slaney area normalisation),
   stored sparsely: each band's first bin, its number of bins and their weights.
 """
@@ -67,6 +68,16 @@ def mel_filterbank() -> np.ndarray:
     return w.astype(np.float32)
 
 
+def hann_window() -> np.ndarray:
+    """Periodic Hann window of WIN samples (the DFT-even window librosa asks scipy for)."""
+    return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)
+
+
+def split_twiddles() -> np.ndarray:
+    """W512^k for k = 0..256, used by the real-FFT split step."""
+    return np.exp(-2j * np.pi * np.arange(N_FFT // 2 + 1) / N_FFT)
+
+
 def c_array(ctype: str, name: str, values, per_line: int = 8) -> str:
     values = np.asarray(values).ravel()
     if ctype == "float":
@@ -80,11 +91,13 @@ def c_array(ctype: str, name: str, values, per_line: int = 8) -> str:
 
 def render() -> str:
     proto = prototype()
-    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)
-    k = np.arange(N_FFT // 4)
-    tw256 = np.exp(-2j * np.pi * k / (N_FFT // 2))
-    k2 = np.arange(N_FFT // 2 + 1)
-    tw512 = np.exp(-2j * np.pi * k2 / N_FFT)
+    hann = hann_window()
+    # Stage s of the 256-point FFT (butterfly span 2^s) reads its 2^s twiddles contiguously from
+    # offset 2^s - 1: W256^(j * 128 / 2^s), j < 2^s.
+    stage_k = np.concatenate([np.arange(1 << s) * (128 >> s) for s in range(8)])
+    tw256 = np.exp(-2j * np.pi * stage_k / (N_FFT // 2))
+    bitrev = np.array([int(f"{i:08b}"[::-1], 2) for i in range(N_FFT // 2)])
+    tw512 = split_twiddles()
     fb = mel_filterbank()
     first = np.array([np.flatnonzero(row)[0] for row in fb])
     count = np.array([np.flatnonzero(row)[-1] - np.flatnonzero(row)[0] + 1 for row in fb])
@@ -99,6 +112,7 @@ def render() -> str:
         f"static const int PROTO_LEN = {proto.size};\n",
         c_array("float", "PROTO_TABLE", proto),
         c_array("float", "HANN_WINDOW", hann),
+        c_array("int", "BITREV256", bitrev, 16),
         c_array("float", "TWIDDLE256_RE", tw256.real),
         c_array("float", "TWIDDLE256_IM", tw256.imag),
         c_array("float", "TWIDDLE512_RE", tw512.real),

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "../common/hls_compat.h"
+#include "hls_compat.h"
 #include "audio_config.h"
 
 namespace atoll_audio {

@@ -26,8 +26,12 @@ class stream {
   void write(const T& v) { q_.push_back(v); }
   T read() {
     T v = q_[head_++];
-    if (head_ == q_.size()) {
-      q_.clear();
+    if (head_ == q_.size()) {  // drained: start over, giving back frame-sized storage
+      if (q_.capacity() > kKeepCapacity) {
+        std::vector<T>().swap(q_);
+      } else {
+        q_.clear();
+      }
       head_ = 0;
     }
     return v;
@@ -50,6 +54,7 @@ class stream {
   }
 
  private:
+  static constexpr std::size_t kKeepCapacity = 1 << 16;
   std::vector<T> q_;
   std::size_t head_ = 0;
 };

@@ -14,10 +14,11 @@ inline uint32_t center_offset(uint32_t size, uint32_t crop) {
   return (d & 1) && (half & 1) ? half + 1 : half;  // x.5 rounds to the even neighbour
 }
 
+// Passes the centred out_h x out_w window of an h x w stream (the whole frame when equal).
 inline void crop_stream(hls::stream<Pixel>& in, hls::stream<Pixel>& out, uint32_t h, uint32_t w,
-                        uint32_t crop) {
-  const uint32_t top = center_offset(h, crop);
-  const uint32_t left = center_offset(w, crop);
+                        uint32_t out_h, uint32_t out_w) {
+  const uint32_t top = center_offset(h, out_h);
+  const uint32_t left = center_offset(w, out_w);
 crop_rows:
   for (uint32_t y = 0; y < h; ++y) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
@@ -26,7 +27,7 @@ crop_rows:
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
       const Pixel p = in.read();
-      if (y >= top && y < top + crop && x >= left && x < left + crop) out.write(p);
+      if (y - top < out_h && x - left < out_w) out.write(p);  // unsigned: also rejects y < top
     }
   }
 }

@@ -17,6 +17,10 @@
 //   max_dim               TOO_LARGE when width or height exceeds it (clamped to kMaxDim), decided
 //                         from the frame header before the frame store is touched
 //
+// The decode equals libjpeg-turbo's default decode (what cv2.imdecode returns, in RGB order);
+// EXIF orientation is not applied, so the reference is cv2.imdecode with
+// IMREAD_COLOR | IMREAD_IGNORE_ORIENTATION. Grayscale files come out as R = G = B.
+//
 // Structure: the marker parser reads the headers; the entropy decoder and IDCT fill the frame
 // store (a whole frame, since MCU order is not raster order); then one DATAFLOW region streams
 // pixels through upsample+colour -> resize -> crop -> normalize -> writer.
@@ -40,33 +44,35 @@ struct OutputShape {
   uint64_t bytes;
 };
 
-// Output dims of the requested stage; false when the parameters make no sense for this frame.
-bool output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t crop, bool fp16,
-                  OutputShape& s) {
-  if (stage > kStageNormalize) return false;
+// Output dims of the requested stage: BAD_ARGS for parameters that make no sense, TOO_LARGE
+// when the resized frame would exceed the line buffers (extreme aspect ratios).
+Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t crop, bool fp16,
+                    OutputShape& s) {
+  if (stage > kStageNormalize) return kBadArgs;
   s.h = f.height;
   s.w = f.width;
   s.resized_h = f.height;
   s.resized_w = f.width;
   if (stage >= kStageResize) {
-    if (r == 0 || r > kMaxDim) return false;
+    if (r == 0) return kBadArgs;
     resize_dims(f.height, f.width, r, s.resized_h, s.resized_w);
-    if (s.resized_h > kMaxDim || s.resized_w > kMaxDim || s.resized_h == 0 || s.resized_w == 0)
-      return false;
+    if (r > kMaxDim || s.resized_h > kMaxDim || s.resized_w > kMaxDim) return kTooLarge;
     s.h = s.resized_h;
     s.w = s.resized_w;
   }
   if (stage >= kStageCrop) {
-    if (crop == 0 || crop > s.h || crop > s.w) return false;
+    if (crop == 0 || crop > s.h || crop > s.w) return kBadArgs;
     s.h = s.w = crop;
   }
   const uint64_t elem = stage == kStageNormalize ? (fp16 ? 2 : 4) : 1;
   s.bytes = uint64_t{s.h} * s.w * kChannels * elem;
-  return true;
+  return kOk;
 }
 
+// One DATAFLOW region in canonical form: every process always runs; the stage selector turns
+// resize and crop into pass-throughs and picks the writer's format.
 void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
-              uint32_t crop, bool fp16, uint8_t* out) {
+              bool fp16, uint8_t* out) {
 #pragma HLS DATAFLOW
   hls::stream<Pixel> decoded("decoded");
   hls::stream<Pixel> resized("resized");
@@ -75,21 +81,10 @@ void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, ui
 #pragma HLS STREAM variable = resized depth = 64
 #pragma HLS STREAM variable = cropped depth = 64
   emit_rgb_rows(frame, f, decoded);
-  if (stage == kStageDecode) {
-    write_hwc(decoded, out, f.height * f.width);
-    return;
-  }
-  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w);
-  if (stage == kStageResize) {
-    write_hwc(resized, out, s.h * s.w);
-    return;
-  }
-  crop_stream(resized, cropped, s.resized_h, s.resized_w, crop);
-  if (stage == kStageCrop) {
-    write_hwc(cropped, out, crop * crop);
-  } else {
-    normalize_chw(cropped, out, crop * crop, fp16);
-  }
+  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w,
+                stage >= kStageResize);
+  crop_stream(resized, cropped, s.resized_h, s.resized_w, s.h, s.w);
+  write_output(cropped, out, s.h * s.w, stage == kStageNormalize, fp16);
 }
 
 }  // namespace
@@ -134,14 +129,11 @@ void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t
     words[6] = f.n_components;
   }
   if (code == kOk && frame_store_bytes(f) > scratch_bytes) code = kTooLarge;
-  if (code == kOk && (scratch == nullptr || out == nullptr ||
-                      !output_shape(f, stage, resize_short, crop, fp16, s) ||
-                      s.bytes > out_bytes)) {
-    code = kBadArgs;
-  }
+  if (code == kOk) code = output_shape(f, stage, resize_short, crop, fp16, s);
+  if (code == kOk && (scratch == nullptr || out == nullptr || s.bytes > out_bytes)) code = kBadArgs;
   if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
   if (code == kOk) {
-    pipeline(scratch, f, s, stage, crop, fp16, out);
+    pipeline(scratch, f, s, stage, fp16, out);
     words[1] = kChannels;
     words[2] = s.h;
     words[3] = s.w;

@@ -27,7 +27,8 @@ constexpr uint32_t kTypicalSegmentBytes = 64;
 constexpr uint32_t kMaxSegments = 1024;  // marker segments examined before the scan
 constexpr uint32_t kTypicalOut = 224;
 
-struct Pixel {
+// One RGB pixel per stream beat; 32-bit aligned so the host model moves it as one word.
+struct alignas(4) Pixel {
   uint8_t c[kChannels];
 };
 

@@ -34,7 +34,10 @@ color_table:
   }
 }
 
-inline uint8_t clamp_u8(int32_t v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+inline uint8_t clamp_u8(int32_t v) {
+  if (static_cast<uint32_t>(v) > 255) v = v < 0 ? 0 : 255;  // rare: one predictable test
+  return static_cast<uint8_t>(v);
+}
 
 inline Pixel ycc_to_rgb(const ColorTables& t, int32_t y, uint8_t cb, uint8_t cr) {
   Pixel p;

@@ -63,10 +63,11 @@ mcus:
       for (uint32_t by = 0; by < c.v; ++by) {
       mcu_block_cols:
         for (uint32_t bx = 0; bx < c.h; ++bx) {
-          if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef)) return kCorrupt;
+          bool dc_only;
+          if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
           const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
-          idct_islow(coef, c.quant, frame + c.offset + row * c.stride + col, c.stride);
+          idct_islow(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
         }
       }
     }
@@ -108,11 +109,41 @@ inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
   }
 }
 
+// Converts one row of full-resolution component samples to RGB pixels.
+inline void color_row(const JpegFrame& f, const ColorTables& t,
+                      const uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels], Pixel* out) {
+  if (f.n_components == 1) {
+  gray_cols:
+    for (uint32_t x = 0; x < f.width; ++x) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+      out[x].c[0] = out[x].c[1] = out[x].c[2] = rows[0][x];
+    }
+  } else if (f.rgb) {
+  rgb_cols:
+    for (uint32_t x = 0; x < f.width; ++x) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+      out[x].c[0] = rows[0][x];
+      out[x].c[1] = rows[1][x];
+      out[x].c[2] = rows[2][x];
+    }
+  } else {
+  ycc_cols:
+    for (uint32_t x = 0; x < f.width; ++x) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+      out[x] = ycc_to_rgb(t, rows[0][x], rows[1][x], rows[2][x]);
+    }
+  }
+}
+
 // Streams the decoded frame as RGB pixels, row-major.
 inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<Pixel>& out) {
   ColorTables tables;
   build_color_tables(tables);
   uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
+  Pixel line[kMaxDim];
 rgb_rows:
   for (uint32_t y = 0; y < f.height; ++y) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
@@ -120,21 +151,12 @@ rgb_rows:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
       upsample_component_row(frame, f, f.comp[ci], y, rows[ci]);
     }
-  rgb_cols:
+    color_row(f, tables, rows, line);
+  rgb_write:
     for (uint32_t x = 0; x < f.width; ++x) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
-      Pixel p;
-      if (f.n_components == 1) {
-        p.c[0] = p.c[1] = p.c[2] = rows[0][x];
-      } else if (f.rgb) {
-        p.c[0] = rows[0][x];
-        p.c[1] = rows[1][x];
-        p.c[2] = rows[2][x];
-      } else {
-        p = ycc_to_rgb(tables, rows[0][x], rows[1][x], rows[2][x]);
-      }
-      out.write(p);
+      out.write(line[x]);
     }
   }
 }

@@ -157,10 +157,11 @@ inline int32_t extend(uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int32_t>(v) - (1 << s) + 1 : static_cast<int32_t>(v);
 }
 
-// Decodes one block (natural order) into coef, updating the component's DC predictor.
-// Returns false on an invalid code or a coefficient index past 63.
+// Decodes one block (natural order) into coef, updating the component's DC predictor; dc_only
+// tells whether no AC coefficient was coded. Returns false on an invalid code or a coefficient
+// index past 63.
 inline bool decode_block(BitReader& br, const HuffTable& dc, const HuffTable& ac, int32_t& pred,
-                         int16_t coef[kBlockSize]) {
+                         int16_t coef[kBlockSize], bool& dc_only) {
 block_clear:
   for (uint32_t i = 0; i < kBlockSize; ++i) coef[i] = 0;
   const int s = decode_symbol(br, dc);
@@ -169,6 +170,7 @@ block_clear:
   // libjpeg keeps the predictor as int and truncates the stored coefficient to 16 bits.
   pred = static_cast<int32_t>(static_cast<uint32_t>(pred) + static_cast<uint32_t>(diff));
   coef[0] = static_cast<int16_t>(pred);
+  dc_only = true;
 block_ac:
   for (int k = 1; k < 64;) {
 #pragma HLS LOOP_TRIPCOUNT max = 63
@@ -184,6 +186,7 @@ block_ac:
     k += run;
     if (k > 63) return false;
     coef[kZigzag[k]] = static_cast<int16_t>(extend(br.get(size), size));
+    dc_only = false;
     ++k;
   }
   return true;

@@ -22,9 +22,9 @@ inline void build_norm_tables(NormTables& t) {
 norm_table:
   for (uint32_t c = 0; c < kChannels; ++c) {
     for (uint32_t i = 0; i < 256; ++i) {
-      // volatile keeps each float32 operation separately rounded whatever the compiler flags.
-      volatile float scaled = static_cast<float>(i) / 255.0f;
-      volatile float centred = scaled - kMean[c];
+      // Three separately rounded float32 operations (no multiply-add for a compiler to fuse).
+      const float scaled = static_cast<float>(i) / 255.0f;
+      const float centred = scaled - kMean[c];
       t.value[c][i] = centred / kStd[c];
     }
   }
@@ -67,12 +67,24 @@ write_hwc_pixels:
   }
 }
 
+// Little-endian stores into the byte-addressed output port (no pointer casts on an interface).
+inline void store_le16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline void store_le32(uint8_t* p, float f) {
+  uint32_t v;
+  std::memcpy(&v, &f, sizeof v);
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16);
+  p[3] = static_cast<uint8_t>(v >> 24);
+}
+
 // Normalises an h x w pixel stream into CHW planes of float32 or float16.
 inline void normalize_chw(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool fp16) {
   NormTables t;
   build_norm_tables(t);
-  float* out32 = reinterpret_cast<float*>(out);
-  uint16_t* out16 = reinterpret_cast<uint16_t*>(out);
 norm_pixels:
   for (uint32_t i = 0; i < n_pixels; ++i) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalOut * kTypicalOut
@@ -80,12 +92,23 @@ norm_pixels:
     const Pixel p = in.read();
     for (uint32_t k = 0; k < kChannels; ++k) {
       const float v = t.value[k][p.c[k]];
+      const uint64_t index = uint64_t{k} * n_pixels + i;
       if (fp16) {
-        out16[uint64_t{k} * n_pixels + i] = float_to_half(v);
+        store_le16(out + 2 * index, float_to_half(v));
       } else {
-        out32[uint64_t{k} * n_pixels + i] = v;
+        store_le32(out + 4 * index, v);
       }
     }
+  }
+}
+
+// The writer process: normalised CHW for the normalize stage, uint8 HWC otherwise.
+inline void write_output(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool normalize,
+                         bool fp16) {
+  if (normalize) {
+    normalize_chw(in, out, n_pixels, fp16);
+  } else {
+    write_hwc(in, out, n_pixels);
   }
 }
 

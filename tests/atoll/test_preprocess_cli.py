@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from atoll.commands import preprocess
-from tests.fpga_host.media import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, tone
 
 
 def run_cli(argv: list[str]) -> int:
@@ -100,3 +100,13 @@ def test_usage_errors(argv):
     with pytest.raises(SystemExit) as exc:
         run_cli(argv)
     assert exc.value.code == 2
+
+
+def test_registered_in_the_atoll_cli(tmp_path, capsys):
+    from atoll.cli import main
+
+    good = tmp_path / "a.jpg"
+    good.write_bytes(jpeg_bytes(100, 80))
+    assert main(["preprocess", "image", str(good), "--backend", "cpu", "--cpu-workers", "0",
+                 "--stage", "decode", "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert json_lines(capsys.readouterr().out)[0]["shape"] == [80, 100, 3]

@@ -20,6 +20,7 @@ from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
 
 MODEL = "mobilenet_v3_small"
+AUDIO_MODEL = "citrinet"
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -30,7 +31,8 @@ def repository(tmp_path_factory):
     from gpu_runtime.zoo.repository import write_model
 
     root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
+    for name in (MODEL, AUDIO_MODEL):
+        write_model(root, name, build(name))
     return root
 
 
@@ -178,3 +180,45 @@ def test_real_tritonclient(server, repository, tmp_path):
     assert out["ready"] is True and out["meta_name"] == MODEL
     assert out["shape"] == [1, 1000]
     np.testing.assert_allclose(out["logits"], _reference_logits(repository, jpeg), rtol=1e-4, atol=1e-4)
+
+
+def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
+    """The audio path end to end: WAV -> librosa features (ARCHITECTURE 4.2) -> CitriNet."""
+    import io
+
+    import librosa
+    import soundfile
+
+    from atoll.loadgen import synthetic_wav
+
+    wav = synthetic_wav(np.random.default_rng(7), 3.2, rate=22050)
+    body, headers = infer_body("audio", [wav])
+    status, rheaders, payload = _post(f"{server.url}/v2/models/{AUDIO_MODEL}/infer", body, headers)
+    assert status == 200, payload[:300]
+    got = _decode_binary_response(rheaders, payload)
+
+    y, sr = soundfile.read(io.BytesIO(wav), dtype="float32")
+    y = librosa.effects.preemphasis(librosa.resample(y, orig_sr=sr, target_sr=16000), coef=0.97)
+    S = librosa.feature.melspectrogram(y=y, sr=16000, n_fft=512, hop_length=160, win_length=400,
+                                       window="hann", center=True, pad_mode="constant", power=2.0,
+                                       n_mels=80, fmin=0, fmax=8000, htk=False, norm="slaney")
+    L = np.log(S + 2.0 ** -24)
+    x = (L - L.mean(axis=1, keepdims=True)) / (L.std(axis=1, ddof=1, keepdims=True) + 1e-5)
+    session = ort.InferenceSession(str(repository / AUDIO_MODEL / "1" / "model.onnx"))
+    want = session.run(None, {"features": x[None].astype(np.float32)})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_audio_batches_are_bucketed_in_metrics(server):
+    """PREBA buckets audio by 2.5 s: clips of 1 s and 6 s land in buckets 0 and 2."""
+    from atoll.loadgen import synthetic_wav
+
+    rng = np.random.default_rng(8)
+    for seconds in (1.0, 6.0):
+        body, headers = infer_body("audio", [synthetic_wav(rng, seconds)])
+        assert _post(f"{server.url}/v2/models/{AUDIO_MODEL}/infer", body, headers)[0] == 200
+    text = _get(f"{server.url}/metrics")[1].decode()
+    buckets = {line.split('bucket="')[1].split('"')[0] for line in text.splitlines()
+               if line.startswith("atoll_batch_size_count") and f'model="{AUDIO_MODEL}"' in line}
+    assert {"0", "2"} <= buckets

@@ -105,9 +105,12 @@ def decode_corpus() -> list[Case]:
             cases.append(Case(f"pillow-sub{sub}", f"pillow-sub{sub}-q{q}-{h}x{w}",
                               lambda h=h, w=w, q=q, sub=sub, seed=i: encode_pillow(
                                   natural_image(h, w, seed), q, sub)))
-    for restart in (1, 3, 17):
-        cases.append(Case("cv2-restart", f"cv2-rst{restart}",
-                          lambda r=restart: encode_cv2(natural_image(203, 311, r), 80, "420", r)))
+    for restart, sampling in ((1, "420"), (3, "422"), (17, "420"), (2, "440"), (5, "444")):
+        cases.append(Case("cv2-restart", f"cv2-{sampling}-rst{restart}",
+                          lambda r=restart, s=sampling: encode_cv2(natural_image(203, 311, r), 80,
+                                                                    s, r)))
+    cases.append(Case("cv2-restart", "cv2-gray-rst4",
+                      lambda: encode_cv2(natural_image(77, 131, 5), 80, restart=4, gray=True)))
     cases.append(Case("cv2-optimized", "cv2-optimized-huffman",
                       lambda: encode_cv2(natural_image(250, 190, 7), 70, "422", optimize=True)))
     cases.append(Case("pillow-gray", "pillow-gray",

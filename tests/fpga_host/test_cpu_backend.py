@@ -9,7 +9,7 @@ import pytest
 
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError, Status
-from tests.fpga_host.media import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, tone
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from fpga_host import emu_xrt
 from fpga_host.manifest import DEFAULT_MANIFEST
 from tests.fpga_host.fake_dpu import fake_library  # noqa: F401 (fixture)
-from tests.fpga_host.media import jpeg_bytes
+from atoll.bench.corpus import jpeg_bytes
 
 
 def _open(library, **env):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fpga_host import csim
-from jpeg_corpus import cv2_decode_rgb, decode_corpus
+from jpeg_corpus import cv2_decode_rgb, decode_corpus, encode_cv2, natural_image
 
 CASES = decode_corpus()
 
@@ -28,3 +28,31 @@ def test_grayscale_is_replicated_to_rgb():
     status, rgb = csim.run_image_cu(data, stage=0)
     assert status["n_components"] == 1
     assert (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 0] == rgb[..., 2]).all()
+
+
+def without_jfif(data: bytes) -> bytes:
+    """The file with its JFIF APP0 segment removed (cv2 writes it right after SOI)."""
+    assert data[2:4] == b"\xff\xe0"
+    return data[:2] + data[4 + int.from_bytes(data[4:6], "big"):]
+
+
+@pytest.mark.parametrize("transform", [0, 1])
+def test_adobe_transform_selects_rgb_or_ycbcr_like_libjpeg(transform):
+    # Adobe APP14 transform 0 declares the components R, G, B (no colour conversion).
+    adobe = b"\xff\xee\x00\x0eAdobe\x00\x64\x00\x00\x00\x00" + bytes([transform])
+    base = without_jfif(encode_cv2(natural_image(70, 90, seed=3), 90, "420"))
+    data = base[:2] + adobe + base[2:]
+    status, rgb = csim.run_image_cu(data, stage=0)
+    assert status["status"] == "OK"
+    np.testing.assert_array_equal(rgb, cv2_decode_rgb(data))
+
+
+def test_component_ids_rgb_without_markers_mean_rgb():
+    data = bytearray(without_jfif(encode_cv2(natural_image(40, 50, seed=4), 90, "444")))
+    sof, sos = data.find(b"\xff\xc0"), data.find(b"\xff\xda")
+    for i, cid in enumerate(b"RGB"):
+        data[sof + 10 + 3 * i] = cid
+        data[sos + 5 + 2 * i] = cid
+    status, rgb = csim.run_image_cu(bytes(data), stage=0)
+    assert status["status"] == "OK"
+    np.testing.assert_array_equal(rgb, cv2_decode_rgb(bytes(data)))

@@ -105,9 +105,33 @@ def test_every_byte_value_normalizes_like_numpy():
 
 def test_runs_are_idempotent_over_a_dirty_frame_store():
     lib = csim.load_library()
+    scratch = np.full(lib.image_cu_scratch_bytes(512), 0xA5, np.uint8)
+    out = np.zeros(3 * 224 * 224 * 4, np.uint8)
+    words = np.zeros(8, np.uint32)
+
+    def run(data: bytes) -> np.ndarray:
+        buf = np.frombuffer(data, np.uint8)
+        lib.image_cu(buf.ctypes.data, len(data), scratch.ctypes.data, scratch.nbytes,
+                     out.ctypes.data, out.nbytes, words.ctypes.data, 3, 256, 224, 0, 512)
+        assert words[0] == 0
+        return out.copy()
+
     a = encode_cv2(natural_image(120, 160, seed=1), 90, "420")
-    b = encode_cv2(natural_image(90, 70, seed=2), 60, "444")
-    first = csim.run_image_cu(a, stage=3)[1]
-    csim.run_image_cu(b, stage=3)
-    np.testing.assert_array_equal(csim.run_image_cu(a, stage=3)[1], first)
-    assert lib.image_cu_scratch_bytes(8192) >= 3 * 8192 * 8192
+    b = encode_cv2(natural_image(390, 410, seed=2), 60, "444")
+    first = run(a)
+    run(b)  # leaves a larger frame in the shared frame store
+    np.testing.assert_array_equal(run(a), first)
+    np.testing.assert_array_equal(first, csim.run_image_cu(a)[1].view(np.uint8).ravel())
+
+
+def test_concurrent_runs_on_threads_match_serial_runs():
+    # The emulated XRT runs one CU per thread through ctypes (GIL released): no shared state.
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = [encode_cv2(natural_image(150 + 9 * i, 200 - 7 * i, seed=i), 80, "420")
+             for i in range(8)]
+    serial = [csim.run_image_cu(f)[1] for f in files]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda f: csim.run_image_cu(f)[1], files * 2))
+    for i, out in enumerate(parallel):
+        np.testing.assert_array_equal(out, serial[i % len(files)])

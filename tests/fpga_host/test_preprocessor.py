@@ -9,7 +9,7 @@ import pytest
 from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from fpga_host.status import PreprocessError, Status
-from tests.fpga_host.media import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, tone
 
 
 def test_cpu_backend_image_and_audio():
@@ -113,3 +113,39 @@ def test_emu_image_cu_equals_opencv(size):
     assert decoded.backend == "emu" and normalized.backend == "emu"
     np.testing.assert_array_equal(decoded.array, rgb)  # libjpeg-turbo via cv2.imdecode
     np.testing.assert_array_equal(normalized.array, cpu_backend.image(data, "normalize"))
+
+
+# -- the emu backend over the real audio CUs, chained mel -> norm, against librosa ----------------
+
+@pytest.mark.parametrize("seconds,rate,dtype", [(1.0, 16000, np.int16), (0.5, 8000, np.float32)])
+def test_emu_audio_cus_close_to_librosa(seconds, rate, dtype):
+    pcm = tone(seconds, rate, dtype=dtype)
+    with Preprocessor("emu", cpu_workers=0, image_cus=0) as pre:
+        mel = pre.submit_audio(pcm, rate, "mel").result(60)
+        norm = pre.submit_audio(pcm, rate).result(60)
+    assert mel.backend == norm.backend == "emu" and {"mel_cu_ms", "norm_cu_ms"} <= norm.timings.keys()
+    # librosa via the CPU path (itself checked against librosa in test_cpu_backend.py)
+    np.testing.assert_allclose(mel.array, cpu_backend.audio(pcm, rate, "mel"), atol=1e-3)
+    np.testing.assert_allclose(norm.array, cpu_backend.audio(pcm, rate), atol=1e-3)
+
+
+def test_close_answers_every_accepted_request(use_fake_library):
+    pre = Preprocessor("emu", cpu_workers=0)
+    futures = [pre.submit_audio(tone(0.3, 16000, seed=i), 16000) for i in range(8)]
+    futures += [pre.submit_image(jpeg_bytes(64, 48, seed=i)) for i in range(8)]
+    futures.append(pre.submit_image(jpeg_bytes(64, 48, progressive=True)))  # DPU, then CPU
+    pre.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert futures[-1].result().backend == "cpu"
+
+
+def test_probe_never_raises_and_explains(tmp_path):
+    from fpga_host.probe import probe_backends
+
+    report = probe_backends()
+    assert report["backend"] in ("xrt", "emu", "cpu") and report["backends"]["cpu"]["available"]
+    xrt = report["backends"]["xrt"]
+    assert xrt["available"] or xrt["reason"]
+    broken = probe_backends(tmp_path / "missing.json")
+    assert broken["backend"] == "cpu" or broken["backends"]["xrt"]["available"]
+    assert "cannot read manifest" in broken["backends"]["emu"]["reason"]

@@ -14,7 +14,7 @@ import pytest
 from fpga_host.status import Status
 from fpga_host.xrt_driver import CuFailure
 from tests.fpga_host.fake_dpu import fake_driver, fake_library  # noqa: F401 (fixture)
-from tests.fpga_host.media import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, tone
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)

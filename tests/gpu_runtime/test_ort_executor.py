@@ -23,7 +23,7 @@ def gemm_model(tmp_path_factory):
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
     path = tmp_path_factory.mktemp("ort") / "gemm.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     return path, w, b
 
 

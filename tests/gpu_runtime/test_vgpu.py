@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,14 +18,14 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.discovery import VGpuInfo, discover_vgpus
 from gpu_runtime.vgpu import PoolClosed, VGpuPool, WorkerCrashed, WorkerError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def save(graph, path) -> str:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return str(path)
@@ -59,7 +62,19 @@ def models(tmp_path_factory):
         [helper.make_tensor_value_info("h24", TensorProto.FLOAT, ["N", 768])],
         [numpy_helper.from_array(k, "k")],
     )
-    return {"mlp": save(mlp, d / "mlp.onnx"), "slow": save(slow, d / "slow.onnx")}
+    # Output 64x the input: more than the pool's first guess of the output size.
+    grow = helper.make_graph(
+        [helper.make_node("Tile", ["x", "reps"], ["y"])],
+        "grow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+        [numpy_helper.from_array(np.array([1, 64], np.int64), "reps")],
+    )
+    return {
+        "mlp": save(mlp, d / "mlp.onnx"),
+        "slow": save(slow, d / "slow.onnx"),
+        "grow": save(grow, d / "grow.onnx"),
+    }
 
 
 def reference(path, inputs):
@@ -71,6 +86,10 @@ def reference(path, inputs):
 
 def shm_segments(pool) -> list[str]:
     return [name for name in os.listdir("/dev/shm") if name.startswith(pool._prefix)]
+
+
+def overflow_segments(pool) -> list[str]:
+    return [name for name in shm_segments(pool) if name.endswith("x")]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +126,18 @@ def test_concurrent_submitters_get_their_own_results(pool, models):
         results = list(threads.map(one, range(len(batches))))
     for x, out in zip(batches, results):
         np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x})["relu"])
-    assert shm_segments(pool) == []
+    assert overflow_segments(pool) == []
+    assert len(shm_segments(pool)) <= 2 * 6 * len(ids)  # reused: at most one pair per request in flight
+
+
+def test_hundreds_in_flight_never_stall(pool, models):
+    """Far more requests than the pipes buffer: submit never blocks, every future completes."""
+    x = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32)
+    futures = [pool.submit("cpu0", "mlp", {"x": x}) for _ in range(800)]
+    expected = reference(models["mlp"], {"x": x})["relu"]
+    for future in futures:
+        np.testing.assert_array_equal(future.result(60)["relu"], expected)
+    assert pool.workers["cpu0"].inflight_runs == 0
 
 
 def test_asyncio_wrap_future(pool, models):
@@ -131,10 +161,24 @@ def test_errors_are_explicit(pool, models):
         pool.submit("cpu0", "mlp", {"x": np.zeros((1, 15), np.float32)}).result(30)
     with pytest.raises(KeyError):
         pool.submit("gpu7", "mlp", {"x": np.zeros((1, 16), np.float32)})
+    with pytest.raises(ValueError):  # object arrays cannot live in shared memory
+        pool.submit("cpu0", "mlp", {"x": np.array([object()])})
     with pytest.raises(WorkerError, match="unknown executor"):
         pool.load_model("m2", models["mlp"], executor="tensorrt")
     # the worker survived all of that
     assert pool.submit("cpu0", "mlp", {"x": np.zeros((1, 16), np.float32)}).result(30)["relu"].shape == (1, 8)
+    assert overflow_segments(pool) == []
+
+
+def test_outputs_larger_than_inputs(models):
+    """The first batch overflows the guessed output segment, later ones reuse a large enough one."""
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+        pool.load_model("grow", models["grow"])
+        for n in (1, 1, 300, 300):
+            x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+            out = pool.submit("cpu0", "grow", {"x": x}).result(30)
+            np.testing.assert_array_equal(out["y"], reference(models["grow"], {"x": x})["y"])
+            assert overflow_segments(pool) == []
     assert shm_segments(pool) == []
 
 
@@ -209,3 +253,40 @@ def test_close_leaves_no_processes_or_segments(models):
         assert not os.path.exists(f"/proc/{pid}")
     with pytest.raises(PoolClosed):
         pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)})
+
+
+def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
+    """A green-context vGPU on a machine without cuda-python/CUDA: no restart loop, no hang."""
+    broken = VGpuInfo("gpu0.gc0", "green_context", "fake", "GPU-0", "fake-16sm", 16, None,
+                      green_context=(0, 16))  # fmt: skip
+    with VGpuPool([broken]) as pool:
+        with pytest.raises(WorkerError, match="gpu0.gc0"):
+            pool.load_model("mlp", models["mlp"])
+        wait_for(lambda: not pool.workers["gpu0.gc0"].alive)
+        assert pool.workers["gpu0.gc0"].restarts == 0
+        with pytest.raises(PoolClosed, match="dead"):
+            pool.submit("gpu0.gc0", "mlp", {"x": np.ones((1, 16), np.float32)})
+        with pytest.raises(WorkerError, match="dead"):
+            pool.load_model("mlp", models["mlp"])
+
+
+STDIN_SCRIPT = """
+from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.vgpu import VGpuPool, WorkerCrashed
+with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+    try:
+        pool.load_model("mlp", {path!r})
+    except WorkerCrashed as exc:
+        print("FAILED:", exc, "restarts", pool.workers["cpu0"].restarts)
+"""
+
+
+def test_a_worker_that_cannot_start_under_spawn_is_not_restarted(models):
+    """`python -` scripts have no importable __main__, so spawned workers exit with code 1 at once."""
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-"], input=STDIN_SCRIPT.format(path=models["mlp"]), text=True,
+        capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert "FAILED: cpu0: worker exited with code 1 during startup" in done.stdout
+    assert done.stdout.strip().endswith("restarts 0")

@@ -1,0 +1,150 @@
+"""`atoll bench preempt`: how fast an RT request gets the device while BE work keeps it busy.
+
+A closed-loop BE client keeps the vGPU busy; RT requests arrive at random times (Poisson, sparse
+enough that each finds BE work running and the previous RT request done). Preemption latency is
+the time from an RT request's arrival to its first kernel starting (CPU: the stream thread's clock;
+CUDA: GPU events, see scheduler.cuda_device). Restore overhead is the scheduler's time to clear the
+flag and re-submit the preempted BE tasks; `be_reruns` counts kernels executed twice. `rt-only` is
+the same RT stream of requests on an idle vGPU.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+from pathlib import Path
+
+from atoll.bench.disb import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, load_program, make_device,
+                              open_loop, random_inputs)
+
+MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
+MODELS_CPU = {"rt": "mobilenet_v3_small", "be": "mobilenet_v3_small"}  # short BE kernels, see disb
+DEFAULT_N = {"cpu": 40, "cuda": 300}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("preempt", help="preemption latency and restore overhead per policy")
+    parser.add_argument("--policy", default=None,
+                        help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--n", type=int, default=None, help="RT requests per policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default bench/results/preempt_<device>.json)")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG: preemption latency per policy")
+    parser.set_defaults(func=run)
+
+
+def percentiles_us(values_s: list[float]) -> dict:
+    import numpy as np
+
+    if not values_s:
+        return {"p50": None, "p99": None, "max": None, "n": 0}
+    v = np.asarray(values_s) * 1e6
+    return {"p50": round(float(np.percentile(v, 50)), 1), "p99": round(float(np.percentile(v, 99)), 1),
+            "max": round(float(v.max()), 1), "n": int(v.size)}
+
+
+def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int) -> tuple[dict, list]:
+    import numpy as np
+
+    from scheduler.reef import Reef
+
+    ex, dev, _ = make_device(kind)
+    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, be_streams=1, poll_s=dev.poll_s)
+    reef.add_client("rt", programs["rt"], "rt")
+    if policy != RT_ONLY:
+        reef.add_client("be", programs["be"], "be")
+    reef.prepare_padding()
+    rec = Recorder()
+    with reef:
+        for c in ["rt"] + (["be"] if policy != RT_ONLY else []):
+            reef.submit(c, inputs[c]).result()
+        rt_solo = reef.submit("rt", inputs["rt"]).result()
+        rt_s = rt_solo.end_s - rt_solo.arrival_s
+        # One RT request per ~4 RT durations on average: the BE stream is busy again by then.
+        rate = 1.0 / (4 * rt_s + 1e-3)
+        start = reef.clock()
+        stop_at = start + n / rate
+        be = None
+        if policy != RT_ONLY:
+            be = threading.Thread(target=closed_loop, args=(reef, "be", "be", inputs["be"], stop_at, rec))
+            be.start()
+        open_loop(reef, "rt", inputs["rt"], rate, True, start, stop_at, np.random.default_rng(seed), rec)
+        for f in rec.pending:
+            rec.add("rt", f.result())
+        if be is not None:
+            be.join()
+        stats = reef.stats
+    dev.close()
+    latency = [r.first_kernel_s - r.arrival_s for r in rec.rt]
+    result = {
+        "policy": policy,
+        "preempt_latency_us": percentiles_us(latency),
+        "restore_overhead_us": round(statistics.mean(stats.restore_s) * 1e6, 1) if stats.restore_s else 0.0,
+        "flush_us": percentiles_us(stats.flush_s),
+        "rt_latency_ms": round(statistics.median(r.end_s - r.arrival_s for r in rec.rt) * 1e3, 3),
+        "be_preemptions": sum(r.preemptions for r in rec.be_done),
+        "be_reruns": sum(r.reruns for r in rec.be_done),
+        "be_completed": len(rec.be_done),
+    }
+    return result, latency
+
+
+def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(latencies)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.boxplot([np.asarray(latencies[k]) * 1e6 for k in names], whis=(1, 99), showfliers=True)
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("preemption latency (us, log)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from atoll.bench.disb import policies_from
+
+    policies = policies_from(args.policy)
+    names = MODELS_CPU if args.device == "cpu" else MODELS
+    programs = {"rt": load_program(names["rt"], args.device, args.seed),
+                "be": load_program(names["be"], args.device, args.seed + 100)}
+    inputs = {k: random_inputs(p, args.seed + i) for i, (k, p) in enumerate(programs.items())}
+    n = args.n or DEFAULT_N[args.device]
+    results, latencies = [], {}
+    for policy in tqdm(policies, desc="preempt", unit="policy", file=sys.stderr):
+        r, lat = measure(policy, args.device, programs, inputs, n, args.seed)
+        results.append(r)
+        latencies[policy] = lat
+    _, dev, description = make_device(args.device)
+    dev.close()
+    out = {"device": description, "models": names, "rt_requests_per_policy": n, "results": results}
+    text = json.dumps(out, indent=2)
+    path = args.out or Path("bench/results") / f"preempt_{args.device}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    if args.plot:
+        plot(latencies, f"preemption latency on {description}", args.plot)
+    if args.json:
+        print(text)
+    else:
+        for r in results:
+            p = r["preempt_latency_us"]
+            print(f"{r['policy']:>8}: preemption p50 {p['p50']} us  p99 {p['p99']} us  max {p['max']} us"
+                  f"  restore {r['restore_overhead_us']} us")
+        print(f"wrote {path}")
+    return 0

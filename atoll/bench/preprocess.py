@@ -1,0 +1,222 @@
+"""`atoll bench preprocess`: preprocessing throughput and latency per backend, side by side.
+
+image: a generated corpus of photo-sized JPEGs (500x375 .. 4000x3000) through cpu with 1 worker,
+cpu with every core, and the emulated DPU with its image CUs. audio: clips of 2.5, 5, 15 and 25 s
+through the same backends, plus PREBA's mel -> norm overlap: the same requests run one after another
+through one fused mel+norm execution, versus pipelined over 1+1 and 2+2 emulated mel/norm CUs.
+
+Throughput runs keep 2 x parallelism requests in flight; latencies are submit-to-result times in that
+run (p50/p99); `unloaded_each_ms` are the first requests (one per image size / clip length) sent
+one at a time, `unloaded_ms` their median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_N = {"image": 24, "audio": 16}
+AUDIO_KERNELS = ("audio_mel_cu", "audio_norm_cu")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("preprocess", help="DPU/emulated/CPU preprocessing throughput")
+    parser.add_argument("--modality", choices=("image", "audio"), required=True)
+    parser.add_argument("--backends", default="cpu,emu",
+                        help="comma-separated subset of cpu,emu,xrt (default cpu,emu)")
+    parser.add_argument("--n", type=int, default=None, help="requests per configuration")
+    parser.add_argument("--cus", type=int, default=None,
+                        help="image CUs (or mel and norm CUs each) for emu/xrt (default: all in the manifest)")
+    parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default bench/results/preprocess_<modality>.json)")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG bar chart of throughput")
+    parser.set_defaults(func=run)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    import numpy as np
+
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
+    """Throughput and latency of `requests` (callables pre -> Future[Result]) on one Preprocessor."""
+    import concurrent.futures as cf
+
+    from tqdm import tqdm
+
+    for request in requests[:max(1, min(pre.parallelism, len(requests)))]:
+        request(pre).result()  # warm-up: caches, first-call compilation, buffer growth
+    results = []
+    window = 2 * pre.parallelism
+    pending: set = set()
+    start = time.perf_counter()
+    with tqdm(total=len(requests), desc=label, unit="req", file=sys.stderr, disable=None) as bar:
+        for request in requests:
+            pending.add(request(pre))
+            if len(pending) >= window:
+                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                results += [f.result() for f in done]
+                bar.update(len(done))
+        results += [f.result() for f in pending]
+        bar.update(len(pending))
+    wall = time.perf_counter() - start
+    single = [request(pre).result().timings["total_ms"] for request in requests[:unloaded]]
+    latencies = [r.timings["total_ms"] for r in results]
+    return {"throughput_per_s": round(len(requests) / wall, 3), "wall_s": round(wall, 3),
+            "latency_ms": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)},
+            "unloaded_ms": percentile(single, 50), "unloaded_each_ms": [round(x, 3) for x in single],
+            "n": len(requests),
+            "cpu_fallbacks": sum(r.backend != pre.backend for r in results)}
+
+
+def configurations(modality: str, backends: list[str], cus: int | None) -> list[tuple[str, dict]]:
+    cores = os.cpu_count() or 1
+    counts = ({"image_cus": cus, "audio_mel_cus": 0, "audio_norm_cus": 0} if modality == "image"
+              else {"image_cus": 0, "audio_mel_cus": cus, "audio_norm_cus": cus})
+    configs = []
+    if "cpu" in backends:
+        configs += [("cpu-1", {"backend": "cpu", "cpu_workers": 1}),
+                    (f"cpu-{cores}", {"backend": "cpu", "cpu_workers": cores})]
+    for backend in ("emu", "xrt"):
+        if backend in backends:
+            configs.append((backend, {"backend": backend, "cpu_workers": 1, **counts}))
+    return configs
+
+
+def image_requests(n: int, stage: str = "normalize") -> tuple[list, dict]:
+    from atoll.bench.corpus import IMAGE_SIZES, jpeg_bytes
+
+    files = [jpeg_bytes(*IMAGE_SIZES[i % len(IMAGE_SIZES)], seed=i) for i in range(n)]
+    sizes = [IMAGE_SIZES[i % len(IMAGE_SIZES)] for i in range(n)]
+    corpus = {"sizes": {f"{w}x{h}": sizes.count((w, h)) for w, h in dict.fromkeys(sizes)},
+              "mean_kib": round(sum(map(len, files)) / len(files) / 1024, 1)}
+    return [lambda pre, data=data: pre.submit_image(data, stage) for data in files], corpus
+
+
+def audio_clips(n: int) -> list[tuple]:
+    from atoll.bench.corpus import CLIP_SECONDS, tone
+
+    rates = (16000, 44100, 22050, 48000)
+    return [(tone(CLIP_SECONDS[i % 4], rates[i % 4], seed=i), rates[i % 4]) for i in range(n)]
+
+
+def audio_requests(clips: list[tuple]) -> list:
+    return [lambda pre, pcm=pcm, rate=rate: pre.submit_audio(pcm, rate) for pcm, rate in clips]
+
+
+def mel_norm_overlap(clips: list[tuple]) -> dict:
+    """Wall time of the same requests: serial fused mel+norm vs pipelined over 1+1 and 2+2 CUs."""
+    from fpga_host.preprocessor import Preprocessor
+
+    results = {}
+    with Preprocessor("emu", cpu_workers=0, image_cus=0, audio_mel_cus=1, audio_norm_cus=1) as pre:
+        _require_cus(pre, AUDIO_KERNELS)
+        pre.submit_audio(*clips[0]).result()
+        start = time.perf_counter()
+        for pcm, rate in clips:  # one request at a time: mel then norm, nothing overlaps
+            pre.submit_audio(pcm, rate).result()
+        results["serial_fused_s"] = time.perf_counter() - start
+    for mel, norm in ((1, 1), (2, 2)):
+        with Preprocessor("emu", cpu_workers=0, image_cus=0, audio_mel_cus=mel,
+                          audio_norm_cus=norm) as pre:
+            pre.submit_audio(*clips[0]).result()
+            start = time.perf_counter()
+            futures = [pre.submit_audio(pcm, rate) for pcm, rate in clips]
+            backends = {f.result().backend for f in futures}
+            results[f"pipelined_{mel}mel_{norm}norm_s"] = time.perf_counter() - start
+            if backends != {"emu"}:
+                raise RuntimeError(f"some requests fell back to the CPU: {backends}")
+    results = {k: round(v, 3) for k, v in results.items()}
+    for key in ("pipelined_1mel_1norm_s", "pipelined_2mel_2norm_s"):
+        results[key.replace("_s", "_speedup")] = round(results["serial_fused_s"] / results[key], 3)
+    results["n"] = len(clips)
+    return results
+
+
+def _require_cus(pre, kernels: tuple[str, ...]) -> None:
+    """A DPU configuration without the CUs it is meant to measure is reported unavailable."""
+    unopened = pre.describe()["unopened"]
+    missing = [unopened[k] for k in kernels if k in unopened]
+    if missing:
+        raise RuntimeError("; ".join(missing))
+
+
+def run(args) -> int:
+    from fpga_host.preprocessor import Preprocessor
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = set(backends) - {"cpu", "emu", "xrt"}
+    if unknown:
+        print(f"atoll bench preprocess: error: unknown backend(s) {sorted(unknown)}", file=sys.stderr)
+        return 2
+    n = args.n or DEFAULT_N[args.modality]
+    if args.modality == "image":
+        requests, corpus = image_requests(n)
+    else:
+        clips = audio_clips(n)
+        requests = audio_requests(clips)
+        corpus = {"seconds": sorted({round(p.size / r, 2) for p, r in clips}),
+                  "rates": sorted({r for _, r in clips})}
+    report = {"bench": "preprocess", "modality": args.modality, "n": n, "corpus": corpus,
+              "host": {"cores": os.cpu_count(), "machine": platform.machine(),
+                       "python": platform.python_version(),
+                       "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
+              "configs": {}}
+    for label, options in configurations(args.modality, backends, args.cus):
+        try:
+            with Preprocessor(**options) as pre:
+                _require_cus(pre, ("image_cu",) if args.modality == "image" else AUDIO_KERNELS)
+                row = measure(pre, requests, label)
+                state = pre.describe()
+                row.update(backend=pre.backend, parallelism=pre.parallelism)
+                if state["cus"]:
+                    row["cus"] = state["cus"]
+        except Exception as exc:  # a backend this machine lacks is reported, not fatal
+            row = {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        report["configs"][label] = row
+    if args.modality == "audio" and "emu" in backends:
+        try:
+            report["mel_norm_overlap"] = mel_norm_overlap(clips)
+        except Exception as exc:
+            report["mel_norm_overlap"] = {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    out = args.out or Path("bench/results") / f"preprocess_{args.modality}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot:
+        plot(report, args.plot)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for label, row in report["configs"].items():
+            if "unavailable" in row:
+                print(f"{label:>8}: unavailable ({row['unavailable']})", file=sys.stderr)
+            else:
+                print(f"{label:>8}: {row['throughput_per_s']:8.2f} /s  p50 {row['latency_ms']['p50']} ms"
+                      f"  p99 {row['latency_ms']['p99']} ms  unloaded {row['unloaded_ms']} ms",
+                      file=sys.stderr)
+        print(f"results written to {out}", file=sys.stderr)
+    return 0
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {k: v for k, v in report["configs"].items() if "throughput_per_s" in v}
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(list(rows), [r["throughput_per_s"] for r in rows.values()], color="#4477aa")
+    unit = "images" if report["modality"] == "image" else "clips"
+    ax.set_ylabel(f"{unit}/s")
+    ax.set_title(f"preprocess {report['modality']} throughput ({report['host']['cores']} cores)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

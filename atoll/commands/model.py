@@ -1,0 +1,109 @@
+"""`atoll model check PATH.onnx`: run a model on one of our executors and on onnxruntime with the
+same seeded input and report the difference (exit 1 above tolerance)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+EXECUTORS = {
+    "numpy": ("gpu_runtime.numpy_executor", "NumpyExecutor"),
+    "cupy": ("gpu_runtime.cupy_executor", "CupyExecutor"),
+}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("model", help="inspect and check ONNX models")
+    sub = parser.add_subparsers(dest="model_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("check", help="compare our executor with onnxruntime on a seeded input")
+    p.add_argument("path", help="ONNX file (or a Triton model directory holding 1/model.onnx)")
+    p.add_argument("--executor", choices=sorted(EXECUTORS), default="numpy")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--length", type=int, default=200,
+                   help="frames for a dynamic (non-batch) input dimension (default 200)")
+    p.add_argument("--rtol", type=float, default=1e-3,
+                   help="tolerance on max|ours - ort| / max|ort| (default 1e-3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON to stdout")
+    p.set_defaults(func=run_check)
+
+
+def _resolve(path: str):
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "1" / "model.onnx"
+    if not p.is_file():
+        raise FileNotFoundError(f"no ONNX file at {p}")
+    return p
+
+
+def compare(got: dict, want: dict) -> dict:
+    """Per output: max abs difference and max relative difference max|a-b| / max|b|."""
+    import numpy as np
+
+    report = {}
+    for name, b in want.items():
+        a = got[name]
+        if a.shape != b.shape:
+            report[name] = {"shape": list(a.shape), "expected_shape": list(b.shape),
+                            "max_abs": float("inf"), "max_rel": float("inf")}
+            continue
+        diff = float(np.abs(a.astype(np.float64) - b).max()) if b.size else 0.0
+        scale = float(np.abs(b).max()) if b.size else 0.0
+        report[name] = {"shape": list(b.shape), "max_abs": diff,
+                        "max_rel": diff / scale if scale > 0 else diff}
+    return report
+
+
+def run_check(args) -> int:
+    import importlib
+    import time
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from google.protobuf.message import DecodeError
+
+    from gpu_runtime.importer import import_model
+
+    try:
+        path = _resolve(args.path)
+        model = onnx.load(str(path))
+        t0 = time.perf_counter()
+        program = import_model(model, args.batch, args.length)
+        import_s = time.perf_counter() - t0
+        module, cls = EXECUTORS[args.executor]
+        executor = getattr(importlib.import_module(module), cls)()
+    except (OSError, ValueError, RuntimeError, DecodeError) as e:  # unsupported model, no GPU
+        print(f"atoll model check: {e}", file=sys.stderr)
+        return 2
+    rng = np.random.default_rng(args.seed)
+    feeds = {name: rng.standard_normal(program.buffers[i].shape).astype(np.float32)
+             for name, i in program.inputs.items()}
+    state = executor.load(program)
+    executor.run(state, feeds)  # warm-up: compiles kernels, touches memory
+    t0 = time.perf_counter()
+    got = executor.run(state, feeds)
+    run_s = time.perf_counter() - t0
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    outputs = compare(got, want)
+    worst = max(o["max_rel"] for o in outputs.values())
+    report = {"model": str(path), "executor": args.executor, "batch": args.batch,
+              "inputs": {k: list(v.shape) for k, v in feeds.items()}, "launches": len(program.launches),
+              "arena_bytes": program.arena_bytes, "weight_bytes": program.weight_bytes,
+              "import_s": import_s, "run_s": run_s, "outputs": outputs, "rtol": args.rtol,
+              "ok": worst <= args.rtol}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"{path}: {len(program.launches)} launches, arena {program.arena_bytes / 1e6:.1f} MB, "
+              f"{args.executor} run {run_s * 1e3:.1f} ms")
+        for name, o in outputs.items():
+            print(f"  {name} {o['shape']}: max abs {o['max_abs']:.3e}, max rel {o['max_rel']:.3e}")
+        print("OK" if report["ok"] else f"FAILED: max rel {worst:.3e} > {args.rtol:g}")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,42 @@
+"""Runs one RTL unit's cocotb testbench on Icarus Verilog through cocotb's Python runner."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cocotb_tools.check_results import get_results
+from cocotb_tools.runner import get_runner
+
+SIM_TB = Path(__file__).resolve().parent
+REPO = SIM_TB.parent
+RTL = REPO / "hls" / "rtl"
+
+
+def run_testbench(
+    unit: str, rtl_modules: list[str], parameters: dict, build_dir: Path, extra_env: dict[str, str]
+) -> None:
+    """Builds hls/rtl/<module>.v for rtl_modules with unit on top, runs sim_tb/<unit>/test_<unit>.py.
+
+    parameters go to the top-level HDL parameters and, as TB_<NAME>, to the testbench's environment.
+    """
+    runner = get_runner("icarus")
+    runner.build(
+        sources=[RTL / f"{module}.v" for module in rtl_modules],
+        hdl_toplevel=unit,
+        parameters=parameters,
+        build_dir=build_dir,
+        always=True,
+        timescale=("1ns", "1ps"),
+    )
+    # The runner hands this process's sys.path to the simulator's Python, which imports the
+    # test module by name.
+    testbench_dir = str(SIM_TB / unit)
+    if testbench_dir not in sys.path:
+        sys.path.insert(0, testbench_dir)
+    env = {f"TB_{name}": str(value) for name, value in parameters.items()} | extra_env
+    results = runner.test(
+        test_module=f"test_{unit}", hdl_toplevel=unit, build_dir=build_dir, test_dir=build_dir, extra_env=env
+    )
+    tests, failed = get_results(results)
+    assert tests > 0 and failed == 0, f"{unit}: {failed} of {tests} cocotb tests failed ({results})"

@@ -1,0 +1,23 @@
+"""`atoll bench preprocess` plumbing on the fake DPU library (no speed is asserted here)."""
+
+from __future__ import annotations
+
+from atoll.bench import preprocess as bench
+from atoll.bench.corpus import jpeg_bytes
+from fpga_host.preprocessor import Preprocessor
+from tests.fpga_host.fake_dpu import fake_library, use_fake_library  # noqa: F401 (fixtures)
+
+
+def test_measure_counts_every_request(use_fake_library):
+    requests = [lambda pre, d=jpeg_bytes(64, 48, seed=i): pre.submit_image(d) for i in range(10)]
+    with Preprocessor("emu", cpu_workers=0) as pre:
+        row = bench.measure(pre, requests, "emu", unloaded=2)
+    assert row["n"] == 10 and row["cpu_fallbacks"] == 0 and row["throughput_per_s"] > 0
+    assert row["latency_ms"]["p50"] <= row["latency_ms"]["p99"]
+
+
+def test_mel_norm_overlap_runs_all_three_ways(use_fake_library):
+    result = bench.mel_norm_overlap(bench.audio_clips(6))
+    assert result["n"] == 6
+    assert {"serial_fused_s", "pipelined_1mel_1norm_s", "pipelined_2mel_2norm_s",
+            "pipelined_1mel_1norm_speedup", "pipelined_2mel_2norm_speedup"} <= result.keys()

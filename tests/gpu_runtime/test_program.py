@@ -1,0 +1,72 @@
+"""Arena planning: dead buffers are reused, live ones never share bytes (also on zoo programs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_runtime.arena import ALIGN, Lifetime, plan
+from gpu_runtime.importer import import_model
+from gpu_runtime.program import BufferRef
+from tests.gpu_runtime.zoo_cases import zoo_model
+
+
+def _assert_no_live_overlap(lifetimes, offsets):
+    for i, a in enumerate(lifetimes):
+        for b in lifetimes[i + 1:]:
+            if a.overlaps(b):
+                ea, eb = offsets[a.key] + a.nbytes, offsets[b.key] + b.nbytes
+                assert ea <= offsets[b.key] or eb <= offsets[a.key], (a, b)
+
+
+def test_dead_buffers_are_reused():
+    lts = [Lifetime(0, 1000, 0, 1), Lifetime(1, 1000, 2, 3), Lifetime(2, 1000, 4, 5)]
+    offsets, total = plan(lts)
+    assert len(set(offsets.values())) == 1
+    assert total == 1024
+
+
+def test_live_buffers_never_alias_random_lifetimes():
+    rng = np.random.default_rng(0)
+    lts = []
+    for k in range(300):
+        first = int(rng.integers(0, 200))
+        lts.append(Lifetime(k, int(rng.integers(1, 50_000)), first, first + int(rng.integers(0, 30))))
+    offsets, total = plan(lts)
+    assert all(o % ALIGN == 0 for o in offsets.values())
+    _assert_no_live_overlap(lts, offsets)
+    assert total < sum(lt.nbytes for lt in lts) / 2  # and reuse is substantial
+    peak = max(sum(lt.nbytes for lt in lts if lt.first <= t <= lt.last) for t in range(230))
+    assert total >= peak
+
+
+@pytest.mark.parametrize("name,length", [("mobilenet_v3_small", None), ("swin_t", None),
+                                         ("conformer", 120)])
+def test_zoo_programs_never_alias_live_buffers(name, length):
+    program = import_model(zoo_model(name), 2, length)
+    n = len(program.launches)
+    first, last = {}, {}
+    for i, launch in enumerate(program.launches):
+        for a in launch.args:
+            if isinstance(a, BufferRef):
+                first.setdefault(a.index, i)
+                last[a.index] = i
+    root = {i: (s.alias_of if s.alias_of is not None else i) for i, s in enumerate(program.buffers)}
+    spans = {}
+    for idx in first:
+        r = root[idx]
+        lo, hi = spans.get(r, (first[idx], last[idx]))
+        spans[r] = (min(lo, first[idx]), max(hi, last[idx]))
+    lts = []
+    for r, (lo, hi) in spans.items():
+        spec = program.buffers[r]
+        if spec.role == "weight":
+            continue
+        lo = -1 if spec.role == "input" else lo
+        hi = n if spec.role in ("input", "output") or program.buffers[r].name in program.outputs \
+            else hi + program.restore_window
+        lts.append(Lifetime(r, spec.nbytes, lo, hi))
+    _assert_no_live_overlap(lts, {lt.key: program.buffers[lt.key].offset for lt in lts})
+    temps = sum(s.nbytes for s in program.buffers if s.role == "temp")
+    assert program.arena_bytes < temps / 2
+    assert set(program.kernels()) == {launch.kernel.name for launch in program.launches}

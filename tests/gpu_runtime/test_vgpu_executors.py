@@ -1,0 +1,80 @@
+"""The executor registry behind vGPU workers: the NumPy kernel-program executor through the pool,
+with programs planned per (batch, length), against onnxruntime as the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from gpu_runtime import vgpu_executors
+from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.vgpu import VGpuPool, WorkerError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def conv1d(tmp_path_factory):
+    """Audio-shaped: (N, 8, T) -> Conv(k=3) -> Relu -> (N, 4, T-2); T varies."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, None])],
+        [numpy_helper.from_array(rng.standard_normal((4, 8, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")],
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("exec") / "conv1d.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+def test_registry_names_every_executor():
+    assert set(vgpu_executors.EXECUTORS) == {"onnxruntime", "numpy", "cupy"}
+    with pytest.raises(vgpu_executors.UnknownExecutor, match="available"):
+        vgpu_executors.loader("tensorrt")
+
+
+def test_numpy_executor_through_the_pool(conv1d):
+    session = onnxruntime.InferenceSession(conv1d, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool:
+        described = pool.load_model("conv1d", conv1d)
+        assert described["cpu0"] == {"executor": "numpy", "preemptible": True}
+        for batch, length in [(1, 10), (3, 10), (3, 17), (1, 10)]:
+            x = rng.standard_normal((batch, 8, length)).astype(np.float32)
+            out = pool.submit("cpu0", "conv1d", {"x": x}).result(60)
+            np.testing.assert_allclose(out["y"], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        with pytest.raises(WorkerError, match="missing model inputs"):
+            pool.submit("cpu0", "conv1d", {"z": x}).result(60)
+
+
+def test_program_runner_plans_once_per_shape(conv1d):
+    from gpu_runtime.numpy_executor import NumpyExecutor
+
+    runner = vgpu_executors.ProgramRunner(NumpyExecutor(), conv1d)
+    for batch, length in [(2, 9), (2, 9), (2, 12), (4, 9)]:
+        runner.run({"x": np.ones((batch, 8, length), np.float32)})
+    assert sorted(runner.states) == [(2, 9), (2, 12), (4, 9)]
+
+
+def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
+    from gpu_runtime.numpy_executor import NumpyExecutor
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )  # fmt: skip
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    runner = vgpu_executors.ProgramRunner(NumpyExecutor(), path, max_batch=12)
+    assert sorted(runner.states) == [(1, None), (2, None), (4, None), (8, None), (12, None)]
+    x = np.linspace(-1, 1, 12 * 4, dtype=np.float32).reshape(12, 4)
+    np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))  # numpy reference
+    assert len(runner.states) == 5
