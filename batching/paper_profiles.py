@@ -8,7 +8,8 @@ reading the weights) plus per-input work that shares the slice's SMs,
 with w = 1 for images. Under the knee rule (doubling sizes: knee at the last b with
 latency(2b) / latency(b) <= sqrt(2)) the knee is the power of two B with c*B*w in (0.71 a, 1.41 a],
 so one per-model ratio c/a = 1/K fits both slices: K = PREBA's 1g.5gb knee gives that knee on
-1g.5gb and 8x it on 7g.40gb (7K lands in (4K, 8K]). Published knees (PREBA, Yeo et al., arXiv:2411.19114, as quoted in the Atoll brief):
+1g.5gb and 8x it on 7g.40gb (7K lands in (4K, 8K]). Published knees (PREBA, Yeo et al.,
+arXiv:2411.19114, as quoted in the Atoll brief):
 MobileNet 16 / 128, SqueezeNet 4 / 32, Swin 2 / 16 (1g.5gb / 7g.40gb).
 
 Audio: w(L) is L seconds of input for CitriNet (convolutional, linear in length); for Conformer it

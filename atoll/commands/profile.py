@@ -15,8 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 Runner = Callable[[int, float], None]  # run one batch of `batch` inputs of `length` seconds
 
 
@@ -30,7 +28,8 @@ def register(subparsers) -> None:
                    help="audio lengths in s, comma list or START:STOP:STEP (bucket upper edges)")
     p.add_argument("--batches", default="1,2,4,8,16,32,64", help="comma list of batch sizes")
     p.add_argument("--repeats", type=int, default=10, help="timed batches per point")
-    p.add_argument("--warmup", type=int, default=2, help="untimed batches per point (>= 1: the first also builds the input)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed batches per point (>= 1: the first also builds the input)")
     p.add_argument("--percentile", type=float, default=95.0, help="tail latency percentile")
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.set_defaults(func=run)
@@ -79,6 +78,7 @@ def measure(runner: Runner, model: str, modality: str, lengths: Sequence[float],
             batches: Sequence[int], repeats: int, warmup: int, percentile: float,
             clock: Callable[[], float] = time.perf_counter, progress: bool = True):
     """A ModelProfile of tail latency (ms) per (length, batch), with knees by the knee rule."""
+    import numpy as np
     from tqdm import tqdm
 
     from batching.knee import knee
@@ -157,6 +157,8 @@ def _model_spec(repository: str | None, model: str):
 
 
 def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
+    import numpy as np
+
     from atoll.pipeline import FRAME_SECONDS
 
     tensor = spec.inputs[0]

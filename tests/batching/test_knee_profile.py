@@ -111,7 +111,8 @@ def _valid():
 @pytest.mark.parametrize("mutate,message", [
     (lambda d: d.pop("kind"), r"kind: missing or not a string"),
     (lambda d: d.update(models={}), r"models: is empty"),
-    (lambda d: d["models"]["swin_t"].update(modality="video"), r"models.swin_t.modality: must be one of"),
+    (lambda d: d["models"]["swin_t"].update(modality="video"),
+     r"models.swin_t.modality: must be one of"),
     (lambda d: d["models"]["swin_t"]["buckets"][0].update(length_s=2.5),
      r"models.swin_t.buckets\[0\].length_s: must be null"),
     (lambda d: d["models"]["conformer"]["buckets"][3].update(length_s=1.0),

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from batching import BucketPolicy, Item, ModelBatching, PrebaBatcher, image_model
+from batching import BucketPolicy, Item, ModelBatching, PrebaBatcher, audio_bucket_edges, image_model
 
 
 def service(model, batch, length, kind):
@@ -202,3 +202,23 @@ def test_unknown_model_and_unknown_completion_are_clear_errors():
     with pytest.raises(ValueError, match="none outstanding"):
         b.on_complete("g0", 0.0)
     assert b.pending() == 0
+
+
+def test_policy_validation():
+    with pytest.raises(ValueError, match="bucket edges must increase"):
+        ModelBatching("audio", (BucketPolicy(5.0, 4, 0.03), BucketPolicy(2.5, 8, 0.03)))
+    with pytest.raises(ValueError, match="exactly one bucket"):
+        ModelBatching("image", (BucketPolicy(1.0, 4, 0.03), BucketPolicy(2.0, 4, 0.03)))
+    with pytest.raises(ValueError, match="batch_max must be >= 1"):
+        audio((0,))
+    with pytest.raises(ValueError, match="not in the pool"):
+        PrebaBatcher({"asr": audio((4,), vgpus=("g9",))}, {"g0": "k"}, service)
+    assert audio_bucket_edges(35.0) == [2.5 * (k + 1) for k in range(14)]
+    assert audio_bucket_edges(36.0)[-1] == 37.5 and audio_bucket_edges(1.0) == [2.5]
+
+
+def test_too_long_input_is_refused_and_not_queued():
+    b = make(batch_maxes=(8, 4, 2))
+    with pytest.raises(ValueError, match="exceeds the longest profiled bucket"):
+        b.add(item(0, 9.0), now=0.0)
+    assert b.pending() == 0 and b.next_deadline() is None
