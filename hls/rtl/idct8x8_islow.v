@@ -8,7 +8,7 @@
 // are both high). A block is 8 beats each way, rows 0..7 in natural (not zigzag) order, and
 // blocks follow each other with no framing signal. Column pass, row pass and input loading
 // overlap on double-buffered blocks: one beat per cycle in and out when neither side stalls
-// (II = 8 cycles per block), first input beat to last output beat 24 cycles.
+// (II = 8 cycles per block), first input beat to last output beat 26 cycles.
 module idct8x8_islow #(
     // Width of each two's-complement coefficient in an input lane, in bits: quantised when
     // DEQUANT = 1, already dequantised when DEQUANT = 0.
@@ -68,16 +68,24 @@ reg       load_bank_reg = 1'b0, load_bank_next;
 reg [2:0] load_row_reg = 3'd0, load_row_next;
 reg [1:0] coef_full_reg = 2'b00, coef_full_next;
 
-// Column pass: coefficient bank and column being transformed; workspace bank being written,
-// and which workspace banks hold a whole block.
+// Column pass: coefficient bank and column to read next, the column being transformed (one
+// cycle after its read) with where its results go, and which workspace banks hold a whole block.
 reg       col_bank_reg = 1'b0, col_bank_next;
 reg [2:0] col_idx_reg = 3'd0, col_idx_next;
+reg [8*DQ_WIDTH-1:0] col_in_reg = {8*DQ_WIDTH{1'b0}};
+reg       col_in_valid_reg = 1'b0, col_in_valid_next;
+reg       col_in_last_reg = 1'b0, col_in_last_next;
+reg       col_in_bank_reg = 1'b0, col_in_bank_next;
+reg [2:0] col_in_idx_reg = 3'd0, col_in_idx_next;
 reg       ws_wr_bank_reg = 1'b0, ws_wr_bank_next;
 reg [1:0] ws_full_reg = 2'b00, ws_full_next;
 
-// Row pass: workspace bank and row being transformed, and the output register.
+// Row pass: workspace bank and row to read next, the row being transformed, and the output
+// register.
 reg        row_bank_reg = 1'b0, row_bank_next;
 reg [2:0]  row_idx_reg = 3'd0, row_idx_next;
+reg [8*WS_WIDTH-1:0] row_in_reg = {8*WS_WIDTH{1'b0}};
+reg        row_in_valid_reg = 1'b0, row_in_valid_next;
 reg [63:0] m_axis_tdata_reg = 64'd0, m_axis_tdata_next;
 reg        m_axis_tvalid_reg = 1'b0, m_axis_tvalid_next;
 
@@ -85,15 +93,19 @@ assign s_axis_tready = !coef_full_reg[load_bank_reg];
 assign m_axis_tdata = m_axis_tdata_reg;
 assign m_axis_tvalid = m_axis_tvalid_reg;
 
+// Each pass reads its operands into a register and transforms them the next cycle, which also
+// gives the event-driven simulator one change per cycle to propagate instead of one per word.
 wire load_fire = s_axis_tvalid && s_axis_tready;
-wire col_fire = coef_full_reg[col_bank_reg] && !ws_full_reg[ws_wr_bank_reg];
-wire row_fire = ws_full_reg[row_bank_reg] && (!m_axis_tvalid_reg || m_axis_tready);
+wire out_ready = !m_axis_tvalid_reg || m_axis_tready;
+wire row_fire = ws_full_reg[row_bank_reg] && (!row_in_valid_reg || out_ready);
+// The column pass may start on the workspace bank whose last row the row pass reads this cycle:
+// its first write lands a cycle later. Without this, blocks would follow 9 cycles apart.
+wire ws_freeing = row_fire && row_idx_reg == 3'd7 && row_bank_reg == ws_wr_bank_reg;
+wire col_fire = coef_full_reg[col_bank_reg] && (!ws_full_reg[ws_wr_bank_reg] || ws_freeing);
 
 wire [8*DQ_WIDTH-1:0] lane_dq;
-wire [8*DQ_WIDTH-1:0] col_in;
 wire [8*COL_WIDTH-1:0] col_out;
 wire [8*WS_WIDTH-1:0] col_ws;
-wire [8*WS_WIDTH-1:0] row_in;
 wire [8*ROW_WIDTH-1:0] row_out;
 wire [63:0] row_pix;
 
@@ -108,10 +120,6 @@ generate
         end else begin : passthrough
             assign lane_dq[k*DQ_WIDTH +: DQ_WIDTH] = s_axis_tdata[k*LANE_WIDTH +: LANE_WIDTH];
         end
-
-        // Column pass input: row k of the current column; row pass input: column k of the current row.
-        assign col_in[k*DQ_WIDTH +: DQ_WIDTH] = coef_mem[col_bank_reg*64 + k*8 + col_idx_reg];
-        assign row_in[k*WS_WIDTH +: WS_WIDTH] = ws_mem[row_bank_reg*64 + row_idx_reg*8 + k];
 
         // Descale with rounding (libjpeg's DESCALE), after the column and after the row pass.
         wire signed [COL_WIDTH-1:0] col_rounded = $signed(col_out[k*COL_WIDTH +: COL_WIDTH]) + COL_ROUND;
@@ -132,7 +140,7 @@ idct8_1d_islow #(
     .OUT_WIDTH(COL_WIDTH)
 )
 col_idct_inst (
-    .in_data(col_in),
+    .in_data(col_in_reg),
     .out_data(col_out)
 );
 
@@ -141,7 +149,7 @@ idct8_1d_islow #(
     .OUT_WIDTH(ROW_WIDTH)
 )
 row_idct_inst (
-    .in_data(row_in),
+    .in_data(row_in_reg),
     .out_data(row_out)
 );
 
@@ -151,12 +159,17 @@ always @* begin
     coef_full_next = coef_full_reg;
     col_bank_next = col_bank_reg;
     col_idx_next = col_idx_reg;
+    col_in_valid_next = col_fire;
+    col_in_last_next = col_fire && col_idx_reg == 3'd7;
+    col_in_bank_next = ws_wr_bank_reg;
+    col_in_idx_next = col_idx_reg;
     ws_wr_bank_next = ws_wr_bank_reg;
     ws_full_next = ws_full_reg;
     row_bank_next = row_bank_reg;
     row_idx_next = row_idx_reg;
+    row_in_valid_next = row_in_valid_reg;
     m_axis_tdata_next = m_axis_tdata_reg;
-    m_axis_tvalid_next = m_axis_tvalid_reg && !m_axis_tready;
+    m_axis_tvalid_next = m_axis_tvalid_reg;
 
     if (load_fire) begin
         load_row_next = load_row_reg + 3'd1;
@@ -166,20 +179,28 @@ always @* begin
         end
     end
 
+    // A coefficient bank is free once its last column is read; a workspace bank is full once
+    // its last column is written.
     if (col_fire) begin
         col_idx_next = col_idx_reg + 3'd1;
         if (col_idx_reg == 3'd7) begin
             coef_full_next[col_bank_reg] = 1'b0;
             col_bank_next = !col_bank_reg;
-            ws_full_next[ws_wr_bank_reg] = 1'b1;
             ws_wr_bank_next = !ws_wr_bank_reg;
         end
     end
+    if (col_in_valid_reg && col_in_last_reg) begin
+        ws_full_next[col_in_bank_reg] = 1'b1;
+    end
 
+    if (out_ready) begin
+        m_axis_tdata_next = row_pix;
+        m_axis_tvalid_next = row_in_valid_reg;
+        row_in_valid_next = 1'b0;
+    end
     if (row_fire) begin
         row_idx_next = row_idx_reg + 3'd1;
-        m_axis_tdata_next = row_pix;
-        m_axis_tvalid_next = 1'b1;
+        row_in_valid_next = 1'b1;
         if (row_idx_reg == 3'd7) begin
             ws_full_next[row_bank_reg] = 1'b0;
             row_bank_next = !row_bank_reg;
@@ -193,10 +214,15 @@ always @(posedge clk) begin
     coef_full_reg <= coef_full_next;
     col_bank_reg <= col_bank_next;
     col_idx_reg <= col_idx_next;
+    col_in_valid_reg <= col_in_valid_next;
+    col_in_last_reg <= col_in_last_next;
+    col_in_bank_reg <= col_in_bank_next;
+    col_in_idx_reg <= col_in_idx_next;
     ws_wr_bank_reg <= ws_wr_bank_next;
     ws_full_reg <= ws_full_next;
     row_bank_reg <= row_bank_next;
     row_idx_reg <= row_idx_next;
+    row_in_valid_reg <= row_in_valid_next;
     m_axis_tdata_reg <= m_axis_tdata_next;
     m_axis_tvalid_reg <= m_axis_tvalid_next;
 
@@ -206,24 +232,39 @@ always @(posedge clk) begin
         coef_full_reg <= 2'b00;
         col_bank_reg <= 1'b0;
         col_idx_reg <= 3'd0;
+        col_in_valid_reg <= 1'b0;
+        col_in_last_reg <= 1'b0;
         ws_wr_bank_reg <= 1'b0;
         ws_full_reg <= 2'b00;
         row_bank_reg <= 1'b0;
         row_idx_reg <= 3'd0;
+        row_in_valid_reg <= 1'b0;
         m_axis_tvalid_reg <= 1'b0;
     end
 end
 
-// The banks need no reset: a bank is read only after its full flag says it was written.
+// The banks and operand registers need no reset: a bank is read only after its full flag says
+// it was written, and operands only matter with their valid flag.
 integer i;
+reg [8*DQ_WIDTH-1:0] col_gather;
+reg [8*WS_WIDTH-1:0] row_gather;
 always @(posedge clk) begin
     for (i = 0; i < 8; i = i + 1) begin
         if (load_fire) begin
             coef_mem[load_bank_reg*64 + load_row_reg*8 + i] <= lane_dq[i*DQ_WIDTH +: DQ_WIDTH];
         end
-        if (col_fire) begin
-            ws_mem[ws_wr_bank_reg*64 + i*8 + col_idx_reg] <= col_ws[i*WS_WIDTH +: WS_WIDTH];
+        if (col_in_valid_reg) begin
+            ws_mem[col_in_bank_reg*64 + i*8 + col_in_idx_reg] <= col_ws[i*WS_WIDTH +: WS_WIDTH];
         end
+        col_gather[i*DQ_WIDTH +: DQ_WIDTH] = coef_mem[col_bank_reg*64 + i*8 + col_idx_reg];
+        row_gather[i*WS_WIDTH +: WS_WIDTH] = ws_mem[row_bank_reg*64 + row_idx_reg*8 + i];
+    end
+    // Whole-vector updates: each pass's network sees one input change per cycle.
+    if (col_fire) begin
+        col_in_reg <= col_gather;
+    end
+    if (row_fire) begin
+        row_in_reg <= row_gather;
     end
 end
 
