@@ -1,16 +1,14 @@
 """The GPU executor: our CUDA kernels compiled with NVRTC (cupy.RawKernel), launched one by one.
 
-Every kernel's first parameter is the guard flag. The flag is one int in host-mapped pinned
-memory: the host sets it with a plain store, and kernels that start afterwards (or reach their
-next tile) return without writing. The arena is one device allocation with buffers as views at
-the planned offsets; weights live in a separate region uploaded once per loaded program.
-CuPy is imported lazily: without it (or without a CUDA device) construction fails with a clear
-message.
+Every kernel's first parameter is the guard flag, one int in device memory (DeviceFlag): once
+set, kernels that start afterwards (or reach their next tile) return without writing. The arena
+is one device allocation with buffers as views at the planned offsets; weights live in a separate
+region uploaded once per loaded program. CuPy is imported lazily: without it (or without a CUDA
+device) construction fails with a clear message.
 """
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,43 +38,43 @@ def _cupy():
     return cupy
 
 
-class PinnedFlag:
-    """The preemption flag in host-mapped pinned memory: host stores, kernels read via PCIe."""
+class DeviceFlag:
+    """The preemption flag as one int in device memory. set()/clear() copy a pinned host word into
+    it on a stream of its own (running kernels do not delay it) and return once it landed, so
+    every block that starts afterwards sees it. Kernels read it from L2: one load per block."""
 
     def __init__(self):
         cp = _cupy()
-        rt = cp.cuda.runtime
-        self._rt = rt
-        self._host_ptr = rt.hostAlloc(4, rt.hostAllocMapped)
-        self._host = np.ctypeslib.as_array(ctypes.cast(self._host_ptr, ctypes.POINTER(ctypes.c_int32)),
-                                           shape=(1,))
-        self._host[0] = 0
-        # With unified addressing (every 64-bit CUDA platform) a mapped pinned allocation has
-        # the same address on host and device; CuPy does not wrap cudaHostGetDevicePointer.
-        dev_ptr = self._host_ptr
-        mem = cp.cuda.UnownedMemory(dev_ptr, 4, self)
-        self.device = cp.ndarray((1,), cp.int32, cp.cuda.MemoryPointer(mem, 0))
+        import cupyx
+
+        self.device = cp.zeros(1, cp.int32)
+        self._stream = cp.cuda.Stream(non_blocking=True)
+        self._words = {}
+        for v in (0, 1):
+            w = cupyx.empty_pinned((1,), np.int32)
+            w[0] = v
+            self._words[v] = w
+        self._value = 0
+
+    def _write(self, v: int) -> None:
+        self.device.set(self._words[v], stream=self._stream)
+        self._stream.synchronize()
+        self._value = v
 
     def set(self) -> None:
-        self._host[0] = 1
+        self._write(1)
 
     def clear(self) -> None:
-        self._host[0] = 0
+        self._write(0)
 
     def is_set(self) -> bool:
-        return bool(self._host[0])
-
-    def __del__(self):
-        try:
-            self._rt.freeHost(self._host_ptr)
-        except Exception:  # interpreter shutdown: the driver may already be gone
-            pass
+        return bool(self._value)
 
 
 @dataclass
 class CupyState:
     program: Program
-    flag: PinnedFlag
+    flag: DeviceFlag
     arena: Any
     weights: Any
     views: list
@@ -92,8 +90,8 @@ class CupyExecutor:
         self._cp = _cupy()
         self._kernels: dict[str, Any] = {}
 
-    def new_flag(self) -> PinnedFlag:
-        return PinnedFlag()
+    def new_flag(self) -> DeviceFlag:
+        return DeviceFlag()
 
     def compile(self, kernel: KernelDef):
         """NVRTC-compiles a kernel once per process (names are unique per source)."""
@@ -104,7 +102,7 @@ class CupyExecutor:
             self._kernels[kernel.name] = fn
         return fn
 
-    def load(self, program: Program, flag: PinnedFlag | None = None) -> CupyState:
+    def load(self, program: Program, flag: DeviceFlag | None = None) -> CupyState:
         cp = self._cp
         for kernel in program.kernels().values():
             self.compile(kernel)

@@ -106,6 +106,65 @@ def _binary_op(op: str):
     return lower
 
 
+def _other_input(node, name: str) -> str | None:
+    """The input of a two-input node that is not `name` (None if `name` is not an input)."""
+    ins = list(node.input)
+    if name not in ins:
+        return None
+    ins.remove(name)
+    return ins[0] if len(ins) == 1 else None
+
+
+def _is_scalar(ctx, name: str | None, value: float) -> bool:
+    c = ctx.const(name) if name else None
+    return c is not None and c.size == 1 and abs(float(c.reshape(-1)[0]) - value) < 1e-4 * abs(value)
+
+
+def lower_sigmoid(ctx, node, ins, attrs):
+    """Sigmoid(x) feeding only Mul(x, .) is Swish/SiLU: one launch instead of two."""
+    x = ctx.b.as_tensor(ins[0])
+    mul = ctx.sole_consumer(node.output[0], ("Mul",))
+    if mul is not None and _other_input(mul, node.output[0]) == node.input[0]:
+        ctx.absorb(mul)
+        return _bind(ctx, node, mul.output[0], unary(ctx, "swish", x))
+    return [unary(ctx, "sigmoid", x)]
+
+
+def match_erf_gelu(ctx, node) -> str | None:
+    """x / sqrt(2) (or x * 1/sqrt(2)) -> Erf -> + 1 -> * x -> * 0.5, torch.onnx's exact GELU:
+    absorbs the chain and returns its output name, or None if `node` does not start one."""
+    x = node.input[0]
+    scale = 1.0 / np.sqrt(2.0) if node.op_type == "Mul" else np.sqrt(2.0)
+    if not _is_scalar(ctx, node.input[1], scale):
+        return None
+    chain = [node]
+    for op, check in (("Erf", None), ("Add", 1.0), ("Mul", x), ("Mul", 0.5)):
+        nxt = ctx.sole_consumer(chain[-1].output[0], (op,))
+        if nxt is None:
+            return None
+        other = _other_input(nxt, chain[-1].output[0]) if op != "Erf" else None
+        if isinstance(check, float) and not _is_scalar(ctx, other, check):
+            return None
+        if isinstance(check, str) and other != check:
+            return None
+        chain.append(nxt)
+    for n in chain[1:]:
+        ctx.absorb(n)
+    return chain[-1].output[0]
+
+
+def _scaling_op(op: str):
+    """Div and Mul also open torch's erf-form GELU."""
+    plain = _binary_op(op)
+
+    def lower(ctx, node, ins, attrs):
+        out = match_erf_gelu(ctx, node) if isinstance(ins[0], Tensor) else None
+        if out is None:
+            return plain(ctx, node, ins, attrs)
+        return _bind(ctx, node, out, unary(ctx, "gelu", ins[0]))
+    return lower
+
+
 def lower_gelu(ctx, node, ins, attrs):
     if attrs.get("approximate", b"none") not in (b"none", "none"):
         raise UnsupportedModelError("attribute 'approximate'='tanh' is not supported")
@@ -607,7 +666,7 @@ def lower_cast(ctx, node, ins, attrs):
 
 LOWERINGS = {
     "Relu": _unary_op("relu"),
-    "Sigmoid": _unary_op("sigmoid"),
+    "Sigmoid": lower_sigmoid,
     "HardSigmoid": _unary_op("hardsigmoid", (0.2, 0.5)),
     "HardSwish": _unary_op("hardswish"),
     "LeakyRelu": _unary_op("leakyrelu", (0.01, 0.0)),
@@ -623,8 +682,8 @@ LOWERINGS = {
     "Clip": lower_clip,
     "Add": _binary_op("add"),
     "Sub": _binary_op("sub"),
-    "Mul": _binary_op("mul"),
-    "Div": _binary_op("div"),
+    "Mul": _scaling_op("mul"),
+    "Div": _scaling_op("div"),
     "Pow": _binary_op("pow"),
     "Max": _binary_op("max"),
     "Min": _binary_op("min"),

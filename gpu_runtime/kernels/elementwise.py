@@ -14,6 +14,7 @@ from gpu_runtime.program import KernelDef
 UNARY = {
     "relu": ("fmaxf(v, 0.f)", lambda x, a, b: np.maximum(x, 0)),
     "sigmoid": ("1.f / (1.f + expf(-v))", lambda x, a, b: 1 / (1 + np.exp(-x))),
+    "swish": ("v / (1.f + expf(-v))", lambda x, a, b: x / (1 + np.exp(-x))),
     "hardsigmoid": ("fminf(fmaxf(alpha * v + beta, 0.f), 1.f)",
                     lambda x, a, b: np.clip(a * x + b, 0, 1)),
     "hardswish": ("v * fminf(fmaxf(v + 3.f, 0.f), 6.f) * (1.f / 6.f)",

@@ -154,8 +154,12 @@ def conv_numpy(x, w, bias, y, C, H, W, Cout, OH, OW, KH, KW, sh, sw, ph, pw, dh,
         xp, (n, C, OH, OW, KH, KW), (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw))
     cg, og = C // groups, Cout // groups
     wk = w.reshape(groups, og, cg, KH, KW)
-    if cg == 1 and og == 1:  # depthwise: a weighted sum of shifted views, no matrix product
-        np.einsum("nchwij,cij->nchw", cols, wk[:, 0, 0], out=out)
+    if cg == 1 and og == 1:  # depthwise: a weighted sum of shifted views, one per tap
+        taps = wk[:, 0, 0]
+        out[...] = 0
+        for i in range(KH):
+            for j in range(KW):
+                out += cols[:, :, :, :, i, j] * taps[:, i, j].reshape(1, C, 1, 1)
     else:
         for g in range(groups):
             part = np.tensordot(cols[:, g * cg:(g + 1) * cg], wk[g], axes=([1, 4, 5], [1, 2, 3]))

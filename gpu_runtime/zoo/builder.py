@@ -75,10 +75,10 @@ class GraphBuilder:
         if kind == "swish":
             return self.op("Mul", [x, self.op("Sigmoid", [x])])
         if kind == "gelu":
-            # exact GELU through Erf, as exporters write it for opset < 20
-            half = self.op("Mul", [x, self.const(0.5)])
+            # exact GELU through Erf, in the node order torch.onnx writes for opset < 20
             erf = self.op("Erf", [self.op("Div", [x, self.const(np.sqrt(2.0))])])
-            return self.op("Mul", [half, self.op("Add", [erf, self.const(1.0)])])
+            y = self.op("Mul", [x, self.op("Add", [erf, self.const(1.0)])])
+            return self.op("Mul", [y, self.const(0.5)])
         raise ValueError(f"unknown activation {kind}")
 
     def conv_bn_act(self, x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,

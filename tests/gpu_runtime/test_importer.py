@@ -246,3 +246,30 @@ def test_dynamic_length_needs_a_value():
     with pytest.raises(UnsupportedModelError, match="dynamic dimension 2"):
         import_model(model, 1)
     assert import_model(model, 3, 50).buffers[0].shape == (3, 80, 50)
+
+
+def test_erf_gelu_chain_is_one_launch():
+    """torch.onnx's exact GELU (Div, Erf, Add, Mul, Mul) lowers to a single kernel."""
+    program = check([node("Div", ["x", "sqrt2"], ["d"]), node("Erf", ["d"], ["e"]),
+                     node("Add", ["e", "one"], ["a"]), node("Mul", ["x", "a"], ["m"]),
+                     node("Mul", ["m", "half"])],
+                    {"x": rand(3, 50, scale=3)},
+                    {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)})
+    assert [launch.kernel.name for launch in program.launches] == ["atoll_unary_gelu"]
+
+
+def test_gelu_like_chain_with_other_constants_is_not_fused():
+    program = check([node("Div", ["x", "c"], ["d"]), node("Erf", ["d"], ["e"]),
+                     node("Add", ["e", "one"], ["a"]), node("Mul", ["x", "a"], ["m"]),
+                     node("Mul", ["m", "half"])],
+                    {"x": rand(3, 50)},
+                    {"c": np.float32(2.0), "one": np.float32(1), "half": np.float32(0.5)})
+    assert len(program.launches) == 5
+
+
+def test_swish_is_one_launch_and_shared_sigmoid_is_not_fused():
+    program = check([node("Sigmoid", ["x"], ["s"]), node("Mul", ["s", "x"])], {"x": rand(4, 9, scale=3)})
+    assert [launch.kernel.name for launch in program.launches] == ["atoll_unary_swish"]
+    program = check([node("Sigmoid", ["x"], ["s"]), node("Mul", ["s", "x"], ["m"]),
+                     node("Add", ["m", "s"])], {"x": rand(4, 9)})
+    assert len(program.launches) == 3

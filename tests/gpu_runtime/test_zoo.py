@@ -10,17 +10,50 @@ import pytest
 from gpu_runtime.zoo import MODELS, build
 from gpu_runtime.zoo.repository import write_model
 
-IMAGE_MODELS = ["mobilenet_v3_small", "squeezenet1_1"]
+from tests.gpu_runtime.zoo_cases import onnxruntime_outputs
+
+IMAGE_MODELS = ["mobilenet_v3_small", "squeezenet1_1", "swin_t"]
 
 
 @pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_image_model_runs_in_onnxruntime_with_dynamic_batch(name):
-    model = build(name)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((2, 3, 224, 224)).astype(np.float32)
-    (y,) = sess.run(["logits"], {"input": x})
+    y = onnxruntime_outputs(name, {"input": x})["logits"]
     assert y.shape == (2, 1000)
     assert np.isfinite(y).all() and y.std() > 1e-3
+    assert np.abs(y[0] - y[1]).max() > 1e-4  # the output depends on the input
+
+
+@pytest.mark.parametrize("name,length,frames", [("conformer", 200, 49), ("conformer", 333, 82),
+                                                ("citrinet", 200, 25), ("citrinet", 333, 42)])
+def test_audio_model_has_dynamic_batch_and_length(name, length, frames):
+    x = np.random.default_rng(0).standard_normal((3, 80, length)).astype(np.float32)
+    y = onnxruntime_outputs(name, {"features": x})["log_probs"]
+    vocab = MODELS[name].output_dims[-1]
+    assert y.shape == (3, frames, vocab)
+    np.testing.assert_allclose(np.exp(y).sum(-1), 1.0, rtol=1e-4)  # log-probabilities
+    assert y.std() > 1e-2 and np.abs(y[0] - y[1]).max() > 1e-3
+
+
+def test_zoo_cli_list_and_build(tmp_path, capsys):
+    import argparse
+    import json
+
+    from atoll.commands import zoo as zoo_cmd
+
+    parser = argparse.ArgumentParser()
+    zoo_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["zoo", "list", "--json"])
+    assert args.func(args) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)] == list(MODELS)
+    args = parser.parse_args(["zoo", "build", "--out", str(tmp_path), "--models", "citrinet",
+                              "--json"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out)[0]["model"] == "citrinet"
+    config = (tmp_path / "citrinet" / "config.pbtxt").read_text()
+    assert 'dims: [ 80, -1 ]' in config and 'string_value: "audio"' in config
+    args = parser.parse_args(["zoo", "build", "--out", str(tmp_path), "--models", "resnet"])
+    assert args.func(args) == 2
 
 
 def test_builders_are_deterministic():
