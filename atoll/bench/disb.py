@@ -109,16 +109,12 @@ def random_inputs(program, seed: int) -> dict:
 def make_device(kind: str):
     """(executor, scheduler device, description) for a vGPU of this kind."""
     if kind == "cpu":
-        from threadpoolctl import threadpool_limits
-
         from gpu_runtime.numpy_executor import NumpyExecutor
         from scheduler.cpu_device import CpuDevice
 
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
         # nested BLAS pools would oversubscribe the cores whenever two streams run.
-        threadpool_limits(1)
-
-        ex = NumpyExecutor()
+        ex = NumpyExecutor(blas_threads=1)
         return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
     try:
         from gpu_runtime.cupy_executor import CupyExecutor
@@ -245,13 +241,14 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "padded_kernels": stats.padded_kernels,
         "padding_variants": pad_pairs,
+        "padding_refused": len(dev.padder.refused) if hasattr(dev, "padder") else 0,
     }
 
 
 def merge(policy: str, rounds: list[dict]) -> dict:
     """One policy's rounds pooled: latencies concatenated, counts summed over the total time."""
     pooled = {k: sum((r[k] for r in rounds), [] if isinstance(rounds[0][k], list) else 0)
-              for k in rounds[0] if k != "padding_variants"}
+              for k in rounds[0] if not k.startswith("padding_")}
     seconds = pooled["seconds"]
     return {
         "policy": policy,
@@ -264,6 +261,7 @@ def merge(policy: str, rounds: list[dict]) -> dict:
         "be_reruns": pooled["be_reruns"],
         "padded_kernels": pooled["padded_kernels"],
         "padding_variants": rounds[-1]["padding_variants"],
+        "padding_refused": rounds[-1]["padding_refused"],
     }
 
 
