@@ -56,6 +56,10 @@ class MappedCounter:
             pass
 
 
+# NVRTC takes a fraction of a second per dispatcher; bound the start-up cost of many model pairs.
+MAX_PREPARED_VARIANTS = 48
+
+
 def _spin_until(done) -> None:
     while not done():
         time.sleep(0)  # give the GIL away between queries
@@ -205,16 +209,22 @@ class CudaDevice:
     def can_pad(self, rt_state, rt_index: int, be_state, be_index: int) -> bool:
         return self.padder.ready([rt_state.program.launches[rt_index], be_state.program.launches[be_index]])
 
-    def prepare_pads(self, pairs) -> int:
+    def prepare_pads(self, pairs, limit: int = MAX_PREPARED_VARIANTS) -> int:
+        """Compile the `limit` dispatcher variants that the most (RT kernel, BE kernel) pairs
+        need; pairs whose variant is not built are simply not padded (`can_pad` only looks)."""
+        from collections import Counter
         from concurrent.futures import ThreadPoolExecutor
 
-        todo = {}
+        launches, counts = {}, Counter()
         for rs, r, bs, i in pairs:
-            launches = [rs.program.launches[r], bs.program.launches[i]]
-            todo.setdefault(self.padder.key(launches), launches)
+            pair = [rs.program.launches[r], bs.program.launches[i]]
+            key = self.padder.key(pair)
+            launches.setdefault(key, pair)
+            counts[key] += 1
+        chosen = [launches[k] for k, _ in counts.most_common(limit)]
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(self.padder.variant, todo.values()))
-        return len(todo)
+            list(pool.map(self.padder.variant, chosen))
+        return len(chosen)
 
     def resources(self, kernel) -> tuple[int, int]:
         """(registers per thread, static shared bytes) of the compiled kernel."""

@@ -49,6 +49,37 @@ def _split_params(text: str) -> list[str]:
     return out
 
 
+def _macros(src: str) -> dict[str, tuple[list[str] | None, str]]:
+    """Single- and continued-line #defines: name -> (parameters or None, replacement)."""
+    out = {}
+    for m in re.finditer(r"^\s*#\s*define\s+(\w+)(\(([^)]*)\))?[ \t]*((?:.*\\\n)*.*)$", src, re.M):
+        params = [p.strip() for p in m.group(3).split(",")] if m.group(2) else None
+        out[m.group(1)] = (params, m.group(4).replace("\\\n", " "))
+    return out
+
+
+def _expand_macros(text: str, macros: dict) -> str:
+    """Enough of the preprocessor for parameter lists written with macros (`X(p)` -> `int p##0`)."""
+    for _ in range(4):
+        changed = False
+        for name, (params, body) in macros.items():
+            if params is None:
+                new = re.sub(rf"\b{name}\b(?!\s*\()", body, text)
+            else:
+                def call(m, params=params, body=body):
+                    args = [a.strip() for a in m.group(1).split(",")]
+                    out = body
+                    for p, a in zip(params, args):
+                        out = re.sub(rf"\b{p}\b", a, out)
+                    return re.sub(r"\s*##\s*", "", out)
+                new = re.sub(rf"\b{name}\s*\(([^()]*)\)", call, text)
+            changed |= new != text
+            text = new
+        if not changed:
+            break
+    return text
+
+
 def device_form(kernel: KernelDef, namespace: str) -> tuple[str, list[str]]:
     """(source of `namespace::body`, the kernel's parameter declarations)."""
     src = kernel.cuda_source
@@ -59,13 +90,13 @@ def device_form(kernel: KernelDef, namespace: str) -> tuple[str, list[str]]:
     while depth:
         depth += {"(": 1, ")": -1}.get(src[end], 0)
         end += 1
-    params = _split_params(src[m.end():end - 1])
+    params = _split_params(_expand_macros(src[m.end():end - 1], _macros(src)))
     head = "__device__ __forceinline__ void body(const uint3 atoll_bid, const dim3 atoll_gdim, "
     body = src[:m.start()] + head + src[m.end():]
     body = re.sub(r"\bblockIdx\b", "atoll_bid", body)
     body = re.sub(r"\bgridDim\b", "atoll_gdim", body)
     undefs = "".join(f"#undef {name}\n" for name in dict.fromkeys(_DEFINE.findall(src)))
-    return f"namespace {namespace} {{\n{body}\n}}\n{undefs}", params
+    return f"namespace {namespace} {{  // {kernel.name}\n{body}\n}}\n{undefs}", params
 
 
 def _param_name(decl: str) -> str:

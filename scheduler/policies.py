@@ -6,8 +6,10 @@ offers the callbacks below. The ladder:
   seq      one task at a time, RT first then BE in arrival order; nothing is ever preempted.
   streams  BE tasks on concurrent streams and the RT task on its own higher-priority stream.
   wait     level 1, hold back: stop issuing BE kernels and wait for the outstanding ones to finish.
-  reset    level 2, flush: set the guard, clear the vHQs, wait for the (guarded) kernels to exit;
-           restore re-enqueues BE tasks from their last completed kernel.
+  reset    level 2, flush: set the guard and clear the vHQs; the RT task's first kernel is
+           submitted at once, then the scheduler waits for the (guarded) BE kernels to exit and
+           rewinds each BE task to its last completed kernel; restore clears the guard and
+           re-enqueues them from there.
   reef     reset plus dynamic kernel padding of RT kernels with BE kernels.
 """
 

@@ -75,6 +75,8 @@ class Reef:
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unsettled = False  # flag set, BE streams not yet drained and rewound
+        self._flush_t0 = 0.0
 
     # ---- set-up and client side ----------------------------------------------------------------
     def add_client(self, name: str, program: Program, priority: str) -> Client:
@@ -183,15 +185,24 @@ class Reef:
             v.stream.poll()
 
     def flush_be(self) -> None:
-        t0 = self.clock()
+        """Set the guard and drop the vHQs' pending launches. Waiting for the kernels already on
+        the BE streams to exit (`_settle`) is left until after the RT task's first kernel is
+        submitted: the RT stream does not depend on them, and guarded ones exit at once anyway."""
+        self._flush_t0 = self.clock()
         for v in self._vhqs:
             v.stream.poll()  # credit what finished before the flag, nothing after
         self.device.set_flag()
+        self._unsettled = True
+
+    def _settle(self) -> None:
+        if not self._unsettled:
+            return
         for v in self._vhqs:
             v.stream.drain()
         for v in self._vhqs:
             v.clear()
-        self.stats.flush_s.append(self.clock() - t0)
+        self._unsettled = False
+        self.stats.flush_s.append(self.clock() - self._flush_t0)
 
     def restore_be(self) -> None:
         t0 = self.clock()
@@ -250,27 +261,30 @@ class Reef:
                 self._rt_mode = False
                 self.policy.leave_rt(self)
             return
+        if not self._rt_mode and not self.policy.rt_may_start(self):
+            return
+        task = self._rt_queue.popleft()
+        self._begin(task)  # inputs first: they do not depend on the BE streams
         if not self._rt_mode:
-            if not self.policy.rt_may_start(self):
-                return
             self._rt_mode = True
             self.policy.enter_rt(self)
-        self._start_rt(self._rt_queue.popleft())
+        self._start_rt(task)
 
     def _start_rt(self, task: Task) -> None:
-        self._begin(task)
         self._rt_task = task
+        self._rt_stream.submit(task, 0)  # first, before anything else: this is the preemption
+        self._settle()
         client = self._clients[task.client]
         plan = None
         if self.policy.pads:
             be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
                   if v.current is not None]
             state = client.state
-            plan = plan_padding(client.profiles, be, self.device.padding_rules,
-                                lambda r, t, i: self.device.can_pad(state, r, t.state, i))
+            plan = plan_padding(client.profiles[1:], be, self.device.padding_rules,
+                                lambda r, t, i: self.device.can_pad(state, r + 1, t.state, i))
             self.stats.padded_kernels += sum(map(len, plan))
-        for i in range(task.n_launches):
-            self._rt_stream.submit(task, i, plan[i] if plan else ())
+        for i in range(1, task.n_launches):
+            self._rt_stream.submit(task, i, plan[i - 1] if plan else ())
         task.next_launch = task.n_launches
 
     def _schedule_be(self) -> None:

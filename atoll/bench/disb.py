@@ -28,7 +28,7 @@ from pathlib import Path
 RT_ONLY = "rt-only"
 POLICY_ORDER = ("seq", "streams", "wait", "reset", "reef")
 FIVE = ("mobilenet_v3_small", "squeezenet1_1", "swin_t", "conformer", "citrinet")
-TARGET_RT_LOAD = 0.3
+TARGET_RT_LOAD = 0.15
 IMAGE_SIZE_CPU = 112
 AUDIO_FRAMES = {"cpu": 64, "cuda": 300}
 
@@ -63,7 +63,7 @@ def register(subparsers) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--capacity", type=int, default=None, help="vHQ outstanding kernels (c)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds the duration is split into (default 3 on cpu, 1 on cuda)")
+                        help="interleaved rounds the duration is split into (default 6 on cpu, 1 on cuda)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     parser.add_argument("--out", type=Path, default=None,
@@ -109,16 +109,12 @@ def random_inputs(program, seed: int) -> dict:
 def make_device(kind: str):
     """(executor, scheduler device, description) for a vGPU of this kind."""
     if kind == "cpu":
-        from threadpoolctl import threadpool_limits
-
         from gpu_runtime.numpy_executor import NumpyExecutor
         from scheduler.cpu_device import CpuDevice
 
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
         # nested BLAS pools would oversubscribe the cores whenever two streams run.
-        threadpool_limits(1)
-
-        ex = NumpyExecutor()
+        ex = NumpyExecutor(blas_threads=1)
         return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
     try:
         from gpu_runtime.cupy_executor import CupyExecutor
@@ -245,13 +241,14 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "padded_kernels": stats.padded_kernels,
         "padding_variants": pad_pairs,
+        "padding_refused": len(dev.padder.refused) if hasattr(dev, "padder") else 0,
     }
 
 
 def merge(policy: str, rounds: list[dict]) -> dict:
     """One policy's rounds pooled: latencies concatenated, counts summed over the total time."""
     pooled = {k: sum((r[k] for r in rounds), [] if isinstance(rounds[0][k], list) else 0)
-              for k in rounds[0] if k != "padding_variants"}
+              for k in rounds[0] if not k.startswith("padding_")}
     seconds = pooled["seconds"]
     return {
         "policy": policy,
@@ -264,6 +261,7 @@ def merge(policy: str, rounds: list[dict]) -> dict:
         "be_reruns": pooled["be_reruns"],
         "padded_kernels": pooled["padded_kernels"],
         "padding_variants": rounds[-1]["padding_variants"],
+        "padding_refused": rounds[-1]["padding_refused"],
     }
 
 
@@ -324,7 +322,7 @@ def run(args) -> int:
         load = workload.rt_rate * sum(solo.values())
         scale = min(1.0, TARGET_RT_LOAD / load)
         rate = workload.rt_rate * scale
-    rounds = args.rounds or (3 if args.device == "cpu" else 1)
+    rounds = args.rounds or (6 if args.device == "cpu" else 1)
     raw: dict[str, list[dict]] = {p: [] for p in policies}
     # Interleaved rounds, each starting at another policy: a shared machine's load drifts, and
     # side-by-side ratios should not depend on which policy happened to run during a busy spell.

@@ -41,10 +41,11 @@ def dense_chain(model: str, layers: int, width: int = 32, slots: int = 3, seed: 
         offset += nbytes
     launches = []
     prev = 0
+    weight_offset = 0  # weights live in their own region (Program.weight_bytes)
     for k in range(layers):
-        buffers.append(BufferSpec(f"w{k}", (width, width), "float32", offset, "weight"))
+        buffers.append(BufferSpec(f"w{k}", (width, width), "float32", weight_offset, "weight"))
         weights[len(buffers) - 1] = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-        offset += width * nbytes
+        weight_offset += width * nbytes
         w = len(buffers) - 1
         last = k == layers - 1
         buffers.append(BufferSpec("y" if last else f"t{k}", (1, width), "float32",
@@ -53,7 +54,8 @@ def dense_chain(model: str, layers: int, width: int = 32, slots: int = 3, seed: 
         launches.append(Launch(DENSE, (1, 1, 1), (width, 1, 1), (BufferRef(prev), BufferRef(w), BufferRef(out)), (out,)))
         prev = out
     offset += nbytes
-    return Program(model, 1, buffers, launches, {"x": 0}, {"y": len(buffers) - 1}, weights, offset)
+    return Program(model, 1, buffers, launches, {"x": 0}, {"y": len(buffers) - 1}, weights, offset,
+                   weight_offset)
 
 
 def sleep_chain(model: str, kernels: int, seconds: float) -> Program:
@@ -75,8 +77,9 @@ class ArenaState:
     def __init__(self, program: Program):
         self.program = program
         self.arena = np.zeros(program.arena_bytes, np.uint8)
-        self.views = [self.arena[b.offset:b.offset + b.nbytes].view(b.dtype).reshape(b.shape)
-                      for b in program.buffers]
+        self.weights = np.zeros(program.weight_bytes, np.uint8)
+        self.views = [(self.weights if b.role == "weight" else self.arena)[b.offset:b.offset + b.nbytes]
+                      .view(b.dtype).reshape(b.shape) for b in program.buffers]
         for i, value in program.weights.items():
             self.views[i][...] = value
 
