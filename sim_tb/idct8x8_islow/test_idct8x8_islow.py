@@ -9,6 +9,7 @@ The pytest function at the bottom builds and runs this on Icarus Verilog for eac
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 from pathlib import Path
@@ -26,9 +27,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 # Cycles from the first input beat of a block to its last output beat, and between blocks, when
-# neither stream stalls: the figures in hls/rtl/idct8x8_islow.json.
-LATENCY_CYCLES = 26
-II_CYCLES = 8
+# neither stream stalls: the blackbox descriptor's figures, which the simulation must confirm.
+_PERFORMANCE = json.loads((REPO / "hls" / "rtl" / f"{UNIT}.json").read_text())["rtl_performance"]
+LATENCY_CYCLES = int(_PERFORMANCE["latency"])
+II_CYCLES = int(_PERFORMANCE["II"])
 
 
 class Config:
