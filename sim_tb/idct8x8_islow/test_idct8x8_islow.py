@@ -12,6 +12,7 @@ import ctypes
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -288,13 +289,16 @@ PARAMETER_SETS = {
 
 @pytest.mark.parametrize("parameters", list(PARAMETER_SETS.values()), ids=list(PARAMETER_SETS))
 def test_idct8x8_islow(parameters, tmp_path):
-    import sys
-
-    sys.path.insert(0, str(REPO))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     from sim_tb.c_model import build_shared_library
     from sim_tb.cocotb_run import run_testbench
 
+    hls = REPO / "hls"
     lib = build_shared_library(
-        [HERE / "idct_ref.cpp", REPO / "hls" / "rtl" / "idct8x8_islow.cpp"], tmp_path / "libidct_ref.so"
+        [HERE / "idct_ref.cpp", hls / "rtl" / "idct8x8_islow.cpp"],
+        [header for folder in ("common", "image", "rtl") for header in (hls / folder).glob("*.h")],
+        REPO / "build" / "sim_tb" / UNIT,
+        "idct_ref",
     )
     run_testbench(UNIT, [UNIT, "idct8_1d_islow"], parameters, tmp_path / "sim", {"TB_IDCT_REF_LIB": str(lib)})
