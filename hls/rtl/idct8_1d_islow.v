@@ -8,7 +8,8 @@ module idct8_1d_islow #(
     parameter IN_WIDTH = 16,
     // Width of each two's-complement output and of every intermediate, in bits. IN_WIDTH + 16
     // never overflows: the largest sum of absolute gains from the inputs to any intermediate
-    // value (or output) of this factorisation is 61214 < 2^16.
+    // value (or output) of this factorisation is 61214 < 2^16. Narrower widths wrap modulo
+    // 2^OUT_WIDTH (a C model computing in uint32_t is matched with 32).
     parameter OUT_WIDTH = IN_WIDTH + 16
 ) (
     /*

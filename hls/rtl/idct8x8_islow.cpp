@@ -2,8 +2,6 @@
 // simulation: the image CU's own idct_islow behind the blackbox's stream interface.
 #include "idct8x8_islow.h"
 
-#include "../image/jpeg_idct.h"
-
 void idct8x8_islow(hls::stream<IdctCoefRow>& coef_in, hls::stream<IdctSampleRow>& samples_out) {
   int16_t coef[atoll_image::kBlockSize];
   uint16_t quant[atoll_image::kBlockSize];
@@ -16,7 +14,7 @@ idct_bb_read:
       quant[8 * r + c] = static_cast<uint16_t>(row.lane[c] >> 16);
     }
   }
-  atoll_image::idct_islow(coef, quant, samples, 8);
+  idct_islow_block(coef, quant, samples);
 idct_bb_write:
   for (int r = 0; r < 8; ++r) {
     IdctSampleRow row;

@@ -2,7 +2,7 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
-// 8x8 inverse DCT, bit-exact with atoll_image::idct_islow (libjpeg islow): rows of coefficients in, rows of uint8 samples out.
+// 8x8 inverse DCT bit-exact with atoll_image::idct_islow (libjpeg islow): coefficient rows in, sample rows out.
 //
 // Streams are valid/ready (AXI-stream handshake: a beat moves on a cycle where tvalid and tready
 // are both high). A block is 8 beats each way, rows 0..7 in natural (not zigzag) order, and
@@ -18,6 +18,11 @@ module idct8x8_islow #(
     // 1: lane = {quant, coef} and the unit dequantises (coef * quant, as idct_islow does);
     // 0: lane = coef, already dequantised.
     parameter DEQUANT = 1,
+    // Datapath word width, in bits: 32 wraps every intermediate modulo 2^32 as the image CU's
+    // 32-bit idct_islow does (hostile coefficients only; legal JPEG data never wraps); 0 sizes
+    // each stage so that nothing can overflow (equal to a 64-bit idct_islow for every input).
+    // Must be 0 or at least LANE_WIDTH.
+    parameter DATAPATH_WIDTH = 32,
     // Width of one input lane, in bits: derived from the above, do not override.
     parameter LANE_WIDTH = DEQUANT ? COEF_WIDTH + QUANT_WIDTH : COEF_WIDTH
 ) (
@@ -44,18 +49,22 @@ module idct8x8_islow #(
 
 // Dequantised coefficient: a signed COEF_WIDTH by unsigned QUANT_WIDTH product fits LANE_WIDTH.
 localparam DQ_WIDTH = LANE_WIDTH;
-// Column pass: 16 bits of growth (see idct8_1d_islow), then descaled by CONST_BITS - PASS1_BITS.
-localparam COL_WIDTH = DQ_WIDTH + 16;
+// Column pass: 16 bits of growth (see idct8_1d_islow), then descaled by CONST_BITS - PASS1_BITS;
+// row pass: 16 more bits of growth, then descaled by CONST_BITS + PASS1_BITS + 3. A fixed
+// datapath width instead keeps every stage at that width.
 localparam COL_SHIFT = 11;
-localparam WS_WIDTH = COL_WIDTH - COL_SHIFT;
-// Row pass: 16 more bits of growth, then descaled by CONST_BITS + PASS1_BITS + 3.
-localparam ROW_WIDTH = WS_WIDTH + 16;
 localparam ROW_SHIFT = 18;
-// One more bit than the descaled row result, for the +128 level shift.
-localparam PIX_WIDTH = ROW_WIDTH - ROW_SHIFT + 1;
+localparam DC_SHIFT = 5;
+localparam COL_WIDTH = DATAPATH_WIDTH ? DATAPATH_WIDTH : DQ_WIDTH + 16;
+localparam WS_WIDTH = DATAPATH_WIDTH ? DATAPATH_WIDTH : COL_WIDTH - COL_SHIFT;
+localparam ROW_WIDTH = DATAPATH_WIDTH ? DATAPATH_WIDTH : WS_WIDTH + 16;
+// One more bit than the wider of a descaled row result and a descaled AC-free row (the
+// shortcut descales the workspace word by only PASS1_BITS + 3), for the +128 level shift.
+localparam PIX_WIDTH = (ROW_WIDTH - ROW_SHIFT > WS_WIDTH - DC_SHIFT ? ROW_WIDTH - ROW_SHIFT : WS_WIDTH - DC_SHIFT) + 1;
 
 localparam signed [COL_WIDTH-1:0] COL_ROUND = 1 <<< (COL_SHIFT - 1);
 localparam signed [ROW_WIDTH-1:0] ROW_ROUND = 1 <<< (ROW_SHIFT - 1);
+localparam signed [WS_WIDTH-1:0] DC_ROUND = 1 <<< (DC_SHIFT - 1);
 localparam signed [PIX_WIDTH-1:0] LEVEL_SHIFT = 128;
 
 // Two blocks of dequantised coefficients and two of column-pass results, indexed
@@ -109,6 +118,15 @@ wire [8*WS_WIDTH-1:0] col_ws;
 wire [8*ROW_WIDTH-1:0] row_out;
 wire [63:0] row_pix;
 
+// idct_islow takes a closed form for a column or row whose AC inputs are all zero (its first
+// input times 2^PASS1_BITS, resp. descaled by PASS1_BITS + 3). Without wrapping that equals the
+// full transform; with it, it does not for huge inputs, so the unit takes the same shortcut.
+wire col_ac_zero = col_in_reg[8*DQ_WIDTH-1:DQ_WIDTH] == 0;
+wire row_ac_zero = row_in_reg[8*WS_WIDTH-1:WS_WIDTH] == 0;
+wire signed [WS_WIDTH-1:0] col_dc = $signed(col_in_reg[DQ_WIDTH-1:0]) <<< 2;
+wire signed [WS_WIDTH-1:0] row_dc_rounded = $signed(row_in_reg[WS_WIDTH-1:0]) + DC_ROUND;
+wire signed [PIX_WIDTH-1:0] row_dc_descaled = row_dc_rounded >>> DC_SHIFT;
+
 genvar k;
 generate
     for (k = 0; k < 8; k = k + 1) begin : lanes
@@ -124,12 +142,12 @@ generate
         // Descale with rounding (libjpeg's DESCALE), after the column and after the row pass.
         wire signed [COL_WIDTH-1:0] col_rounded = $signed(col_out[k*COL_WIDTH +: COL_WIDTH]) + COL_ROUND;
         wire signed [WS_WIDTH-1:0] col_descaled = col_rounded >>> COL_SHIFT;
-        assign col_ws[k*WS_WIDTH +: WS_WIDTH] = col_descaled;
+        assign col_ws[k*WS_WIDTH +: WS_WIDTH] = col_ac_zero ? col_dc : col_descaled;
 
         // Level shift by +128 and saturation to 0..255.
         wire signed [ROW_WIDTH-1:0] row_rounded = $signed(row_out[k*ROW_WIDTH +: ROW_WIDTH]) + ROW_ROUND;
         wire signed [PIX_WIDTH-1:0] row_descaled = row_rounded >>> ROW_SHIFT;
-        wire signed [PIX_WIDTH-1:0] row_shifted = row_descaled + LEVEL_SHIFT;
+        wire signed [PIX_WIDTH-1:0] row_shifted = (row_ac_zero ? row_dc_descaled : row_descaled) + LEVEL_SHIFT;
         assign row_pix[k*8 +: 8] = row_shifted < 0 ? 8'd0
                                  : row_shifted > 255 ? 8'd255 : row_shifted[7:0];
     end
