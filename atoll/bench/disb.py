@@ -127,7 +127,7 @@ def make_device(kind: str):
     return ex, dev, dev.description
 
 
-def solo_latency_s(kind: str, program, inputs, reps: int = 3) -> float:
+def solo_latency_s(kind: str, program, inputs, reps: int = 5, warmup: int = 2) -> float:
     """Median end-to-end time of one request alone (used to scale rates to what the device does)."""
     from scheduler.reef import Reef
 
@@ -136,11 +136,11 @@ def solo_latency_s(kind: str, program, inputs, reps: int = 3) -> float:
     reef.add_client("rt", program, "rt")
     times = []
     with reef:
-        for _ in range(reps + 1):
+        for _ in range(warmup + reps):
             r = reef.submit("rt", inputs).result()
             times.append(r.end_s - r.arrival_s)
     dev.close()
-    return statistics.median(times[1:])
+    return statistics.median(times[warmup:])
 
 
 # ---- load generation ---------------------------------------------------------------------------
@@ -242,6 +242,7 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         "padded_kernels": stats.padded_kernels,
         "padding_variants": pad_pairs,
         "padding_refused": len(dev.padder.refused) if hasattr(dev, "padder") else 0,
+        "padding_error": next(iter(dev.padder.errors.values()), None) if hasattr(dev, "padder") else None,
     }
 
 
@@ -262,6 +263,7 @@ def merge(policy: str, rounds: list[dict]) -> dict:
         "padded_kernels": pooled["padded_kernels"],
         "padding_variants": rounds[-1]["padding_variants"],
         "padding_refused": rounds[-1]["padding_refused"],
+        "padding_error": rounds[-1]["padding_error"],
     }
 
 
