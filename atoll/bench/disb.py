@@ -63,6 +63,8 @@ def register(subparsers) -> None:
                         help="seconds per policy (default 20 on cpu, 5 on cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--capacity", type=int, default=None, help="vHQ outstanding kernels (c)")
+    parser.add_argument("--cpu-cores", type=int, default=1,
+                        help="cores the CPU vGPU owns (its 'SMs'; default 1): the process is pinned to them")
     parser.add_argument("--rounds", type=int, default=None,
                         help="interleaved rounds the duration is split into (default 6 on cpu, 1 on cuda)")
     parser.add_argument("--seed", type=int, default=0)
@@ -303,10 +305,23 @@ def plot_cdf(latencies: dict[str, list[float]], title: str, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def pin_cpu_vgpu(cores: int) -> list[int]:
+    """Give the CPU vGPU `cores` cores, as a MIG slice owns its SMs: every thread started from
+    here on inherits the affinity, so RT and BE streams compete for the same cores as RT and BE
+    kernels compete for SMs."""
+    available = sorted(os.sched_getaffinity(0))
+    if not 1 <= cores <= len(available):
+        raise SystemExit(f"atoll bench: --cpu-cores must be between 1 and {len(available)}")
+    chosen = available[-cores:]
+    os.sched_setaffinity(0, chosen)
+    return chosen
+
+
 def run(args) -> int:
     from tqdm import tqdm
 
     policies = policies_from(args.policy)
+    cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None
     workload = WORKLOADS[args.workload]
     duration = args.duration or (20.0 if args.device == "cpu" else 5.0)
     be_models = workload.be_cpu if args.device == "cpu" and workload.be_cpu else workload.be
@@ -340,7 +355,7 @@ def run(args) -> int:
     dev.close()
     out = {
         "workload": args.workload,
-        "device": description,
+        "device": description if cores is None else f"{description}, pinned to cores {cores}",
         "duration_s": duration,
         "rounds": rounds,
         "models": {"rt": list(workload.rt), "be": list(be_models)},

@@ -30,6 +30,7 @@ def register(subparsers) -> None:
                         help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--n", type=int, default=None, help="RT requests per policy")
+    parser.add_argument("--cpu-cores", type=int, default=1, help="cores the CPU vGPU owns (see disb)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     parser.add_argument("--out", type=Path, default=None,
@@ -117,9 +118,10 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from atoll.bench.disb import policies_from
+    from atoll.bench.disb import pin_cpu_vgpu, policies_from
 
     policies = policies_from(args.policy)
+    cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None
     names = MODELS_CPU if args.device == "cpu" else MODELS
     programs = {"rt": load_program(names["rt"], args.device, args.seed),
                 "be": load_program(names["be"], args.device, args.seed + 100)}
@@ -132,6 +134,8 @@ def run(args) -> int:
         latencies[policy] = lat
     _, dev, description = make_device(args.device)
     dev.close()
+    if cores is not None:
+        description = f"{description}, pinned to cores {cores}"
     out = {"device": description, "models": names, "rt_requests_per_policy": n, "results": results}
     text = json.dumps(out, indent=2)
     path = args.out or Path("bench/results") / f"preempt_{args.device}.json"
