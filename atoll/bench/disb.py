@@ -353,9 +353,11 @@ def run(args) -> int:
     summarise(results)
     _, dev, description = make_device(args.device)
     dev.close()
+    if cores is not None:
+        description = f"{description}, pinned to cores {cores}"
     out = {
         "workload": args.workload,
-        "device": description if cores is None else f"{description}, pinned to cores {cores}",
+        "device": description,
         "duration_s": duration,
         "rounds": rounds,
         "models": {"rt": list(workload.rt), "be": list(be_models)},
