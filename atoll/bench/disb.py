@@ -160,9 +160,10 @@ class Recorder:
             (self.rt if priority == "rt" else self.be_done).append(result)
 
 
-def closed_loop(reef, client, priority, inputs, stop_at, rec: Recorder) -> None:
+def closed_loop(reef, client, priority, inputs, stop_at, rec: Recorder,
+                stop: threading.Event | None = None) -> None:
     clock = reef.clock
-    while clock() < stop_at:
+    while clock() < stop_at and not (stop is not None and stop.is_set()):
         try:
             rec.add(priority, reef.submit(client, inputs).result())
         except RuntimeError:  # the scheduler stopped under us at the end of the window

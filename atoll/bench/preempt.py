@@ -1,7 +1,7 @@
 """`atoll bench preempt`: how fast an RT request gets the device while BE work keeps it busy.
 
-A closed-loop BE client keeps the vGPU busy; RT requests arrive at random times (Poisson, sparse
-enough that each finds BE work running and the previous RT request done). Preemption latency is
+A closed-loop BE client keeps the vGPU busy; RT requests arrive one at a time at random moments
+(each a random while after the previous one ended, so each finds BE work running). Preemption latency is
 the time from an RT request's arrival to its first kernel starting (CPU: the stream thread's clock;
 CUDA: GPU events, see scheduler.cuda_device). Restore overhead is the scheduler's time to clear the
 flag and re-submit the preempted BE tasks; `be_reruns` counts kernels executed twice. `rt-only` is
@@ -14,14 +14,15 @@ import json
 import statistics
 import sys
 import threading
+import time
 from pathlib import Path
 
 from atoll.bench.disb import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, load_program, make_device,
-                              open_loop, random_inputs)
+                              random_inputs)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 MODELS_CPU = {"rt": "mobilenet_v3_small", "be": "mobilenet_v3_small"}  # short BE kernels, see disb
-DEFAULT_N = {"cpu": 40, "cuda": 300}
+DEFAULT_N = {"cpu": 100, "cuda": 300}
 
 
 def register(subparsers) -> None:
@@ -66,17 +67,18 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
             reef.submit(c, inputs[c]).result()
         rt_solo = reef.submit("rt", inputs["rt"]).result()
         rt_s = rt_solo.end_s - rt_solo.arrival_s
-        # One RT request per ~4 RT durations on average: the BE stream is busy again by then.
-        rate = 1.0 / (4 * rt_s + 1e-3)
-        start = reef.clock()
-        stop_at = start + n / rate
+        stop = threading.Event()
         be = None
         if policy != RT_ONLY:
-            be = threading.Thread(target=closed_loop, args=(reef, "be", "be", inputs["be"], stop_at, rec))
+            be = threading.Thread(target=closed_loop, args=(reef, "be", "be", inputs["be"], float("inf"), rec, stop))
             be.start()
-        open_loop(reef, "rt", inputs["rt"], rate, True, start, stop_at, np.random.default_rng(seed), rec)
-        for f in rec.pending:
-            rec.add("rt", f.result())
+        # Each RT request comes a random while (mean 3 RT durations) after the previous one
+        # ended: BE work is running again by then, and no RT request queues behind another.
+        rng = np.random.default_rng(seed)
+        for _ in range(n):
+            time.sleep(rt_s + rng.exponential(3 * rt_s))
+            rec.add("rt", reef.submit("rt", inputs["rt"]).result())
+        stop.set()
         if be is not None:
             be.join()
         stats = reef.stats
