@@ -110,7 +110,7 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
     ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_yscale("log")
     ax.set_ylabel("preemption latency (us, log)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
