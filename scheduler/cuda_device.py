@@ -216,11 +216,11 @@ class CudaDevice:
         from concurrent.futures import ThreadPoolExecutor
 
         launches, counts = {}, Counter()
-        for rs, r, bs, i in pairs:
+        for rs, r, bs, i, n in pairs:
             pair = [rs.program.launches[r], bs.program.launches[i]]
             key = self.padder.key(pair)
             launches.setdefault(key, pair)
-            counts[key] += 1
+            counts[key] += n
         chosen = [launches[k] for k, _ in counts.most_common(limit)]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(self.padder.variant, chosen))

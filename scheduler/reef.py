@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.program import Program
-from scheduler.padding import is_candidate, plan_padding
+from scheduler.padding import plan_padding
 from scheduler.policies import Policy, make_policy
 from scheduler.profiler import KernelProfile, profile_program
 from scheduler.rerun_window import rerun_window
@@ -106,19 +106,17 @@ class Reef:
                                self.device.limits, self.profile_reps, self.device.resources)
 
     def prepare_padding(self) -> int:
-        """Build, before traffic, every padded variant the rules could pick for the clients so
-        far (CUDA compiles dispatchers); returns how many distinct pairs were asked for."""
+        """Build, before traffic, the padded variants the rules could pick for the clients so
+        far (CUDA compiles dispatchers); returns how many the device built."""
         if not self.policy.pads:
             return 0
         rts = [c for c in self._clients.values() if c.priority == RT]
         bes = [c for c in self._clients.values() if c.priority == BE]
-        pairs = []
+        pairs = []  # (rt state, rt index, be state, be index, how many launch pairs it stands for)
+        same_block = self.device.padding_rules.same_block
         for rt in rts:
             for be in bes:
-                for r, rp in enumerate(rt.profiles):
-                    for i, bp in enumerate(be.profiles):
-                        if is_candidate(rp, bp, self.device.padding_rules.same_block):
-                            pairs.append((rt.state, r, be.state, i))
+                pairs += _candidate_kernel_pairs(rt, be, same_block)
         return self.device.prepare_pads(pairs)
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
@@ -299,3 +297,27 @@ class Reef:
                     v.assign(task)
             if v.current is not None and self.policy.be_may_issue(self):
                 v.pump()
+
+
+def _candidate_kernel_pairs(rt: Client, be: Client, same_block: bool) -> list[tuple]:
+    """One representative launch pair per distinct (RT kernel, BE kernel) that passes the padding
+    rules somewhere in the two programs, with its number of occurrences (vectorised: programs
+    have hundreds of launches)."""
+    def columns(profiles):
+        names = [p.name for p in profiles]
+        return (np.array([p.duration_s for p in profiles]), np.array([p.occupancy for p in profiles]),
+                np.array([p.block_threads for p in profiles]), names)
+
+    rd, ro, rb, rn = columns(rt.profiles)
+    bd, bo, bb, bn = columns(be.profiles)
+    ok = (bd[None, :] < rd[:, None]) & (bo[None, :] >= ro[:, None])
+    if same_block:
+        ok &= bb[None, :] == rb[:, None]
+    r_idx, b_idx = np.nonzero(ok)
+    if r_idx.size == 0:
+        return []
+    vocab = {n: k for k, n in enumerate(dict.fromkeys(rn + bn))}
+    rc = np.array([vocab[n] for n in rn])[r_idx]
+    bc = np.array([vocab[n] for n in bn])[b_idx]
+    _, first, counts = np.unique(rc * len(vocab) + bc, return_index=True, return_counts=True)
+    return [(rt.state, int(r_idx[f]), be.state, int(b_idx[f]), int(c)) for f, c in zip(first, counts)]
