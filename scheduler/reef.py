@@ -53,13 +53,13 @@ class SchedulerStats:
 
 class Reef:
     def __init__(self, executor: Any, device: Any, policy: str | Policy = "reset",
-                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float = 1e-4,
+                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float | None = None,
                  profile_reps: int = 3):
         self.executor = executor
         self.device = device
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.clock = device.clock
-        self.poll_s = poll_s
+        self.poll_s = device.poll_s if poll_s is None else poll_s
         self.profile_reps = profile_reps
         self.stats = SchedulerStats()
         self._clients: dict[str, Client] = {}

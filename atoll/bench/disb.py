@@ -201,8 +201,7 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
     ex, dev, _ = make_device(kind)
     be = [] if policy == RT_ONLY else list(programs["be"])
     reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy,
-                capacity=capacity or DEFAULT_CAPACITY, be_streams=max(1, len(be)),
-                poll_s=dev.poll_s)
+                capacity=capacity or DEFAULT_CAPACITY, be_streams=max(1, len(be)))
     for name in programs["rt"]:
         reef.add_client(name, programs["rt"][name], "rt")
     for name in be:

@@ -56,7 +56,7 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
     from scheduler.reef import Reef
 
     ex, dev, _ = make_device(kind)
-    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, be_streams=1, poll_s=dev.poll_s)
+    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, be_streams=1)
     reef.add_client("rt", programs["rt"], "rt")
     if policy != RT_ONLY:
         reef.add_client("be", programs["be"], "be")
