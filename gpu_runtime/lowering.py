@@ -122,6 +122,7 @@ def _is_scalar(ctx, name: str | None, value: float) -> bool:
 
 def lower_sigmoid(ctx, node, ins, attrs):
     """Sigmoid(x) feeding only Mul(x, .) is Swish/SiLU: one launch instead of two."""
+    _only(attrs, set())
     x = ctx.b.as_tensor(ins[0])
     mul = ctx.sole_consumer(node.output[0], ("Mul",))
     if mul is not None and _other_input(mul, node.output[0]) == node.input[0]:
@@ -166,12 +167,14 @@ def _scaling_op(op: str):
 
 
 def lower_gelu(ctx, node, ins, attrs):
+    _only(attrs, {"approximate"})
     if attrs.get("approximate", b"none") not in (b"none", "none"):
         raise UnsupportedModelError("attribute 'approximate'='tanh' is not supported")
     return [unary(ctx, "gelu", ins[0])]
 
 
 def lower_clip(ctx, node, ins, attrs):
+    _only(attrs, set())
     lo = ins[1] if len(ins) > 1 and ins[1] is not None else np.float32(-3.402823e38)
     hi = ins[2] if len(ins) > 2 and ins[2] is not None else np.float32(3.402823e38)
     if isinstance(lo, Tensor) or isinstance(hi, Tensor):
@@ -333,6 +336,7 @@ def lower_gemm(ctx, node, ins, attrs):
 
 
 def lower_matmul(ctx, node, ins, attrs):
+    _only(attrs, set())
     a, b = ctx.b.as_tensor(ins[0]), ctx.b.as_tensor(ins[1])
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise UnsupportedModelError("1-D MatMul operands are not supported")
@@ -417,6 +421,7 @@ def _rows_reduce(ctx, x: Tensor, outer: int, L: int, inner: int, out_shape) -> T
 
 
 def lower_global_avg_pool(ctx, node, ins, attrs):
+    _only(attrs, set())
     x = ctx.b.as_tensor(ins[0])
     n, c = x.shape[:2]
     return [_rows_reduce(ctx, x, n * c, _prod(x.shape[2:]), 1, (n, c) + (1,) * (len(x.shape) - 2))]
@@ -479,6 +484,7 @@ def lower_layer_norm(ctx, node, ins, attrs):
 
 # --- layout ---------------------------------------------------------------------------------------
 def lower_transpose(ctx, node, ins, attrs):
+    _only(attrs, {"perm"})
     x = ctx.b.as_tensor(ins[0])
     perm = list(attrs["perm"]) if "perm" in attrs else list(range(len(x.shape)))[::-1]
     xs = contiguous_strides(x.shape)
@@ -489,6 +495,7 @@ def lower_transpose(ctx, node, ins, attrs):
 
 
 def lower_concat(ctx, node, ins, attrs):
+    _only(attrs, {"axis"})
     rank = len(next(v.shape for v in ins if v is not None))
     ax = _axis(attrs["axis"], rank)
     parts = [ctx.b.as_tensor(v) for v in ins if v is not None and _prod(v.shape) > 0]
@@ -528,6 +535,7 @@ def lower_split(ctx, node, ins, attrs):
 
 
 def lower_slice(ctx, node, ins, attrs):
+    _only(attrs, set())
     x = ctx.b.as_tensor(ins[0])
     if any(isinstance(v, Tensor) for v in ins[1:]):
         raise UnsupportedModelError("runtime starts/ends/axes/steps are not supported")
@@ -549,6 +557,7 @@ def lower_slice(ctx, node, ins, attrs):
 
 
 def lower_gather(ctx, node, ins, attrs):
+    _only(attrs, {"axis"})
     x, idx = ctx.b.as_tensor(ins[0]), ins[1]
     if isinstance(idx, Tensor):
         raise UnsupportedModelError("runtime indices are not supported")
@@ -596,6 +605,7 @@ def lower_pad(ctx, node, ins, attrs):
 
 
 def lower_expand(ctx, node, ins, attrs):
+    _only(attrs, set())
     x = ctx.b.as_tensor(ins[0])
     if isinstance(ins[1], Tensor):
         raise UnsupportedModelError("runtime shape is not supported")
@@ -610,6 +620,7 @@ def lower_expand(ctx, node, ins, attrs):
 
 # --- views (no launch) ----------------------------------------------------------------------------
 def lower_reshape(ctx, node, ins, attrs):
+    _only(attrs, {"allowzero"})
     x = ctx.b.as_tensor(ins[0])
     if isinstance(ins[1], Tensor):
         raise UnsupportedModelError("runtime shape is not supported")
@@ -623,6 +634,7 @@ def lower_reshape(ctx, node, ins, attrs):
 
 
 def lower_flatten(ctx, node, ins, attrs):
+    _only(attrs, {"axis"})
     x = ctx.b.as_tensor(ins[0])
     ax = attrs.get("axis", 1)
     ax = ax % len(x.shape) if ax < 0 else ax
@@ -638,6 +650,7 @@ def _axes_input(ins, attrs):
 
 
 def lower_squeeze(ctx, node, ins, attrs):
+    _only(attrs, {"axes"})
     x = ctx.b.as_tensor(ins[0])
     axes = {_axis(a, len(x.shape)) for a in _axes_input(ins, attrs)}
     if not axes:
@@ -646,6 +659,7 @@ def lower_squeeze(ctx, node, ins, attrs):
 
 
 def lower_unsqueeze(ctx, node, ins, attrs):
+    _only(attrs, {"axes"})
     x = ctx.b.as_tensor(ins[0])
     rank = len(x.shape) + len(_axes_input(ins, attrs))
     axes = {_axis(a, rank) for a in _axes_input(ins, attrs)}
@@ -654,11 +668,13 @@ def lower_unsqueeze(ctx, node, ins, attrs):
 
 
 def lower_identity(ctx, node, ins, attrs):
+    _only(attrs, {"seed"})  # Dropout's seed is irrelevant at inference
     x = ctx.b.as_tensor(ins[0])
     return [x] + [None] * (len(node.output) - 1)
 
 
 def lower_cast(ctx, node, ins, attrs):
+    _only(attrs, {"to", "saturate"})
     if attrs.get("to") != 1:
         raise UnsupportedModelError(f"attribute 'to'={attrs.get('to')} (only float32 at run time)")
     return [ctx.b.as_tensor(ins[0])]

@@ -273,3 +273,9 @@ def test_swish_is_one_launch_and_shared_sigmoid_is_not_fused():
     program = check([node("Sigmoid", ["x"], ["s"]), node("Mul", ["s", "x"], ["m"]),
                      node("Add", ["m", "s"])], {"x": rand(4, 9)})
     assert len(program.launches) == 3
+
+
+def test_unknown_attribute_on_a_layout_op_is_named():
+    model = make([node("Transpose", ["x"], perm=[1, 0], frobnicate=1, name="t0")], {"x": rand(2, 3)})
+    with pytest.raises(UnsupportedModelError, match=r"node 't0' \(Transpose\): attribute 'frobnicate'"):
+        import_model(model, 2)
