@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--n", type=int, default=None, help="RT requests per policy")
     parser.add_argument("--cpu-cores", type=int, default=1, help="cores the CPU vGPU owns (see disb)")
+    parser.add_argument("--capacities", default=None,
+                        help="also sweep the vHQ capacity c under reset, e.g. 1,2,4,8")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     parser.add_argument("--out", type=Path, default=None,
@@ -50,13 +52,15 @@ def percentiles_us(values_s: list[float]) -> dict:
             "max": round(float(v.max()), 1), "n": int(v.size)}
 
 
-def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int) -> tuple[dict, list]:
+def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int,
+            capacity: int | None = None) -> tuple[dict, list]:
     import numpy as np
 
-    from scheduler.reef import Reef
+    from scheduler.reef import DEFAULT_CAPACITY, Reef
 
+    capacity = capacity or DEFAULT_CAPACITY
     ex, dev, _ = make_device(kind)
-    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, be_streams=1)
+    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, capacity=capacity, be_streams=1)
     reef.add_client("rt", programs["rt"], "rt")
     if policy != RT_ONLY:
         reef.add_client("be", programs["be"], "be")
@@ -75,9 +79,11 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
         # Each RT request comes a random while (mean 3 RT durations) after the previous one
         # ended: BE work is running again by then, and no RT request queues behind another.
         rng = np.random.default_rng(seed)
+        start = reef.clock()
         for _ in range(n):
             time.sleep(rt_s + rng.exponential(3 * rt_s))
             rec.add("rt", reef.submit("rt", inputs["rt"]).result())
+        seconds = reef.clock() - start
         stop.set()
         if be is not None:
             be.join()
@@ -93,6 +99,8 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "be_completed": len(rec.be_done),
+        "be_throughput_rps": round(len(rec.be_done) / seconds, 3),
+        "capacity": capacity,
     }
     return result, latency
 
@@ -134,11 +142,16 @@ def run(args) -> int:
         r, lat = measure(policy, args.device, programs, inputs, n, args.seed)
         results.append(r)
         latencies[policy] = lat
+    sweep = []
+    for c in [int(v) for v in args.capacities.split(",")] if args.capacities else []:
+        sweep.append(measure("reset", args.device, programs, inputs, n, args.seed, capacity=c)[0])
     _, dev, description = make_device(args.device)
     dev.close()
     if cores is not None:
         description = f"{description}, pinned to cores {cores}"
     out = {"device": description, "models": names, "rt_requests_per_policy": n, "results": results}
+    if sweep:
+        out["capacity_sweep"] = sweep
     text = json.dumps(out, indent=2)
     path = args.out or Path("bench/results") / f"preempt_{args.device}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
