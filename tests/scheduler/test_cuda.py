@@ -98,3 +98,30 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
         np.testing.assert_array_equal(r.outputs["logits"], ref_rt)
     if policy in ("reset", "reef"):
         assert sum(r.preemptions for r in results) > 0
+
+
+@pytest.mark.gpu
+def test_occupancy_matches_the_cuda_occupancy_api(programs):
+    """Reference: cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled zoo kernels."""
+    import math
+
+    import cupy
+
+    from gpu_runtime.cupy_executor import CupyExecutor
+    from scheduler.profiler import SM90, occupancy
+
+    driver = cupy.cuda.driver
+    if not hasattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor"):
+        pytest.skip("this CuPy does not expose the occupancy API")
+    ex = CupyExecutor()
+    checked = 0
+    for program in programs.values():
+        for launch in {l.kernel.name: l for l in program.launches}.values():
+            fn = ex.compile(launch.kernel)
+            threads = math.prod(launch.block)
+            blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, launch.shared_bytes)
+            regs, smem = fn.attributes["num_regs"], fn.attributes["shared_size_bytes"]
+            ours = occupancy(threads, regs, smem + launch.shared_bytes, SM90)
+            assert ours == pytest.approx(blocks * math.ceil(threads / 32) / SM90.max_warps_per_sm), launch.kernel.name
+            checked += 1
+    assert checked > 5
