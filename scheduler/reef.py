@@ -42,6 +42,7 @@ class Client:
     state: Any
     rerun_window: int
     profiles: list[KernelProfile] | None = None
+    in_flight: int = 0  # accepted, not yet finished: while 0, the client's buffers are free
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Reef:
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._clients_lock = threading.Lock()
         self._unsettled = False  # flag set, BE streams not yet drained and rewound
         self._flush_t0 = 0.0
 
@@ -123,11 +125,21 @@ class Reef:
         c = self._clients.get(client)
         if c is None:
             raise KeyError(f"unknown client {client!r}")
-        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
-                    c.rerun_window, self.clock())
         if self._stop.is_set():
+            task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
+                        c.rerun_window, self.clock())
             task.fail(RuntimeError("scheduler is stopped"))
             return task.future
+        with self._clients_lock:
+            free = c.in_flight == 0
+            c.in_flight += 1
+        if free:
+            # Upload now, in the caller's thread: a request counts as arrived once its inputs
+            # are on the vGPU. (Behind another request of the same client, the upload waits for
+            # its start and counts against it.)
+            self.device.set_inputs(c.state, inputs)
+        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
+                    c.rerun_window, self.clock(), inputs_loaded=free)
         self.device.on_arrival(task)
         self._inbox.put(task)
         self.device.wake.set()
@@ -238,13 +250,17 @@ class Reef:
 
     def _begin(self, task: Task) -> None:
         client = self._clients[task.client]
-        self.device.set_inputs(client.state, task.inputs)
+        if not task.inputs_loaded:
+            self.device.set_inputs(client.state, task.inputs)
         task.state = client.state
 
     def _finish(self, task: Task) -> None:
         end = self.clock()
         outputs = {k: np.array(v, copy=True) for k, v in self.executor.outputs(task.state).items()}
         task.first_kernel_s = self.device.started_at(task)
+        client = self._clients[task.client]
+        with self._clients_lock:
+            client.in_flight -= 1
         task.finish(outputs, end)
 
     def _schedule_rt(self) -> None:
