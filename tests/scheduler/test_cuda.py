@@ -84,12 +84,11 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
     xr = random_inputs(rt, 9)
     with reef:
         futures = [reef.submit(f"b{k % 2}", x) for k, x in enumerate(xs)]
-        rts = []
-        while not all(f.done() for f in futures):
-            rts.append(reef.submit("r", xr))
-            time.sleep(0.0007)
+        rt_results = []
+        while not all(f.done() for f in futures):  # one RT request at a time, BE work between
+            rt_results.append(reef.submit("r", xr).result(timeout=60))
+            time.sleep(0.001)
         results = [f.result(timeout=60) for f in futures]
-        rt_results = [f.result(timeout=60) for f in rts]
     dev.close()
     ref_rt = _run_alone(ex, rt, xr)["logits"]
     for x, r in zip(xs, results):
