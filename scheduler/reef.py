@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import itertools
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -159,6 +161,9 @@ class Reef:
         for s in [self._rt_stream] + [v.stream for v in self._vhqs]:
             s.drain()
         self.device.clear_flag()
+        self._fail_all(RuntimeError("scheduler stopped before the task finished"))
+
+    def _fail_all(self, error: Exception) -> None:
         leftovers = [self._rt_task] + list(self._rt_queue) + [v.current for v in self._vhqs]
         leftovers += [t for q in self._be_queues.values() for t in q]
         while True:
@@ -168,7 +173,7 @@ class Reef:
                 break
         for t in leftovers:
             if t is not None:
-                t.fail(RuntimeError("scheduler stopped before the task finished"))
+                t.fail(error)
 
     def __enter__(self) -> "Reef":
         return self.start()
@@ -223,6 +228,14 @@ class Reef:
 
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._poll_forever()
+        except Exception as e:  # a bug or a device error: answer every task, then stop accepting
+            self._stop.set()
+            traceback.print_exc(file=sys.stderr)
+            self._fail_all(RuntimeError(f"scheduler failed: {type(e).__name__}: {e}"))
+
+    def _poll_forever(self) -> None:
         wake = self.device.wake
         while not self._stop.is_set():
             wake.clear()
