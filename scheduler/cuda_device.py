@@ -79,12 +79,15 @@ class CudaStream:
         self._seq = 0
         if guarded:
             self._counter = MappedCounter(cp)
-        self._lock = threading.Lock()
 
     def submit(self, task: Task, index: int, pads: Sequence[Kernel] = ()) -> None:
         dev = self._device
-        if not (pads and dev.padder.launch([(task.state, index)] + [(t.state, i) for t, i in pads], self.stream)):
-            pads = ()
+        if pads:
+            # Planned pads passed `can_pad`, so their variant exists: dropping one silently would
+            # leave its BE task waiting for a kernel that never runs.
+            if not dev.padder.launch([(task.state, index)] + [(t.state, i) for t, i in pads], self.stream):
+                raise RuntimeError("padded launch planned without a compiled variant")
+        else:
             dev.executor.launch(task.state, index, self.stream)
         self._seq += 1
         event = None
@@ -216,11 +219,11 @@ class CudaDevice:
         from concurrent.futures import ThreadPoolExecutor
 
         launches, counts = {}, Counter()
-        for rs, r, bs, i in pairs:
+        for rs, r, bs, i, n in pairs:
             pair = [rs.program.launches[r], bs.program.launches[i]]
             key = self.padder.key(pair)
             launches.setdefault(key, pair)
-            counts[key] += 1
+            counts[key] += n
         chosen = [launches[k] for k, _ in counts.most_common(limit)]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(self.padder.variant, chosen))

@@ -62,7 +62,8 @@ class Device(Protocol):
         """Whether that pair can run as one padded launch now (never blocks to find out)."""
 
     def prepare_pads(self, pairs: list) -> int:
-        """Make pairs (rt_state, rt_index, be_state, be_index) paddable; returns how many."""
+        """Make pairs (rt_state, rt_index, be_state, be_index, occurrences) paddable, the most
+        frequent first; returns how many padded variants were built."""
 
     def resources(self, kernel: Any) -> tuple[int, int]:
         """(registers per thread, static shared bytes) of a kernel, for occupancy."""

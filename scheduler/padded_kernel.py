@@ -139,6 +139,7 @@ class Padder:
         self._variants: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self.refused: set[tuple] = set()
+        self.errors: dict[tuple, str] = {}  # compile failures, for diagnosis
 
     def _occupancy(self, launch) -> float:
         regs, static_shared = self._resources(launch.kernel)
@@ -165,7 +166,8 @@ class Padder:
         if len(set(blocks)) == 1:
             try:
                 fn = self._compile(launches, blocks[0], level)
-            except Exception:  # NVRTC rejected the combination: run those kernels unpadded
+            except Exception as e:  # NVRTC rejected the combination: run those kernels unpadded
+                self.errors[key] = f"{type(e).__name__}: {e}"[:2000]
                 fn = None
         with self._lock:
             self._variants[key] = fn

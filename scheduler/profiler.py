@@ -19,6 +19,7 @@ class DeviceLimits:
     registers_per_sm: int
     shared_bytes_per_sm: int
     register_alloc_unit: int = 256  # registers are granted per warp in units of this many
+    reserved_shared_per_block: int = 1024  # the system's own shared memory per block (sm_80+)
     warp_size: int = 32
 
     @property
@@ -37,7 +38,7 @@ def occupancy(block_threads: int, registers: int, shared_bytes: int, limits: Dev
     regs_per_warp = math.ceil(max(registers, 1) * limits.warp_size / unit) * unit
     by_regs = limits.registers_per_sm // (regs_per_warp * warps)
     by_threads = limits.max_warps_per_sm // warps
-    by_smem = limits.shared_bytes_per_sm // shared_bytes if shared_bytes else limits.max_blocks_per_sm
+    by_smem = limits.shared_bytes_per_sm // (shared_bytes + limits.reserved_shared_per_block)
     blocks = min(by_regs, by_threads, by_smem, limits.max_blocks_per_sm)
     return blocks * warps / limits.max_warps_per_sm
 

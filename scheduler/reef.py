@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import itertools
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.program import Program
-from scheduler.padding import is_candidate, plan_padding
+from scheduler.padding import plan_padding
 from scheduler.policies import Policy, make_policy
 from scheduler.profiler import KernelProfile, profile_program
 from scheduler.rerun_window import rerun_window
@@ -42,6 +44,7 @@ class Client:
     state: Any
     rerun_window: int
     profiles: list[KernelProfile] | None = None
+    in_flight: int = 0  # accepted, not yet finished: while 0, the client's buffers are free
 
 
 @dataclass
@@ -53,13 +56,13 @@ class SchedulerStats:
 
 class Reef:
     def __init__(self, executor: Any, device: Any, policy: str | Policy = "reset",
-                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float = 1e-4,
+                 capacity: int = DEFAULT_CAPACITY, be_streams: int = 4, poll_s: float | None = None,
                  profile_reps: int = 3):
         self.executor = executor
         self.device = device
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.clock = device.clock
-        self.poll_s = poll_s
+        self.poll_s = device.poll_s if poll_s is None else poll_s
         self.profile_reps = profile_reps
         self.stats = SchedulerStats()
         self._clients: dict[str, Client] = {}
@@ -75,6 +78,7 @@ class Reef:
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._clients_lock = threading.Lock()
         self._unsettled = False  # flag set, BE streams not yet drained and rewound
         self._flush_t0 = 0.0
 
@@ -106,30 +110,38 @@ class Reef:
                                self.device.limits, self.profile_reps, self.device.resources)
 
     def prepare_padding(self) -> int:
-        """Build, before traffic, every padded variant the rules could pick for the clients so
-        far (CUDA compiles dispatchers); returns how many distinct pairs were asked for."""
+        """Build, before traffic, the padded variants the rules could pick for the clients so
+        far (CUDA compiles dispatchers); returns how many the device built."""
         if not self.policy.pads:
             return 0
         rts = [c for c in self._clients.values() if c.priority == RT]
         bes = [c for c in self._clients.values() if c.priority == BE]
-        pairs = []
+        pairs = []  # (rt state, rt index, be state, be index, how many launch pairs it stands for)
+        same_block = self.device.padding_rules.same_block
         for rt in rts:
             for be in bes:
-                for r, rp in enumerate(rt.profiles):
-                    for i, bp in enumerate(be.profiles):
-                        if is_candidate(rp, bp, self.device.padding_rules.same_block):
-                            pairs.append((rt.state, r, be.state, i))
+                pairs += _candidate_kernel_pairs(rt, be, same_block)
         return self.device.prepare_pads(pairs)
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)
         if c is None:
             raise KeyError(f"unknown client {client!r}")
-        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
-                    c.rerun_window, self.clock())
         if self._stop.is_set():
+            task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
+                        c.rerun_window, self.clock())
             task.fail(RuntimeError("scheduler is stopped"))
             return task.future
+        with self._clients_lock:
+            free = c.in_flight == 0
+            c.in_flight += 1
+        if free:
+            # Upload now, in the caller's thread: a request counts as arrived once its inputs
+            # are on the vGPU. (Behind another request of the same client, the upload waits for
+            # its start and counts against it.)
+            self.device.set_inputs(c.state, inputs)
+        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
+                    c.rerun_window, self.clock(), inputs_loaded=free)
         self.device.on_arrival(task)
         self._inbox.put(task)
         self.device.wake.set()
@@ -149,6 +161,9 @@ class Reef:
         for s in [self._rt_stream] + [v.stream for v in self._vhqs]:
             s.drain()
         self.device.clear_flag()
+        self._fail_all(RuntimeError("scheduler stopped before the task finished"))
+
+    def _fail_all(self, error: Exception) -> None:
         leftovers = [self._rt_task] + list(self._rt_queue) + [v.current for v in self._vhqs]
         leftovers += [t for q in self._be_queues.values() for t in q]
         while True:
@@ -158,7 +173,7 @@ class Reef:
                 break
         for t in leftovers:
             if t is not None:
-                t.fail(RuntimeError("scheduler stopped before the task finished"))
+                t.fail(error)
 
     def __enter__(self) -> "Reef":
         return self.start()
@@ -213,6 +228,14 @@ class Reef:
 
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._poll_forever()
+        except Exception as e:  # a bug or a device error: answer every task, then stop accepting
+            self._stop.set()
+            traceback.print_exc(file=sys.stderr)
+            self._fail_all(RuntimeError(f"scheduler failed: {type(e).__name__}: {e}"))
+
+    def _poll_forever(self) -> None:
         wake = self.device.wake
         while not self._stop.is_set():
             wake.clear()
@@ -240,13 +263,17 @@ class Reef:
 
     def _begin(self, task: Task) -> None:
         client = self._clients[task.client]
-        self.device.set_inputs(client.state, task.inputs)
+        if not task.inputs_loaded:
+            self.device.set_inputs(client.state, task.inputs)
         task.state = client.state
 
     def _finish(self, task: Task) -> None:
         end = self.clock()
         outputs = {k: np.array(v, copy=True) for k, v in self.executor.outputs(task.state).items()}
         task.first_kernel_s = self.device.started_at(task)
+        client = self._clients[task.client]
+        with self._clients_lock:
+            client.in_flight -= 1
         task.finish(outputs, end)
 
     def _schedule_rt(self) -> None:
@@ -299,3 +326,27 @@ class Reef:
                     v.assign(task)
             if v.current is not None and self.policy.be_may_issue(self):
                 v.pump()
+
+
+def _candidate_kernel_pairs(rt: Client, be: Client, same_block: bool) -> list[tuple]:
+    """One representative launch pair per distinct (RT kernel, BE kernel) that passes the padding
+    rules somewhere in the two programs, with its number of occurrences (vectorised: programs
+    have hundreds of launches)."""
+    def columns(profiles):
+        names = [p.name for p in profiles]
+        return (np.array([p.duration_s for p in profiles]), np.array([p.occupancy for p in profiles]),
+                np.array([p.block_threads for p in profiles]), names)
+
+    rd, ro, rb, rn = columns(rt.profiles)
+    bd, bo, bb, bn = columns(be.profiles)
+    ok = (bd[None, :] < rd[:, None]) & (bo[None, :] >= ro[:, None])
+    if same_block:
+        ok &= bb[None, :] == rb[:, None]
+    r_idx, b_idx = np.nonzero(ok)
+    if r_idx.size == 0:
+        return []
+    vocab = {n: k for k, n in enumerate(dict.fromkeys(rn + bn))}
+    rc = np.array([vocab[n] for n in rn])[r_idx]
+    bc = np.array([vocab[n] for n in bn])[b_idx]
+    _, first, counts = np.unique(rc * len(vocab) + bc, return_index=True, return_counts=True)
+    return [(rt.state, int(r_idx[f]), be.state, int(b_idx[f]), int(c)) for f, c in zip(first, counts)]

@@ -34,6 +34,7 @@ class Task:
     n_launches: int
     rerun_window: int  # largest number of kernels that may be in flight and safely re-run
     arrival_s: float
+    inputs_loaded: bool = False  # uploaded at submission (the client's buffers were free)
     state: Any = None  # the executor's loaded-program state, bound when the task starts
     future: Future = field(default_factory=Future)
     next_launch: int = 0

@@ -1,7 +1,7 @@
 """`atoll bench preempt`: how fast an RT request gets the device while BE work keeps it busy.
 
-A closed-loop BE client keeps the vGPU busy; RT requests arrive at random times (Poisson, sparse
-enough that each finds BE work running and the previous RT request done). Preemption latency is
+A closed-loop BE client keeps the vGPU busy; RT requests arrive one at a time at random moments
+(each a random while after the previous one ended, so each finds BE work running). Preemption latency is
 the time from an RT request's arrival to its first kernel starting (CPU: the stream thread's clock;
 CUDA: GPU events, see scheduler.cuda_device). Restore overhead is the scheduler's time to clear the
 flag and re-submit the preempted BE tasks; `be_reruns` counts kernels executed twice. `rt-only` is
@@ -14,14 +14,15 @@ import json
 import statistics
 import sys
 import threading
+import time
 from pathlib import Path
 
 from atoll.bench.disb import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, load_program, make_device,
-                              open_loop, random_inputs)
+                              random_inputs)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 MODELS_CPU = {"rt": "mobilenet_v3_small", "be": "mobilenet_v3_small"}  # short BE kernels, see disb
-DEFAULT_N = {"cpu": 40, "cuda": 300}
+DEFAULT_N = {"cpu": 100, "cuda": 300}
 
 
 def register(subparsers) -> None:
@@ -30,6 +31,9 @@ def register(subparsers) -> None:
                         help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--n", type=int, default=None, help="RT requests per policy")
+    parser.add_argument("--cpu-cores", type=int, default=1, help="cores the CPU vGPU owns (see disb)")
+    parser.add_argument("--capacities", default=None,
+                        help="also sweep the vHQ capacity c under reset, e.g. 1,2,4,8")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     parser.add_argument("--out", type=Path, default=None,
@@ -48,13 +52,15 @@ def percentiles_us(values_s: list[float]) -> dict:
             "max": round(float(v.max()), 1), "n": int(v.size)}
 
 
-def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int) -> tuple[dict, list]:
+def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int,
+            capacity: int | None = None) -> tuple[dict, list]:
     import numpy as np
 
-    from scheduler.reef import Reef
+    from scheduler.reef import DEFAULT_CAPACITY, Reef
 
+    capacity = capacity or DEFAULT_CAPACITY
     ex, dev, _ = make_device(kind)
-    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, be_streams=1, poll_s=dev.poll_s)
+    reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, capacity=capacity, be_streams=1)
     reef.add_client("rt", programs["rt"], "rt")
     if policy != RT_ONLY:
         reef.add_client("be", programs["be"], "be")
@@ -65,17 +71,20 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
             reef.submit(c, inputs[c]).result()
         rt_solo = reef.submit("rt", inputs["rt"]).result()
         rt_s = rt_solo.end_s - rt_solo.arrival_s
-        # One RT request per ~4 RT durations on average: the BE stream is busy again by then.
-        rate = 1.0 / (4 * rt_s + 1e-3)
-        start = reef.clock()
-        stop_at = start + n / rate
+        stop = threading.Event()
         be = None
         if policy != RT_ONLY:
-            be = threading.Thread(target=closed_loop, args=(reef, "be", "be", inputs["be"], stop_at, rec))
+            be = threading.Thread(target=closed_loop, args=(reef, "be", "be", inputs["be"], float("inf"), rec, stop))
             be.start()
-        open_loop(reef, "rt", inputs["rt"], rate, True, start, stop_at, np.random.default_rng(seed), rec)
-        for f in rec.pending:
-            rec.add("rt", f.result())
+        # Each RT request comes a random while (mean 3 RT durations) after the previous one
+        # ended: BE work is running again by then, and no RT request queues behind another.
+        rng = np.random.default_rng(seed)
+        start = reef.clock()
+        for _ in range(n):
+            time.sleep(rt_s + rng.exponential(3 * rt_s))
+            rec.add("rt", reef.submit("rt", inputs["rt"]).result())
+        seconds = reef.clock() - start
+        stop.set()
         if be is not None:
             be.join()
         stats = reef.stats
@@ -90,6 +99,8 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "be_completed": len(rec.be_done),
+        "be_throughput_rps": round(len(rec.be_done) / seconds, 3),
+        "capacity": capacity,
     }
     return result, latency
 
@@ -107,7 +118,7 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
     ax.set_xticks(range(1, len(names) + 1), names)
     ax.set_yscale("log")
     ax.set_ylabel("preemption latency (us, log)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,9 +128,10 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from atoll.bench.disb import policies_from
+    from atoll.bench.disb import pin_cpu_vgpu, policies_from
 
     policies = policies_from(args.policy)
+    cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None
     names = MODELS_CPU if args.device == "cpu" else MODELS
     programs = {"rt": load_program(names["rt"], args.device, args.seed),
                 "be": load_program(names["be"], args.device, args.seed + 100)}
@@ -130,9 +142,16 @@ def run(args) -> int:
         r, lat = measure(policy, args.device, programs, inputs, n, args.seed)
         results.append(r)
         latencies[policy] = lat
+    sweep = []
+    for c in [int(v) for v in args.capacities.split(",")] if args.capacities else []:
+        sweep.append(measure("reset", args.device, programs, inputs, n, args.seed, capacity=c)[0])
     _, dev, description = make_device(args.device)
     dev.close()
+    if cores is not None:
+        description = f"{description}, pinned to cores {cores}"
     out = {"device": description, "models": names, "rt_requests_per_policy": n, "results": results}
+    if sweep:
+        out["capacity_sweep"] = sweep
     text = json.dumps(out, indent=2)
     path = args.out or Path("bench/results") / f"preempt_{args.device}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

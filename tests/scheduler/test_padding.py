@@ -58,3 +58,18 @@ def test_serial_budget_on_cpu():
     rules = PaddingRules(max_pads=4, serial=True, same_block=False)
     plan = plan_padding([prof(1.0)], [(a, [prof(0.6)] * 2), (b, [prof(0.6)] * 2), (c, [prof(0.3)] * 2)], rules)
     assert plan == [[(a, 0), (c, 0)]]  # 0.6 + 0.3 < 1.0, adding b's 0.6 would not fit
+
+
+def test_candidate_pairs_group_by_kernel_names():
+    from scheduler.profiler import KernelProfile as P
+    from scheduler.reef import Client, _candidate_kernel_pairs
+
+    rt = Client("r", "rt", None, "rt-state", 4, [P("conv", 1e-3, 8, 256, 0.5), P("add", 1e-4, 8, 256, 0.5),
+                                                 P("conv", 2e-3, 8, 256, 0.5)])
+    be = Client("b", "be", None, "be-state", 4, [P("relu", 5e-5, 8, 256, 1.0), P("conv", 5e-4, 8, 256, 0.5),
+                                                 P("relu", 5e-5, 8, 128, 1.0), P("relu", 5e-5, 8, 256, 0.25)])
+    pairs = _candidate_kernel_pairs(rt, be, same_block=True)
+    found = {(rt.profiles[r].name, be.profiles[i].name): n for _, r, _, i, n in pairs}
+    # conv x relu: RT kernels 0 and 2 with BE kernel 0 (BE 2 has another block size, BE 3 a lower
+    # occupancy); conv x conv: both RT convs are longer than BE 1; add x relu: BE 0.
+    assert found == {("conv", "relu"): 2, ("conv", "conv"): 2, ("add", "relu"): 1}

@@ -241,3 +241,24 @@ def test_vhq_never_exceeds_capacity(capacity):
     _close(reef)
     assert seen and max(seen) < capacity  # room for one more at every submit
     assert vhq.max_outstanding_seen <= capacity
+
+
+def test_an_executor_error_fails_only_its_task():
+    reef = _scheduler("reset")
+    reef.add_client("b", dense_chain("be", 20, WIDTH), BE)
+    calls = {"n": 0}
+    launch = reef.executor.launch
+
+    def flaky(state, index, stream=None):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise FloatingPointError("injected")
+        launch(state, index, stream)
+
+    reef.executor.launch = flaky
+    with reef:
+        futures = [reef.submit("b", x) for x in _inputs(3)]
+        with pytest.raises(FloatingPointError):
+            futures[0].result(timeout=30)
+        assert all(f.result(timeout=30) for f in futures[1:])
+    _close(reef)
