@@ -299,18 +299,22 @@ class Reef:
             return
         task = self._rt_queue.popleft()
         self._begin(task)  # inputs first: they do not depend on the BE streams
-        if not self._rt_mode:
-            self._rt_mode = True
+        entering = not self._rt_mode
+        self._rt_mode = True
+        early = entering and self.policy.rt_kernel_before_flush
+        if entering and not early:
             self.policy.enter_rt(self)
-        self._start_rt(task)
-
-    def _start_rt(self, task: Task) -> None:
         self._rt_task = task
-        self._rt_stream.submit(task, 0)  # first, before anything else: this is the preemption
-        self._settle()
+        self._rt_stream.submit(task, 0)  # the preemption: nothing else comes before it
+        if early:
+            self.policy.enter_rt(self)
+        self._continue_rt(task)
+
+    def _continue_rt(self, task: Task) -> None:
         client = self._clients[task.client]
         plan = None
         if self.policy.pads:
+            self._settle()  # pads start from each BE task's rewound position
             be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
                   if v.current is not None]
             tables = self._pad_ok
@@ -326,6 +330,7 @@ class Reef:
         for i in range(1, task.n_launches):
             self._rt_stream.submit(task, i, plan[i - 1] if plan else ())
         task.next_launch = task.n_launches
+        self._settle()  # without pads nothing above needed the BE streams quiet
 
     def _schedule_be(self) -> None:
         for i, v in enumerate(self._vhqs):
