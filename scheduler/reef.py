@@ -49,7 +49,9 @@ class Client:
 
 @dataclass
 class SchedulerStats:
-    flush_s: list[float] = field(default_factory=list)  # set flag .. all BE streams drained
+    # Guard raised .. every BE stream drained and rewound. Under `reset` the RT task's kernels
+    # are submitted in between (they need not wait), so this includes their submission.
+    flush_s: list[float] = field(default_factory=list)
     restore_s: list[float] = field(default_factory=list)  # RT queue empty .. BE kernels resubmitted
     padded_kernels: int = 0
 
