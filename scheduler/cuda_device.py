@@ -159,6 +159,7 @@ class CudaDevice:
         self.arrival_events: dict[int, Any] = {}
         self.first_kernel_events: dict[int, Any] = {}
         self._k0_solo_s: dict[int, float] = {}
+        self._resources: dict[str, tuple[int, int]] = {}
         self.padder = Padder(cupy, self._zero, self.limits, self.resources)
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
@@ -231,8 +232,11 @@ class CudaDevice:
 
     def resources(self, kernel) -> tuple[int, int]:
         """(registers per thread, static shared bytes) of the compiled kernel."""
-        attrs = self.executor.compile(kernel).attributes
-        return attrs["num_regs"], attrs["shared_size_bytes"]
+        found = self._resources.get(kernel.name)
+        if found is None:
+            attrs = self.executor.compile(kernel).attributes
+            found = self._resources[kernel.name] = (attrs["num_regs"], attrs["shared_size_bytes"])
+        return found
 
     def close(self) -> None:
         self.cp.cuda.Device().synchronize()

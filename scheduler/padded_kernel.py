@@ -140,17 +140,27 @@ class Padder:
         self._lock = threading.Lock()
         self.refused: set[tuple] = set()
         self.errors: dict[tuple, str] = {}  # compile failures, for diagnosis
+        self._info_cache: dict[int, tuple] = {}
 
     def _occupancy(self, launch) -> float:
         regs, static_shared = self._resources(launch.kernel)
         return occupancy(math.prod(launch.block), regs, static_shared + launch.shared_bytes, self._limits)
 
+    def _info(self, launch) -> tuple[str, int, int]:
+        """(kernel name, block threads, resident blocks per SM), cached: keys are computed on
+        the RT submission path."""
+        cached = self._info_cache.get(id(launch))
+        if cached is None or cached[0] is not launch:
+            threads = math.prod(launch.block)
+            warps = math.ceil(threads / self._limits.warp_size)
+            level = max(1, round(self._occupancy(launch) * self._limits.max_warps_per_sm / warps))
+            cached = (launch, (launch.kernel.name, threads, level))
+            self._info_cache[id(launch)] = cached
+        return cached[1]
+
     def key(self, launches: Sequence[Any]) -> tuple:
-        rt = launches[0]
-        threads = math.prod(rt.block)
-        warps = math.ceil(threads / self._limits.warp_size)
-        level = max(1, round(self._occupancy(rt) * self._limits.max_warps_per_sm / warps))  # RT blocks/SM
-        return tuple(l.kernel.name for l in launches), tuple(math.prod(l.block) for l in launches), level
+        infos = [self._info(l) for l in launches]
+        return tuple(i[0] for i in infos), tuple(i[1] for i in infos), infos[0][2]
 
     def ready(self, launches: Sequence[Any]) -> bool:
         return self._variants.get(self.key(launches)) is not None

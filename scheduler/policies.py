@@ -6,9 +6,9 @@ offers the callbacks below. The ladder:
   seq      one task at a time, RT first then BE in arrival order; nothing is ever preempted.
   streams  BE tasks on concurrent streams and the RT task on its own higher-priority stream.
   wait     level 1, hold back: stop issuing BE kernels and wait for the outstanding ones to finish.
-  reset    level 2, flush: set the guard and clear the vHQs; the RT task's first kernel is
-           submitted at once, then the scheduler waits for the (guarded) BE kernels to exit and
-           rewinds each BE task to its last completed kernel; restore clears the guard and
+  reset    level 2, flush: the RT task's first kernel is submitted at once, then the guard is
+           set and the vHQs cleared; the scheduler waits for the (guarded) BE kernels to exit
+           and rewinds each BE task to its last completed kernel; restore clears the guard and
            re-enqueues them from there.
   reef     reset plus dynamic kernel padding of RT kernels with BE kernels.
 """
@@ -37,6 +37,10 @@ class Controller(Protocol):
 class Policy:
     name = "base"
     pads = False
+    # Submit the RT task's first kernel before `enter_rt` runs: right for a flush, which does
+    # not need to precede it (raising the guard costs a copy and a sync on CUDA), wrong for
+    # `wait`, whose whole point is that the RT task starts on an idle device.
+    rt_kernel_before_flush = False
 
     def be_may_start(self, ctl: Controller) -> bool:
         """May a BE task that has not started yet be given a stream now?"""
@@ -88,6 +92,7 @@ class WaitPreempt(Policy):
 
 class ResetPreempt(Policy):
     name = "reset"
+    rt_kernel_before_flush = True
 
     def enter_rt(self, ctl):
         ctl.flush_be()

@@ -49,7 +49,9 @@ class Client:
 
 @dataclass
 class SchedulerStats:
-    flush_s: list[float] = field(default_factory=list)  # set flag .. all BE streams drained
+    # Guard raised .. every BE stream drained and rewound. Under `reset` the RT task's kernels
+    # are submitted in between (they need not wait), so this includes their submission.
+    flush_s: list[float] = field(default_factory=list)
     restore_s: list[float] = field(default_factory=list)  # RT queue empty .. BE kernels resubmitted
     padded_kernels: int = 0
 
@@ -79,6 +81,7 @@ class Reef:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._clients_lock = threading.Lock()
+        self._pad_ok: dict[tuple[str, str], np.ndarray] = {}  # (RT client, BE client) -> paddable
         self._unsettled = False  # flag set, BE streams not yet drained and rewound
         self._flush_t0 = 0.0
 
@@ -111,17 +114,23 @@ class Reef:
 
     def prepare_padding(self) -> int:
         """Build, before traffic, the padded variants the rules could pick for the clients so
-        far (CUDA compiles dispatchers); returns how many the device built."""
+        far (CUDA compiles dispatchers), and tabulate per (RT client, BE client) which launch
+        pairs may be padded, so planning on the RT path is a table lookup. Returns how many
+        variants the device built."""
         if not self.policy.pads:
             return 0
-        rts = [c for c in self._clients.values() if c.priority == RT]
-        bes = [c for c in self._clients.values() if c.priority == BE]
-        pairs = []  # (rt state, rt index, be state, be index, how many launch pairs it stands for)
         same_block = self.device.padding_rules.same_block
-        for rt in rts:
-            for be in bes:
-                pairs += _candidate_kernel_pairs(rt, be, same_block)
-        return self.device.prepare_pads(pairs)
+        tables, pairs = [], []
+        for rt in (c for c in self._clients.values() if c.priority == RT):
+            for be in (c for c in self._clients.values() if c.priority == BE):
+                ok, code, uniq, reps = _pair_table(rt, be, same_block)
+                tables.append((rt, be, ok, code, uniq, reps))
+                pairs += [(rt.state, r, be.state, i, n) for r, i, n in reps]
+        built = self.device.prepare_pads(pairs)
+        for rt, be, ok, code, uniq, reps in tables:
+            ready = np.array([self.device.can_pad(rt.state, r, be.state, i) for r, i, _ in reps], bool)
+            self._pad_ok[(rt.name, be.name)] = ok & np.isin(code, uniq[ready]) if reps else ok
+        return built
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)
@@ -292,27 +301,38 @@ class Reef:
             return
         task = self._rt_queue.popleft()
         self._begin(task)  # inputs first: they do not depend on the BE streams
-        if not self._rt_mode:
-            self._rt_mode = True
+        entering = not self._rt_mode
+        self._rt_mode = True
+        early = entering and self.policy.rt_kernel_before_flush
+        if entering and not early:
             self.policy.enter_rt(self)
-        self._start_rt(task)
-
-    def _start_rt(self, task: Task) -> None:
         self._rt_task = task
-        self._rt_stream.submit(task, 0)  # first, before anything else: this is the preemption
-        self._settle()
+        self._rt_stream.submit(task, 0)  # the preemption: nothing else comes before it
+        if early:
+            self.policy.enter_rt(self)
+        self._continue_rt(task)
+
+    def _continue_rt(self, task: Task) -> None:
         client = self._clients[task.client]
         plan = None
         if self.policy.pads:
+            self._settle()  # pads start from each BE task's rewound position
             be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
                   if v.current is not None]
-            state = client.state
-            plan = plan_padding(client.profiles[1:], be, self.device.padding_rules,
-                                lambda r, t, i: self.device.can_pad(state, r + 1, t.state, i))
+            tables = self._pad_ok
+            if tables:
+                def paddable(r, t, i):
+                    table = tables.get((client.name, t.client))
+                    return table is not None and bool(table[r + 1, i])
+            else:  # not prepared: ask the device pair by pair
+                def paddable(r, t, i):
+                    return self.device.can_pad(client.state, r + 1, t.state, i)
+            plan = plan_padding(client.profiles[1:], be, self.device.padding_rules, paddable)
             self.stats.padded_kernels += sum(map(len, plan))
         for i in range(1, task.n_launches):
             self._rt_stream.submit(task, i, plan[i - 1] if plan else ())
         task.next_launch = task.n_launches
+        self._settle()  # without pads nothing above needed the BE streams quiet
 
     def _schedule_be(self) -> None:
         for i, v in enumerate(self._vhqs):
@@ -328,25 +348,23 @@ class Reef:
                 v.pump()
 
 
-def _candidate_kernel_pairs(rt: Client, be: Client, same_block: bool) -> list[tuple]:
-    """One representative launch pair per distinct (RT kernel, BE kernel) that passes the padding
-    rules somewhere in the two programs, with its number of occurrences (vectorised: programs
-    have hundreds of launches)."""
+def _pair_table(rt: Client, be: Client, same_block: bool):
+    """Which (RT launch, BE launch) pairs pass the padding rules (a boolean matrix), each pair's
+    (RT kernel, BE kernel) code, the distinct codes that occur, and one representative launch
+    pair per code with its number of occurrences. Vectorised: programs have hundreds of launches."""
     def columns(profiles):
-        names = [p.name for p in profiles]
         return (np.array([p.duration_s for p in profiles]), np.array([p.occupancy for p in profiles]),
-                np.array([p.block_threads for p in profiles]), names)
+                np.array([p.block_threads for p in profiles]), [p.name for p in profiles])
 
     rd, ro, rb, rn = columns(rt.profiles)
     bd, bo, bb, bn = columns(be.profiles)
     ok = (bd[None, :] < rd[:, None]) & (bo[None, :] >= ro[:, None])
     if same_block:
         ok &= bb[None, :] == rb[:, None]
-    r_idx, b_idx = np.nonzero(ok)
-    if r_idx.size == 0:
-        return []
     vocab = {n: k for k, n in enumerate(dict.fromkeys(rn + bn))}
-    rc = np.array([vocab[n] for n in rn])[r_idx]
-    bc = np.array([vocab[n] for n in bn])[b_idx]
-    _, first, counts = np.unique(rc * len(vocab) + bc, return_index=True, return_counts=True)
-    return [(rt.state, int(r_idx[f]), be.state, int(b_idx[f]), int(c)) for f, c in zip(first, counts)]
+    code = (np.array([vocab[n] for n in rn])[:, None] * len(vocab)
+            + np.array([vocab[n] for n in bn])[None, :])
+    r_idx, b_idx = np.nonzero(ok)
+    uniq, first, counts = np.unique(code[r_idx, b_idx], return_index=True, return_counts=True)
+    reps = [(int(r_idx[f]), int(b_idx[f]), int(c)) for f, c in zip(first, counts)]
+    return ok, code, uniq, reps

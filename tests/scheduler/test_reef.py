@@ -42,6 +42,7 @@ def test_preempted_be_tasks_are_bit_identical(policy):
     reef.add_client("b0", be[0], BE)
     reef.add_client("b1", be[1], BE)
     reef.add_client("r", rt, RT)
+    reef.prepare_padding()
     xs = _inputs(8)
     with reef:
         be_futures = [(i % 2, x, reef.submit(f"b{i % 2}", x)) for i, x in enumerate(xs)]
