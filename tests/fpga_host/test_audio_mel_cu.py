@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from tests.fpga_host import audio_csim
-from tests.fpga_host.audio_signals import LONG_CASES, SHORT_CASES, case, librosa_log_mel
+from tests.fpga_host.audio_signals import (LONG_CASES, OTHER_RATE_CASES, SHORT_CASES, SOXR_INTERPOLATED_RATES,
+                                           case, librosa_log_mel)
 
 OK, BAD_ARGS, EMPTY, TOO_LONG, NON_FINITE, BAD_RATE = 0, 4, 5, 6, 7, 8
-# Log-mel bounds (natural-log units). At 8, 16 and 48 kHz soxr HQ is a single Kaiser-windowed
-# sinc that the CU's resampler reproduces to ~1e-7, so the stage differs from librosa by float32
-# rounding only. At 22.05 and 44.1 kHz soxr interpolates its polyphase coefficients (~1e-4 away
-# from any exact filter) and computes its first output sample from an incomplete history; low-
-# energy bins, where the log magnifies relative error, show it.
-SOXR_INTERPOLATED_RATES = (22050, 44100, 44099)
+# Log-mel bounds (natural-log units). Where soxr HQ is a single Kaiser-windowed sinc the CU's
+# resampler reproduces it to ~1e-7, so the stage differs from librosa by float32 rounding only.
+# Where soxr interpolates its polyphase coefficients (~1e-5 away from any exact filter) and
+# computes its first output sample from an incomplete history, low-energy bins, where the log
+# magnifies relative error, show it.
 MEL_MAE = {"exact": 1e-4, "interpolated": 5e-3}
 MEL_P999 = {"exact": 5e-3, "interpolated": 0.3}
 
@@ -103,9 +103,10 @@ def test_log_mel_matches_librosa_long(kind, seconds, rate, dtype):
     check_log_mel(kind, seconds, rate, dtype)
 
 
-def test_unusual_rate_uses_interpolated_phase_bank():
-    """44099 Hz: L = 16000 does not divide the CU's phase bank, so it interpolates phases."""
-    check_log_mel("speech", 1.3, 44099, "float32")
+@pytest.mark.parametrize("kind,seconds,rate,dtype", OTHER_RATE_CASES)
+def test_log_mel_matches_librosa_other_rates(kind, seconds, rate, dtype):
+    """Includes 44099 Hz, where L = 16000 does not divide the CU's phase bank (phases interpolated)."""
+    check_log_mel(kind, seconds, rate, dtype)
 
 
 def test_idempotent():
