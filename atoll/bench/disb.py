@@ -17,7 +17,6 @@ the JSON. CPU vGPUs also use smaller inputs (IMAGE_SIZE_CPU, AUDIO_FRAMES), also
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from atoll.bench.output import emit
 
 RT_ONLY = "rt-only"
 POLICY_ORDER = ("seq", "streams", "wait", "reset", "reef")
@@ -370,17 +371,11 @@ def run(args) -> int:
         "rt_solo_latency_ms": {n: round(v * 1e3, 3) for n, v in solo.items()},
         "results": results,
     }
-    text = json.dumps(out, indent=2)
-    path = args.out or Path("bench/results") / f"disb_{args.workload}_{args.device}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    path = Path(args.out or Path("bench/results") / f"disb_{args.workload}_{args.device}.json")
     if args.plot:
         plot_cdf(latencies, f"DISB {args.workload} on {description}", args.plot)
-    if args.json:
-        print(text)
-    else:
-        for r in results:
-            print(f"{r['policy']:>8}: RT p50 {r['rt_latency_ms']['p50']} ms  p99 {r['rt_latency_ms']['p99']} ms"
-                  f"  throughput {r['throughput_rps']['overall']} req/s (BE {r['throughput_rps']['be']})")
-        print(f"wrote {path}")
+    emit(out, path, args.json, [
+        f"{r['policy']:>8}: RT p50 {r['rt_latency_ms']['p50']} ms  p99 {r['rt_latency_ms']['p99']} ms"
+        f"  throughput {r['throughput_rps']['overall']} req/s (BE {r['throughput_rps']['be']})"
+        for r in results])
     return 0

@@ -10,13 +10,13 @@ the same RT stream of requests on an idle vGPU.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 
+from atoll.bench.output import emit
 from atoll.bench.disb import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, load_program, make_device,
                               random_inputs)
 
@@ -152,18 +152,12 @@ def run(args) -> int:
     out = {"device": description, "models": names, "rt_requests_per_policy": n, "results": results}
     if sweep:
         out["capacity_sweep"] = sweep
-    text = json.dumps(out, indent=2)
-    path = args.out or Path("bench/results") / f"preempt_{args.device}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    path = Path(args.out or Path("bench/results") / f"preempt_{args.device}.json")
     if args.plot:
         plot(latencies, f"preemption latency on {description}", args.plot)
-    if args.json:
-        print(text)
-    else:
-        for r in results:
-            p = r["preempt_latency_us"]
-            print(f"{r['policy']:>8}: preemption p50 {p['p50']} us  p99 {p['p99']} us  max {p['max']} us"
-                  f"  restore {r['restore_overhead_us']} us")
-        print(f"wrote {path}")
+    emit(out, path, args.json, [
+        f"{r['policy']:>8}: preemption p50 {r['preempt_latency_us']['p50']} us"
+        f"  p99 {r['preempt_latency_us']['p99']} us  max {r['preempt_latency_us']['max']} us"
+        f"  restore {r['restore_overhead_us']} us"
+        for r in results])
     return 0
