@@ -125,7 +125,12 @@ class Service:
             max_audio_seconds=p.max_audio_seconds)  # fmt: skip
         await self._warm_preprocessing(models)
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
-        executor = "onnxruntime" if c.vgpus.executor == "auto" else c.vgpus.executor
+        executor = c.vgpus.executor
+        if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
+            from gpu_runtime.discovery import probe_executors
+
+            on_gpu = any(v.kind != "cpu" for v in vgpus)
+            executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
         self.pool = VGpuPool(vgpus, executor=executor)
         for name, spec in models.items():
             log.info("loading %s on %d vGPU(s)", name, len(vgpus))
