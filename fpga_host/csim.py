@@ -7,7 +7,7 @@ sources, the compiler and the flags, so an edited kernel is rebuilt on next load
 write to a private temporary name and rename it into place.
 
 `run_image_cu(jpeg_bytes, ...)` calls `image_cu` once and returns (status dict, numpy array); the
-kernel ABI is in ABI_DPU.md.
+kernel ABI is in hls/ABI_DPU.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The DPU manifest (`bitstreams/atoll_dpu.json`): kernels, their CU names and argument lists.
 
 It is what lets one driver set kernel arguments by name on real XRT and on the emulation, and what
-the emulation uses to give ctypes the C signature of each kernel (ABI_DPU.md).
+the emulation uses to give ctypes the C signature of each kernel (hls/ABI_DPU.md).
 """
 
 from __future__ import annotations

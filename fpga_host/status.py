@@ -1,4 +1,4 @@
-"""DPU status codes (word 0 of every CU status buffer, see ABI_DPU.md) and the error they become."""
+"""DPU status codes (word 0 of every CU status buffer, see hls/ABI_DPU.md) and the error they become."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ MAX_RATE = 48000
 INITIAL_JPEG_BYTES = 1 << 20
 HANDOFFS_PER_MEL_CU = 2  # a mel CU can run ahead of the norm CUs by one request
 
-# What the driver sets on each kernel, by name (ABI_DPU.md); checked against the manifest at open.
+# What the driver sets on each kernel, by name (hls/ABI_DPU.md); checked against the manifest at open.
 KERNEL_ARGS = {
     "image_cu": ("jpeg", "jpeg_len", "scratch", "scratch_bytes", "out", "out_bytes", "status",
                  "stage", "resize_short", "crop", "out_fp16", "max_dim"),

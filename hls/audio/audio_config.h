@@ -1,4 +1,4 @@
-// audio_config.h: sizes, limits and status codes shared by the audio CUs (see ABI_DPU.md).
+// audio_config.h: sizes, limits and status codes shared by the audio CUs (see hls/ABI_DPU.md).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 
 namespace atoll_image {
 
-// Status word 0, as in ABI_DPU.md.
+// Status word 0, as in hls/ABI_DPU.md.
 enum Status : uint32_t { kOk = 0, kUnsupported = 1, kCorrupt = 2, kTooLarge = 3, kBadArgs = 4 };
 
 // Stage selector: the CU stops after this unit and writes its output.

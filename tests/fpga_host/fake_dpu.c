@@ -1,4 +1,4 @@
-/* Test-only stand-in for the DPU C-simulation library: same ABI (ABI_DPU.md), trivial numerics.
+/* Test-only stand-in for the DPU C-simulation library: same ABI (hls/ABI_DPU.md), trivial numerics.
  * image_cu: files with an SOF2 (progressive) marker are UNSUPPORTED, files without SOI CORRUPT; OK runs
  * write a crop x crop x 3 image whose bytes repeat the input file, normalised like the real CU.
  * audio_mel_cu writes mel[b][t] = b + 0.25 t + |sample 0| and the per-bin sums; audio_norm_cu

@@ -1,4 +1,4 @@
-"""image_cu status codes for media it must refuse (ABI_DPU.md): UNSUPPORTED coding processes
+"""image_cu status codes for media it must refuse (hls/ABI_DPU.md): UNSUPPORTED coding processes
 (files written by Pillow and OpenCV), CORRUPT streams, TOO_LARGE frames and BAD_ARGS."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The DPU manifest: the committed file matches ABI_DPU.md; malformed manifests are refused clearly."""
+"""The DPU manifest: the committed file matches hls/ABI_DPU.md; malformed manifests are refused clearly."""
 
 from __future__ import annotations
 
