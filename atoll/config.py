@@ -34,6 +34,7 @@ class ServerConfig:
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")
     max_pending_requests: int = _num(1024, 1, "requests in flight before new ones get HTTP 503")
+    request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504")
 
 
 @dataclass

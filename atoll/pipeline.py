@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 from atoll.protocol import InferRequest, ProtocolError, Tensor
 from atoll.repository import ModelSpec
 
+log = logging.getLogger("atoll.pipeline")
 FRAME_SECONDS = 0.01  # one mel frame = hop 160 at 16 kHz: the audio length unit of the batcher
 
 
@@ -155,11 +157,16 @@ class Pipeline:
     async def _drive_batcher(self) -> None:
         while True:
             self._wake.clear()
-            for dispatch in self.batcher.poll(self.now()):
+            try:
+                dispatches = self.batcher.poll(self.now())
+                deadline = self.batcher.next_deadline()
+            except Exception:  # a policy bug must not silently stop every later batch
+                log.exception("batcher failed; retrying")
+                dispatches, deadline = [], self.now() + 0.01
+            for dispatch in dispatches:
                 task = asyncio.create_task(self._run_batch(dispatch))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
-            deadline = self.batcher.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - self.now())
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)

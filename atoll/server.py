@@ -27,11 +27,13 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class InferenceServer:
-    def __init__(self, pipeline, models: dict[str, ModelSpec], metrics, max_pending: int = 1024):
+    def __init__(self, pipeline, models: dict[str, ModelSpec], metrics, max_pending: int = 1024,
+                 timeout_s: float = 120.0):
         self.pipeline = pipeline
         self.models = models
         self.metrics = metrics
         self.max_pending = max_pending
+        self.timeout_s = timeout_s
         self.pending = 0
         self.ready = False
 
@@ -123,13 +125,16 @@ class InferenceServer:
             body = await request.read()
             header = request.headers.get(HEADER_LENGTH)
             req = decode_request(body, int(header) if header else None)
-            outputs = await self.pipeline.infer(spec, req)
+            outputs = await asyncio.wait_for(self.pipeline.infer(spec, req), self.timeout_s)
             names, binary = binary_outputs(req, list(outputs))
             payload, headers = encode_response(spec.name, spec.version, req.id,
                                                {n: outputs[n] for n in names}, binary)  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
             self.metrics.failure.labels(*labels, "REJECTED").inc()
             return _error(400, str(exc))
+        except TimeoutError:
+            self.metrics.failure.labels(*labels, "TIMEOUT").inc()
+            return _error(504, f"no answer within {self.timeout_s:g} s")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a batch or worker failure: reported, never swallowed

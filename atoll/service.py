@@ -140,7 +140,8 @@ class Service:
         self.pipeline = Pipeline(models, self.preprocessor, self.pool, batcher, self.metrics,
                                  latency, {v.id: v.profile_kind for v in vgpus})  # fmt: skip
         await self.pipeline.start()
-        self.server = InferenceServer(self.pipeline, models, self.metrics, c.server.max_pending_requests)
+        self.server = InferenceServer(self.pipeline, models, self.metrics, c.server.max_pending_requests,
+                                      c.server.request_timeout_s)  # fmt: skip
         app = self.server.app(c.server.max_request_bytes)
         self.http_url = await self._listen(app, c.server.host, c.server.http_port)
         if c.server.metrics_port >= 0:
