@@ -132,13 +132,7 @@ class CupyExecutor:
                          cp.cuda.Stream(non_blocking=True))
 
     def set_inputs(self, state: CupyState, inputs: dict[str, np.ndarray]) -> None:
-        for name, index in state.program.inputs.items():
-            if name not in inputs:
-                raise KeyError(f"missing input {name!r}")
-            value = np.ascontiguousarray(inputs[name], np.float32)
-            if value.shape != state.views[index].shape:
-                raise ValueError(f"input {name!r}: shape {value.shape}, program expects "
-                                 f"{state.views[index].shape}")
+        for index, value in state.program.checked_inputs(inputs):
             state.views[index].set(value, stream=state.stream)
 
     def launch(self, state: CupyState, index: int, stream=None) -> None:

@@ -55,13 +55,7 @@ class NumpyExecutor:
         return NumpyState(program, flag if flag is not None else self.new_flag(), views, args)
 
     def set_inputs(self, state: NumpyState, inputs: dict[str, np.ndarray]) -> None:
-        for name, index in state.program.inputs.items():
-            if name not in inputs:
-                raise KeyError(f"missing input {name!r}")
-            value = np.asarray(inputs[name], np.float32)
-            if value.shape != state.views[index].shape:
-                raise ValueError(f"input {name!r}: shape {value.shape}, program expects "
-                                 f"{state.views[index].shape}")
+        for index, value in state.program.checked_inputs(inputs):
             state.views[index][...] = value
 
     def launch(self, state: NumpyState, index: int, stream=None) -> None:

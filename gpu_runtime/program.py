@@ -96,6 +96,20 @@ class Program:
         """The distinct kernels of the program by name (what an executor compiles once)."""
         return {launch.kernel.name: launch.kernel for launch in self.launches}
 
+    def checked_inputs(self, inputs: dict[str, np.ndarray]) -> list[tuple[int, np.ndarray]]:
+        """(buffer index, contiguous float32 array) per graph input; a missing input or a shape the
+        program was not compiled for is refused before anything is written."""
+        out = []
+        for name, index in self.inputs.items():
+            if name not in inputs:
+                raise KeyError(f"missing input {name!r}")
+            value = np.ascontiguousarray(inputs[name], np.float32)
+            shape = tuple(self.buffers[index].shape)
+            if value.shape != shape:
+                raise ValueError(f"input {name!r}: shape {value.shape}, program expects {shape}")
+            out.append((index, value))
+        return out
+
 
 class PreemptFlag(Protocol):
     """The guard's flag as the host sees it: set() makes every later launch start as a no-op."""

@@ -70,3 +70,17 @@ def test_zoo_programs_never_alias_live_buffers(name, length):
     temps = sum(s.nbytes for s in program.buffers if s.role == "temp")
     assert program.arena_bytes < temps / 2
     assert set(program.kernels()) == {launch.kernel.name for launch in program.launches}
+
+
+def test_inputs_are_checked_before_any_write():
+    from gpu_runtime.numpy_executor import NumpyExecutor
+
+    program = import_model(zoo_model("squeezenet1_1"), batch=2)
+    ex = NumpyExecutor()
+    state = ex.load(program)
+    with pytest.raises(KeyError, match="missing input 'input'"):
+        ex.set_inputs(state, {})
+    with pytest.raises(ValueError, match=r"shape \(1, 3, 224, 224\), program expects \(2, 3, 224, 224\)"):
+        ex.set_inputs(state, {"input": np.zeros((1, 3, 224, 224), np.float64)})
+    [(index, value)] = program.checked_inputs({"input": np.ones((2, 3, 224, 224), np.float64)})
+    assert index == program.inputs["input"] and value.dtype == np.float32 and value.flags.c_contiguous
