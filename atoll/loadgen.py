@@ -1,7 +1,7 @@
 """Load generator: Poisson (or fixed-rate) arrivals of real media requests over KServe v2 HTTP.
 
-Media is generated, not downloaded: JPEGs of natural-looking synthetic scenes at camera-like sizes,
-and speech-like WAV clips. Requests use the binary tensor extension exactly as `tritonclient` does
+Media is generated, not downloaded: photo-like JPEGs (`atoll.bench.corpus.jpeg_bytes`) at
+camera-like sizes, and speech-like WAV clips. Requests use the binary tensor extension exactly as `tritonclient` does
 (one BYTES element per file), and every response is checked for the model's output shape.
 """
 
@@ -10,35 +10,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import struct
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from atoll.protocol import HEADER_LENGTH
+from atoll.protocol import HEADER_LENGTH, join_bytes
 
 IMAGE_SIZES = ((640, 480), (500, 375), (800, 600), (1024, 768), (375, 500), (1280, 720))
-
-
-def synthetic_jpeg(rng: np.random.Generator, width: int, height: int, quality: int = 90) -> bytes:
-    """A smooth scene with shapes, edges and sensor-like noise, encoded by OpenCV."""
-    import cv2
-
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    base = np.stack([
-        128 + 100 * np.sin(xx / rng.uniform(20, 80) + rng.uniform(0, 6)),
-        128 + 100 * np.cos(yy / rng.uniform(20, 80) + rng.uniform(0, 6)),
-        128 + 80 * np.sin((xx + yy) / rng.uniform(30, 90)),
-    ], axis=-1)  # fmt: skip
-    img = np.clip(base + rng.normal(0, 6, base.shape), 0, 255).astype(np.uint8)
-    for _ in range(6):
-        centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        cv2.circle(img, centre, int(rng.integers(10, max(11, min(width, height) // 4))), colour, -1)
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    assert ok
-    return buf.tobytes()
 
 
 def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -> bytes:
@@ -59,7 +38,7 @@ def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -
 
 def infer_body(input_name: str, files: list[bytes]) -> tuple[bytes, dict[str, str]]:
     """A binary-extension request body with one BYTES element per file."""
-    blob = b"".join(struct.pack("<I", len(f)) + f for f in files)
+    blob = join_bytes(np.array(files, dtype=object))
     header = json.dumps({
         "inputs": [{"name": input_name, "datatype": "BYTES", "shape": [len(files), 1],
                     "parameters": {"binary_data_size": len(blob)}}],

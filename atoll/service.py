@@ -123,7 +123,8 @@ class Service:
             cu_timeout_s=p.cu_timeout_ms / 1000, max_image_dim=p.max_image_dim,
             resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
             max_audio_seconds=p.max_audio_seconds)  # fmt: skip
-        await self._warm_preprocessing(models)
+        # worker start-up and librosa's first-call compilation must not land on the first clients
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in self.preprocessor.warming()))
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         executor = c.vgpus.executor
         if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
@@ -136,9 +137,10 @@ class Service:
             log.info("loading %s on %d vGPU(s)", name, len(vgpus))
             await asyncio.to_thread(self.pool.load_model, name, spec.path, None, spec.max_batch_size)
         latency = LatencyModel()
-        batcher = make_batcher(c, models, {v.id: v.profile_kind for v in vgpus}, latency)
+        kinds = {v.id: v.profile_kind for v in vgpus}
+        batcher = make_batcher(c, models, kinds, latency)
         self.pipeline = Pipeline(models, self.preprocessor, self.pool, batcher, self.metrics,
-                                 latency, {v.id: v.profile_kind for v in vgpus})  # fmt: skip
+                                 latency, kinds)  # fmt: skip
         await self.pipeline.start()
         self.server = InferenceServer(self.pipeline, models, self.metrics, c.server.max_pending_requests,
                                       c.server.request_timeout_s)  # fmt: skip
@@ -149,24 +151,6 @@ class Service:
             metrics_app.router.add_get("/metrics", self.server.metrics_text)
             self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
         self.server.ready = True
-
-    async def _warm_preprocessing(self, models: dict[str, ModelSpec]) -> None:
-        """Run one request per CPU worker (and CU) before serving: worker start-up and librosa's
-        first-call compilation must not land on the first clients' latency."""
-        import numpy as np
-
-        from atoll.loadgen import synthetic_jpeg
-
-        kinds = {spec.preprocess for spec in models.values()}
-        rng = np.random.default_rng(0)
-        jobs = []
-        for _ in range(max(self.preprocessor.cpu_workers, 1)):
-            if "image" in kinds:
-                jobs.append(self.preprocessor.submit_image(synthetic_jpeg(rng, 320, 240)))
-            if "audio" in kinds:
-                tone = np.sin(np.arange(16000, dtype=np.float32) * 0.05).astype(np.float32)
-                jobs.append(self.preprocessor.submit_audio(tone, 16000))
-        await asyncio.gather(*(asyncio.wrap_future(j) for j in jobs))
 
     async def _listen(self, app: web.Application, host: str, port: int) -> str:
         runner = web.AppRunner(app, access_log=None)

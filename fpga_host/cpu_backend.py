@@ -152,11 +152,12 @@ class CpuPool:
                 initializer=_warm_worker)
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
-            for _ in range(workers):
-                self._executor.submit(int)
+            # A server waits on `warming` before it reports ready.
+            self.warming = [self._executor.submit(int) for _ in range(workers)]
         else:
             # In-process mode for small deployments and tests: no worker start-up cost.
             self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="atoll-cpu")
+            self.warming = []
 
     def image(self, data: bytes, stage: str, params: ImageParams) -> cf.Future:
         """Future of (array, compute seconds)."""

@@ -59,7 +59,6 @@ class Preprocessor:
         if cpu_workers is None:
             # With a DPU the CPU only takes fallbacks; without one it does all the work.
             cpu_workers = 1 if self._driver else (os.cpu_count() or 1)
-        self.cpu_workers = cpu_workers
         self._cpu = cpu_backend.CpuPool(cpu_workers)
         # Requests that can run at once: callers size their in-flight windows with it.
         self.parallelism = max(1, cpu_workers) + (len(self._driver.cu_states()) if self._driver else 0)
@@ -134,6 +133,10 @@ class Preprocessor:
 
         inner.add_done_callback(done)
         return outer
+
+    def warming(self) -> list[cf.Future]:
+        """Futures that finish once the CPU workers are started and warmed (empty in-process)."""
+        return list(self._cpu.warming)
 
     def describe(self) -> dict:
         """Backend, the state of every CU, and kernels whose CUs could not be opened (with why)."""

@@ -24,7 +24,8 @@ def _workloads(url: str, seed: int, audio_share: float):
 
     import numpy as np
 
-    from atoll.loadgen import IMAGE_SIZES, Workload, infer_body, synthetic_jpeg, synthetic_wav
+    from atoll.bench.corpus import jpeg_bytes
+    from atoll.loadgen import IMAGE_SIZES, Workload, infer_body, synthetic_wav
 
     rng = np.random.default_rng(seed)
     with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:
@@ -37,7 +38,7 @@ def _workloads(url: str, seed: int, audio_share: float):
         if raw is None:
             continue
         if raw["name"] == "image":
-            files = [synthetic_jpeg(rng, *IMAGE_SIZES[i % len(IMAGE_SIZES)]) for i in range(24)]
+            files = [jpeg_bytes(*IMAGE_SIZES[i % len(IMAGE_SIZES)], seed=seed + i) for i in range(24)]
             weight = 1.0 - audio_share
         else:
             files = [synthetic_wav(rng, float(rng.uniform(1.0, 8.0))) for _ in range(8)]

@@ -14,7 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from atoll.loadgen import infer_body, synthetic_jpeg
+from atoll.bench.corpus import jpeg_bytes
+from atoll.loadgen import infer_body
 from atoll.protocol import HEADER_LENGTH
 from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
@@ -100,7 +101,7 @@ def test_health_and_metadata(server):
 
 
 def test_jpeg_inference_matches_opencv_plus_onnxruntime(server, repository):
-    jpeg = synthetic_jpeg(np.random.default_rng(3), 640, 480)
+    jpeg = jpeg_bytes(640, 480, seed=3)
     body, headers = infer_body("image", [jpeg])
     status, rheaders, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
     assert status == 200, payload[:300]
@@ -110,8 +111,7 @@ def test_jpeg_inference_matches_opencv_plus_onnxruntime(server, repository):
 
 
 def test_several_files_in_one_request_and_json_output(server):
-    rng = np.random.default_rng(4)
-    files = [synthetic_jpeg(rng, 500, 375), synthetic_jpeg(rng, 375, 500)]
+    files = [jpeg_bytes(500, 375, seed=4), jpeg_bytes(375, 500, seed=5)]
     blob = b"".join(struct.pack("<I", len(f)) + f for f in files)
     head = json.dumps({"inputs": [{"name": "image", "datatype": "BYTES", "shape": [2, 1],
                                    "parameters": {"binary_data_size": len(blob)}}]}).encode()
@@ -144,7 +144,7 @@ def test_bad_requests_get_reasons(server):
     status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", b"{oops", {})
     assert status == 400 and "JSON" in json.loads(payload)["error"]
     # the server still answers after bad input
-    good, headers = infer_body("image", [synthetic_jpeg(np.random.default_rng(1), 320, 240)])
+    good, headers = infer_body("image", [jpeg_bytes(320, 240, seed=1)])
     assert _post(f"{server.url}/v2/models/{MODEL}/infer", good, headers)[0] == 200
 
 
@@ -173,7 +173,7 @@ print(json.dumps({"ready": ready, "meta_name": meta["name"], "shape": list(out.s
 
 
 def test_real_tritonclient(server, repository, tmp_path):
-    jpeg = synthetic_jpeg(np.random.default_rng(6), 800, 600)
+    jpeg = jpeg_bytes(800, 600, seed=6)
     path = tmp_path / "x.jpg"
     path.write_bytes(jpeg)
     out = json.loads(run_client(TRITON_CLIENT, server.url, str(path), MODEL))
