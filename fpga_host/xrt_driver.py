@@ -39,8 +39,8 @@ KERNEL_ARGS = {
     "image_cu": ("jpeg", "jpeg_len", "scratch", "scratch_bytes", "out", "out_bytes", "status",
                  "stage", "resize_short", "crop", "out_fp16", "max_dim"),
     "audio_mel_cu": ("pcm", "n_samples", "sample_format", "sample_rate", "max_samples", "mel",
-                     "mel_capacity", "stats", "status"),
-    "audio_norm_cu": ("mel", "stats", "n_frames", "out", "status"),
+                     "mel_capacity", "status"),
+    "audio_norm_cu": ("mel", "n_frames", "out", "status"),
 }
 
 REASONS = {
@@ -179,10 +179,9 @@ class XrtDriver:
                 slot.bo(arg, size)
 
     def _handoff(self, mel_slot: _Slot) -> _Slot:
-        """A mel/stats buffer pair in the mel CUs' memory, read by whichever norm CU comes next."""
+        """A log-mel buffer in the mel CUs' memory, read by whichever norm CU comes next."""
         handoff = _Slot(self.xrt, self.device, mel_slot.spec, "handoff", mel_slot.kernel)
         handoff.bo("mel", 4 * N_MELS * max_frames(self.max_audio_seconds))
-        handoff.bo("stats", 8 * 2 * N_MELS)
         return handoff
 
     def _image_out_bytes(self, data: bytes, stage: str) -> int:
@@ -328,8 +327,7 @@ class XrtDriver:
                     "pcm": slot.bos["pcm"], "n_samples": pcm.size,
                     "sample_format": int(pcm.dtype == np.float32), "sample_rate": rate,
                     "max_samples": int(self.max_audio_seconds * rate), "mel": handoff.bos["mel"],
-                    "mel_capacity": handoff.bos["mel"].size() // 4, "stats": handoff.bos["stats"],
-                    "status": slot.bos["status"]})
+                    "mel_capacity": handoff.bos["mel"].size() // 4, "status": slot.bos["status"]})
                 status = self._status(words)
                 frames = int(words[2])
                 timings = {"queue_ms": (started - submitted) * 1e3,
@@ -352,7 +350,7 @@ class XrtDriver:
             with self._using("audio_norm_cu") as slot:
                 started = time.perf_counter()
                 words = self._execute("audio_norm_cu", slot, {
-                    "mel": handoff.bos["mel"], "stats": handoff.bos["stats"], "n_frames": frames,
+                    "mel": handoff.bos["mel"], "n_frames": frames,
                     "out": slot.bos["out"], "status": slot.bos["status"]})
                 status = self._status(words)
                 if status != Status.OK:

@@ -28,7 +28,7 @@ static void source_stage(const uint8_t* pcm, uint32_t format, const ResamplePlan
 }
 
 static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan& plan, bool resample,
-                         uint32_t frames, float* mel, double* stats) {
+                         uint32_t frames, float* mel) {
 #pragma HLS DATAFLOW
   hls::stream<float> samples16("samples16");
   hls::stream<float> emphasised("emphasised");
@@ -44,7 +44,7 @@ static void mel_pipeline(const uint8_t* pcm, uint32_t format, const ResamplePlan
   framer_stage(plan.n_out, frames, emphasised, windowed);
   fft_stage(frames, windowed, power);
   mel_filterbank_stage(frames, power, bands);
-  log_mel_stage(frames, bands, mel, stats);
+  log_mel_stage(frames, bands, mel);
 }
 
 }  // namespace atoll_audio
@@ -61,17 +61,15 @@ using namespace atoll_audio;
  *                             at 48 kHz in, nor 30 s at 16 kHz after resampling (static buffers)
  *   mel           (m_axi out) log-mel, row-major (80, T), T = 1 + n16 / 160
  *   mel_capacity  (s_axilite) capacity of mel in floats; below 80 * T -> BAD_ARGS
- *   stats         (m_axi out) 160 doubles: per-band sum of the log-mel over time, then sum of squares
  *   status        (m_axi out) 8 words: code, n_mels (80), T, n16 (samples at 16 kHz), 0, 0, 0, 0
  * Checks run in the order rate, empty, length, arguments, finiteness; nothing but status is
  * written unless the code is OK.
  */
 extern "C" void audio_mel_cu(const uint8_t* pcm, uint32_t n_samples, uint32_t sample_format,
                              uint32_t sample_rate, uint32_t max_samples, float* mel, uint32_t mel_capacity,
-                             double* stats, uint32_t* status) {
+                             uint32_t* status) {
 #pragma HLS INTERFACE m_axi port = pcm bundle = gmem0 offset = slave
 #pragma HLS INTERFACE m_axi port = mel bundle = gmem1 offset = slave
-#pragma HLS INTERFACE m_axi port = stats bundle = gmem2 offset = slave
 #pragma HLS INTERFACE m_axi port = status bundle = gmem3 offset = slave
 #pragma HLS INTERFACE s_axilite port = n_samples
 #pragma HLS INTERFACE s_axilite port = sample_format
@@ -102,7 +100,7 @@ extern "C" void audio_mel_cu(const uint8_t* pcm, uint32_t n_samples, uint32_t sa
     words[0] = STATUS_NON_FINITE;
   } else {
     ResamplePlan plan = make_resample_plan(n_samples, sample_rate);
-    mel_pipeline(pcm, sample_format, plan, sample_rate != OUT_RATE, frames, mel, stats);
+    mel_pipeline(pcm, sample_format, plan, sample_rate != OUT_RATE, frames, mel);
   }
 
 status_write_loop:

@@ -10,17 +10,14 @@ using namespace atoll_audio;
  * audio_norm_cu: (L - mean) / (std + 1e-5) per mel band, std unbiased (ddof=1), as in
  * ARCHITECTURE.md 4.2.
  *   mel       (m_axi in)  (80, T) log-mel from audio_mel_cu
- *   stats     (m_axi in)  its 160 doubles: per-band sums then sums of squares
  *   n_frames  (s_axilite) T; T < 2 -> EMPTY (the unbiased std of one frame is undefined: numpy
  *                         returns NaN), out is then zero-filled; T above the static maximum
  *                         (1 + 30 s * 16000 / 160) -> BAD_ARGS
  *   out       (m_axi out) (80, T) normalised
  *   status    (m_axi out) 8 words: code, 80, T, 0, 0, 0, 0, 0
  */
-extern "C" void audio_norm_cu(const float* mel, const double* stats, uint32_t n_frames, float* out,
-                              uint32_t* status) {
+extern "C" void audio_norm_cu(const float* mel, uint32_t n_frames, float* out, uint32_t* status) {
 #pragma HLS INTERFACE m_axi port = mel bundle = gmem0 offset = slave
-#pragma HLS INTERFACE m_axi port = stats bundle = gmem1 offset = slave
 #pragma HLS INTERFACE m_axi port = out bundle = gmem2 offset = slave
 #pragma HLS INTERFACE m_axi port = status bundle = gmem3 offset = slave
 #pragma HLS INTERFACE s_axilite port = n_frames
@@ -36,7 +33,7 @@ extern "C" void audio_norm_cu(const float* mel, const double* stats, uint32_t n_
       out[i] = 0.0f;
     }
   } else {
-    normalise_bands(mel, stats, n_frames, out);
+    normalise_bands(mel, n_frames, out);
   }
   uint32_t words[STATUS_WORDS] = {code, (uint32_t)N_MELS, n_frames, 0, 0, 0, 0, 0};
 status_write_loop:

@@ -1,5 +1,10 @@
 // normaliser.h: per-band (x - mean) / (std + 1e-5) over time, with the unbiased std (ddof=1),
-// from the sums the mel CU accumulated in double.
+// computed the way the reference computes it: NumPy float32 arithmetic, NumPy's summation order.
+//
+// Why the order matters: in a band that holds only the log floor (a silent 8 kHz clip above 4 kHz)
+// the values differ by one float32 ulp and the std is ~1e-6, so the normalised value is decided by
+// the rounding of the mean. Summing exactly (or in double) changes it by up to 0.4; following
+// numpy.add.reduce's pairwise order makes the CU equal to the reference bit for bit.
 #pragma once
 
 #include <cmath>
@@ -9,20 +14,116 @@
 
 namespace atoll_audio {
 
-static void normalise_bands(const float* mel, const double* stats, uint32_t frames, float* out) {
+const uint32_t PAIRWISE_BLOCK = 128;   // numpy's PW_BLOCKSIZE: runs up to this are summed directly
+const int PAIRWISE_DEPTH = 8;          // log2(MAX_FRAMES / 64) + 2 levels of halving suffice
+
+// Term i of a sum: x[i], or (x[i] - mean)^2 rounded to float32 as NumPy forms it.
+static float sum_term(const float* x, uint32_t i, bool squares, float mean) {
+  float d = x[i] - mean;
+  return squares ? d * d : x[i];
+}
+
+// One run of n <= PAIRWISE_BLOCK terms: eight interleaved accumulators combined as
+// ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the n % 8 leftovers in order; runs
+// below 8 are summed in order from -0.
+static float run_sum(const float* x, uint32_t start, uint32_t n, bool squares, float mean) {
+  float res = -0.0f;
+  if (n < 8) {
+  run_short_loop:
+    for (uint32_t i = 0; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 7
+      res += sum_term(x, start + i, squares, mean);
+    }
+    return res;
+  }
+  float r[8];
+#pragma HLS ARRAY_PARTITION variable = r complete
+run_init_loop:
+  for (int l = 0; l < 8; ++l) r[l] = sum_term(x, start + l, squares, mean);
+  uint32_t body = n - n % 8;
+run_body_loop:
+  for (uint32_t i = 8; i < body; i += 8) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 15
+#pragma HLS PIPELINE II = 1
+  run_lane_loop:
+    for (int l = 0; l < 8; ++l) r[l] += sum_term(x, start + i + l, squares, mean);
+  }
+  res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+run_tail_loop:
+  for (uint32_t i = body; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 7
+    res += sum_term(x, start + i, squares, mean);
+  }
+  return res;
+}
+
+// numpy.add.reduce over n float32 terms: a run when n <= 128, else the sum of the two halves split
+// at n / 2 rounded down to a multiple of 8. Without recursion: the runs are visited left to right
+// with a stack of pending right halves, and each finished subtree is added to its left sibling
+// (the stack top at the same depth) as soon as it completes.
+static float pairwise_sum(const float* x, uint32_t n, bool squares, float mean) {
+  uint32_t todo_start[PAIRWISE_DEPTH], todo_n[PAIRWISE_DEPTH], todo_depth[PAIRWISE_DEPTH];
+  float done_sum[PAIRWISE_DEPTH + 1];
+  uint32_t done_depth[PAIRWISE_DEPTH + 1];
+  int todo = 0, done = 0;
+  uint32_t start = 0, len = n, depth = 0;
+pairwise_run_loop:
+  while (true) {
+#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+  pairwise_split_loop:
+    while (len > PAIRWISE_BLOCK) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = PAIRWISE_DEPTH
+      uint32_t half = len / 2;
+      half -= half % 8;
+      todo_start[todo] = start + half;
+      todo_n[todo] = len - half;
+      todo_depth[todo] = depth + 1;
+      ++todo;
+      len = half;
+      ++depth;
+    }
+    float s = run_sum(x, start, len, squares, mean);
+  pairwise_merge_loop:
+    while (done > 0 && done_depth[done - 1] == depth) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = PAIRWISE_DEPTH
+      s = done_sum[done - 1] + s;
+      --done;
+      --depth;
+    }
+    done_sum[done] = s;
+    done_depth[done] = depth;
+    ++done;
+    if (todo == 0) break;
+    --todo;
+    start = todo_start[todo];
+    len = todo_n[todo];
+    depth = todo_depth[todo];
+  }
+  return done_sum[0];
+}
+
+// Each band's row is read once into on-chip memory; mean, variance and output are three passes
+// over it. Division, not multiplication by a reciprocal, as the reference divides.
+static void normalise_bands(const float* mel, uint32_t frames, float* out) {
+  float row[MAX_FRAMES];
 norm_band_loop:
   for (int m = 0; m < N_MELS; ++m) {
-    double mean = stats[m] / frames;
-    double var = (stats[N_MELS + m] - stats[m] * mean) / (frames - 1);
-    float mean_f = (float)mean;
-    float inv = 1.0f / ((float)std::sqrt(var > 0.0 ? var : 0.0) + NORM_EPS);
     const float* x = &mel[(uint64_t)m * frames];
+  norm_read_loop:
+    for (uint32_t t = 0; t < frames; ++t) {
+#pragma HLS LOOP_TRIPCOUNT min = 2 max = MAX_FRAMES
+#pragma HLS PIPELINE II = 1
+      row[t] = x[t];
+    }
+    float mean = pairwise_sum(row, frames, false, 0.0f) / (float)frames;
+    float var = pairwise_sum(row, frames, true, mean) / (float)(frames - 1);
+    float denom = std::sqrt(var) + NORM_EPS;
     float* y = &out[(uint64_t)m * frames];
   norm_frame_loop:
     for (uint32_t t = 0; t < frames; ++t) {
 #pragma HLS LOOP_TRIPCOUNT min = 2 max = MAX_FRAMES
 #pragma HLS PIPELINE II = 1
-      y[t] = (x[t] - mean_f) * inv;
+      y[t] = (row[t] - mean) / denom;
     }
   }
 }

@@ -1,17 +1,20 @@
 // resampler.h: polyphase FIR sample-rate converter to 16 kHz (rational L/M from the gcd).
 //
-// The filter is the continuous prototype in audio_tables.h (a Kaiser-windowed sinc matching
-// soxr's HQ recipe, librosa.resample's default), scaled to the lower of the two Nyquist rates.
 // Each output sample n sits at input time n*M/L = q + r/L. The coefficients for every fraction
-// r/L are precomputed per request into a phase bank: when L divides BANK_PHASES the bank holds
-// exactly those L phases; otherwise (unusual rates such as 44099 Hz) it holds BANK_PHASES+1
-// uniformly spaced phases and each output interpolates linearly between the two nearest ones.
+// r/L are precomputed per request into a phase bank, from one of two ROM responses:
+// - at 22.05 and 44.1 kHz, soxr's own measured response (soxr_tables.h): there soxr interpolates
+//   its coefficients and is up to ~1.2e-4 of full scale away from any closed-form filter. The bank
+//   holds the L exact phases read straight from the table (both rates land on its 1/441 grid) plus
+//   two start-up rows for outputs 0 and 1, which soxr computes from a transient of its own.
+//   Agreement with soxr: ~2e-7 on every output sample;
+// - at every other rate, the continuous prototype in audio_tables.h (a Kaiser-windowed sinc matching
+//   soxr's HQ recipe where soxr runs one exact polyphase filter: 8, 12, 24, 32, 48 kHz, ~1e-7),
+//   scaled to the lower of the two Nyquist rates. When L divides BANK_PHASES the bank holds exactly
+//   those L phases; otherwise (unusual rates such as 44099 Hz) it holds BANK_PHASES+1 uniformly
+//   spaced phases and each output interpolates linearly between the two nearest ones. At rates
+//   where soxr interpolates (11.025, 37.8 kHz, ...) it is ~1e-4 of full scale away from this.
 // Output length follows librosa: round(n*L/M) filtered samples (soxr's length), zero-filled up to
 // ceil(n*16000/sr) (librosa's fix_length).
-// Agreement with soxr: ~1e-7 at ratios soxr runs as one exact polyphase filter (8, 12, 24, 32,
-// 48 kHz). At ratios where soxr interpolates its own coefficients (11.025, 22.05, 44.1 kHz, ...)
-// its output differs from this exact band-limited one by ~1e-5 of full scale, except its first
-// output sample, which soxr computes from an incomplete history (a few per cent off).
 #pragma once
 
 #include <cmath>
@@ -21,10 +24,12 @@
 #include "audio_config.h"
 #include "audio_tables.h"
 #include "pcm_reader.h"
+#include "soxr_tables.h"
 
 namespace atoll_audio {
 
 const int BANK_PHASES = 640;   // a multiple of L for 8, 11.025, 12, 22.05, 24, 32, 44.1 and 48 kHz
+const int START_ROW = BANK_PHASES + 1;   // bank rows for soxr's start-up outputs 0 and 1
 const int TAPS_MAX = 608;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to DOT_LANES: 48 kHz in
 const int RING = 1024;         // input history, >= TAPS_MAX
 const int DOT_LANES = 32;
@@ -35,6 +40,7 @@ struct ResamplePlan {
   uint32_t half_taps;   // tap k reads input q - half_taps + 1 + k; covers the prototype's support
   int taps;             // multiple of DOT_LANES, <= TAPS_MAX
   uint32_t row_step;    // bank row stride per unit of r when exact, else 0 (interpolated bank)
+  bool measured;        // soxr's measured response (22.05 / 44.1 kHz) instead of the prototype
   uint32_t n_in;
   uint32_t n_filtered;  // round(n_in * L / M)
   uint32_t n_out;       // ceil(n_in * 16000 / sr), as librosa computes it in float64
@@ -64,7 +70,8 @@ static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
   p.up = OUT_RATE / g;
   p.down = rate / g;
   p.scale = rate > OUT_RATE ? (double)rate / OUT_RATE : 1.0;
-  p.half_taps = (uint32_t)std::floor(PROTO_HALF * p.scale) + 2;
+  p.measured = rate == 22050 || rate == 44100;
+  p.half_taps = (uint32_t)std::floor((p.measured ? SOXR441_SPAN : PROTO_HALF) * p.scale) + 2;
   p.taps = (int)((2 * p.half_taps + DOT_LANES - 1) / DOT_LANES * DOT_LANES);
   p.row_step = (BANK_PHASES % p.up == 0) ? BANK_PHASES / p.up : 0;
   p.n_in = n_in;
@@ -96,6 +103,35 @@ bank_tap_loop:
 #pragma HLS PIPELINE II = 1
     double tau = phi + (double)p.half_taps - 1.0 - (double)k;
     row[k] = (float)(prototype_at(tau * inv_scale) * inv_scale);
+  }
+}
+
+// Row for phase r of soxr's measured response: tap k sits at r/L + half_taps - 1 - k input samples,
+// which is (r + (half_taps - 1 - k) * L) / M output samples: an exact point of the 1/441 grid
+// (M = 441 at both rates).
+static void build_measured_row(const ResamplePlan& p, uint32_t r, float* row) {
+  float gain = (float)p.up / (float)p.down;   // the table is normalised to 16 kHz: times 16000 / rate
+measured_tap_loop:
+  for (int k = 0; k < p.taps; ++k) {
+#pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
+#pragma HLS PIPELINE II = 1
+    int32_t tau = (int32_t)r + ((int32_t)p.half_taps - 1 - k) * (int32_t)p.up;
+    uint32_t i = (uint32_t)(tau < 0 ? -tau : tau);
+    row[k] = i < (uint32_t)SOXR441_LEN ? SOXR441_RESPONSE[i] * gain : 0.0f;
+  }
+}
+
+// Output s in {0, 1} (input position q_s): soxr's start-up row, stored on the 44.1 kHz input grid.
+static void build_start_row(const ResamplePlan& p, uint32_t s, uint32_t q_s, float* row) {
+  uint32_t stride = 44100 / (p.down * OUT_RATE / p.up);
+  float gain = (float)p.up / (float)p.down;
+start_tap_loop:
+  for (int k = 0; k < p.taps; ++k) {
+#pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
+#pragma HLS PIPELINE II = 1
+    int32_t j = (int32_t)q_s - (int32_t)p.half_taps + 1 + k;   // input sample under tap k
+    uint32_t i = (uint32_t)j * stride;
+    row[k] = j >= 0 && i < (uint32_t)SOXR441_START_LEN ? SOXR441_START[s * SOXR441_START_LEN + i] * gain : 0.0f;
   }
 }
 
@@ -136,7 +172,7 @@ dot_tree_loop:
 // Reads the p.n_in PCM samples in order (a sequential burst from the m_axi port), produces p.n_out
 // samples on `out`.
 static void resample_stage(const ResamplePlan& p, const uint8_t* pcm, uint32_t format, hls::stream<float>& out) {
-  ATOLL_CU_RAM float bank[BANK_PHASES + 1][TAPS_MAX];
+  ATOLL_CU_RAM float bank[START_ROW + SOXR441_START_ROWS][TAPS_MAX];
   float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
 #pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
 
@@ -145,7 +181,17 @@ bank_row_loop:
   for (uint32_t j = 0; j < rows; ++j) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = BANK_PHASES + 1
     uint32_t row = p.row_step ? j * p.row_step : j;
-    build_bank_row(p, (double)row / BANK_PHASES, bank[row]);
+    if (p.measured) {
+      build_measured_row(p, j, bank[row]);
+    } else {
+      build_bank_row(p, (double)row / BANK_PHASES, bank[row]);
+    }
+  }
+  if (p.measured) {
+  start_row_loop:
+    for (uint32_t s = 0; s < (uint32_t)SOXR441_START_ROWS; ++s) {
+      build_start_row(p, s, s * p.down / p.up, bank[START_ROW + s]);
+    }
   }
 
   // Logical history index i holds input sample i - (half_taps - 1); before 0 and past n_in: zeros.
@@ -170,7 +216,9 @@ resample_out_loop:
     }
     const float* window = &ring[q & (RING - 1)];
     float y;
-    if (p.row_step) {
+    if (p.measured && n < (uint32_t)SOXR441_START_ROWS) {
+      y = dot_taps(bank[START_ROW + n], window, p.taps);
+    } else if (p.row_step) {
       y = dot_taps(bank[r * p.row_step], window, p.taps);
     } else {
       uint64_t pos = (uint64_t)r * BANK_PHASES;

@@ -16,9 +16,9 @@ STATUS_NAMES = csim.STATUS_NAMES
 def _library() -> ctypes.CDLL:
     lib = csim.load_library()
     u32, ptr = ctypes.c_uint32, ctypes.c_void_p
-    lib.audio_mel_cu.argtypes = [ptr, u32, u32, u32, u32, ptr, u32, ptr, ptr]
+    lib.audio_mel_cu.argtypes = [ptr, u32, u32, u32, u32, ptr, u32, ptr]
     lib.audio_mel_cu.restype = None
-    lib.audio_norm_cu.argtypes = [ptr, ptr, u32, ptr, ptr]
+    lib.audio_norm_cu.argtypes = [ptr, u32, ptr, ptr]
     lib.audio_norm_cu.restype = None
     return lib
 
@@ -28,9 +28,9 @@ def frames_for(n16: int) -> int:
 
 
 def mel_cu(pcm: np.ndarray, sample_rate: int, max_samples: int = 0, capacity: int | None = None,
-           sample_format: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Runs audio_mel_cu on int16 or float32 mono PCM: (status words, (80, T) log-mel, 160 sums);
-    the arrays are None unless the status code is OK. `capacity` defaults to 30 s at 16 kHz."""
+           sample_format: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Runs audio_mel_cu on int16 or float32 mono PCM: (status words, (80, T) log-mel); the log-mel
+    is None unless the status code is OK. `capacity` defaults to 30 s at 16 kHz."""
     lib = _library()
     pcm = np.ascontiguousarray(pcm)
     fmt = (0 if pcm.dtype == np.int16 else 1) if sample_format is None else sample_format
@@ -38,23 +38,21 @@ def mel_cu(pcm: np.ndarray, sample_rate: int, max_samples: int = 0, capacity: in
     if capacity is None:
         capacity = N_MELS * frames_for(30 * 16000)
     mel = np.empty(max(capacity, 1), np.float32)
-    stats = np.empty(2 * N_MELS, np.float64)
     words = np.zeros(8, np.uint32)
     lib.audio_mel_cu(data.ctypes.data, pcm.size, fmt, sample_rate, max_samples, mel.ctypes.data, capacity,
-                     stats.ctypes.data, words.ctypes.data)
+                     words.ctypes.data)
     if words[0] != 0:
-        return words, None, None
+        return words, None
     t = int(words[2])
-    return words, mel[: N_MELS * t].reshape(N_MELS, t).copy(), stats
+    return words, mel[: N_MELS * t].reshape(N_MELS, t).copy()
 
 
-def norm_cu(mel: np.ndarray, stats: np.ndarray, n_frames: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def norm_cu(mel: np.ndarray, n_frames: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Runs audio_norm_cu: (status words, (80, T) normalised)."""
     lib = _library()
     mel = np.ascontiguousarray(mel, np.float32)
-    stats = np.ascontiguousarray(stats, np.float64)
     t = mel.shape[1] if n_frames is None else n_frames
     out = np.full(max(N_MELS * t, 1), np.nan, np.float32)
     words = np.zeros(8, np.uint32)
-    lib.audio_norm_cu(mel.ctypes.data, stats.ctypes.data, t, out.ctypes.data, words.ctypes.data)
+    lib.audio_norm_cu(mel.ctypes.data, t, out.ctypes.data, words.ctypes.data)
     return words, out[: N_MELS * t].reshape(N_MELS, t)

@@ -61,7 +61,7 @@ done:
 
 void audio_mel_cu(const uint8_t *pcm, uint32_t n_samples, uint32_t sample_format,
                   uint32_t sample_rate, uint32_t max_samples, float *mel, uint32_t mel_capacity,
-                  double *stats, uint32_t *status) {
+                  uint32_t *status) {
     __atomic_add_fetch(&running_mel, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&running_norm, __ATOMIC_SEQ_CST)) overlap_mel_norm = 1;
     usleep(FAKE_RUN_US);
@@ -75,30 +75,28 @@ void audio_mel_cu(const uint8_t *pcm, uint32_t n_samples, uint32_t sample_format
     if (80 * frames > mel_capacity) { status_words(status, 4, 0, 0, 0, 0); goto done; }
     if (sample_format == 0) { int16_t s; memcpy(&s, pcm, 2); first = fabsf((float)s / 32768.0f); }
     else { memcpy(&first, pcm, 4); first = fabsf(first); }
-    for (uint32_t b = 0; b < 80; b++) {
-        double sum = 0, sq = 0;
-        for (uint32_t t = 0; t < frames; t++) {
-            float v = (float)b + 0.25f * (float)t + first;
-            mel[b * frames + t] = v;
-            sum += v; sq += (double)v * v;
-        }
-        stats[b] = sum; stats[80 + b] = sq;
-    }
+    for (uint32_t b = 0; b < 80; b++)
+        for (uint32_t t = 0; t < frames; t++)
+            mel[b * frames + t] = (float)b + 0.25f * (float)t + first;
     status_words(status, 0, 80, frames, n16, 4 * 80 * frames);
     status[1] = 80; status[2] = frames; status[3] = n16;
 done:
     __atomic_sub_fetch(&running_mel, 1, __ATOMIC_SEQ_CST);
 }
 
-void audio_norm_cu(const float *mel, const double *stats, uint32_t n_frames, float *out,
-                   uint32_t *status) {
+void audio_norm_cu(const float *mel, uint32_t n_frames, float *out, uint32_t *status) {
     __atomic_add_fetch(&running_norm, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&running_mel, __ATOMIC_SEQ_CST)) overlap_mel_norm = 1;
     usleep(FAKE_RUN_US);
     if (n_frames < 2) { status_words(status, 5, 0, 0, 0, 0); goto done; }
     for (uint32_t b = 0; b < 80; b++) {
-        double mean = stats[b] / n_frames;
-        double var = (stats[80 + b] - n_frames * mean * mean) / (n_frames - 1);
+        double sum = 0, sq = 0;
+        for (uint32_t t = 0; t < n_frames; t++) {
+            double v = mel[b * n_frames + t];
+            sum += v; sq += v * v;
+        }
+        double mean = sum / n_frames;
+        double var = (sq - n_frames * mean * mean) / (n_frames - 1);
         float sd = (float)sqrt(var > 0 ? var : 0);
         for (uint32_t t = 0; t < n_frames; t++)
             out[b * n_frames + t] = (mel[b * n_frames + t] - (float)mean) / (sd + 1e-5f);

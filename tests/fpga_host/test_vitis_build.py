@@ -24,7 +24,7 @@ def test_connectivity_matches_manifest():
         for cu in kernel.cus:
             bos = {a.name for a in kernel.args if a.kind == "bo"}
             assert {p for c, p, _ in ports if c == cu} == bos, cu
-    mel_banks = {b for c, p, b in ports if p in ("mel", "stats")}
+    mel_banks = {b for c, p, b in ports if p == "mel"}
     assert len(mel_banks) == 1  # the hand-off buffers are reachable from every audio CU
 
 
