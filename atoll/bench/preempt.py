@@ -95,6 +95,7 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
         "preempt_latency_us": percentiles_us(latency),
         "restore_overhead_us": round(statistics.mean(stats.restore_s) * 1e6, 1) if stats.restore_s else 0.0,
         "flush_us": percentiles_us(stats.flush_s),
+        "rt_started_on_arrival": stats.rt_started_on_arrival,
         "rt_latency_ms": round(statistics.median(r.end_s - r.arrival_s for r in rec.rt) * 1e3, 3),
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
         "be_reruns": sum(r.reruns for r in rec.be_done),

@@ -215,6 +215,31 @@ def test_rt_waits_at_most_one_be_kernel(policy):
         assert delay < BE_KERNEL_S + 0.015  # one kernel plus scheduling slack, far below a task
 
 
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_lone_rt_task_starts_in_the_submitting_thread(policy):
+    """Under streams/reset/reef an RT task that finds no other RT task in the system has its first
+    kernel launched by submit() itself: it runs even before the scheduler thread exists. A second
+    RT task submitted meanwhile goes through the scheduler; seq and wait never start at once."""
+    reef = _scheduler(policy)
+    rt = dense_chain("rt", 4, WIDTH, seed=3)
+    reef.add_client("r0", rt, RT)
+    reef.add_client("r1", rt, RT)
+    reef.executor.log.clear()  # `reef` profiled the kernels at add_client
+    x0, x1 = _inputs(2)
+    first = reef.submit("r0", x0)
+    second = reef.submit("r1", x1)
+    time.sleep(0.05)  # the RT stream thread runs whatever was launched
+    ran_before_start = [(m, i) for m, i, _, _ in reef.executor.log]
+    with reef:
+        results = [first.result(timeout=30), second.result(timeout=30)]
+    _close(reef)
+    at_once = POLICIES[policy].rt_starts_at_once
+    assert ran_before_start == ([("rt", 0)] if at_once else [])
+    assert reef.stats.rt_started_on_arrival == int(at_once)
+    for x, r in zip((x0, x1), results):
+        np.testing.assert_array_equal(r.outputs["y"], run_alone(rt, x)["y"])
+
+
 def test_seq_makes_rt_wait_for_a_whole_be_task():
     delays = [d for d, _ in _rt_start_delays("seq")]
     assert max(delays) > 5 * BE_KERNEL_S
