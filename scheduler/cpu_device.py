@@ -45,6 +45,9 @@ class CpuStream:
     def poll(self) -> None:
         self._device.poll()
 
+    def exited(self) -> bool:
+        return self._outstanding == 0
+
     def drain(self) -> None:
         with self._idle:
             self._idle.wait_for(lambda: self._outstanding == 0)

@@ -77,6 +77,7 @@ class CudaStream:
             self.stream = cp.cuda.Stream(non_blocking=True)
         self._entries: deque = deque()  # (seq, task, index, pads, event|None)
         self._seq = 0
+        self._exit_event = None  # recorded behind everything submitted so far, by `exited`
         if guarded:
             self._counter = MappedCounter(cp)
 
@@ -102,6 +103,7 @@ class CudaStream:
         if task.first_kernel_s is None:
             task.first_kernel_s = dev.clock()  # submit time; RT tasks get the GPU-side time at finish
         self._entries.append((self._seq, task, index, tuple(pads), event))
+        self._exit_event = None
 
     def outstanding(self) -> int:
         return len(self._entries)
@@ -124,6 +126,16 @@ class CudaStream:
         for t, i in pads:
             t.executed += 1
             t.completed = i + 1
+
+    def exited(self) -> bool:
+        # After a flush the markers stop counting, so only an event behind the last kernel says
+        # that the guarded ones have all returned.
+        if not self._entries:
+            return True
+        if self._exit_event is None:
+            self._exit_event = self._device.cp.cuda.Event(disable_timing=True)
+            self._exit_event.record(self.stream)
+        return self._exit_event.done
 
     def drain(self) -> None:
         end = self._device.cp.cuda.Event(disable_timing=True)

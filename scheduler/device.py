@@ -29,6 +29,10 @@ class Stream(Protocol):
     def poll(self) -> None:
         """Fold finished kernels into their tasks' `completed` counters (no device sync)."""
 
+    def exited(self) -> bool:
+        """Whether every kernel submitted so far has exited (run, or dropped by the guard), without
+        waiting: True once `drain()` would return at once."""
+
     def drain(self) -> None: ...
 
     def close(self) -> None: ...

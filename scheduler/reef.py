@@ -332,26 +332,37 @@ class Reef:
         self._continue_rt(task)
 
     def _continue_rt(self, task: Task) -> None:
+        """Submit RT kernels 1.. at once. Pads start from each BE task's rewound position, known
+        only once the flushed BE kernels have exited: until then RT kernels go unpadded rather
+        than wait (a running BE kernel can take longer than several RT kernels)."""
         client = self._clients[task.client]
-        plan = None
-        if self.policy.pads:
-            self._settle()  # pads start from each BE task's rewound position
-            be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
-                  if v.current is not None]
-            tables = self._pad_ok
-            if tables:
-                def paddable(r, t, i):
-                    table = tables.get((client.name, t.client))
-                    return table is not None and bool(table[r + 1, i])
-            else:  # not prepared: ask the device pair by pair
-                def paddable(r, t, i):
-                    return self.device.can_pad(client.state, r + 1, t.state, i)
-            plan = plan_padding(client.profiles[1:], be, self.device.padding_rules, paddable)
-            self.stats.padded_kernels += sum(map(len, plan))
+        plan, first = None, task.n_launches
         for i in range(1, task.n_launches):
-            self._rt_stream.submit(task, i, plan[i - 1] if plan else ())
+            if self.policy.pads and plan is None and self._be_exited():
+                self._settle()
+                plan, first = self._plan_pads(client, i), i
+            self._rt_stream.submit(task, i, plan[i - first] if plan else ())
         task.next_launch = task.n_launches
-        self._settle()  # without pads nothing above needed the BE streams quiet
+        self._settle()
+
+    def _be_exited(self) -> bool:
+        return all(v.stream.exited() for v in self._vhqs)
+
+    def _plan_pads(self, client: Client, first: int) -> list:
+        """Pads for the client's RT kernels first.. (a list per kernel)."""
+        be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
+              if v.current is not None]
+        tables = self._pad_ok
+        if tables:
+            def paddable(r, t, i):
+                table = tables.get((client.name, t.client))
+                return table is not None and bool(table[r + first, i])
+        else:  # not prepared: ask the device pair by pair
+            def paddable(r, t, i):
+                return self.device.can_pad(client.state, r + first, t.state, i)
+        plan = plan_padding(client.profiles[first:], be, self.device.padding_rules, paddable)
+        self.stats.padded_kernels += sum(map(len, plan))
+        return plan
 
     def _schedule_be(self) -> None:
         for i, v in enumerate(self._vhqs):
