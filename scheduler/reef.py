@@ -236,6 +236,7 @@ class Reef:
         self._unsettled = True
 
     def _settle(self) -> None:
+        """Wait for the flushed BE kernels to exit, then rewind the vHQs."""
         if not self._unsettled:
             return
         for v in self._vhqs:
@@ -246,6 +247,7 @@ class Reef:
         self.stats.flush_s.append(self.clock() - self._flush_t0)
 
     def restore_be(self) -> None:
+        self._settle()  # the flushed kernels must be gone before the guard comes down
         t0 = self.clock()
         self.device.clear_flag()
         for v in self._vhqs:
@@ -343,7 +345,8 @@ class Reef:
                 plan, first = self._plan_pads(client, i), i
             self._rt_stream.submit(task, i, plan[i - first] if plan else ())
         task.next_launch = task.n_launches
-        self._settle()
+        if self._be_exited():  # else settled at restore: the RT task's end must not wait for it
+            self._settle()
 
     def _be_exited(self) -> bool:
         return all(v.stream.exited() for v in self._vhqs)

@@ -240,6 +240,28 @@ def test_a_lone_rt_task_starts_in_the_submitting_thread(policy):
         np.testing.assert_array_equal(r.outputs["y"], run_alone(rt, x)["y"])
 
 
+@pytest.mark.parametrize("policy", ["reset", "reef"])
+def test_rt_task_does_not_wait_for_the_running_be_kernel(policy):
+    """A BE kernel that is already running when the RT task arrives cannot be stopped. The RT
+    task must neither wait for it before its other kernels are submitted (`reef` leaves them
+    unpadded until it exits) nor before its result is delivered: it ends long before that BE
+    kernel does."""
+    reef = _scheduler(policy, be_streams=1)
+    reef.add_client("b", sleep_chain("be", 4, 0.08), BE)
+    reef.add_client("r", sleep_chain("rt", 4, 0.002), RT)
+    reef.executor.log.clear()  # `reef` profiled the kernels at add_client
+    x = {"x": np.ones((1, 4), np.float32)}
+    with reef:
+        be = reef.submit("b", x)
+        time.sleep(0.02)  # BE kernel 0 is 20 ms into its 80 ms
+        rt = reef.submit("r", x).result(timeout=30)
+        be.result(timeout=30)
+    _close(reef)
+    be_kernel_0_end = min(t1 for m, i, _, t1 in reef.executor.log if m == "be" and i == 0)
+    assert rt.end_s < be_kernel_0_end - 0.02
+    assert rt.end_s - rt.arrival_s < 0.04
+
+
 def test_seq_makes_rt_wait_for_a_whole_be_task():
     delays = [d for d, _ in _rt_start_delays("seq")]
     assert max(delays) > 5 * BE_KERNEL_S
