@@ -117,7 +117,8 @@ def test_emu_image_cu_equals_opencv(size):
 
 # -- the emu backend over the real audio CUs, chained mel -> norm, against librosa ----------------
 
-@pytest.mark.parametrize("seconds,rate,dtype", [(1.0, 16000, np.int16), (0.5, 8000, np.float32)])
+@pytest.mark.parametrize("seconds,rate,dtype", [(1.0, 16000, np.int16), (0.5, 8000, np.float32),
+                                                (1.3, 44100, np.int16), (0.7, 22050, np.float32)])
 def test_emu_audio_cus_close_to_librosa(seconds, rate, dtype):
     pcm = tone(seconds, rate, dtype=dtype)
     with Preprocessor("emu", cpu_workers=0, image_cus=0) as pre:
