@@ -97,6 +97,8 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
         np.testing.assert_array_equal(r.outputs["logits"], ref_rt)
     if policy in ("reset", "reef"):
         assert sum(r.preemptions for r in results) > 0
+    # Each RT request came alone: under streams/reset/reef submit() launched its first kernel.
+    assert reef.stats.rt_started_on_arrival == (len(rt_results) if policy in ("streams", "reset", "reef") else 0)
 
 
 @pytest.mark.gpu
