@@ -50,7 +50,7 @@ class CpuStream:
 
     def drain(self) -> None:
         with self._idle:
-            self._idle.wait_for(lambda: self._outstanding == 0)
+            self._idle.wait_for(self.exited)
 
     def close(self) -> None:
         self._queue.put(None)

@@ -138,9 +138,7 @@ class CudaStream:
         return self._exit_event.done
 
     def drain(self) -> None:
-        end = self._device.cp.cuda.Event(disable_timing=True)
-        end.record(self.stream)
-        _spin_until(lambda: end.done)
+        _spin_until(self.exited)
         self.poll()
         self._entries.clear()  # flushed by the guard: exited without running (or cut short)
 

@@ -339,7 +339,8 @@ class Reef:
         than wait (a running BE kernel can take longer than several RT kernels)."""
         client = self._clients[task.client]
         plan, first = None, task.n_launches
-        time.sleep(0)  # CPU vGPUs: the RT stream thread needs the GIL to start kernel 0, and planning pads holds it
+        if self.policy.pads:
+            time.sleep(0)  # CPU vGPUs: the RT stream thread needs the GIL to start kernel 0, and planning pads holds it
         for i in range(1, task.n_launches):
             if self.policy.pads and plan is None and self._be_exited():
                 self._settle()
