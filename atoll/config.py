@@ -63,7 +63,8 @@ class BatchingConfig:
 
 @dataclass
 class SchedulerConfig:
-    policy: str = _choice("reset", "reef", "wait", "streams", "seq", doc="preemption policy")
+    policy: str = _choice("reset", "reef", "wait", "streams", "seq",
+                          doc="preemption policy in each vGPU worker (numpy and cupy executors)")
     outstanding_kernels: int = _num(4, 1, "c: kernels in flight per best-effort stream")
 
 

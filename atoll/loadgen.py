@@ -36,13 +36,15 @@ def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -
     return buf.getvalue()
 
 
-def infer_body(input_name: str, files: list[bytes]) -> tuple[bytes, dict[str, str]]:
-    """A binary-extension request body with one BYTES element per file."""
+def infer_body(input_name: str, files: list[bytes], priority: int = 0) -> tuple[bytes, dict[str, str]]:
+    """A binary-extension request body with one BYTES element per file; `priority` as Triton's
+    request parameter (1 = real-time, 0 = the model's default)."""
     blob = join_bytes(np.array(files, dtype=object))
+    parameters = {"binary_data_output": True} | ({"priority": priority} if priority else {})
     header = json.dumps({
         "inputs": [{"name": input_name, "datatype": "BYTES", "shape": [len(files), 1],
                     "parameters": {"binary_data_size": len(blob)}}],
-        "parameters": {"binary_data_output": True},
+        "parameters": parameters,
     }).encode()  # fmt: skip
     return header + blob, {HEADER_LENGTH: str(len(header)), "Content-Type": "application/octet-stream"}
 
@@ -53,6 +55,7 @@ class Workload:
     input_name: str
     bodies: list[tuple[bytes, dict[str, str]]]
     weight: float = 1.0
+    label: str = ""  # how the summary names it (default: the model)
 
 
 @dataclass
@@ -125,7 +128,7 @@ async def run_load(url: str, workloads: list[Workload], requests: int, rate: flo
                 error = "" if ok else f"HTTP {resp.status}: {payload[:200].decode(errors='replace')}"
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        outcomes.append(Outcome(w.model, time.perf_counter() - start, ok, error))
+        outcomes.append(Outcome(w.label or w.model, time.perf_counter() - start, ok, error))
         bar.update(1)
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)

@@ -3,6 +3,10 @@
 One asyncio task drives the batcher (a pure policy on the loop's clock): it polls on every arrival
 and completion and otherwise sleeps until the batcher's next deadline. Each dispatched batch is run
 by the vGPU pool; its rows are handed back to the waiting requests.
+
+Real-time requests (Triton priority 1, see `priority_class`) skip the batcher: their rows go out at
+once as one batch (`batching.RtPlacement`) and run as RT work on the vGPU, which preempts the BE
+batches there when its engine can (`scheduler.vgpu_engine`) and otherwise runs before the queued ones.
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ def read_wav(data: bytes) -> tuple[np.ndarray, int]:
     return pcm.mean(axis=1, dtype=np.float32), int(rate)
 
 
+def priority_class(spec: ModelSpec, request: InferRequest) -> str:
+    """"rt" or "be" from the request's Triton `priority` parameter: level 1 (the highest) is
+    real-time, any other level best-effort, and 0 or none takes the model's
+    `default_priority_level`."""
+    level = request.parameters.get("priority", 0)
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {level!r}")
+    return "rt" if (level or spec.default_priority_level) == 1 else "be"
+
+
 def pad_stack(arrays: list[np.ndarray]) -> np.ndarray:
     """Stack along a new batch axis, zero-padding the last axis to the longest (audio frames)."""
     longest = max(a.shape[-1] for a in arrays)
@@ -70,6 +84,11 @@ class Pipeline:
         self.pool = pool
         self.batcher = batcher
         self.metrics = metrics
+        self.rt_placement = None
+        if self.vgpu_kinds:
+            from batching import RtPlacement
+
+            self.rt_placement = RtPlacement(self.vgpu_kinds)
         self._ids = itertools.count()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -94,8 +113,14 @@ class Pipeline:
     # -- requests ------------------------------------------------------------------------------------
 
     async def infer(self, spec: ModelSpec, request: InferRequest) -> dict[str, np.ndarray]:
+        priority = priority_class(spec, request)
+        if priority == "rt" and self.rt_placement is None:
+            raise ProtocolError("real-time requests need vGPUs to place them on")
         rows = await self._rows(spec, request)
-        results = await asyncio.gather(*(self._enqueue(spec, row) for row in rows))
+        if priority == "rt" and rows:
+            results = await self._run_rt(spec, rows)
+        else:
+            results = await asyncio.gather(*(self._enqueue(spec, row) for row in rows))
         return {
             out.name: pad_stack([r[out.name] for r in results]) if results else np.zeros((0,))
             for out in spec.outputs
@@ -173,25 +198,47 @@ class Pipeline:
             except TimeoutError:
                 pass
 
+    async def _run_rt(self, spec: ModelSpec, rows: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """One RT batch of the request's rows, placed and submitted at once."""
+        now = self.now()
+        loop = asyncio.get_running_loop()
+        waiting = [Waiting(row, loop.create_future(), now) for row in rows]
+        load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
+        vgpu = self.rt_placement.place(load=load)
+        try:
+            await self._execute(spec, vgpu, "rt", waiting, "rt")
+        finally:
+            self.rt_placement.complete(vgpu)
+        return list(await asyncio.gather(*(w.future for w in waiting)))
+
     async def _run_batch(self, dispatch) -> None:
-        spec = self.models[dispatch.model]
-        waiting: list[Waiting] = [item.payload for item in dispatch.items]
+        try:
+            await self._execute(self.models[dispatch.model], dispatch.vgpu, "be",
+                                [item.payload for item in dispatch.items], str(dispatch.bucket))
+        finally:
+            self.batcher.on_complete(dispatch.vgpu, self.now())
+            self._wake.set()
+
+    async def _execute(self, spec: ModelSpec, vgpu: str, priority: str, waiting: list[Waiting],
+                       bucket: str) -> None:
+        """Run the rows as one batch on `vgpu` and answer each row's future (its outputs, or the
+        batch's error)."""
         start = self.now()
         m = self.metrics
         labels = (spec.name, spec.version)
         m.queue_us.labels(*labels).inc(sum(start - w.enqueued for w in waiting) * 1e6)
-        m.batch_size.labels(spec.name, str(dispatch.bucket), dispatch.vgpu).observe(len(waiting))
+        m.batch_size.labels(spec.name, bucket, vgpu).observe(len(waiting))
         try:
             batch = pad_stack([w.tensor for w in waiting])
             outputs = await asyncio.wrap_future(
-                self.pool.submit(dispatch.vgpu, spec.name, {spec.inputs[0].name: batch}))
+                self.pool.submit(vgpu, spec.name, {spec.inputs[0].name: batch}, priority))
             for i, w in enumerate(waiting):
                 if not w.future.done():
                     w.future.set_result({name: self._row_output(spec, w, batch, arr[i])
                                          for name, arr in outputs.items()})  # fmt: skip
             elapsed = self.now() - start
             if self.latency is not None:
-                kind = self.vgpu_kinds.get(dispatch.vgpu, "cpu")
+                kind = self.vgpu_kinds.get(vgpu, "cpu")
                 self.latency.observe(spec.name, kind, len(waiting), elapsed)
             m.exec_count.labels(*labels).inc()
             m.count.labels(*labels).inc(len(waiting))
@@ -200,9 +247,6 @@ class Pipeline:
             for w in waiting:
                 if not w.future.done():
                     w.future.set_exception(exc)
-        finally:
-            self.batcher.on_complete(dispatch.vgpu, self.now())
-            self._wake.set()
 
     @staticmethod
     def _row_output(spec: ModelSpec, w: Waiting, batch: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -4,6 +4,10 @@ Atoll reads its own settings from the config's `parameters`:
 - `atoll.preprocess`: `image` or `audio` (the model takes a BYTES input holding a JPEG / WAV file,
   preprocessed by the DPU) or `none` (only ready tensors). Default `none`.
 - `atoll.raw_input`: name of that BYTES input (default: the value of `atoll.preprocess`).
+
+From Triton's own fields it reads `max_batch_size`, `input`/`output`, and in `dynamic_batching`
+`max_queue_delay_microseconds`, `preferred_batch_size` and `default_priority_level` (the priority of
+requests that name none; level 1 runs as real-time work, see `atoll.pipeline.priority_class`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class ModelSpec:
     parameters: dict[str, str] = field(default_factory=dict)
     max_queue_delay_microseconds: int | None = None
     preferred_batch_sizes: tuple[int, ...] = ()
+    default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -103,6 +108,9 @@ def load_model(directory: Path) -> ModelSpec:
     if preprocess not in PREPROCESS_KINDS:
         raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
     batching = cfg.get("dynamic_batching") or {}
+    default_priority = batching.get("default_priority_level", 0)
+    if not isinstance(default_priority, int) or default_priority < 0:
+        raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
     return ModelSpec(
         name=name,
         version=files[-1].parent.name,
@@ -116,6 +124,7 @@ def load_model(directory: Path) -> ModelSpec:
         parameters=params,
         max_queue_delay_microseconds=batching.get("max_queue_delay_microseconds"),
         preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
+        default_priority_level=default_priority,
     )
 
 

@@ -132,7 +132,12 @@ class Service:
 
             on_gpu = any(v.kind != "cpu" for v in vgpus)
             executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
-        self.pool = VGpuPool(vgpus, executor=executor)
+        from scheduler.vgpu_engine import engine_for
+
+        # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
+        # preempted (numpy, cupy); onnxruntime models run one batch at a time there, RT first.
+        s = c.scheduler
+        self.pool = VGpuPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
         for name, spec in models.items():
             log.info("loading %s on %d vGPU(s)", name, len(vgpus))
             await asyncio.to_thread(self.pool.load_model, name, spec.path, None, spec.max_batch_size)

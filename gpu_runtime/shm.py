@@ -129,14 +129,17 @@ class Attachments:
 
     def __init__(self):
         self._open: dict[str, shared_memory.SharedMemory] = {}
+        self._lock = threading.Lock()  # inputs are mapped by one thread, outputs by another
 
     def buf(self, name: str):
-        if name not in self._open:
-            self._open[name] = shared_memory.SharedMemory(name=name)
-        return self._open[name].buf
+        with self._lock:
+            if name not in self._open:
+                self._open[name] = shared_memory.SharedMemory(name=name)
+            return self._open[name].buf
 
     def forget(self, name: str) -> None:
-        shm = self._open.pop(name, None)
+        with self._lock:
+            shm = self._open.pop(name, None)
         if shm is not None:
             try:
                 shm.close()

@@ -74,9 +74,10 @@ class WorkerState:
 
 
 class _Worker:
-    def __init__(self, info: VGpuInfo, ctx, prefix: str):
+    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine):
         self.state = WorkerState(info)
         self.ctx = ctx
+        self.engine = engine
         self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
         self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
@@ -88,7 +89,7 @@ class _Worker:
         self.conn, child = self.ctx.Pipe()
         name = f"atoll-vgpu-{self.state.info.id}"
         self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.state.info), name=name, daemon=True
+            target=worker_main, args=(child, self.state.info, self.engine), name=name, daemon=True
         )
         self.process.start()
         child.close()
@@ -123,7 +124,10 @@ class VGpuPool:
         executor: str = "onnxruntime",
         crash_retries: int = 1,
         max_restarts: int = 5,
+        engine=None,
     ):
+        """`engine` is what runs batches inside each worker: a picklable callable taking the
+        worker's VGpuInfo (see gpu_runtime.worker); None for `serial_engine.SerialEngine`."""
         if not infos:
             raise ValueError("VGpuPool needs at least one vGPU")
         self.executor = executor
@@ -135,7 +139,7 @@ class VGpuPool:
         self._closed = False
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx, self._prefix) for info in infos}
+        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine) for info in infos}
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="vgpu-monitor", daemon=True
@@ -169,8 +173,12 @@ class VGpuPool:
                 futures[vid] = self._dispatch(worker, _Request(req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
 
-    def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray]) -> Future:
-        """Run one batch of `model` on vGPU `vgpu_id`; the future yields its outputs by name."""
+    def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray],
+               priority: str = "be") -> Future:
+        """Run one batch of `model` on vGPU `vgpu_id`, as real-time ("rt") or best-effort ("be")
+        work; the future yields its outputs by name."""
+        if priority not in ("rt", "be"):
+            raise ValueError(f"priority must be 'rt' or 'be', got {priority!r}")
         worker = self._workers.get(vgpu_id)
         if worker is None:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
@@ -191,7 +199,7 @@ class VGpuPool:
             raise
         req = next(self._ids)
         names = shm.segment_name(in_seg), shm.segment_name(out_seg)
-        message = ("run", req, model, names[0], layout, names[1], out_seg.size)
+        message = ("run", req, model, names[0], layout, names[1], out_seg.size, priority)
         request = _Request(req, Future(), message, (in_seg, out_seg), out_key=(model, in_bytes))
         request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:

@@ -41,57 +41,31 @@ def load_onnxruntime(onnx_path, info, max_batch=None):
 
 class ProgramRunner:
     """A kernel-program executor (numpy, cupy) behind the worker's run(inputs) call. Programs are
-    planned per input shape (batch, and the length of a variable dim such as audio frames) on first
-    use and kept, so each bucketed batch size is imported once. With `max_batch`, fixed-shape models
-    are planned up front for the powers of two up to it (and max_batch itself), so the first batch
-    of those sizes does not pay for the import (and, on cupy, NVRTC)."""
+    planned per input shape (`model_shapes`) on first use and kept, so each bucketed batch size is
+    imported once; with `max_batch`, fixed-shape models are planned up front for the sizes
+    `ModelShapes.planned_keys` names, so the first batch of those sizes does not pay for the import
+    (and, on cupy, NVRTC)."""
 
     def __init__(self, executor, onnx_path, stream=None, max_batch=None):
-        import onnx
+        from gpu_runtime.model_shapes import ModelShapes
 
         self.executor = executor
         self.stream = stream  # replaces the executor's own stream in every state (green contexts)
-        self.model = onnx.load(str(onnx_path))
-        weights = {i.name for i in self.model.graph.initializer}
-        self.inputs = [v for v in self.model.graph.input if v.name not in weights]
+        self.shapes = ModelShapes(onnx_path)
         self.states: dict[tuple[int, int | None], object] = {}
-        if max_batch and not self._has_length():
-            sizes = {1 << k for k in range(max_batch.bit_length()) if 1 << k <= max_batch}
-            for batch in sorted(sizes | {max_batch}):
-                self._state((batch, None))
-
-    def _has_length(self) -> bool:
-        return any(
-            axis and not dim.HasField("dim_value")
-            for value in self.inputs
-            for axis, dim in enumerate(value.type.tensor_type.shape.dim)
-        )
-
-    def _key(self, inputs) -> tuple[int, int | None]:
-        """(batch, length): dim 0 of the first input, and the first variable non-batch dim."""
-        batch = inputs[self.inputs[0].name].shape[0]
-        for value in self.inputs:
-            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-                if axis and not dim.HasField("dim_value"):
-                    return batch, inputs[value.name].shape[axis]
-        return batch, None
+        for key in self.shapes.planned_keys(max_batch):
+            self._state(key)
 
     def _state(self, key: tuple[int, int | None]):
-        from gpu_runtime.importer import import_model
-
         if key not in self.states:
-            program = import_model(self.model, batch=key[0], length=key[1])
-            self.states[key] = self.executor.load(program)
+            self.states[key] = self.executor.load(self.shapes.program(key))
             if self.stream is not None:
                 # Copies, launches and syncs must all use the partition's stream, in order.
                 self.states[key].stream = self.stream
         return self.states[key]
 
     def run(self, inputs):
-        missing = {v.name for v in self.inputs} - set(inputs)
-        if missing:
-            raise KeyError(f"missing model inputs: {', '.join(sorted(missing))}")
-        state = self._state(self._key(inputs))
+        state = self._state(self.shapes.key(inputs))
         self.executor.set_inputs(state, inputs)
         for index in range(len(state.program.launches)):
             self.executor.launch(state, index)

@@ -112,6 +112,9 @@ class Reef:
             vhq.clients.append(name)
         return client
 
+    def has_client(self, name: str) -> bool:
+        return name in self._clients
+
     def profile(self, client: Client) -> list[KernelProfile]:
         zeros = {name: np.zeros(client.program.buffers[i].shape, client.program.buffers[i].dtype)
                  for name, i in client.program.inputs.items()}

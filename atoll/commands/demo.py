@@ -13,13 +13,19 @@ def register(subparsers) -> None:
     p.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     p.add_argument("--audio-share", type=float, default=0.2,
                    help="fraction of requests carrying WAV audio when an audio model is served")  # fmt: skip
+    p.add_argument("--rt-share", type=float, default=0.1,
+                   help="fraction of requests sent as real-time (Triton priority 1; default 0.1)")
     p.add_argument("--repository", help="model repository (default: the built-in demo)")
+    p.add_argument("--executor", choices=("auto", "onnxruntime", "numpy", "cupy"),
+                   help="passed to `atoll serve` (numpy and cupy run the REEF scheduler)")
+    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
+                   help="passed to `atoll serve`: preemption policy in the vGPU workers")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print only the JSON summary line")
     p.set_defaults(func=run)
 
 
-def _workloads(url: str, seed: int, audio_share: float):
+def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
     import urllib.request
 
     import numpy as np
@@ -43,8 +49,11 @@ def _workloads(url: str, seed: int, audio_share: float):
         else:
             files = [synthetic_wav(rng, float(rng.uniform(1.0, 8.0))) for _ in range(8)]
             weight = audio_share
-        if weight > 0:
-            workloads.append(Workload(meta["name"], raw["name"], [infer_body(raw["name"], [f]) for f in files], weight))
+        for priority, share, label in ((0, 1.0 - rt_share, meta["name"]),
+                                       (1, rt_share, f"{meta['name']} (rt)")):  # fmt: skip
+            if weight * share > 0:
+                bodies = [infer_body(raw["name"], [f], priority) for f in files]
+                workloads.append(Workload(meta["name"], raw["name"], bodies, weight * share, label))
     return workloads
 
 
@@ -75,9 +84,15 @@ def run(args) -> int:
     from atoll.loadgen import format_table, run_load
     from atoll.server_process import ServerProcess
 
-    extra = ["--repository", args.repository] if args.repository else []
+    for flag, share in (("--audio-share", args.audio_share), ("--rt-share", args.rt_share)):
+        if not 0.0 <= share <= 1.0:
+            print(f"atoll demo: {flag} must be between 0 and 1, got {share}", file=sys.stderr)
+            return 2
+    extra = [f"--{flag}={value}" for flag, value in
+             (("repository", args.repository), ("executor", args.executor), ("policy", args.policy))
+             if value]  # fmt: skip
     with ServerProcess(extra) as server:
-        workloads = _workloads(server.url, args.seed, args.audio_share)
+        workloads = _workloads(server.url, args.seed, args.audio_share, args.rt_share)
         if not workloads:
             print("atoll demo: the repository serves no model with a JPEG/WAV input", file=sys.stderr)
             return 2

@@ -20,6 +20,10 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; -1 = off)")
     p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
     p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
+    p.add_argument("--executor", choices=("auto", "onnxruntime", "numpy", "cupy"),
+                   help="model executor in the vGPU workers (numpy and cupy can be preempted)")
+    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
+                   help="how real-time batches preempt best-effort ones in a vGPU worker")
     add_config_options(p)
     p.set_defaults(func=run)
 
@@ -39,7 +43,7 @@ def config_from_args(args, flags: dict[str, str]):
 SERVE_FLAGS = {
     "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
     "metrics_port": "server.metrics_port", "backend": "preprocessing.backend",
-    "batcher": "batching.batcher",
+    "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
 }  # fmt: skip
 
 

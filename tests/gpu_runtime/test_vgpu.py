@@ -13,22 +13,15 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime.discovery import VGpuInfo, discover_vgpus
 from gpu_runtime.vgpu import PoolClosed, VGpuPool, WorkerCrashed, WorkerError
+from tests.gpu_runtime.chain_model import matmul_chain, save
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def save(graph, path) -> str:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +45,6 @@ def models(tmp_path_factory):
         ],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
-    # Slow enough (hundreds of ms) that a SIGKILL right after submit lands mid-batch.
-    k = rng.standard_normal((768, 768)).astype(np.float32) / 28
-    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", "k"], [f"h{i + 1}"]) for i in range(24)]
-    slow = helper.make_graph(
-        nodes,
-        "slow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 768])],
-        [helper.make_tensor_value_info("h24", TensorProto.FLOAT, ["N", 768])],
-        [numpy_helper.from_array(k, "k")],
-    )
     # Output 64x the input: more than the pool's first guess of the output size.
     grow = helper.make_graph(
         [helper.make_node("Tile", ["x", "reps"], ["y"])],
@@ -72,7 +55,8 @@ def models(tmp_path_factory):
     )
     return {
         "mlp": save(mlp, d / "mlp.onnx"),
-        "slow": save(slow, d / "slow.onnx"),
+        # Slow enough (hundreds of ms) that a SIGKILL right after submit lands mid-batch.
+        "slow": matmul_chain(d / "slow.onnx", rng),
         "grow": save(grow, d / "grow.onnx"),
     }
 

@@ -1,0 +1,139 @@
+"""REEF inside a vGPU worker: the engine that runs the worker's batches through `reef.Reef`.
+
+`VGpuPool(..., engine=functools.partial(ReefEngine, policy=..., capacity=...))` makes every worker
+schedule its batches as REEF tasks: real-time batches preempt best-effort ones (reset-based under
+`reset`/`reef`, padded under `reef`), best-effort batches of different models and shapes run
+concurrently on the vHQ streams, and a preempted batch resumes from its last completed kernel.
+
+A Reef client is one loaded program state, so the engine keeps one per (model, priority, batch,
+length); programs for the batch sizes a model is expected to see are built at load, for both
+priorities, so neither an RT nor a BE batch pays for an import or NVRTC when it arrives.
+
+Only the kernel-program executors can be preempted. Models loaded with onnxruntime, and every
+model on a green-context vGPU (the scheduler's CUDA streams are made in the primary context, not
+the partition's), run on a `SerialEngine` beside the scheduler: one batch at a time, RT first.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from gpu_runtime.model_shapes import ModelShapes
+from gpu_runtime.serial_engine import SerialEngine
+from scheduler.reef import DEFAULT_CAPACITY, Reef
+from scheduler.task import BE, RT
+
+PREEMPTIBLE = ("numpy", "cupy")
+
+
+class ReefEngine:
+    def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY):
+        from scheduler.policies import make_policy
+
+        make_policy(policy)  # an unknown policy fails the worker's start-up, with the choices
+        self.info = info
+        self.policy = policy
+        self.capacity = capacity
+        self.reef: Reef | None = None
+        self._executor: str | None = None
+        self._serial: SerialEngine | None = None
+        self._shapes: dict[str, ModelShapes] = {}
+        self._serial_models: set[str] = set()
+
+    # ---- the engine contract (gpu_runtime.serial_engine) -------------------------------------
+    def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None) -> dict:
+        if executor not in PREEMPTIBLE or (executor == "cupy" and self.info.green_context):
+            described = self._serial_engine().load(model, onnx_path, executor, max_batch)
+            self._serial_models.add(model)
+            self._shapes.pop(model, None)
+            return described
+        reef = self._scheduler(executor)
+        shapes = ModelShapes(onnx_path)
+        self._shapes[model] = shapes
+        self._serial_models.discard(model)
+        for key in shapes.planned_keys(max_batch):
+            for priority in (RT, BE):
+                self._add_client(model, shapes, priority, key)
+        reef.prepare_padding()
+        return {"executor": executor, "preemptible": True, "scheduler": self.policy}
+
+    def run(self, model: str, inputs: dict, priority: str = BE) -> Future:
+        if model in self._serial_models:
+            return self._serial_engine().run(model, inputs, priority)
+        shapes = self._shapes.get(model)
+        if shapes is None:
+            raise KeyError(f"model {model!r} is not loaded on {self.info.id}")
+        if priority not in (RT, BE):
+            raise ValueError(f"priority must be {RT!r} or {BE!r}, got {priority!r}")
+        key = shapes.key(inputs)
+        name = _client_name(model, priority, key)
+        if not self.reef.has_client(name):
+            self._add_client(model, shapes, priority, key)
+            self.reef.prepare_padding()
+        done: Future = Future()
+        self.reef.submit(name, inputs).add_done_callback(lambda task: _resolve(done, task))
+        return done
+
+    def close(self) -> None:
+        if self.reef is not None:
+            self.reef.stop()
+            self.reef.device.close()
+        if self._serial is not None:
+            self._serial.close()
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _serial_engine(self) -> SerialEngine:
+        if self._serial is None:
+            self._serial = SerialEngine(self.info)
+        return self._serial
+
+    def _scheduler(self, executor: str) -> Reef:
+        if self.reef is not None:
+            if executor != self._executor:
+                raise ValueError(f"{self.info.id} schedules {self._executor} programs; one vGPU"
+                                 f" cannot mix them with {executor}")  # fmt: skip
+            return self.reef
+        if executor == "numpy":
+            from gpu_runtime.numpy_executor import NumpyExecutor
+            from scheduler.cpu_device import CpuDevice
+
+            # A stream is a CPU vGPU's unit of parallelism: one BLAS thread each, and as many BE
+            # streams as the vGPU has cores.
+            ex = NumpyExecutor(blas_threads=1)
+            device, streams = CpuDevice(ex), max(1, self.info.threads or len(self.info.cpus) or 1)
+        else:
+            from gpu_runtime.cupy_executor import CupyExecutor
+            from scheduler.cuda_device import CudaDevice
+
+            ex = CupyExecutor()
+            device, streams = CudaDevice(ex), 4
+        self.reef = Reef(ex, device, self.policy, capacity=self.capacity, be_streams=streams).start()
+        self._executor = executor
+        return self.reef
+
+    def _add_client(self, model: str, shapes: ModelShapes, priority: str, key) -> None:
+        name = _client_name(model, priority, key)
+        self.reef.add_client(name, shapes.program(key, name=name), priority)
+
+
+def _client_name(model: str, priority: str, key) -> str:
+    batch, length = key
+    return f"{model}/{priority}/b{batch}" + (f"/l{length}" if length is not None else "")
+
+
+def _resolve(done: Future, task: Future) -> None:
+    """The worker's reply: outputs and the time from the batch's first kernel to its end."""
+    try:
+        result = task.result()
+    except Exception as exc:
+        done.set_exception(exc)
+        return
+    done.set_result((result.outputs, result.end_s - result.first_kernel_s))
+
+
+def engine_for(policy: str, capacity: int = DEFAULT_CAPACITY):
+    """What to hand `VGpuPool(engine=...)`: picklable, so spawned workers can build it."""
+    import functools
+
+    return functools.partial(ReefEngine, policy=policy, capacity=capacity)
+

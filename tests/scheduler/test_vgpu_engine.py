@@ -1,0 +1,80 @@
+"""REEF inside the vGPU workers (scheduler.vgpu_engine) through the real VGpuPool on a CPU vGPU:
+an RT batch preempts a running BE batch under `reset`/`reef` and waits for it under `seq`; results
+equal onnxruntime (the reference), and a preempted BE batch equals the same batch run alone bit for
+bit."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from gpu_runtime.discovery import discover_vgpus
+from gpu_runtime.vgpu import VGpuPool, WorkerError
+from scheduler.vgpu_engine import ReefEngine, engine_for
+from tests.gpu_runtime.chain_model import matmul_chain
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    return matmul_chain(tmp_path_factory.mktemp("reef_engine") / "slow.onnx", np.random.default_rng(7))
+
+
+def reference(path, x):
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("policy", ["reset", "reef", "seq"])
+def test_rt_batch_and_a_running_be_batch(slow, policy):
+    rng = np.random.default_rng(8)
+    be = rng.standard_normal((1024, 768)).astype(np.float32)  # about a second on one core
+    rt = rng.standard_normal((1, 768)).astype(np.float32)
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy",
+                  engine=engine_for(policy)) as pool:  # fmt: skip
+        described = pool.load_model("slow", slow, max_batch=2)
+        assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy}
+        alone = pool.submit("cpu0", "slow", {"x": be}).result(60)["h24"]  # also plans that shape
+        be_future = pool.submit("cpu0", "slow", {"x": be})
+        time.sleep(0.2)  # the BE batch is running
+        rt_out = pool.submit("cpu0", "slow", {"x": rt}, priority="rt").result(60)["h24"]
+        be_was_done = be_future.done()
+        preempted = be_future.result(60)["h24"]
+    np.testing.assert_allclose(rt_out, reference(slow, rt), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(alone, reference(slow, be), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(preempted, alone)  # kernels are idempotent: restore is exact
+    # seq never preempts: the RT batch waits for the whole BE batch; reset and reef do not.
+    assert be_was_done == (policy == "seq")
+
+
+def test_onnxruntime_models_run_beside_the_scheduler(slow):
+    x = np.random.default_rng(9).standard_normal((3, 768)).astype(np.float32)
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("reset")) as pool:
+        assert pool.load_model("slow", slow)["cpu0"]["scheduler"] == "serial"
+        for priority in ("be", "rt"):
+            out = pool.submit("cpu0", "slow", {"x": x}, priority=priority).result(60)["h24"]
+            np.testing.assert_allclose(out, reference(slow, x), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_policy_stops_the_worker_with_the_choices(slow):
+    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("fastest")) as pool:
+        with pytest.raises(WorkerError, match="unknown policy 'fastest'; choose from seq"):
+            pool.load_model("slow", slow)
+
+
+def test_one_vgpu_schedules_one_kind_of_program(slow):
+    engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
+    try:
+        engine.load("slow", slow, "numpy", 1)
+        with pytest.raises(ValueError, match="cannot mix them with cupy"):
+            engine.load("slow_gpu", slow, "cupy", 1)
+        with pytest.raises(KeyError, match="not loaded"):
+            engine.run("other", {"x": np.zeros((1, 768), np.float32)}, "be")
+        with pytest.raises(KeyError, match="missing model inputs: x"):
+            engine.run("slow", {}, "be")
+    finally:
+        engine.close()
