@@ -13,6 +13,7 @@ BENCHES: dict[str, str] = {
     "models": "atoll.bench.models",
     "disb": "atoll.bench.disb",
     "preempt": "atoll.bench.preempt",
+    "worker": "atoll.bench.worker",
 }
 
 

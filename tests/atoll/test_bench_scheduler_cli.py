@@ -32,3 +32,15 @@ def test_disb_json_and_plot(tmp_path):
         assert r["rt_latency_ms"]["p50"] <= r["rt_latency_ms"]["p99"]
         assert r["throughput_rps"]["overall"] >= r["throughput_rps"]["be"] >= 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_worker_json(tmp_path):
+    """`bench worker`: RT batches through a real vGPU worker process while BE batches run."""
+    out = tmp_path / "worker.json"
+    _run("worker", "--policy", "reset", "--n", "4", "--be-batch", "2", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["device"].startswith("cpu") and doc["be_batch"] == 2
+    (r,) = doc["results"]
+    assert r["policy"] == "reset" and r["rt_latency_ms"]["n"] == 4
+    assert 0 < r["rt_latency_ms"]["p50"] <= r["rt_latency_ms"]["p99"] <= r["rt_latency_ms"]["max"]
+    assert r["be_rows_per_s"] > 0 and r["be_batch_alone_ms"] > 0

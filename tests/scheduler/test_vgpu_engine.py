@@ -78,3 +78,22 @@ def test_one_vgpu_schedules_one_kind_of_program(slow):
             engine.run("slow", {}, "be")
     finally:
         engine.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", ["reset", "reef"])
+def test_cupy_worker_schedules_rt_and_be_batches(slow, policy):
+    """The same through a CUDA worker (`discover("gpu")`): outputs against onnxruntime, and a BE
+    batch that an RT batch may have preempted equal to the same batch run alone, bit for bit."""
+    rng = np.random.default_rng(10)
+    be = rng.standard_normal((8192, 768)).astype(np.float32)
+    rt = rng.standard_normal((1, 768)).astype(np.float32)
+    with VGpuPool(discover_vgpus("gpu")[:1], executor="cupy", engine=engine_for(policy)) as pool:
+        vgpu = next(iter(pool.workers))
+        assert pool.load_model("slow", slow, max_batch=2)[vgpu]["scheduler"] == policy
+        alone = pool.submit(vgpu, "slow", {"x": be}).result(120)["h24"]
+        be_future = pool.submit(vgpu, "slow", {"x": be})
+        rt_out = pool.submit(vgpu, "slow", {"x": rt}, priority="rt").result(120)["h24"]
+        preempted = be_future.result(120)["h24"]
+    np.testing.assert_allclose(rt_out, reference(slow, rt), rtol=1e-3, atol=1e-4)
+    np.testing.assert_array_equal(preempted, alone)
