@@ -72,9 +72,8 @@ def binary(ctx: GraphContext, op: str, a, c) -> Tensor:
     return y
 
 
-def fuse_activation(ctx: GraphContext, node) -> tuple[str, str]:
-    """If the output's sole consumer is a fusible activation, absorb it: (output name, act)."""
-    out = node.output[0]
+def fuse_activation(ctx: GraphContext, out: str) -> tuple[str, str]:
+    """If tensor `out`'s sole consumer is a fusible activation, absorb it: (output name, act)."""
     user = ctx.sole_consumer(out, tuple(FUSIBLE_ACTS))
     if user is None:
         return out, "none"
@@ -258,11 +257,7 @@ def lower_conv(ctx, node, ins, attrs):
         bias = bias * scale + shift
         ctx.absorb(bn)
         out_name = bn.output[0]
-    act = "none"
-    user = ctx.sole_consumer(out_name, tuple(FUSIBLE_ACTS))
-    if user is not None:
-        ctx.absorb(user)
-        out_name, act = user.output[0], FUSIBLE_ACTS[user.op_type]
+    out_name, act = fuse_activation(ctx, out_name)
 
     n, c = x.shape[:2]
     H, W = _to_2d(x.shape[2:], 1)
@@ -329,7 +324,7 @@ def lower_gemm(ctx, node, ins, attrs):
     if c is not None:
         sc = _bias_strides(c.shape, M, N)
         c = ctx.b.as_tensor(c)
-    out_name, act = fuse_activation(ctx, node)
+    out_name, act = fuse_activation(ctx, node.output[0])
     y = _gemm_launch(ctx, a, b, c, (M, N), M, N, K, 1, sa, sb, sc,
                      attrs.get("alpha", 1.0), attrs.get("beta", 1.0), act)
     return _bind(ctx, node, out_name, y)
@@ -366,11 +361,7 @@ def lower_matmul(ctx, node, ins, attrs):
             c, sc = ctx.b.weight(bias), _bias_strides(bias.shape, Mz, N)
             ctx.absorb(add)
             out_name = add.output[0]
-    act = "none"
-    user = ctx.sole_consumer(out_name, tuple(FUSIBLE_ACTS))
-    if user is not None:
-        ctx.absorb(user)
-        out_name, act = user.output[0], FUSIBLE_ACTS[user.op_type]
+    out_name, act = fuse_activation(ctx, out_name)
     y = _gemm_launch(ctx, a, b, c, batch + (M, N), Mz, N, K, zz, sa, sb, sc, 1.0, 1.0, act)
     ctx.values[out_name] = y
     return [y]
