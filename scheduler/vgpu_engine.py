@@ -63,11 +63,9 @@ class ReefEngine:
         shapes = self._shapes.get(model)
         if shapes is None:
             raise KeyError(f"model {model!r} is not loaded on {self.info.id}")
-        if priority not in (RT, BE):
-            raise ValueError(f"priority must be {RT!r} or {BE!r}, got {priority!r}")
         key = shapes.key(inputs)
         name = _client_name(model, priority, key)
-        if not self.reef.has_client(name):
+        if not self.reef.has_client(name):  # add_client refuses a priority other than RT or BE
             self._add_client(model, shapes, priority, key)
             self.reef.prepare_padding()
         done: Future = Future()

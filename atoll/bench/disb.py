@@ -87,20 +87,26 @@ def policies_from(arg: str | None) -> list[str]:
 
 # ---- models and devices ------------------------------------------------------------------------
 
+def zoo_model(name: str, device: str, seed: int):
+    """A zoo model as ONNX; on CPU vGPUs image models get smaller inputs (the graphs are
+    resolution-free up to their global pooling)."""
+    from gpu_runtime import zoo
+
+    model = zoo.build(name, seed=seed)
+    if zoo.MODELS[name].kind == "image" and device == "cpu" and name not in FIXED_SIZE:
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        dims[2].dim_value = dims[3].dim_value = IMAGE_SIZE_CPU
+    return model
+
+
 def load_program(name: str, device: str, seed: int):
-    """Import a zoo model for batch 1; CPU vGPUs get smaller inputs (the graphs are resolution-free
-    up to their global pooling)."""
+    """Import a zoo model (`zoo_model`) for batch 1."""
     from gpu_runtime import zoo
     from gpu_runtime.importer import import_model
 
-    model = zoo.build(name, seed=seed)
-    entry = zoo.MODELS[name]
-    if entry.kind == "image":
-        if device == "cpu" and name not in FIXED_SIZE:
-            dims = model.graph.input[0].type.tensor_type.shape.dim
-            dims[2].dim_value = dims[3].dim_value = IMAGE_SIZE_CPU
-        return import_model(model, batch=1, name=f"{name}-{seed}")
-    return import_model(model, batch=1, length=AUDIO_FRAMES[device], name=f"{name}-{seed}")
+    model = zoo_model(name, device, seed)
+    length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
+    return import_model(model, batch=1, length=length, name=f"{name}-{seed}")
 
 
 def random_inputs(program, seed: int) -> dict:

@@ -17,17 +17,17 @@ import threading
 import time
 from pathlib import Path
 
-from atoll.bench.disb import IMAGE_SIZE_CPU, RT_ONLY, plot_cdf
+from atoll.bench.disb import (IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, plot_cdf, policies_from,
+                              zoo_model)
 from atoll.bench.output import emit
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
-POLICIES = ("seq", "streams", "wait", "reset", "reef")
 DEFAULTS = {"cpu": {"n": 40, "be_batch": 8}, "cuda": {"n": 300, "be_batch": 64}}
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("worker", help="RT latency through a vGPU worker process under BE load")
-    p.add_argument("--policy", default=None, help=f"one of {', '.join((RT_ONLY,) + POLICIES)} (default: all)")
+    p.add_argument("--policy", default=None, help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--n", type=int, default=None, help="RT requests per policy (cpu 40, cuda 300)")
     p.add_argument("--be-batch", type=int, default=None, help="rows per BE batch (cpu 8, cuda 64)")
@@ -40,19 +40,13 @@ def register(subparsers) -> None:
 
 
 def write_models(device: str, folder: Path, seed: int) -> dict[str, str]:
-    """The zoo models as ONNX files; CPU vGPUs get 112x112 inputs (see `bench disb`)."""
+    """The zoo models as ONNX files, sized for the device as `bench disb` sizes them."""
     import onnx
-
-    from gpu_runtime import zoo
 
     paths = {}
     for role, name in MODELS.items():
-        model = zoo.build(name, seed=seed + (role == "be"))
-        if device == "cpu":
-            dims = model.graph.input[0].type.tensor_type.shape.dim
-            dims[2].dim_value = dims[3].dim_value = IMAGE_SIZE_CPU
         paths[role] = str(folder / f"{role}.onnx")
-        onnx.save(model, paths[role])
+        onnx.save(zoo_model(name, device, seed + (role == "be")), paths[role])
     return paths
 
 
@@ -116,10 +110,7 @@ def run(args) -> int:
 
     from atoll.bench.disb import make_device
 
-    if args.policy is not None and args.policy not in (RT_ONLY, *POLICIES):
-        raise SystemExit(f"atoll bench: unknown policy {args.policy!r}; choose from "
-                         f"{', '.join((RT_ONLY,) + POLICIES)}")  # fmt: skip
-    policies = [args.policy] if args.policy else [RT_ONLY, *POLICIES]
+    policies = policies_from(args.policy)
     n = args.n or DEFAULTS[args.device]["n"]
     be_batch = args.be_batch or DEFAULTS[args.device]["be_batch"]
     _, dev, description = make_device(args.device)  # also refuses cuda where there is none
