@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from gpu_runtime.executors import EXECUTORS
+from scheduler.policies import POLICIES
+
 
 class ConfigError(ValueError):
     """A configuration file or override that names an unknown key or holds a bad value."""
@@ -63,8 +66,8 @@ class BatchingConfig:
 
 @dataclass
 class SchedulerConfig:
-    policy: str = _choice("reset", "reef", "wait", "streams", "seq",
-                          doc="preemption policy in each vGPU worker (numpy and cupy executors)")
+    policy: str = _choice("reset", *(p for p in POLICIES if p != "reset"),
+                          doc="preemption policy in each vGPU worker (preemptible executors)")
     outstanding_kernels: int = _num(4, 1, "c: kernels in flight per best-effort stream")
 
 
@@ -72,7 +75,7 @@ class SchedulerConfig:
 class VGpuConfig:
     mode: str = _choice("auto", "mig", "gpu", "cpu", doc="which vGPUs to use")
     cpu_vgpus: int = _num(0, 0, "CPU vGPUs (0 = one per two cores)")
-    executor: str = _choice("auto", "onnxruntime", "numpy", "cupy", doc="model executor")
+    executor: str = _choice("auto", *EXECUTORS, doc="model executor")
     green_context_sms: int = _num(0, 0, "split whole GPUs into partitions of this many SMs (0 = off)")
 
 

@@ -107,8 +107,8 @@ class Service:
 
     async def start(self) -> None:
         from fpga_host.preprocessor import Preprocessor
-        from gpu_runtime.discovery import discover_vgpus
-        from gpu_runtime.vgpu import VGpuPool
+        from gpu_runtime.vgpu.discovery import discover_vgpus
+        from gpu_runtime.vgpu.pool import WorkerPool
 
         c = self.config
         if self.repository is None:
@@ -128,7 +128,7 @@ class Service:
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         executor = c.vgpus.executor
         if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
-            from gpu_runtime.discovery import probe_executors
+            from gpu_runtime.executors import probe_executors
 
             on_gpu = any(v.kind != "cpu" for v in vgpus)
             executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
@@ -137,7 +137,7 @@ class Service:
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run one batch at a time there, RT first.
         s = c.scheduler
-        self.pool = VGpuPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
+        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
         for name, spec in models.items():
             log.info("loading %s on %d vGPU(s)", name, len(vgpus))
             await asyncio.to_thread(self.pool.load_model, name, spec.path, None, spec.max_batch_size)

@@ -9,7 +9,7 @@ does both. A merged batch never holds more than the Batch_max of its longest inp
 that input's length.
 
 Placement: a full batch is placed as soon as it is full, on an idle vGPU if one serves the model,
-else on the one whose queued work is expected to complete first (see VgpuPool); that keeps the next
+else on the one whose queued work is expected to complete first (see VgpuPlacement); that keeps the next
 batch queued behind the running one so no vGPU idles between batches. A timed-out (short) batch is
 placed only on an idle vGPU: while every vGPU serving the model is busy its bucket keeps filling
 (never past Batch_max) and goes when a vGPU frees or it fills up. Placing short batches on busy vGPUs
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from batching.api import Dispatch, Item
 from batching.buckets import ModelBatching
-from batching.vgpu_pool import ServiceTime, VgpuPool
+from batching.placement import ServiceTime, VgpuPlacement
 
 
 class _ModelQueues:
@@ -61,7 +61,7 @@ class PrebaBatcher:
         """`vgpus` maps vGPU id -> kind; `merge_distance` is how many buckets away a short batch
         may borrow inputs from (1 = adjacent buckets only); `short_batches_wait_for_idle=False`
         places timed-out batches on busy vGPUs too (see the module docstring)."""
-        self._pool = VgpuPool(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time)
         self._models: dict[str, _ModelQueues] = {}
         for name, policy in models.items():
             serving = list(policy.vgpus) if policy.vgpus is not None else self._pool.names

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from batching.buckets import MODALITIES, BucketPolicy, ModelBatching
-from batching.vgpu_pool import ServiceTime
+from batching.placement import ServiceTime
 
 
 class ProfileError(ValueError):

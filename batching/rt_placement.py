@@ -4,7 +4,7 @@ An RT request (Triton priority 1) is latency-critical, so it is never held back 
 rows form one batch, placed the moment it arrives. A vGPU runs RT tasks one at a time (REEF), so the
 batch goes to the vGPU with the fewest RT batches in flight; on a tie, to the one with the least
 other work in flight (a vGPU that cannot preempt makes the RT batch wait for its running batch), then
-in preference order. BE batches keep their own placement (`vgpu_pool`); a BE batch preempted by RT
+in preference order. BE batches keep their own placement (`placement.VgpuPlacement`); a BE batch preempted by RT
 work simply completes later, and `complete()` there re-anchors on the real time.
 """
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batching.api import Batcher, Dispatch, Item
-from batching.vgpu_pool import ServiceTime
+from batching.placement import ServiceTime
 
 
 @dataclass

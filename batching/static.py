@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from batching.api import Dispatch, Item
-from batching.vgpu_pool import ServiceTime, VgpuPool
+from batching.placement import ServiceTime, VgpuPlacement
 
 
 class StaticBatcher:
@@ -20,7 +20,7 @@ class StaticBatcher:
                  timeout: float | None = None):
         if batch_size < 1 or (timeout is not None and timeout < 0):
             raise ValueError("batch_size must be >= 1 and timeout >= 0")
-        self._pool = VgpuPool(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time)
         self._batch_size = batch_size
         self._timeout = timeout
         self._queues: dict[str, deque[Item]] = {}

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from batching.api import Dispatch, Item
-from batching.vgpu_pool import ServiceTime, VgpuPool
+from batching.placement import ServiceTime, VgpuPlacement
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class TritonBatcher:
                  max_queue_delay_microseconds: int = 0, preferred_batch_sizes: Sequence[int] = (),
                  per_model: Mapping[str, TritonConfig] | None = None):
         """The configuration applies to every model, except those given in `per_model`."""
-        self._pool = VgpuPool(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time)
         self._default = TritonConfig(max_batch_size, max_queue_delay_microseconds,
                                      tuple(preferred_batch_sizes))
         self._configs = dict(per_model or {})

@@ -24,7 +24,7 @@ import re
 import threading
 from typing import Any, Callable, Sequence
 
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 from scheduler.profiler import DeviceLimits, occupancy
 
 NVRTC_OPTIONS = ("--std=c++14",)

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_runtime.program import Program
-from scheduler.padding import plan_padding
+from gpu_runtime.compiler.program import Program
+from scheduler.padding import pair_table, plan_padding
 from scheduler.policies import Policy, make_policy
 from scheduler.profiler import KernelProfile, profile_program
 from scheduler.rerun_window import rerun_window
@@ -134,7 +134,7 @@ class Reef:
         tables, pairs = [], []
         for rt in (c for c in self._clients.values() if c.priority == RT):
             for be in (c for c in self._clients.values() if c.priority == BE):
-                ok, code, uniq, reps = _pair_table(rt, be, same_block)
+                ok, code, uniq, reps = pair_table(rt.profiles, be.profiles, same_block)
                 tables.append((rt, be, ok, code, uniq, reps))
                 pairs += [(rt.state, r, be.state, i, n) for r, i, n in reps]
         built = self.device.prepare_pads(pairs)
@@ -384,25 +384,3 @@ class Reef:
                     v.assign(task)
             if v.current is not None and self.policy.be_may_issue(self):
                 v.pump()
-
-
-def _pair_table(rt: Client, be: Client, same_block: bool):
-    """Which (RT launch, BE launch) pairs pass the padding rules (a boolean matrix), each pair's
-    (RT kernel, BE kernel) code, the distinct codes that occur, and one representative launch
-    pair per code with its number of occurrences. Vectorised: programs have hundreds of launches."""
-    def columns(profiles):
-        return (np.array([p.duration_s for p in profiles]), np.array([p.occupancy for p in profiles]),
-                np.array([p.block_threads for p in profiles]), [p.name for p in profiles])
-
-    rd, ro, rb, rn = columns(rt.profiles)
-    bd, bo, bb, bn = columns(be.profiles)
-    ok = (bd[None, :] < rd[:, None]) & (bo[None, :] >= ro[:, None])
-    if same_block:
-        ok &= bb[None, :] == rb[:, None]
-    vocab = {n: k for k, n in enumerate(dict.fromkeys(rn + bn))}
-    code = (np.array([vocab[n] for n in rn])[:, None] * len(vocab)
-            + np.array([vocab[n] for n in bn])[None, :])
-    r_idx, b_idx = np.nonzero(ok)
-    uniq, first, counts = np.unique(code[r_idx, b_idx], return_index=True, return_counts=True)
-    reps = [(int(r_idx[f]), int(b_idx[f]), int(c)) for f, c in zip(first, counts)]
-    return ok, code, uniq, reps

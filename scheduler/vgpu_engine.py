@@ -1,6 +1,6 @@
 """REEF inside a vGPU worker: the engine that runs the worker's batches through `reef.Reef`.
 
-`VGpuPool(..., engine=functools.partial(ReefEngine, policy=..., capacity=...))` makes every worker
+`WorkerPool(..., engine=functools.partial(ReefEngine, policy=..., capacity=...))` makes every worker
 schedule its batches as REEF tasks: real-time batches preempt best-effort ones (reset-based under
 `reset`/`reef`, padded under `reef`), best-effort batches of different models and shapes run
 concurrently on the vHQ streams, and a preempted batch resumes from its last completed kernel.
@@ -18,13 +18,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from gpu_runtime.model_shapes import ModelShapes
-from gpu_runtime.serial_engine import SerialEngine
+from gpu_runtime.compiler.shapes import ModelShapes
+from gpu_runtime.executors import EXECUTORS, program_executor
+from gpu_runtime.vgpu.serial_engine import SerialEngine
 from scheduler.reef import DEFAULT_CAPACITY, Reef
 from scheduler.task import BE, RT
-
-PREEMPTIBLE = ("numpy", "cupy")
-
 
 class ReefEngine:
     def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY):
@@ -40,9 +38,10 @@ class ReefEngine:
         self._shapes: dict[str, ModelShapes] = {}
         self._serial_models: set[str] = set()
 
-    # ---- the engine contract (gpu_runtime.serial_engine) -------------------------------------
+    # ---- the engine contract (gpu_runtime.vgpu.serial_engine) -------------------------------------
     def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None) -> dict:
-        if executor not in PREEMPTIBLE or (executor == "cupy" and self.info.green_context):
+        spec = EXECUTORS[executor]
+        if not spec.preemptible or (spec.gpu and self.info.green_context):
             described = self._serial_engine().load(model, onnx_path, executor, max_batch)
             self._serial_models.add(model)
             self._shapes.pop(model, None)
@@ -91,20 +90,18 @@ class ReefEngine:
                 raise ValueError(f"{self.info.id} schedules {self._executor} programs; one vGPU"
                                  f" cannot mix them with {executor}")  # fmt: skip
             return self.reef
-        if executor == "numpy":
-            from gpu_runtime.numpy_executor import NumpyExecutor
+        if EXECUTORS[executor].gpu:
+            from scheduler.cuda_device import CudaDevice
+
+            ex = program_executor(executor)()
+            device, streams = CudaDevice(ex), 4
+        else:
             from scheduler.cpu_device import CpuDevice
 
             # A stream is a CPU vGPU's unit of parallelism: one BLAS thread each, and as many BE
             # streams as the vGPU has cores.
-            ex = NumpyExecutor(blas_threads=1)
+            ex = program_executor(executor)(blas_threads=1)
             device, streams = CpuDevice(ex), max(1, self.info.threads or len(self.info.cpus) or 1)
-        else:
-            from gpu_runtime.cupy_executor import CupyExecutor
-            from scheduler.cuda_device import CudaDevice
-
-            ex = CupyExecutor()
-            device, streams = CudaDevice(ex), 4
         self.reef = Reef(ex, device, self.policy, capacity=self.capacity, be_streams=streams).start()
         self._executor = executor
         return self.reef
@@ -130,7 +127,7 @@ def _resolve(done: Future, task: Future) -> None:
 
 
 def engine_for(policy: str, capacity: int = DEFAULT_CAPACITY):
-    """What to hand `VGpuPool(engine=...)`: picklable, so spawned workers can build it."""
+    """What to hand `WorkerPool(engine=...)`: picklable, so spawned workers can build it."""
     import functools
 
     return functools.partial(ReefEngine, policy=policy, capacity=capacity)

@@ -102,7 +102,7 @@ def zoo_model(name: str, device: str, seed: int):
 def load_program(name: str, device: str, seed: int):
     """Import a zoo model (`zoo_model`) for batch 1."""
     from gpu_runtime import zoo
-    from gpu_runtime.importer import import_model
+    from gpu_runtime.compiler.importer import import_model
 
     model = zoo_model(name, device, seed)
     length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
@@ -120,7 +120,7 @@ def random_inputs(program, seed: int) -> dict:
 def make_device(kind: str):
     """(executor, scheduler device, description) for a vGPU of this kind."""
     if kind == "cpu":
-        from gpu_runtime.numpy_executor import NumpyExecutor
+        from gpu_runtime.executors.numpy_executor import NumpyExecutor
         from scheduler.cpu_device import CpuDevice
 
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
@@ -128,7 +128,7 @@ def make_device(kind: str):
         ex = NumpyExecutor(blas_threads=1)
         return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
     try:
-        from gpu_runtime.cupy_executor import CupyExecutor
+        from gpu_runtime.executors.cupy_executor import CupyExecutor
         from scheduler.cuda_device import CudaDevice
 
         ex = CupyExecutor()

@@ -16,13 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_runtime.executors import EXECUTORS
+
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
 COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("models", help="latency/throughput per model and batch size (knee profiles)")
-    p.add_argument("--executor", default="onnxruntime", help="vGPU executor: onnxruntime | numpy | cupy")
+    p.add_argument("--executor", default="onnxruntime", choices=sorted(EXECUTORS), help="vGPU executor")
     p.add_argument("--models", nargs="+", metavar="NAME", help="models to run (default: all)")
     p.add_argument("--repository", help="Triton-layout model repository (default: the zoo, built once into a cache)")
     p.add_argument("--batches", default=DEFAULT_BATCHES, help=f"batch sizes (default {DEFAULT_BATCHES})")
@@ -220,8 +222,8 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
     import numpy as np
     from tqdm import tqdm
 
-    from gpu_runtime.discovery import discover_vgpus
-    from gpu_runtime.vgpu import VGpuPool, WorkerError
+    from gpu_runtime.vgpu.discovery import discover_vgpus
+    from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
 
     vgpus = discover_vgpus(args.vgpu_mode)
     chosen = next((v for v in vgpus if v.id == (args.vgpu or vgpus[0].id)), None)
@@ -236,7 +238,7 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
         for b in batches
         for length in (lengths if _has_length(path) else [None])
     ]
-    with VGpuPool([chosen], executor=args.executor) as pool:
+    with WorkerPool([chosen], executor=args.executor) as pool:
         loaded = {}
         for name, (path, _max) in specs.items():
             try:
@@ -319,7 +321,7 @@ def _device(vgpu) -> dict:
 
 def _versions() -> dict:
     from atoll import __version__
-    from gpu_runtime.discovery import probe_executors
+    from gpu_runtime.executors import probe_executors
 
     return {
         "atoll": __version__,

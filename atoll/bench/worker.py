@@ -53,18 +53,19 @@ def write_models(device: str, folder: Path, seed: int) -> dict[str, str]:
 def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: int) -> tuple[dict, list]:
     import numpy as np
 
-    from gpu_runtime.discovery import discover_vgpus
-    from gpu_runtime.vgpu import VGpuPool
+    from gpu_runtime.vgpu.discovery import discover_vgpus
+    from gpu_runtime.executors import preemptible_executor
+    from gpu_runtime.vgpu.pool import WorkerPool
     from scheduler.vgpu_engine import engine_for
 
     vgpus = discover_vgpus("cpu", cpu_vgpus=1) if device == "cpu" else discover_vgpus("gpu")[:1]
-    executor = "numpy" if device == "cpu" else "cupy"
+    executor = preemptible_executor(gpu=device != "cpu")
     rng = np.random.default_rng(seed)
     size = IMAGE_SIZE_CPU if device == "cpu" else 224
     rt_x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
     be_x = rng.standard_normal((be_batch, 3, size, size)).astype(np.float32)
     engine = engine_for("reset" if policy == RT_ONLY else policy)
-    with VGpuPool(vgpus, executor=executor, engine=engine) as pool:
+    with WorkerPool(vgpus, executor=executor, engine=engine) as pool:
         vgpu = vgpus[0].id
         pool.load_model("rt", paths["rt"], max_batch=1)
         pool.load_model("be", paths["be"], max_batch=be_batch)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from gpu_runtime.executors import EXECUTORS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="end-to-end demo: server + load generator + summary")
@@ -16,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("--rt-share", type=float, default=0.1,
                    help="fraction of requests sent as real-time (Triton priority 1; default 0.1)")
     p.add_argument("--repository", help="model repository (default: the built-in demo)")
-    p.add_argument("--executor", choices=("auto", "onnxruntime", "numpy", "cupy"),
+    p.add_argument("--executor", choices=("auto", *EXECUTORS),
                    help="passed to `atoll serve` (numpy and cupy run the REEF scheduler)")
     p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
                    help="passed to `atoll serve`: preemption policy in the vGPU workers")

@@ -25,7 +25,8 @@ def _safe(fn, *args, **kwargs):
 def collect(config) -> dict:
     from atoll import __version__
     from fpga_host.probe import probe_backends
-    from gpu_runtime.discovery import discover, probe_executors
+    from gpu_runtime.executors import probe_executors
+    from gpu_runtime.vgpu.discovery import discover
 
     fpga, error = _safe(probe_backends, config.preprocessing.manifest)
     if fpga is None:

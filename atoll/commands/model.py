@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import sys
 
-EXECUTORS = {
-    "numpy": ("gpu_runtime.numpy_executor", "NumpyExecutor"),
-    "cupy": ("gpu_runtime.cupy_executor", "CupyExecutor"),
-}
+from gpu_runtime.executors import EXECUTORS, program_executor
+
+PROGRAM_EXECUTORS = sorted(n for n, s in EXECUTORS.items() if s.program_executor)
 
 
 def register(subparsers) -> None:
@@ -18,7 +17,7 @@ def register(subparsers) -> None:
     sub.required = True
     p = sub.add_parser("check", help="compare our executor with onnxruntime on a seeded input")
     p.add_argument("path", help="ONNX file (or a Triton model directory holding 1/model.onnx)")
-    p.add_argument("--executor", choices=sorted(EXECUTORS), default="numpy")
+    p.add_argument("--executor", choices=PROGRAM_EXECUTORS, default="numpy")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--length", type=int, default=200,
                    help="frames for a dynamic (non-batch) input dimension (default 200)")
@@ -59,7 +58,6 @@ def compare(got: dict, want: dict) -> dict:
 
 
 def run_check(args) -> int:
-    import importlib
     import time
 
     import numpy as np
@@ -68,7 +66,7 @@ def run_check(args) -> int:
 
     from google.protobuf.message import DecodeError
 
-    from gpu_runtime.importer import import_model
+    from gpu_runtime.compiler.importer import import_model
 
     try:
         path = _resolve(args.path)
@@ -76,8 +74,7 @@ def run_check(args) -> int:
         t0 = time.perf_counter()
         program = import_model(model, args.batch, args.length)
         import_s = time.perf_counter() - t0
-        module, cls = EXECUTORS[args.executor]
-        executor = getattr(importlib.import_module(module), cls)()
+        executor = program_executor(args.executor)()
     except (OSError, ValueError, RuntimeError, DecodeError) as e:  # unsupported model, no GPU
         print(f"atoll model check: {e}", file=sys.stderr)
         return 2

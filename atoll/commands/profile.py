@@ -3,7 +3,7 @@
 For every input length (audio) and batch size, runs `--repeats` timed batches (after `--warmup`
 untimed ones) through a runner, records the tail latency (`--percentile`, p95 by default), and
 derives Batch_knee / Time_knee per bucket with batching.knee. The runner is the real vGPU worker
-path (gpu_runtime.vgpu.VGpuPool: a worker process on the chosen vGPU, inputs through shared memory,
+path (gpu_runtime.vgpu.pool.WorkerPool: a worker process on the chosen vGPU, inputs through shared memory,
 the model file from a Triton-layout repository), so the times include what a served batch pays.
 If --out already holds a profile of the same vGPU kind, the measured model is added or replaced in it.
 """
@@ -109,8 +109,8 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
     from pathlib import Path
 
     from batching.profile import Profile, load_profile, save_profile
-    from gpu_runtime.discovery import discover
-    from gpu_runtime.vgpu import VGpuPool
+    from gpu_runtime.vgpu.discovery import discover
+    from gpu_runtime.vgpu.pool import WorkerPool
 
     spec = _model_spec(args.repository, args.model)
     modality = "audio" if spec.preprocess == "audio" else "image"
@@ -121,7 +121,7 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
     if spec.max_batch_size and batches[-1] > spec.max_batch_size:
         raise ValueError(f"{spec.name} accepts batches up to {spec.max_batch_size} (config.pbtxt)")
 
-    with VGpuPool([info]) as pool:
+    with WorkerPool([info]) as pool:
         pool.load_model(spec.name, spec.path, max_batch=batches[-1])
         runner = _pool_runner(pool, info.id, spec)
         measured = measure(runner, spec.name, modality, lengths, batches, args.repeats,

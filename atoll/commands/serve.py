@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpu_runtime.executors import EXECUTORS
+
 
 def add_config_options(p) -> None:
     p.add_argument("--config", help="atoll.toml with settings (defaults for every key)")
@@ -20,8 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; -1 = off)")
     p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
     p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
-    p.add_argument("--executor", choices=("auto", "onnxruntime", "numpy", "cupy"),
-                   help="model executor in the vGPU workers (numpy and cupy can be preempted)")
+    p.add_argument("--executor", choices=("auto", *EXECUTORS),
+                   help="model executor in the vGPU workers (" + ", ".join(
+                       n for n, s in EXECUTORS.items() if s.preemptible) + " can be preempted)")
     p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
                    help="how real-time batches preempt best-effort ones in a vGPU worker")
     add_config_options(p)

@@ -7,7 +7,7 @@ import functools
 
 from gpu_runtime.kernels.gemm import conv_numpy
 from gpu_runtime.kernels.source import ACT_CUDA, kernel_source
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 
 @functools.cache

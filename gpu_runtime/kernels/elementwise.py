@@ -8,7 +8,7 @@ import numpy as np
 from scipy.special import erf
 
 from gpu_runtime.kernels.source import DECOMPOSE, MAXD, kernel_source, strided
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 # op -> (CUDA expression of v with parameters alpha/beta, NumPy function of (x, alpha, beta))
 UNARY = {

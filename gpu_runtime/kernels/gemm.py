@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from gpu_runtime.kernels.source import ACT_CUDA, act_numpy, kernel_source, strided
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 BM, BN, BK = 64, 64, 16
 THREADS = 256

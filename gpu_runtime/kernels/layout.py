@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from gpu_runtime.kernels.source import DECOMPOSE, MAXD, kernel_source, strided
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 
 @functools.cache

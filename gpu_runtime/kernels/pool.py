@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from gpu_runtime.kernels.source import kernel_source
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 
 @functools.cache

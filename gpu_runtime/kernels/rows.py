@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from gpu_runtime.kernels.source import BLOCK_REDUCE, kernel_source
-from gpu_runtime.program import KernelDef
+from gpu_runtime.compiler.program import KernelDef
 
 ROW_LOOP = r"""
   __shared__ float buf[33];

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_runtime.program import GUARD_PROLOGUE
+from gpu_runtime.compiler.program import GUARD_PROLOGUE
 
 MAXD = 6  # rank limit of the strided copy and broadcast kernels (shapes are left-padded to it)
 THREADS = 256

@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from gpu_runtime.importer import import_model
-from gpu_runtime.numpy_executor import NumpyExecutor
-from gpu_runtime.program import BufferRef
+from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
+from gpu_runtime.compiler.program import BufferRef
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
 
 SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\((.*?)\)\s*\{', re.S)
@@ -56,7 +56,7 @@ def test_launch_arguments_match_cuda_signatures(name, length):
 
 @pytest.fixture(scope="module")
 def gpu():
-    from gpu_runtime.cupy_executor import CupyExecutor
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
 
     return CupyExecutor()
 

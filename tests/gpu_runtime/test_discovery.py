@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpu_runtime import discovery
-from gpu_runtime.discovery import VGpuUnavailable, discover, discover_vgpus, probe_executors
+from gpu_runtime.vgpu import discovery
+from gpu_runtime.vgpu.discovery import VGpuUnavailable, discover, discover_vgpus
 
 
 class FakeNVMLError(Exception):
@@ -157,7 +157,7 @@ def test_whole_gpus_when_mig_is_off(nvml):
 
 def test_green_context_partitions(nvml, monkeypatch):
     nvml([H100])
-    from gpu_runtime import vgpu_green_context
+    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     monkeypatch.setattr(vgpu_green_context, "partition_count", lambda uuid, sms: 132 // sms)
     monkeypatch.setattr(vgpu_green_context, "device_sm_count", lambda uuid: 132)
@@ -169,7 +169,7 @@ def test_green_context_partitions(nvml, monkeypatch):
 
 def test_green_context_failure_falls_back_to_whole_gpu(nvml, monkeypatch):
     nvml([H100])
-    from gpu_runtime import vgpu_green_context
+    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     def refuse(uuid, sms):
         raise RuntimeError("driver 12.2 < 12.4")
@@ -185,32 +185,6 @@ def test_green_context_failure_falls_back_to_whole_gpu(nvml, monkeypatch):
 def test_unknown_mode():
     with pytest.raises(ValueError):
         discover("tpu")
-
-
-def test_probe_executors_never_raises(monkeypatch):
-    import numpy
-    import onnxruntime
-
-    monkeypatch.setitem(sys.modules, "cupy", None)
-    probes = probe_executors()
-    assert probes["numpy"] == {"available": True, "version": numpy.__version__}
-    assert probes["onnxruntime"]["available"] and "CPUExecutionProvider" in probes["onnxruntime"]["providers"]
-    assert probes["onnxruntime"]["version"] == onnxruntime.__version__
-    assert probes["cupy"]["available"] is False and probes["cupy"]["reason"]
-
-
-def test_probe_reports_a_cupy_without_driver(monkeypatch):
-    def no_driver():
-        raise RuntimeError("cudaErrorInsufficientDriver")
-
-    cupy = types.SimpleNamespace(
-        __version__="13.0", cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_driver))
-    )
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    assert probe_executors()["cupy"] == {
-        "available": False,
-        "reason": "RuntimeError: cudaErrorInsufficientDriver",
-    }
 
 
 def test_family_names():

@@ -7,8 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.importer import UnsupportedModelError, import_model
-from gpu_runtime.numpy_executor import NumpyExecutor
+from gpu_runtime.compiler.importer import UnsupportedModelError, import_model
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
 
 RNG = np.random.default_rng(7)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_runtime.importer import import_model
-from gpu_runtime.numpy_executor import NumpyExecutor
+from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
 
 

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.ort_executor import OrtExecutor, default_providers
+from gpu_runtime.executors.ort_executor import OrtExecutor, default_providers
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_runtime.arena import ALIGN, Lifetime, plan
-from gpu_runtime.importer import import_model
-from gpu_runtime.program import BufferRef
+from gpu_runtime.compiler.arena import ALIGN, Lifetime, plan
+from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.compiler.program import BufferRef
 from tests.gpu_runtime.zoo_cases import zoo_model
 
 
@@ -73,7 +73,7 @@ def test_zoo_programs_never_alias_live_buffers(name, length):
 
 
 def test_inputs_are_checked_before_any_write():
-    from gpu_runtime.numpy_executor import NumpyExecutor
+    from gpu_runtime.executors.numpy_executor import NumpyExecutor
 
     program = import_model(zoo_model("squeezenet1_1"), batch=2)
     ex = NumpyExecutor()

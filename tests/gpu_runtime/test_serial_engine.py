@@ -10,8 +10,8 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from gpu_runtime.discovery import discover_vgpus
-from gpu_runtime.serial_engine import SerialEngine
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.serial_engine import SerialEngine
 from tests.gpu_runtime.chain_model import matmul_chain
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,7 +8,7 @@ import secrets
 import numpy as np
 import pytest
 
-from gpu_runtime import shm
+from gpu_runtime.vgpu import shm
 
 
 @pytest.fixture

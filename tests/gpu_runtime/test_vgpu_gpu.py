@@ -11,8 +11,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.discovery import discover
-from gpu_runtime.vgpu import VGpuPool
+from gpu_runtime.vgpu.discovery import discover
+from gpu_runtime.vgpu.pool import WorkerPool
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -62,7 +62,7 @@ def test_green_context_partitions_split_the_sms():
 def test_cupy_executor_in_workers_matches_onnxruntime(conv, green):
     vgpus = discover("gpu", green_context_sms=16 if green else None).vgpus[:2]
     session = onnxruntime.InferenceSession(conv, providers=["CPUExecutionProvider"])
-    with VGpuPool(vgpus, executor="cupy") as pool:
+    with WorkerPool(vgpus, executor="cupy") as pool:
         assert all(d["executor"] == "cupy" for d in pool.load_model("conv", conv).values())
         for vgpu in pool.workers:
             for batch in (1, 4):

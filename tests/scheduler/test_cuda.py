@@ -37,7 +37,7 @@ def _run_alone(ex, program, inputs):
 
 @pytest.mark.gpu
 def test_padded_launches_are_bit_identical(programs):
-    from gpu_runtime.cupy_executor import CupyExecutor
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
     from scheduler.cuda_device import CudaDevice
 
     ex = CupyExecutor()
@@ -69,7 +69,7 @@ def test_padded_launches_are_bit_identical(programs):
 @pytest.mark.gpu
 @pytest.mark.parametrize("policy", ["seq", "streams", "wait", "reset", "reef"])
 def test_scheduler_on_cuda_is_bit_identical(programs, policy):
-    from gpu_runtime.cupy_executor import CupyExecutor
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
     from scheduler.cuda_device import CudaDevice
     from scheduler.reef import Reef
 
@@ -108,7 +108,7 @@ def test_occupancy_matches_the_cuda_occupancy_api(programs):
 
     import cupy
 
-    from gpu_runtime.cupy_executor import CupyExecutor
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
     from scheduler.profiler import SM90, occupancy
 
     driver = cupy.cuda.driver

@@ -62,14 +62,13 @@ def test_serial_budget_on_cpu():
 
 def test_candidate_pairs_group_by_kernel_names():
     from scheduler.profiler import KernelProfile as P
-    from scheduler.reef import Client, _pair_table
+    from scheduler.padding import pair_table
 
-    rt = Client("r", "rt", None, "rt-state", 4, [P("conv", 1e-3, 8, 256, 0.5), P("add", 1e-4, 8, 256, 0.5),
-                                                 P("conv", 2e-3, 8, 256, 0.5)])
-    be = Client("b", "be", None, "be-state", 4, [P("relu", 5e-5, 8, 256, 1.0), P("conv", 5e-4, 8, 256, 0.5),
-                                                 P("relu", 5e-5, 8, 128, 1.0), P("relu", 5e-5, 8, 256, 0.25)])
-    ok, _, _, reps = _pair_table(rt, be, same_block=True)
-    found = {(rt.profiles[r].name, be.profiles[i].name): n for r, i, n in reps}
+    rt = [P("conv", 1e-3, 8, 256, 0.5), P("add", 1e-4, 8, 256, 0.5), P("conv", 2e-3, 8, 256, 0.5)]
+    be = [P("relu", 5e-5, 8, 256, 1.0), P("conv", 5e-4, 8, 256, 0.5), P("relu", 5e-5, 8, 128, 1.0),
+          P("relu", 5e-5, 8, 256, 0.25)]
+    ok, _, _, reps = pair_table(rt, be, same_block=True)
+    found = {(rt[r].name, be[i].name): n for r, i, n in reps}
     assert ok.sum() == 5
     # conv x relu: RT kernels 0 and 2 with BE kernel 0 (BE 2 has another block size, BE 3 a lower
     # occupancy); conv x conv: both RT convs are longer than BE 1; add x relu: BE 0.

@@ -1,4 +1,4 @@
-"""REEF inside the vGPU workers (scheduler.vgpu_engine) through the real VGpuPool on a CPU vGPU:
+"""REEF inside the vGPU workers (scheduler.vgpu_engine) through the real WorkerPool on a CPU vGPU:
 an RT batch preempts a running BE batch under `reset`/`reef` and waits for it under `seq`; results
 equal onnxruntime (the reference), and a preempted BE batch equals the same batch run alone bit for
 bit."""
@@ -11,8 +11,8 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from gpu_runtime.discovery import discover_vgpus
-from gpu_runtime.vgpu import VGpuPool, WorkerError
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
 from scheduler.vgpu_engine import ReefEngine, engine_for
 from tests.gpu_runtime.chain_model import matmul_chain
 
@@ -34,7 +34,7 @@ def test_rt_batch_and_a_running_be_batch(slow, policy):
     rng = np.random.default_rng(8)
     be = rng.standard_normal((1024, 768)).astype(np.float32)  # about a second on one core
     rt = rng.standard_normal((1, 768)).astype(np.float32)
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy",
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy",
                   engine=engine_for(policy)) as pool:  # fmt: skip
         described = pool.load_model("slow", slow, max_batch=2)
         assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy}
@@ -53,7 +53,7 @@ def test_rt_batch_and_a_running_be_batch(slow, policy):
 
 def test_onnxruntime_models_run_beside_the_scheduler(slow):
     x = np.random.default_rng(9).standard_normal((3, 768)).astype(np.float32)
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("reset")) as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("reset")) as pool:
         assert pool.load_model("slow", slow)["cpu0"]["scheduler"] == "serial"
         for priority in ("be", "rt"):
             out = pool.submit("cpu0", "slow", {"x": x}, priority=priority).result(60)["h24"]
@@ -61,7 +61,7 @@ def test_onnxruntime_models_run_beside_the_scheduler(slow):
 
 
 def test_unknown_policy_stops_the_worker_with_the_choices(slow):
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("fastest")) as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("fastest")) as pool:
         with pytest.raises(WorkerError, match="unknown policy 'fastest'; choose from seq"):
             pool.load_model("slow", slow)
 
@@ -88,7 +88,7 @@ def test_cupy_worker_schedules_rt_and_be_batches(slow, policy):
     rng = np.random.default_rng(10)
     be = rng.standard_normal((8192, 768)).astype(np.float32)
     rt = rng.standard_normal((1, 768)).astype(np.float32)
-    with VGpuPool(discover_vgpus("gpu")[:1], executor="cupy", engine=engine_for(policy)) as pool:
+    with WorkerPool(discover_vgpus("gpu")[:1], executor="cupy", engine=engine_for(policy)) as pool:
         vgpu = next(iter(pool.workers))
         assert pool.load_model("slow", slow, max_batch=2)[vgpu]["scheduler"] == policy
         alone = pool.submit(vgpu, "slow", {"x": be}).result(120)["h24"]

@@ -35,17 +35,17 @@ def worker_main(conn, info, engine=None) -> None:
         if info.cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, info.cpus)
         if info.green_context is not None:
-            from gpu_runtime import vgpu_green_context
+            from gpu_runtime.vgpu import green_context as vgpu_green_context
 
             vgpu_green_context.activate(*info.green_context)
         if engine is None:
-            from gpu_runtime.serial_engine import SerialEngine as engine
+            from gpu_runtime.vgpu.serial_engine import SerialEngine as engine
         runner = engine(info)
     except Exception as exc:  # restarting would fail the same way: say why and stop
         conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
         return
 
-    from gpu_runtime import shm
+    from gpu_runtime.vgpu import shm
 
     attachments = shm.Attachments()
     outbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -62,7 +62,7 @@ def worker_main(conn, info, engine=None) -> None:
 
 
 def _serve(conn, runner, attachments, outbox, info) -> None:
-    from gpu_runtime import shm
+    from gpu_runtime.vgpu import shm
 
     while True:
         try:
@@ -107,7 +107,7 @@ def _run_reply(attachments, future, req, out_segment, out_capacity) -> tuple:
     `<out_segment>x` when they do not fit, and say where they are."""
     import numpy as np
 
-    from gpu_runtime import shm
+    from gpu_runtime.vgpu import shm
 
     try:
         outputs, seconds = future.result()

@@ -27,7 +27,7 @@ class _Vgpu:
         return self.since + sum(self.expected) if self.expected else self.since
 
 
-class VgpuPool:
+class VgpuPlacement:
     def __init__(self, vgpus: Mapping[str, str], service_time: ServiceTime):
         """`vgpus` maps vGPU id -> kind (e.g. "a100-1g.5gb"), in preference order."""
         if not vgpus:

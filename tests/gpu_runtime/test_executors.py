@@ -3,15 +3,19 @@ with programs planned per (batch, length), against onnxruntime as the reference.
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime import vgpu_executors
-from gpu_runtime.discovery import discover_vgpus
-from gpu_runtime.vgpu import VGpuPool, WorkerError
+from gpu_runtime import executors as vgpu_executors
+from gpu_runtime.executors import probe_executors
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,6 +40,9 @@ def conv1d(tmp_path_factory):
 
 def test_registry_names_every_executor():
     assert set(vgpu_executors.EXECUTORS) == {"onnxruntime", "numpy", "cupy"}
+    assert [n for n, s in vgpu_executors.EXECUTORS.items() if s.preemptible] == ["numpy", "cupy"]
+    with pytest.raises(ValueError, match="whole graphs"):
+        vgpu_executors.program_executor("onnxruntime")
     with pytest.raises(vgpu_executors.UnknownExecutor, match="available"):
         vgpu_executors.loader("tensorrt")
 
@@ -43,7 +50,7 @@ def test_registry_names_every_executor():
 def test_numpy_executor_through_the_pool(conv1d):
     session = onnxruntime.InferenceSession(conv1d, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool:
         described = pool.load_model("conv1d", conv1d)
         assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": "serial"}
         for batch, length in [(1, 10), (3, 10), (3, 17), (1, 10)]:
@@ -55,7 +62,7 @@ def test_numpy_executor_through_the_pool(conv1d):
 
 
 def test_program_runner_plans_once_per_shape(conv1d):
-    from gpu_runtime.numpy_executor import NumpyExecutor
+    from gpu_runtime.executors.numpy_executor import NumpyExecutor
 
     runner = vgpu_executors.ProgramRunner(NumpyExecutor(), conv1d)
     for batch, length in [(2, 9), (2, 9), (2, 12), (4, 9)]:
@@ -64,7 +71,7 @@ def test_program_runner_plans_once_per_shape(conv1d):
 
 
 def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
-    from gpu_runtime.numpy_executor import NumpyExecutor
+    from gpu_runtime.executors.numpy_executor import NumpyExecutor
 
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "relu",
@@ -78,3 +85,29 @@ def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
     x = np.linspace(-1, 1, 12 * 4, dtype=np.float32).reshape(12, 4)
     np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))  # numpy reference
     assert len(runner.states) == 5
+
+
+def test_probe_executors_never_raises(monkeypatch):
+    import numpy
+    import onnxruntime
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    probes = probe_executors()
+    assert probes["numpy"] == {"available": True, "version": numpy.__version__}
+    assert probes["onnxruntime"]["available"] and "CPUExecutionProvider" in probes["onnxruntime"]["providers"]
+    assert probes["onnxruntime"]["version"] == onnxruntime.__version__
+    assert probes["cupy"]["available"] is False and probes["cupy"]["reason"]
+
+
+def test_probe_reports_a_cupy_without_driver(monkeypatch):
+    def no_driver():
+        raise RuntimeError("cudaErrorInsufficientDriver")
+
+    cupy = types.SimpleNamespace(
+        __version__="13.0", cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_driver))
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    assert probe_executors()["cupy"] == {
+        "available": False,
+        "reason": "RuntimeError: cudaErrorInsufficientDriver",
+    }

@@ -48,6 +48,6 @@ class ModelShapes:
         return [(batch, None) for batch in sorted(sizes | {max_batch})]
 
     def program(self, key: Key, name: str | None = None):
-        from gpu_runtime.importer import import_model
+        from gpu_runtime.compiler.importer import import_model
 
         return import_model(self.model, batch=key[0], length=key[1], name=name)

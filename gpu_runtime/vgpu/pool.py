@@ -1,4 +1,4 @@
-"""VGpuPool: one worker process per vGPU, fed batches through shared memory.
+"""WorkerPool: one worker process per vGPU, fed batches through shared memory.
 
 `submit` returns a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
 One monitor thread waits on every worker's pipe and process sentinel at once: replies resolve
@@ -22,9 +22,9 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from gpu_runtime import shm
-from gpu_runtime.discovery import VGpuInfo
-from gpu_runtime.worker import worker_main
+from gpu_runtime.vgpu import shm
+from gpu_runtime.vgpu.discovery import VGpuInfo
+from gpu_runtime.vgpu.worker import worker_main
 
 
 class WorkerCrashed(RuntimeError):
@@ -117,7 +117,7 @@ def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
             return
 
 
-class VGpuPool:
+class WorkerPool:
     def __init__(
         self,
         infos: list[VGpuInfo],
@@ -127,9 +127,9 @@ class VGpuPool:
         engine=None,
     ):
         """`engine` is what runs batches inside each worker: a picklable callable taking the
-        worker's VGpuInfo (see gpu_runtime.worker); None for `serial_engine.SerialEngine`."""
+        worker's VGpuInfo (see gpu_runtime.vgpu.worker); None for `serial_engine.SerialEngine`."""
         if not infos:
-            raise ValueError("VGpuPool needs at least one vGPU")
+            raise ValueError("WorkerPool needs at least one vGPU")
         self.executor = executor
         self.crash_retries = crash_retries
         self.max_restarts = max_restarts
@@ -230,7 +230,7 @@ class VGpuPool:
         self._wake_r.close()
         self._wake_w.close()
 
-    def __enter__(self) -> VGpuPool:
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -221,7 +221,7 @@ def _whole_gpus() -> tuple[list[VGpuInfo], str]:
 def _sm_count(uuid: str) -> int | None:
     """NVML reports SM counts only for MIG handles; whole GPUs ask the CUDA driver (lazily)."""
     try:
-        from gpu_runtime import vgpu_green_context
+        from gpu_runtime.vgpu import green_context as vgpu_green_context
 
         return vgpu_green_context.device_sm_count(uuid)
     except Exception:  # no cuda-python / driver: the count is informative only
@@ -230,7 +230,7 @@ def _sm_count(uuid: str) -> int | None:
 
 def _green_partitions(gpus: list[VGpuInfo], sms: int) -> tuple[list[VGpuInfo], str]:
     try:
-        from gpu_runtime import vgpu_green_context
+        from gpu_runtime.vgpu import green_context as vgpu_green_context
 
         counts = [vgpu_green_context.partition_count(gpu.uuid, sms) for gpu in gpus]
     except Exception as exc:  # cuda-python missing, driver < 12.4, or split refused
@@ -252,44 +252,3 @@ def _green_partitions(gpus: list[VGpuInfo], sms: int) -> tuple[list[VGpuInfo], s
                 )
             )
     return parts, "" if parts else f"no GPU has {sms} SMs to spare"
-
-
-def probe_executors() -> dict[str, dict]:
-    """What each executor can use here: {"numpy": {"available": True, "version": ...}, ...}.
-    Never raises: a missing or broken backend is reported with its reason."""
-    return {name: _probe(probe) for name, probe in _PROBES.items()}
-
-
-def _probe(probe) -> dict:
-    try:
-        return {"available": True, **probe()}
-    except Exception as exc:  # any failure is a reason to report, not to crash `atoll info`
-        return {"available": False, "reason": f"{type(exc).__name__}: {exc}".strip()}
-
-
-def _probe_numpy() -> dict:
-    import numpy
-
-    return {"version": numpy.__version__}
-
-
-def _probe_onnxruntime() -> dict:
-    import onnxruntime
-
-    return {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
-
-
-def _probe_cupy() -> dict:
-    import cupy
-
-    devices = cupy.cuda.runtime.getDeviceCount()  # raises without a driver
-    if devices < 1:
-        raise RuntimeError("CUDA driver present but no device")
-    return {
-        "version": cupy.__version__,
-        "devices": devices,
-        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
-    }
-
-
-_PROBES = {"numpy": _probe_numpy, "onnxruntime": _probe_onnxruntime, "cupy": _probe_cupy}

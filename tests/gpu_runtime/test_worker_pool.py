@@ -1,4 +1,4 @@
-"""VGpuPool on CPU vGPUs: results equal direct onnxruntime (the reference), concurrency, errors,
+"""WorkerPool on CPU vGPUs: results equal direct onnxruntime (the reference), concurrency, errors,
 a worker killed with SIGKILL mid-batch, and no leaked processes or shared memory after close."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_runtime.discovery import VGpuInfo, discover_vgpus
-from gpu_runtime.vgpu import PoolClosed, VGpuPool, WorkerCrashed, WorkerError
+from gpu_runtime.vgpu.discovery import VGpuInfo, discover_vgpus
+from gpu_runtime.vgpu.pool import PoolClosed, WorkerPool, WorkerCrashed, WorkerError
 from tests.gpu_runtime.chain_model import matmul_chain, save
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,7 +78,7 @@ def overflow_segments(pool) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pool(models):
-    pool = VGpuPool(discover_vgpus("cpu", cpu_vgpus=2))
+    pool = WorkerPool(discover_vgpus("cpu", cpu_vgpus=2))
     pool.load_model("mlp", models["mlp"])
     yield pool
     pool.close()
@@ -156,7 +156,7 @@ def test_errors_are_explicit(pool, models):
 
 def test_outputs_larger_than_inputs(models):
     """The first batch overflows the guessed output segment, later ones reuse a large enough one."""
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
         pool.load_model("grow", models["grow"])
         for n in (1, 1, 300, 300):
             x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
@@ -174,14 +174,15 @@ def wait_for(predicate, timeout=30.0):
 
 
 def test_killed_worker_restarts_and_reruns_the_batch(models):
-    x = np.random.default_rng(3).standard_normal((256, 768)).astype(np.float32)
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+    # ~30 GFLOP (hundreds of ms even on an idle machine), so the kill lands mid-batch
+    x = np.random.default_rng(3).standard_normal((1024, 768)).astype(np.float32)
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
         pool.load_model("slow", models["slow"])
         pool.load_model("mlp", models["mlp"])
         first_pid = pool.workers["cpu0"].pid
         future = pool.submit("cpu0", "slow", {"x": x})
-        time.sleep(0.05)
-        assert pool.workers["cpu0"].busy and not future.done()
+        wait_for(lambda: pool.workers["cpu0"].busy)
+        assert not future.done()
         os.kill(first_pid, signal.SIGKILL)
         out = future.result(60)  # re-run once on the restarted worker
         np.testing.assert_allclose(out["h24"], reference(models["slow"], {"x": x})["h24"], rtol=1e-4, atol=1e-5)
@@ -195,7 +196,7 @@ def test_killed_worker_restarts_and_reruns_the_batch(models):
 
 def test_second_crash_fails_the_batch_explicitly(models):
     x = np.random.default_rng(4).standard_normal((64, 768)).astype(np.float32)
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
         pool.load_model("slow", models["slow"])
         pid = pool.workers["cpu0"].pid
         future = pool.submit("cpu0", "slow", {"x": x})
@@ -211,7 +212,7 @@ def test_second_crash_fails_the_batch_explicitly(models):
 
 
 def test_no_retry_budget_fails_at_first_crash(models):
-    with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1), crash_retries=0, max_restarts=0) as pool:
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), crash_retries=0, max_restarts=0) as pool:
         pool.load_model("slow", models["slow"])
         future = pool.submit("cpu0", "slow", {"x": np.ones((64, 768), np.float32)})
         os.kill(pool.workers["cpu0"].pid, signal.SIGKILL)
@@ -223,7 +224,7 @@ def test_no_retry_budget_fails_at_first_crash(models):
 
 
 def test_close_leaves_no_processes_or_segments(models):
-    pool = VGpuPool(discover_vgpus("cpu", cpu_vgpus=2))
+    pool = WorkerPool(discover_vgpus("cpu", cpu_vgpus=2))
     pool.load_model("slow", models["slow"])
     pids = [s.pid for s in pool.workers.values()]
     futures = [pool.submit(v, "slow", {"x": np.ones((64, 768), np.float32)}) for v in pool.workers]
@@ -243,7 +244,7 @@ def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
     """A green-context vGPU on a machine without cuda-python/CUDA: no restart loop, no hang."""
     broken = VGpuInfo("gpu0.gc0", "green_context", "fake", "GPU-0", "fake-16sm", 16, None,
                       green_context=(0, 16))  # fmt: skip
-    with VGpuPool([broken]) as pool:
+    with WorkerPool([broken]) as pool:
         with pytest.raises(WorkerError, match="gpu0.gc0"):
             pool.load_model("mlp", models["mlp"])
         wait_for(lambda: not pool.workers["gpu0.gc0"].alive)
@@ -255,9 +256,9 @@ def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
 
 
 STDIN_SCRIPT = """
-from gpu_runtime.discovery import discover_vgpus
-from gpu_runtime.vgpu import VGpuPool, WorkerCrashed
-with VGpuPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool, WorkerCrashed
+with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
     try:
         pool.load_model("mlp", {path!r})
     except WorkerCrashed as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_runtime.program import BufferRef, KernelDef, Program
+from gpu_runtime.compiler.program import BufferRef, KernelDef, Program
 
 NVRTC_OPTIONS = ("--std=c++14",)
 

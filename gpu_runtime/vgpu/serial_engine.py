@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from gpu_runtime import vgpu_executors
+from gpu_runtime import executors as vgpu_executors
 
 RT, BE = "rt", "be"
 _RANK = {"load": 0, RT: 1, BE: 2}

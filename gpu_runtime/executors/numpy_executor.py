@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runtime.program import BufferRef, Program
+from gpu_runtime.compiler.program import BufferRef, Program
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""ONNX (opset 17+) -> kernel Program for one batch size (and one input length for audio).
+
+Shapes are static per program, so everything that depends only on shapes and initializers
+(Shape, Gather on shapes, Unsqueeze, Constant, mask arithmetic, ...) is folded at import time by
+onnx's reference evaluator. What remains is lowered by `compiler.lowering` (one module per op family) into launches over
+buffers; BatchNormalization is folded into the preceding Conv, and ReLU/HardSwish (and a bias Add)
+into the epilogue of the Conv or GEMM that feeds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from gpu_runtime.compiler.graph import (GraphContext, ProgramBuilder, Tensor, UnsupportedModelError,
+                                        Value, attrs_of)
+from gpu_runtime.compiler.lowering import LOWERINGS
+from gpu_runtime.compiler.program import Program
+
+
+def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {name: arr for name, arr in zip(node.input, inputs) if name}
+    return ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+
+
+def _static_dims(value_info, batch: int, length: int | None) -> tuple[int, ...]:
+    dims = []
+    for i, d in enumerate(value_info.type.tensor_type.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif i == 0:
+            dims.append(batch)
+        elif length is not None:
+            dims.append(length)
+        else:
+            raise UnsupportedModelError(
+                f"input {value_info.name!r} has a dynamic dimension {i} ({d.dim_param or '?'}); "
+                "give its length")
+    return tuple(dims)
+
+
+RESTORE_WINDOW = 4  # REEF keeps 2-4 kernels outstanding per stream
+
+
+def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
+                 length: int | None = None, name: str | None = None,
+                 restore_window: int = RESTORE_WINDOW) -> Program:
+    """Lowers `model` for `batch` (the first dim of every input) and `length` (any other
+    dynamic input dim, e.g. audio frames). Any of the last `restore_window` launches may be
+    re-run after later ones without reading overwritten inputs."""
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 13:
+        raise UnsupportedModelError(f"opset {opset} is too old (need 13+, ideally 17)")
+    graph = model.graph
+    builder = ProgramBuilder(name or graph.name or "model", batch)
+    values: dict[str, Value] = {"": None}
+    for init in graph.initializer:
+        values[init.name] = numpy_helper.to_array(init)
+    inputs: dict[str, Tensor] = {}
+    for vi in graph.input:
+        if vi.name in values:
+            continue
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            raise UnsupportedModelError(f"input {vi.name!r}: only float32 inputs are supported")
+        inputs[vi.name] = values[vi.name] = builder.tensor(
+            _static_dims(vi, batch, length), "input", vi.name)
+    ctx = GraphContext(builder, graph, values)
+    for node in graph.node:
+        if id(node) in ctx.fused:
+            continue
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedModelError(
+                f"node {node.name!r}: op {node.domain}.{node.op_type} is not supported")
+        ins = [values[i] if i else None for i in node.input]
+        missing = [i for i, v in zip(node.input, ins) if i and i not in values]
+        if missing:
+            raise UnsupportedModelError(f"node {node.name!r}: inputs {missing} are not defined")
+        if node.op_type == "Shape" and isinstance(ins[0], Tensor):
+            a = attrs_of(node)
+            outs = [np.array(ins[0].shape[a.get("start", 0):a.get("end", None)], np.int64)]
+        elif all(v is None or isinstance(v, np.ndarray) for v in ins):
+            outs = _fold(node, ins, opset)
+        else:
+            lower = LOWERINGS.get(node.op_type)
+            if lower is None:
+                raise UnsupportedModelError(
+                    f"node {node.name!r}: op {node.op_type} is not supported")
+            try:
+                outs = lower(ctx, node, ins, attrs_of(node))
+            except UnsupportedModelError as e:
+                raise UnsupportedModelError(f"node {node.name!r} ({node.op_type}): {e}") from None
+        for out_name, v in zip(node.output, outs):
+            if out_name:
+                values[out_name] = v
+    outputs = {}
+    for vo in graph.output:
+        v = values[vo.name]
+        if not isinstance(v, Tensor):
+            raise UnsupportedModelError(f"output {vo.name!r} is a constant; nothing to compute")
+        outputs[vo.name] = v
+    return builder.finish(inputs, outputs, restore_window)
