@@ -17,23 +17,17 @@ the JSON. CPU vGPUs also use smaller inputs (IMAGE_SIZE_CPU, AUDIO_FRAMES), also
 
 from __future__ import annotations
 
-import os
-import statistics
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from atoll.bench.output import emit
+from atoll.bench.harness import (AUDIO_FRAMES, IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, Recorder, closed_loop, emit,
+                                 load_program, make_device, open_loop, percentiles, pin_cpu_vgpu,
+                                 plot_cdf, policies_from, random_inputs, solo_latency_s)
 
-RT_ONLY = "rt-only"
-POLICY_ORDER = ("seq", "streams", "wait", "reset", "reef")
 FIVE = ("mobilenet_v3_small", "squeezenet1_1", "swin_t", "conformer", "citrinet")
 TARGET_RT_LOAD = {"cpu": 0.15, "cuda": 0.5}
-IMAGE_SIZE_CPU = 112
-FIXED_SIZE = {"swin_t"}  # its window partition is built for 224x224
-AUDIO_FRAMES = {"cpu": 64, "cuda": 300}
 
 
 @dataclass(frozen=True)
@@ -75,128 +69,6 @@ def register(subparsers) -> None:
                         help="results file (default bench/results/disb_<W>_<device>.json)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG: RT latency CDF per policy")
     parser.set_defaults(func=run)
-
-
-def policies_from(arg: str | None) -> list[str]:
-    if arg is None:
-        return [RT_ONLY, *POLICY_ORDER]
-    if arg not in (RT_ONLY, *POLICY_ORDER):
-        raise SystemExit(f"atoll bench: unknown policy {arg!r}; choose from {', '.join((RT_ONLY,) + POLICY_ORDER)}")
-    return [arg]
-
-
-# ---- models and devices ------------------------------------------------------------------------
-
-def zoo_model(name: str, device: str, seed: int):
-    """A zoo model as ONNX; on CPU vGPUs image models get smaller inputs (the graphs are
-    resolution-free up to their global pooling)."""
-    from gpu_runtime import zoo
-
-    model = zoo.build(name, seed=seed)
-    if zoo.MODELS[name].kind == "image" and device == "cpu" and name not in FIXED_SIZE:
-        dims = model.graph.input[0].type.tensor_type.shape.dim
-        dims[2].dim_value = dims[3].dim_value = IMAGE_SIZE_CPU
-    return model
-
-
-def load_program(name: str, device: str, seed: int):
-    """Import a zoo model (`zoo_model`) for batch 1."""
-    from gpu_runtime import zoo
-    from gpu_runtime.compiler.importer import import_model
-
-    model = zoo_model(name, device, seed)
-    length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
-    return import_model(model, batch=1, length=length, name=f"{name}-{seed}")
-
-
-def random_inputs(program, seed: int) -> dict:
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(program.buffers[i].shape).astype(np.float32)
-            for name, i in program.inputs.items()}
-
-
-def make_device(kind: str):
-    """(executor, scheduler device, description) for a vGPU of this kind."""
-    if kind == "cpu":
-        from gpu_runtime.executors.numpy_executor import NumpyExecutor
-        from scheduler.cpu_device import CpuDevice
-
-        # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
-        # nested BLAS pools would oversubscribe the cores whenever two streams run.
-        ex = NumpyExecutor(blas_threads=1)
-        return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
-    try:
-        from gpu_runtime.executors.cupy_executor import CupyExecutor
-        from scheduler.cuda_device import CudaDevice
-
-        ex = CupyExecutor()
-        dev = CudaDevice(ex)
-    except Exception as e:  # no cupy, no driver, no device: a user mistake, not a crash
-        raise SystemExit(f"atoll bench: --device cuda is unavailable here: {e}") from None
-    return ex, dev, dev.description
-
-
-def solo_latency_s(kind: str, program, inputs, reps: int = 5, warmup: int = 2) -> float:
-    """Median end-to-end time of one request alone (used to scale rates to what the device does)."""
-    from scheduler.reef import Reef
-
-    ex, dev, _ = make_device(kind)
-    reef = Reef(ex, dev, "reset", be_streams=1)
-    reef.add_client("rt", program, "rt")
-    times = []
-    with reef:
-        for _ in range(warmup + reps):
-            r = reef.submit("rt", inputs).result()
-            times.append(r.end_s - r.arrival_s)
-    dev.close()
-    return statistics.median(times[warmup:])
-
-
-# ---- load generation ---------------------------------------------------------------------------
-
-class Recorder:
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.rt: list = []  # TaskResult of RT requests that arrived inside the window
-        self.be_done: list = []
-        self.pending: list = []
-
-    def add(self, priority: str, result) -> None:
-        with self.lock:
-            (self.rt if priority == "rt" else self.be_done).append(result)
-
-
-def closed_loop(reef, client, priority, inputs, stop_at, rec: Recorder,
-                stop: threading.Event | None = None) -> None:
-    clock = reef.clock
-    while clock() < stop_at and not (stop is not None and stop.is_set()):
-        try:
-            rec.add(priority, reef.submit(client, inputs).result())
-        except RuntimeError:  # the scheduler stopped under us at the end of the window
-            return
-
-
-def open_loop(reef, client, inputs, rate, poisson, start, stop_at, rng, rec: Recorder) -> None:
-    clock = reef.clock
-    t = start + rng.uniform(0, 1.0 / rate)  # clients are out of phase with one another
-    while t < stop_at:
-        delay = t - clock()
-        if delay > 0:
-            time.sleep(delay)
-        rec.pending.append(reef.submit(client, inputs))
-        t += rng.exponential(1.0 / rate) if poisson else 1.0 / rate
-
-
-def percentiles_ms(values_s: list[float]) -> dict:
-    import numpy as np
-
-    if not values_s:
-        return {"p50": None, "p99": None, "mean": None, "max": None, "n": 0}
-    v = np.asarray(values_s) * 1e3
-    return {"p50": round(float(np.percentile(v, 50)), 3), "p99": round(float(np.percentile(v, 99)), 3),
-            "mean": round(float(v.mean()), 3), "max": round(float(v.max()), 3), "n": int(v.size)}
 
 
 def run_policy(policy: str, kind: str, workload: Workload, programs: dict, inputs: dict,
@@ -264,8 +136,8 @@ def merge(policy: str, rounds: list[dict]) -> dict:
     seconds = pooled["seconds"]
     return {
         "policy": policy,
-        "rt_latency_ms": percentiles_ms(pooled["rt_latency_s"]),
-        "rt_start_delay_ms": percentiles_ms(pooled["rt_start_delay_s"]),
+        "rt_latency_ms": percentiles(pooled["rt_latency_s"]),
+        "rt_start_delay_ms": percentiles(pooled["rt_start_delay_s"]),
         "throughput_rps": {"overall": round((pooled["rt_done"] + pooled["be_done"]) / seconds, 3),
                            "be": round(pooled["be_done"] / seconds, 3),
                            "rt": round(pooled["rt_done"] / seconds, 3)},
@@ -289,41 +161,6 @@ def summarise(results: list[dict]) -> None:
         r["rt_p50_vs_rt_only"] = (round(r["rt_latency_ms"]["p50"] / ref["rt_latency_ms"]["p50"], 3)
                                   if r["rt_latency_ms"]["p50"] else None)
         r["throughput_vs_rt_only"] = round(r["throughput_rps"]["overall"] / ref["throughput_rps"]["overall"], 3)
-
-
-def plot_cdf(latencies: dict[str, list[float]], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy, lat in latencies.items():
-        if lat:
-            v = np.sort(np.asarray(lat) * 1e3)
-            ax.plot(v, np.arange(1, v.size + 1) / v.size, label=policy)
-    ax.set_xlabel("RT latency (ms)")
-    ax.set_ylabel("CDF")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-
-
-def pin_cpu_vgpu(cores: int) -> list[int]:
-    """Give the CPU vGPU `cores` cores, as a MIG slice owns its SMs: every thread started from
-    here on inherits the affinity, so RT and BE streams compete for the same cores as RT and BE
-    kernels compete for SMs."""
-    available = sorted(os.sched_getaffinity(0))
-    if not 1 <= cores <= len(available):
-        raise SystemExit(f"atoll bench: --cpu-cores must be between 1 and {len(available)}")
-    chosen = available[-cores:]
-    os.sched_setaffinity(0, chosen)
-    return chosen
-
 
 def run(args) -> int:
     from tqdm import tqdm

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from atoll.bench.harness import percentiles
 from gpu_runtime.executors import EXECUTORS
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
@@ -158,17 +159,6 @@ def _has_length(path: Path) -> bool:
     )
 
 
-def _stats(seconds: list[float]) -> dict:
-    import numpy as np
-
-    ms = np.asarray(seconds) * 1e3
-    return {
-        "median": float(np.median(ms)),
-        "p95": float(np.percentile(ms, 95)),
-        "min": float(ms.min()),
-    }
-
-
 def _comparator(kind: str | None):
     """(note, make_runner) for --compare: make_runner(path) gives a callable that runs the model on
     an input dict and waits for the device; (note with the reason it was skipped, None) otherwise."""
@@ -269,8 +259,8 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
                 "model": name,
                 "batch": batch,
                 **({"length": length} if length else {}),
-                "latency_ms": _stats(round_trips),
-                "compute_ms": _stats(computes),
+                "latency_ms": percentiles(round_trips, qs=(50, 95), digits=4),
+                "compute_ms": percentiles(computes, qs=(50, 95), digits=4),
                 "throughput_items_s": batch / float(np.median(round_trips)),
             }
             if make_runner:
@@ -278,7 +268,7 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
                     sessions[name] = make_runner(path)
                 times = _time_direct(sessions[name], inputs, args.warmup, args.repeats)
                 point["compare"] = {
-                    "latency_ms": _stats(times),
+                    "latency_ms": percentiles(times, qs=(50, 95), digits=4),
                     "throughput_items_s": batch / float(np.median(times)),
                 }
             results.append(point)
@@ -335,10 +325,10 @@ def _table(doc: dict) -> str:
     lines = [head, f"{'model':<20} {'batch':>5} {'len':>5} {'p50 ms':>9} {'p95 ms':>9} {'comp ms':>9} {'items/s':>9}"
              + ("  cmp ms  cmp items/s" if doc.get("compare", {}).get("runtime") else "")]
     for r in doc["results"]:
-        line = (f"{r['model']:<20} {r['batch']:>5} {r.get('length', '-'):>5} {r['latency_ms']['median']:>9.2f}"
-                f" {r['latency_ms']['p95']:>9.2f} {r['compute_ms']['median']:>9.2f} {r['throughput_items_s']:>9.1f}")
+        line = (f"{r['model']:<20} {r['batch']:>5} {r.get('length', '-'):>5} {r['latency_ms']['p50']:>9.2f}"
+                f" {r['latency_ms']['p95']:>9.2f} {r['compute_ms']['p50']:>9.2f} {r['throughput_items_s']:>9.1f}")
         if "compare" in r:
-            line += f" {r['compare']['latency_ms']['median']:>7.2f} {r['compare']['throughput_items_s']:>11.1f}"
+            line += f" {r['compare']['latency_ms']['p50']:>7.2f} {r['compare']['throughput_items_s']:>11.1f}"
         lines.append(line)
     for s in doc["skipped"]:
         lines.append(f"skipped {s['model']}" + (f" batch {s['batch']}" if "batch" in s else "") + f": {s['reason']}")

@@ -16,9 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from atoll.bench.output import emit
-from atoll.bench.disb import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, load_program, make_device,
-                              random_inputs)
+from atoll.bench.harness import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, emit, load_program,
+                                 make_device, percentiles, pin_cpu_vgpu, policies_from, random_inputs)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 MODELS_CPU = {"rt": "mobilenet_v3_small", "be": "mobilenet_v3_small"}  # short BE kernels, see disb
@@ -40,16 +39,6 @@ def register(subparsers) -> None:
                         help="results file (default bench/results/preempt_<device>.json)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG: preemption latency per policy")
     parser.set_defaults(func=run)
-
-
-def percentiles_us(values_s: list[float]) -> dict:
-    import numpy as np
-
-    if not values_s:
-        return {"p50": None, "p99": None, "max": None, "n": 0}
-    v = np.asarray(values_s) * 1e6
-    return {"p50": round(float(np.percentile(v, 50)), 1), "p99": round(float(np.percentile(v, 99)), 1),
-            "max": round(float(v.max()), 1), "n": int(v.size)}
 
 
 def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int,
@@ -92,9 +81,9 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
     latency = [r.first_kernel_s - r.arrival_s for r in rec.rt]
     result = {
         "policy": policy,
-        "preempt_latency_us": percentiles_us(latency),
+        "preempt_latency_us": percentiles(latency, "us", digits=1),
         "restore_overhead_us": round(statistics.mean(stats.restore_s) * 1e6, 1) if stats.restore_s else 0.0,
-        "flush_us": percentiles_us(stats.flush_s),
+        "flush_us": percentiles(stats.flush_s, "us", digits=1),
         "rt_started_on_arrival": stats.rt_started_on_arrival,
         "rt_latency_ms": round(statistics.median(r.end_s - r.arrival_s for r in rec.rt) * 1e3, 3),
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
@@ -129,7 +118,6 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from atoll.bench.disb import pin_cpu_vgpu, policies_from
 
     policies = policies_from(args.policy)
     cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from atoll.bench.harness import percentiles
+
 DEFAULT_N = {"image": 24, "audio": 16}
 AUDIO_KERNELS = ("audio_mel_cu", "audio_norm_cu")
 
@@ -36,12 +38,6 @@ def register(subparsers) -> None:
                         help="results file (default bench/results/preprocess_<modality>.json)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG bar chart of throughput")
     parser.set_defaults(func=run)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    import numpy as np
-
-    return round(float(np.percentile(values, q)), 3) if values else None
 
 
 def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
@@ -69,8 +65,8 @@ def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
     single = [request(pre).result().timings["total_ms"] for request in requests[:unloaded]]
     latencies = [r.timings["total_ms"] for r in results]
     return {"throughput_per_s": round(len(requests) / wall, 3), "wall_s": round(wall, 3),
-            "latency_ms": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)},
-            "unloaded_ms": percentile(single, 50), "unloaded_each_ms": [round(x, 3) for x in single],
+            "latency_ms": percentiles([v / 1e3 for v in latencies]),
+            "unloaded_ms": percentiles([v / 1e3 for v in single])["p50"], "unloaded_each_ms": [round(x, 3) for x in single],
             "n": len(requests),
             "cpu_fallbacks": sum(r.backend != pre.backend for r in results)}
 

@@ -17,9 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from atoll.bench.disb import (IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, plot_cdf, policies_from,
-                              zoo_model)
-from atoll.bench.output import emit
+from atoll.bench.harness import (IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, emit, make_device, percentiles,
+                                 plot_cdf, policies_from, zoo_model)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 DEFAULTS = {"cpu": {"n": 40, "be_batch": 8}, "cuda": {"n": 300, "be_batch": 64}}
@@ -94,13 +93,10 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
         stop.set()
         if policy != RT_ONLY:
             loader.join()
-    ms = np.asarray(latencies) * 1e3
     be_rows = sum(t <= begin + elapsed for t in be_done) * be_batch
     return {
         "policy": policy,
-        "rt_latency_ms": {"p50": round(float(np.percentile(ms, 50)), 2),
-                          "p99": round(float(np.percentile(ms, 99)), 2),
-                          "max": round(float(ms.max()), 2), "n": int(ms.size)},
+        "rt_latency_ms": percentiles(latencies, digits=2),
         "be_rows_per_s": round(be_rows / elapsed, 2),
         "be_batch_alone_ms": round(be_alone_s * 1e3, 1),
     }, latencies
@@ -108,8 +104,6 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
 
 def run(args) -> int:
     from tqdm import tqdm
-
-    from atoll.bench.disb import make_device
 
     policies = policies_from(args.policy)
     n = args.n or DEFAULTS[args.device]["n"]

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from atoll.bench.disb import load_program, random_inputs
+from atoll.bench.harness import load_program, random_inputs
 from scheduler.padded_kernel import device_form, dispatcher_source
 
 
