@@ -1,8 +1,14 @@
-"""PyTorch eager execution of an ONNX graph: the comparison point for `atoll bench models`.
+"""PyTorch execution of an ONNX graph: the comparison points of `atoll bench models`.
 
 The machine's PyTorch runs the very same ONNX model (same weights, same ops) node by node with
-`torch` operators, which is what "PyTorch eager" means for a model that exists only as ONNX. PyTorch
-is not an Atoll dependency: this module is imported only when `--compare torch` asks for it.
+`torch` operators, which is what "PyTorch eager" means for a model that exists only as ONNX;
+`TorchGraphModel` captures that into a CUDA graph and replays it, which is what a GPU user runs for
+low latency (fp32 with TF32 off, or fp16). PyTorch is not an Atoll dependency: this module is
+imported only when `--compare torch|torch-graph` asks for it.
+
+Integer tensors (shapes, indices, axes) stay on the host: ops that read them as Python ints
+(Reshape, Slice, ...) then never synchronise the device, which keeps the model capturable; an op
+that needs one on the device gets a copy made once, before capture.
 """
 
 from __future__ import annotations
@@ -149,7 +155,7 @@ OPS: dict[str, Callable] = {
     "Split": _split,
     "ReduceMean": _reduce_mean,
     "Pad": _pad,
-    "Shape": lambda torch, F, x, **_: torch.tensor(list(x.shape), dtype=torch.int64, device=x.device),
+    "Shape": lambda torch, F, x, **_: torch.tensor(list(x.shape), dtype=torch.int64),  # on the host
 }
 
 
@@ -161,18 +167,24 @@ def _unsqueezed(shape, axes: list[int]) -> list[int]:
     return out
 
 
-class TorchEagerModel:
-    """An ONNX model run op by op with PyTorch on `device` ("cuda" or "cpu")."""
+# Ops that read their integer inputs as Python ints: those stay on the host even beside device data.
+HOST_ARGS = {"Reshape", "Slice", "Unsqueeze", "Squeeze", "Split", "Pad", "ReduceMean"}
 
-    def __init__(self, path: str, device: str = "cuda"):
+
+class TorchEagerModel:
+    """An ONNX model run op by op with PyTorch on `device` ("cuda" or "cpu"), in `dtype`
+    ("float32" with TF32 off, or "float16": float weights and inputs cast to half)."""
+
+    def __init__(self, path: str, device: str = "cuda", dtype: str = "float32"):
         import onnx
         import torch
         import torch.nn.functional as F
         from onnx import numpy_helper
 
         self.torch, self.F, self.device = torch, F, device
-        # Our kernels compute in fp32; TF32 (PyTorch's default for convolutions) would compare a
-        # less precise computation, so both sides run true fp32.
+        self.dtype = {"float32": torch.float32, "float16": torch.float16}[dtype]
+        # Our fp32 kernels compute in true fp32; TF32 (PyTorch's default for convolutions) would
+        # compare a less precise computation.
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
         model = onnx.load(path)
@@ -180,34 +192,85 @@ class TorchEagerModel:
         unknown = sorted({n.op_type for n in self.graph.node} - set(OPS) - {"Constant"})
         if unknown:
             raise UnsupportedOp(f"no PyTorch mapping for ops: {', '.join(unknown)}")
-        self.constants = {
-            init.name: torch.from_numpy(numpy_helper.to_array(init).copy()).to(device)
-            for init in self.graph.initializer
-        }
-        self.nodes = [(n, _attrs(n)) for n in self.graph.node]
+        arrays = {init.name: numpy_helper.to_array(init) for init in self.graph.initializer}
+        self.nodes = []
+        for node in self.graph.node:
+            if node.op_type == "Constant":
+                arrays[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
+            else:
+                self.nodes.append((node, _attrs(node)))
+        self.constants = {name: self._tensor(a) for name, a in arrays.items()}
+        self._on_device: dict[int, Any] = {}  # id(host tensor) -> its device copy
         self.outputs = [o.name for o in self.graph.output]
+        self.inputs = [i.name for i in self.graph.input if i.name not in arrays]
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _tensor(self, a: np.ndarray):
+        t = self.torch.from_numpy(np.ascontiguousarray(a).copy())
+        if t.is_floating_point():
+            return t.to(self.device, self.dtype)
+        return t  # integers stay on the host
+
+    def _device_copy(self, t):
+        copy = self._on_device.get(id(t))
+        if copy is None or copy[0] is not t:
+            copy = self._on_device[id(t)] = (t, t.to(self.device))
+        return copy[1]
+
+    def forward(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        """Runs the graph on device tensors (already in `dtype`) and returns the outputs."""
         torch, F = self.torch, self.F
         values = dict(self.constants)
-        values.update({k: torch.from_numpy(v).to(self.device) for k, v in inputs.items()})
+        values.update(tensors)
         with torch.inference_mode():
             for node, attrs in self.nodes:
-                if node.op_type == "Constant":
-                    from onnx import numpy_helper
-
-                    values[node.output[0]] = torch.from_numpy(
-                        numpy_helper.to_array(attrs["value"]).copy()).to(self.device)
-                    continue
                 args = [values[name] if name else None for name in node.input]
                 while args and args[-1] is None:
                     args.pop()
+                if node.op_type not in HOST_ARGS and any(
+                        a is not None and a.device.type != "cpu" for a in args):
+                    args = [self._device_copy(a) if a is not None and a.device.type == "cpu" else a
+                            for a in args]
                 extra = {"n_out": len(node.output)} if node.op_type == "Split" else {}
                 out = OPS[node.op_type](torch, F, *args, **attrs, **extra)
                 for name, value in zip(node.output, out if isinstance(out, list) else [out]):
                     values[name] = value
         return {name: values[name] for name in self.outputs}
 
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        return self.forward({k: self._tensor(v) for k, v in inputs.items()})
+
     def synchronize(self) -> None:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
+
+
+class TorchGraphModel:
+    """`TorchEagerModel` captured once into a CUDA graph for fixed input shapes and replayed:
+    inputs are copied into the captured input tensors, outputs read from the captured ones."""
+
+    def __init__(self, path: str, inputs: dict[str, np.ndarray], dtype: str = "float32",
+                 warmup: int = 3):
+        self.eager = TorchEagerModel(path, "cuda", dtype)
+        torch = self.torch = self.eager.torch
+        self.static = {k: self.eager._tensor(v) for k, v in inputs.items()}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as PyTorch prescribes
+            for _ in range(warmup):
+                self.eager.forward(self.static)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = self.eager.forward(self.static)
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        for k, v in inputs.items():
+            self.static[k].copy_(self.torch.from_numpy(v))
+        self.graph.replay()
+        return self.out
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
