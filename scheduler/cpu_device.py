@@ -34,7 +34,9 @@ class CpuStream:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = ()) -> None:
+    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = (), preempt: bool = False) -> None:
+        if preempt:
+            self._device.set_flag()
         with self._idle:
             self._outstanding += 1
         self._queue.put((task, index, tuple(pads)))
@@ -119,6 +121,7 @@ class CpuDevice:
     poll_s = 5e-3
     # One spare thread runs the pads one after another, so they must fit under the RT kernel.
     padding_rules = PaddingRules(max_pads=4, serial=True, same_block=False)
+    pads_in_hardware = False
 
     def __init__(self, executor: Any, clock: Callable[[], float] = time.perf_counter,
                  name: str = "cpu"):
@@ -141,23 +144,17 @@ class CpuDevice:
         # stays clear: pads must run under a set flag.
         return self.executor.load(program)
 
+    def units(self, state) -> int:
+        return len(state.program.launches)  # a CPU stream's unit is one kernel
+
     def poll(self) -> None:
         """The stream threads write `completed` themselves as each kernel ends: nothing to fold."""
 
     def set_inputs(self, state, inputs) -> None:
         self.executor.set_inputs(state, inputs)
 
-    def on_arrival(self, task: Task) -> None:
-        """The stream threads stamp kernel starts on the host clock; nothing to record here."""
-
     def started_at(self, task: Task) -> float | None:
         return task.first_kernel_s
-
-    def can_pad(self, rt_state, rt_index: int, be_state, be_index: int) -> bool:
-        return True
-
-    def prepare_pads(self, pairs) -> int:
-        return 0
 
     def resources(self, kernel) -> tuple[int, int]:
         return kernel.registers, kernel.shared_bytes

@@ -1,63 +1,48 @@
-"""CUDA vGPU: CuPy streams over the cupy executor, the guard flag in host-mapped pinned memory.
+"""CUDA vGPU: CUDA-graph units on prioritised CuPy streams over the cupy executor.
 
-Progress without synchronising: after every kernel on a BE stream the device enqueues a one-thread
-marker kernel that, unless the flag is set, stores the entry's sequence number into a
-host-mapped counter; the host reads the counter with a plain load. A marker that ran with the
-flag clear proves its kernel ran to the end with the flag clear, and once a marker finds the flag
-set every later kernel on that stream starts guarded and exits at once, so after a flush at most
-one kernel per stream (the one that was running, possibly cut at a tile boundary) is re-run:
-`exact_progress`. RT streams are unguarded and use an event per kernel instead.
+Units. A real-time task is one unit: its whole program as one CUDA graph on the highest-priority
+stream, opened by a stamp kernel that marks when the program first got an SM. A best-effort task's
+units are chunks: graphs of consecutive kernels of about `chunk_s` GPU time each (measured at
+load), each ending with a progress marker that stores the chunk's number into a host-mapped word
+unless the flag is set. So the vHQ keeps at most `c` chunks outstanding, progress is exact per
+chunk (`exact_progress`: a flush re-runs at most the chunk that was cut short), and the host learns
+it with a plain load, without synchronising.
 
-Preemption latency on the GPU timeline: `on_arrival` records an event on an idle clock stream when
-an RT request arrives and the RT stream records one after the task's first kernel; the first
-kernel's start is the latter minus that kernel's solo duration (measured once per program).
+The arrival path. An RT task that starts at once is launched by the arriving thread through the
+native launcher (executors/rt_launcher.py): the flag write, when the policy preempts, and the
+graph launch are stream-ordered on the RT stream and made back to back in C with the GIL released.
+Guarded BE kernels see the flag at their next block or tile and leave the SMs to the RT blocks.
+
+Padding in hardware. Under `reef` the flushed BE work resumes beside the running RT task as soon
+as the flush has settled, one chunk per stream at the lowest stream priority: the GPU's block
+scheduler dispatches pending RT blocks first and BE blocks fill the SMs the RT kernels leave idle.
+(The source-level padded launches this replaces lost 14-19 % BE throughput in DISB C-E on the
+H100, bench/results/disb_*_h100.json of the previous runs, and they need RT kernels launched one by
+one, which a single RT graph rules out.)
+
+Preemption latency on the host clock: from the task's arrival (inputs on the device) to the moment
+the arriving thread sees the stamp (`measure_start`: the native launcher spins for it with the GIL
+released), else when the scheduler loop first sees it.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import deque
 from typing import Any, Sequence
 
-import numpy as np
-
+from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
 from scheduler.device import Kernel
-from scheduler.padded_kernel import Padder
-from scheduler.padding import PaddingRules
-from scheduler.profiler import SM90, DeviceLimits
-from scheduler.task import RT, Task
+from scheduler.profiler import DeviceLimits
+from scheduler.task import Task
+from scheduler.vhq import chunk_bounds
 
-MARKER_SOURCE = r"""
-extern "C" __global__ void atoll_progress(const int* __restrict__ flag, int* counter, int value) {
-  if (!*((volatile const int*)flag)) { *((volatile int*)counter) = value; __threadfence_system(); }
-}
-"""
-
-
-class MappedCounter:
-    """One int32 in host-mapped pinned memory: kernels store to it, the host reads it directly."""
-
-    def __init__(self, cp):
-        import ctypes
-
-        rt = cp.cuda.runtime
-        self._rt = rt
-        self._ptr = rt.hostAlloc(4, rt.hostAllocMapped)
-        self.host = np.ctypeslib.as_array(ctypes.cast(self._ptr, ctypes.POINTER(ctypes.c_int32)), shape=(1,))
-        self.host[0] = 0
-        # Unified addressing: the mapped allocation has the same address on the device.
-        self.device = cp.ndarray((1,), cp.int32, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(self._ptr, 4, self), 0))
-
-    def __del__(self):
-        try:
-            self._rt.freeHost(self._ptr)
-        except Exception:  # interpreter shutdown: the driver may be gone already
-            pass
-
-
-# NVRTC takes a fraction of a second per dispatcher; bound the start-up cost of many model pairs.
-MAX_PREPARED_VARIANTS = 48
+CHUNK_S = 100e-6  # REEF's vHQ entries: tens to a few hundred us of GPU work
+# Priorities outside the device's range are clamped to it by CUDA: ask for the extremes.
+HIGHEST_PRIORITY, LOWEST_PRIORITY = -100, 0
+START_WAIT_S = 0.05  # give up spinning for the stamp after this (the task still runs)
 
 
 def _spin_until(done) -> None:
@@ -65,44 +50,40 @@ def _spin_until(done) -> None:
         time.sleep(0)  # give the GIL away between queries
 
 
+def device_limits(cp) -> DeviceLimits:
+    """Occupancy limits of the current device, read from the driver (an A100 differs from an
+    H100: fewer shared bytes and registers per SM are not the same everywhere)."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    return DeviceLimits(f"sm_{props['major']}{props['minor']}",
+                        max_threads_per_sm=props["maxThreadsPerMultiProcessor"],
+                        max_blocks_per_sm=props["maxBlocksPerMultiProcessor"],
+                        registers_per_sm=props["regsPerMultiprocessor"],
+                        shared_bytes_per_sm=props["sharedMemPerMultiprocessor"],
+                        reserved_shared_per_block=props.get("reservedSharedMemPerBlock", 1024),
+                        warp_size=props["warpSize"])
+
+
 class CudaStream:
     def __init__(self, device: "CudaDevice", guarded: bool, priority: int):
         cp = device.cp
         self.guarded = guarded
         self._device = device
-        # CUDA stream priorities: lower numbers are higher priority; -1 is the highest on H100.
         try:
             self.stream = cp.cuda.Stream(non_blocking=True, priority=priority)
         except TypeError:  # a CuPy without stream priorities: same semantics, no priority
             self.stream = cp.cuda.Stream(non_blocking=True)
-        self._entries: deque = deque()  # (seq, task, index, pads, event|None)
-        self._seq = 0
+        self._entries: deque = deque()  # (task, unit)
         self._exit_event = None  # recorded behind everything submitted so far, by `exited`
-        if guarded:
-            self._counter = MappedCounter(cp)
 
-    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = ()) -> None:
+    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = (), preempt: bool = False) -> None:
         dev = self._device
-        if pads:
-            # Planned pads passed `can_pad`, so their variant exists: dropping one silently would
-            # leave its BE task waiting for a kernel that never runs.
-            if not dev.padder.launch([(task.state, index)] + [(t.state, i) for t, i in pads], self.stream):
-                raise RuntimeError("padded launch planned without a compiled variant")
-        else:
-            dev.executor.launch(task.state, index, self.stream)
-        self._seq += 1
-        event = None
         if self.guarded:
-            with self.stream:
-                dev.marker((1, 1, 1), (1, 1, 1), (dev.flag.device, self._counter.device, np.int32(self._seq)))
+            dev.executor.launch_chunk(task.state, index, self.stream)
+            if task.first_kernel_s is None:
+                task.first_kernel_s = dev.clock()
         else:
-            event = dev.cp.cuda.Event()
-            event.record(self.stream)
-            if index == 0 and task.priority == RT:
-                dev.first_kernel_events[task.id] = event
-        if task.first_kernel_s is None:
-            task.first_kernel_s = dev.clock()  # submit time; RT tasks get the GPU-side time at finish
-        self._entries.append((self._seq, task, index, tuple(pads), event))
+            dev.launch_rt(task, self.stream, preempt)
+        self._entries.append((task, index))
         self._exit_event = None
 
     def outstanding(self) -> int:
@@ -110,25 +91,23 @@ class CudaStream:
 
     def poll(self) -> None:
         entries = self._entries
-        if self.guarded:
-            seen = int(self._counter.host[0])
-            while entries and entries[0][0] <= seen:
-                self._credit(entries.popleft())
-        else:
-            while entries and entries[0][4].done:
-                self._credit(entries.popleft())
-
-    @staticmethod
-    def _credit(entry) -> None:
-        _, task, index, pads, _ = entry
-        task.executed += 1
-        task.completed = index + 1
-        for t, i in pads:
-            t.executed += 1
-            t.completed = i + 1
+        while entries:
+            task, index = entries[0]
+            state = task.state
+            if self.guarded:
+                if index >= state.progress.value:
+                    return
+            else:
+                if task.first_kernel_s is None and state.started.value:
+                    task.first_kernel_s = self._device.clock()
+                if not self._device.rt_done(state):
+                    return
+            entries.popleft()
+            task.executed += 1
+            task.completed = index + 1
 
     def exited(self) -> bool:
-        # After a flush the markers stop counting, so only an event behind the last kernel says
+        # After a flush the markers stop counting, so only an event behind the last unit says
         # that the guarded ones have all returned.
         if not self._entries:
             return True
@@ -149,68 +128,112 @@ class CudaStream:
 class CudaDevice:
     name = "cuda"
     exact_progress = True
-    limits: DeviceLimits = SM90
-    # Each pad gets its own blocks beside the RT blocks; one BE kernel per padded launch keeps the
-    # number of compiled dispatcher variants small.
-    padding_rules = PaddingRules(max_pads=1, serial=False, same_block=True)
-    poll_s = 0.0  # busy polling: kernel completions do not raise `wake`
+    padding_rules = None  # no source-level padding: `reef` pads in hardware (module docstring)
+    pads_in_hardware = True
+    poll_s = 0.0  # busy polling: unit completions do not raise `wake`
 
-    def __init__(self, executor: Any, clock=time.perf_counter):
+    def __init__(self, executor: Any, clock=time.perf_counter, chunk_s: float = CHUNK_S,
+                 measure_start: bool = False, native: bool = True):
         import cupy
 
         self.cp = cupy
         self.executor = executor
         self.clock = clock
+        self.chunk_s = chunk_s
+        self.measure_start = measure_start
         self.wake = threading.Event()
         self.flag = executor.new_flag()  # shared by every BE state
-        self._zero = executor.new_flag()  # never set: RT states and padded bodies
-        self.marker = cupy.RawKernel(MARKER_SOURCE, "atoll_progress")
-        self._clock_stream = cupy.cuda.Stream(non_blocking=True)
-        self.arrival_events: dict[int, Any] = {}
-        self.first_kernel_events: dict[int, Any] = {}
-        self._k0_solo_s: dict[int, float] = {}
-        self._resources: dict[str, tuple[int, int]] = {}
-        self.padder = Padder(cupy, self._zero, self.limits, self.resources)
+        self._zero = executor.new_flag()  # never set: RT states
+        self.limits = device_limits(cupy)
+        self._rt: dict[int, tuple] = {}  # id(RT state) -> (native program, flag event, done event)
+        self._flag_events: list = []  # events behind stream-ordered flag writes not yet waited for
+        self.launcher = None
+        if native:
+            try:
+                self.launcher = RtLauncher()
+            except (NativeBuildError, OSError):
+                self.launcher = None  # no C compiler here: the same launch, from Python
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        self.description = f"{name} (cupy executor)"
+        self.description = f"{name} (cupy executor, CUDA graphs" + (
+            ", native RT launcher)" if self.launcher else ", RT launched from Python)")
 
     def stream(self, guarded: bool, priority: int = 0) -> CudaStream:
-        return CudaStream(self, guarded, priority)
+        return CudaStream(self, guarded, HIGHEST_PRIORITY if priority < 0 else LOWEST_PRIORITY)
 
+    # ---- loading ---------------------------------------------------------------------------------
     def load(self, program, guarded: bool) -> Any:
-        state = self.executor.load(program, flag=self.flag if guarded else self._zero)
+        ex = self.executor
         if not guarded:
-            self._k0_solo_s[id(state)] = float(np.median([self.time_launch(state, 0) for _ in range(5)]))
-        return state
+            state = ex.load(program, flag=self._zero, stamp=True)
+            self._arm_rt(state)
+            return state
+        probe = ex.load(program, flag=self.flag)
+        durations = [statistics.median(self.time_launch(probe, i) for _ in range(3))
+                     for i in range(len(program.launches))]
+        return ex.load(program, flag=self.flag, chunks=chunk_bounds(durations, self.chunk_s),
+                       weights=probe.weights)
+
+    def _arm_rt(self, state) -> None:
+        cp = self.cp
+        flag_event, done = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+        program = None
+        if self.launcher is not None:
+            program = self.launcher.program(self.launcher.current_context(), 0, self.flag.address,
+                                            flag_event.ptr,
+                                            state.graph.graphExec, done.ptr,
+                                            state.started._ptr if self.measure_start else 0)
+        self._rt[id(state)] = (program, flag_event, done)
+
+    def units(self, state) -> int:
+        return len(state.chunks) if state.chunks else 1
 
     def set_inputs(self, state, inputs) -> None:
         self.executor.set_inputs(state, inputs)
+        if state.progress is not None:
+            state.progress.reset()  # no chunk of this state is in flight: a new task starts
         state.stream.synchronize()  # the copy ran on the state's own stream; ours must see it
 
-    def set_flag(self) -> None:
-        self.flag.set()
+    # ---- the RT path -----------------------------------------------------------------------------
+    def launch_rt(self, task: Task, stream, preempt: bool) -> None:
+        state = task.state
+        program, flag_event, done = self._rt[id(state)]
+        state.started.reset()
+        if program is not None:
+            program.stream = stream.ptr
+            started = self.launcher.fire(program, preempt, START_WAIT_S if self.measure_start else 0.0)
+            if started is not None:
+                task.first_kernel_s = started
+        else:
+            with stream:
+                if preempt:
+                    self.flag.device.fill(1)  # on the RT stream: stream-ordered like the C path
+                flag_event.record(stream)
+                self.executor.execute(state, stream)
+                done.record(stream)
+        if preempt:
+            self.flag.assume_set()
+            self._flag_events.append(flag_event)
 
-    def clear_flag(self) -> None:
-        self.flag.clear()
-
-    def on_arrival(self, task: Task) -> None:
-        if task.priority == RT:
-            event = self.cp.cuda.Event()
-            event.record(self._clock_stream)
-            self.arrival_events[task.id] = event
+    def rt_done(self, state) -> bool:
+        return self._rt[id(state)][2].done
 
     def started_at(self, task: Task) -> float | None:
-        """RT tasks: arrival + (GPU time from arrival to the end of kernel 0 - kernel 0 alone)."""
-        arrival = self.arrival_events.pop(task.id, None)
-        first = self.first_kernel_events.pop(task.id, None)
-        if arrival is None or first is None:
-            return task.first_kernel_s
-        arrival.synchronize()
-        first.synchronize()
-        gap = self.cp.cuda.get_elapsed_time(arrival, first) * 1e-3 - self._k0_solo_s[id(task.state)]
-        return task.arrival_s + max(0.0, gap)
+        return task.first_kernel_s
 
+    # ---- the flag --------------------------------------------------------------------------------
+    def set_flag(self) -> None:
+        if not self.flag.is_set():
+            self.flag.set()
+
+    def clear_flag(self) -> None:
+        # A stream-ordered write still queued behind the RT stream's work would land after this
+        # clear and stop every BE kernel for good: wait until those writes are done.
+        while self._flag_events:
+            self._flag_events.pop().synchronize()
+        self.flag.clear()
+
+    # ---- profiling -------------------------------------------------------------------------------
     def time_launch(self, state, index: int) -> float:
         cp = self.cp
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -220,33 +243,10 @@ class CudaDevice:
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) * 1e-3
 
-    def can_pad(self, rt_state, rt_index: int, be_state, be_index: int) -> bool:
-        return self.padder.ready([rt_state.program.launches[rt_index], be_state.program.launches[be_index]])
-
-    def prepare_pads(self, pairs, limit: int = MAX_PREPARED_VARIANTS) -> int:
-        """Compile the `limit` dispatcher variants that the most (RT kernel, BE kernel) pairs
-        need; pairs whose variant is not built are simply not padded (`can_pad` only looks)."""
-        from collections import Counter
-        from concurrent.futures import ThreadPoolExecutor
-
-        launches, counts = {}, Counter()
-        for rs, r, bs, i, n in pairs:
-            pair = [rs.program.launches[r], bs.program.launches[i]]
-            key = self.padder.key(pair)
-            launches.setdefault(key, pair)
-            counts[key] += n
-        chosen = [launches[k] for k, _ in counts.most_common(limit)]
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(self.padder.variant, chosen))
-        return len(chosen)
-
     def resources(self, kernel) -> tuple[int, int]:
         """(registers per thread, static shared bytes) of the compiled kernel."""
-        found = self._resources.get(kernel.name)
-        if found is None:
-            attrs = self.executor.compile(kernel).attributes
-            found = self._resources[kernel.name] = (attrs["num_regs"], attrs["shared_size_bytes"])
-        return found
+        attrs = self.executor.compile(kernel).attributes
+        return attrs["num_regs"], attrs["shared_size_bytes"]
 
     def close(self) -> None:
         self.cp.cuda.Device().synchronize()

@@ -21,8 +21,10 @@ Kernel = tuple[Task, int]
 class Stream(Protocol):
     guarded: bool  # False for the RT stream: RT kernels ignore the flag
 
-    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = ()) -> None:
-        """Enqueue kernel `index` of `task`; `pads` are BE kernels run in the same padded launch."""
+    def submit(self, task: Task, index: int, pads: Sequence[Kernel] = (), preempt: bool = False) -> None:
+        """Enqueue unit `index` of `task` (a kernel, or on CUDA a graph of several); `pads` are BE
+        kernels run in the same padded launch; `preempt` raises the guard ahead of it, ordered
+        with it (the RT stream's first unit under a flushing policy)."""
 
     def outstanding(self) -> int: ...
 
@@ -46,28 +48,22 @@ class Device(Protocol):
     # the kernels a task may have in flight).
     exact_progress: bool
     limits: Any  # scheduler.profiler.DeviceLimits, or None where occupancy means nothing
-    padding_rules: Any  # scheduler.padding.PaddingRules
+    padding_rules: Any  # scheduler.padding.PaddingRules where pads are planned in software, or None
+    pads_in_hardware: bool  # BE work may run beside RT work and the device pads (stream priorities)
     clock: Callable[[], float]
     poll_s: float  # scheduler loop sleep between polls (0: spin, yielding the GIL)
 
     def load(self, program: Program, guarded: bool) -> Any:
         """The executor state for `program`; guarded states' kernels obey the device's flag."""
 
+    def units(self, state: Any) -> int:
+        """How many units (what `Stream.submit` takes) a loaded program has."""
+
     def set_inputs(self, state: Any, inputs: dict) -> None:
         """Copy inputs in, ordered before any kernel later submitted to this device's streams."""
 
-    def on_arrival(self, task: Task) -> None:
-        """Called in the submitting thread at arrival (CUDA stamps the GPU timeline)."""
-
     def started_at(self, task: Task) -> float | None:
         """When the task's first kernel started, on the scheduler clock (asked once, at finish)."""
-
-    def can_pad(self, rt_state: Any, rt_index: int, be_state: Any, be_index: int) -> bool:
-        """Whether that pair can run as one padded launch now (never blocks to find out)."""
-
-    def prepare_pads(self, pairs: list) -> int:
-        """Make pairs (rt_state, rt_index, be_state, be_index, occurrences) paddable, the most
-        frequent first; returns how many padded variants were built."""
 
     def resources(self, kernel: Any) -> tuple[int, int]:
         """(registers per thread, static shared bytes) of a kernel, for occupancy."""

@@ -67,24 +67,16 @@ def plan_padding(rt_profiles: Sequence[KernelProfile],
 
 
 def pair_table(rt_profiles: Sequence[KernelProfile], be_profiles: Sequence[KernelProfile],
-               same_block: bool):
+               same_block: bool) -> np.ndarray:
     """`is_candidate` for every (RT launch, BE launch) pair at once, vectorised (programs have
-    hundreds of launches): which pairs pass (a boolean matrix), each pair's (RT kernel, BE kernel)
-    code, the distinct codes that occur, and one representative launch pair per code with its
-    number of occurrences."""
+    hundreds of launches): a boolean matrix indexed [RT launch, BE launch]."""
     def columns(profiles):
         return (np.array([p.duration_s for p in profiles]), np.array([p.occupancy for p in profiles]),
-                np.array([p.block_threads for p in profiles]), [p.name for p in profiles])
+                np.array([p.block_threads for p in profiles]))
 
-    rd, ro, rb, rn = columns(rt_profiles)
-    bd, bo, bb, bn = columns(be_profiles)
+    rd, ro, rb = columns(rt_profiles)
+    bd, bo, bb = columns(be_profiles)
     ok = (bd[None, :] < rd[:, None]) & (bo[None, :] >= ro[:, None])
     if same_block:
         ok &= bb[None, :] == rb[:, None]
-    vocab = {n: k for k, n in enumerate(dict.fromkeys(rn + bn))}
-    code = (np.array([vocab[n] for n in rn])[:, None] * len(vocab)
-            + np.array([vocab[n] for n in bn])[None, :])
-    r_idx, b_idx = np.nonzero(ok)
-    uniq, first, counts = np.unique(code[r_idx, b_idx], return_index=True, return_counts=True)
-    reps = [(int(r_idx[f]), int(b_idx[f]), int(c)) for f, c in zip(first, counts)]
-    return ok, code, uniq, reps
+    return ok

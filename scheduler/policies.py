@@ -10,7 +10,9 @@ offers the callbacks below. The ladder:
            set and the vHQs cleared; the scheduler waits for the (guarded) BE kernels to exit
            and rewinds each BE task to its last completed kernel; restore clears the guard and
            re-enqueues them from there.
-  reef     reset plus dynamic kernel padding of RT kernels with BE kernels.
+  reef     reset plus padding: BE kernels run beside the RT task's (CPU vGPUs: chosen BE kernels
+           on a spare thread, REEF's rules; CUDA: the flushed BE chunks resume at the lowest
+           stream priority once the flush has settled, and the GPU's block scheduler pads).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Controller(Protocol):
 
     def be_kernels_outstanding(self) -> bool: ...
 
+    def padding_open(self) -> bool: ...  # BE work may run as hardware padding beside RT now
+
     def wait_be_idle(self) -> None: ...  # block until no BE kernel is outstanding
 
     def flush_be(self) -> None: ...  # guard + clear vHQs + drain
@@ -37,10 +41,10 @@ class Controller(Protocol):
 class Policy:
     name = "base"
     pads = False
-    # Submit the RT task's first kernel before `enter_rt` runs: right for a flush, which does
-    # not need to precede it (raising the guard costs a copy and a sync on CUDA), wrong for
-    # `wait`, whose whole point is that the RT task starts on an idle device.
-    rt_kernel_before_flush = False
+    # The RT task's first kernel raises the guard itself, ahead of it on the RT stream, and goes
+    # out before `enter_rt` runs: right for a flush, which need not precede it, wrong for `wait`,
+    # whose whole point is that the RT task starts on an idle device.
+    flushes = False
     # RT tasks may start the moment they arrive: when no other RT task is queued or running, the
     # submitting thread launches the first kernel itself and the scheduler thread takes over from
     # the second (one thread hand-off less between arrival and the first kernel).
@@ -97,7 +101,7 @@ class WaitPreempt(Policy):
 
 class ResetPreempt(Policy):
     name = "reset"
-    rt_kernel_before_flush = True
+    flushes = True
     rt_starts_at_once = True
 
     def enter_rt(self, ctl):
@@ -110,6 +114,12 @@ class ResetPreempt(Policy):
 class ReefPolicy(ResetPreempt):
     name = "reef"
     pads = True
+
+    def be_may_start(self, ctl):
+        return not ctl.rt_mode() or ctl.padding_open()
+
+    def be_may_issue(self, ctl):
+        return not ctl.rt_mode() or ctl.padding_open()
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -27,9 +27,6 @@ class DeviceLimits:
         return self.max_threads_per_sm // self.warp_size
 
 
-# NVIDIA's published per-SM limits for compute capability 9.0 (H100/H200).
-SM90 = DeviceLimits("sm_90", 2048, 32, 65536, 228 * 1024)
-
 
 def occupancy(block_threads: int, registers: int, shared_bytes: int, limits: DeviceLimits) -> float:
     """Fraction of an SM's warp slots a kernel can fill, limited by threads, registers and smem."""

@@ -49,6 +49,7 @@ class Client:
     program: Program
     state: Any
     rerun_window: int
+    units: int  # what the device schedules: launches (CPU), or graphs/chunks (CUDA)
     profiles: list[KernelProfile] | None = None
     in_flight: int = 0  # accepted, not yet finished: while 0, the client's buffers are free
 
@@ -92,6 +93,12 @@ class Reef:
         self._pad_ok: dict[tuple[str, str], np.ndarray] = {}  # (RT client, BE client) -> paddable
         self._unsettled = False  # flag set, BE streams not yet drained and rewound
         self._flush_t0 = 0.0
+        # Padding: REEF's planned pads where the device runs them in software (CPU vGPUs), the
+        # GPU's block scheduler where it pads in hardware (CUDA: `_padding` opens once a flush
+        # has settled, and BE chunks then go out one per stream beside the RT task).
+        self._pads_in_software = self.policy.pads and device.padding_rules is not None
+        self._pads_in_hardware = self.policy.pads and device.pads_in_hardware
+        self._padding = False
 
     # ---- set-up and client side ----------------------------------------------------------------
     def add_client(self, name: str, program: Program, priority: str) -> Client:
@@ -102,8 +109,9 @@ class Reef:
         # exactly which kernels finished re-runs at most one, so only an inexact one needs the cap.
         window = rerun_window(program)
         client = Client(name, priority, program, state,
-                        self._capacity if self.device.exact_progress else window)
-        if self.policy.pads:
+                        self._capacity if self.device.exact_progress else window,
+                        self.device.units(state))
+        if self._pads_in_software:
             client.profiles = self.profile(client)
         self._clients[name] = client
         if priority == BE:
@@ -123,33 +131,23 @@ class Reef:
                                lambda i: self.device.time_launch(client.state, i),
                                self.device.limits, self.profile_reps, self.device.resources)
 
-    def prepare_padding(self) -> int:
-        """Build, before traffic, the padded variants the rules could pick for the clients so
-        far (CUDA compiles dispatchers), and tabulate per (RT client, BE client) which launch
-        pairs may be padded, so planning on the RT path is a table lookup. Returns how many
-        variants the device built."""
-        if not self.policy.pads:
-            return 0
+    def prepare_padding(self) -> None:
+        """Tabulate, before traffic, per (RT client, BE client) which launch pairs REEF's rules
+        allow (software padding), so planning on the RT path is a table lookup."""
+        if not self._pads_in_software:
+            return
         same_block = self.device.padding_rules.same_block
-        tables, pairs = [], []
         for rt in (c for c in self._clients.values() if c.priority == RT):
             for be in (c for c in self._clients.values() if c.priority == BE):
-                ok, code, uniq, reps = pair_table(rt.profiles, be.profiles, same_block)
-                tables.append((rt, be, ok, code, uniq, reps))
-                pairs += [(rt.state, r, be.state, i, n) for r, i, n in reps]
-        built = self.device.prepare_pads(pairs)
-        for rt, be, ok, code, uniq, reps in tables:
-            ready = np.array([self.device.can_pad(rt.state, r, be.state, i) for r, i, _ in reps], bool)
-            self._pad_ok[(rt.name, be.name)] = ok & np.isin(code, uniq[ready]) if reps else ok
-        return built
+                self._pad_ok[(rt.name, be.name)] = pair_table(rt.profiles, be.profiles, same_block)
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)
         if c is None:
             raise KeyError(f"unknown client {client!r}")
         if self._stop.is_set():
-            task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
-                        c.rerun_window, self.clock())
+            task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window,
+                        self.clock())
             task.fail(RuntimeError("scheduler is stopped"))
             return task.future
         with self._clients_lock:
@@ -162,14 +160,13 @@ class Reef:
             # are on the vGPU. (Behind another request of the same client, the upload waits for
             # its start and counts against it.)
             self.device.set_inputs(c.state, inputs)
-        task = Task(next(self._ids), c.priority, client, inputs, len(c.program.launches),
-                    c.rerun_window, self.clock(), inputs_loaded=free)
-        self.device.on_arrival(task)
+        task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window,
+                    self.clock(), inputs_loaded=free)
         if alone and free and self.policy.rt_starts_at_once:
             # Nothing else uses the RT stream now and the scheduler thread does not know this
             # task yet: launching here is safe, and it is the preemption.
             task.state = c.state
-            self._rt_stream.submit(task, 0)
+            self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
             task.next_launch = 1
             self.stats.rt_started_on_arrival += 1
         self._inbox.put(task)
@@ -223,6 +220,9 @@ class Reef:
     def be_kernels_outstanding(self) -> bool:
         return any(v.stream.outstanding() for v in self._vhqs)
 
+    def padding_open(self) -> bool:
+        return self._padding
+
     def wait_be_idle(self) -> None:
         for v in self._vhqs:
             v.stream.drain()
@@ -235,7 +235,8 @@ class Reef:
         self._flush_t0 = self.clock()
         for v in self._vhqs:
             v.stream.poll()  # credit what finished before the flag, nothing after
-        self.device.set_flag()
+        self.device.set_flag()  # a no-op where the RT launch raised it already
+        self._padding = False
         self._unsettled = True
 
     def _settle(self) -> None:
@@ -248,10 +249,14 @@ class Reef:
             v.clear()
         self._unsettled = False
         self.stats.flush_s.append(self.clock() - self._flush_t0)
+        if self._pads_in_hardware and self._rt_mode:
+            self.device.clear_flag()
+            self._padding = True
 
     def restore_be(self) -> None:
         self._settle()  # the flushed kernels must be gone before the guard comes down
         t0 = self.clock()
+        self._padding = False
         self.device.clear_flag()
         for v in self._vhqs:
             v.pump()
@@ -326,12 +331,18 @@ class Reef:
         self._begin(task)  # inputs first: they do not depend on the BE streams
         entering = not self._rt_mode
         self._rt_mode = True
-        early = entering and self.policy.rt_kernel_before_flush
+        early = entering and self.policy.flushes
         if entering and not early:
             self.policy.enter_rt(self)
         self._rt_task = task
         if task.next_launch == 0:  # else the submitting thread launched it (rt_starts_at_once)
-            self._rt_stream.submit(task, 0)  # the preemption: nothing else comes before it
+            # The preemption: nothing else comes before it. A flushing policy raises the flag
+            # with it, also when hardware padding had let BE work back in beside the last RT
+            # task: then that work is flushed again.
+            padded = self._padding
+            self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
+            if padded:
+                self.flush_be()
         if early:
             self.policy.enter_rt(self)
         self._continue_rt(task)
@@ -342,10 +353,10 @@ class Reef:
         than wait (a running BE kernel can take longer than several RT kernels)."""
         client = self._clients[task.client]
         plan, first = None, task.n_launches
-        if self.policy.pads:
+        if self._pads_in_software:
             time.sleep(0)  # CPU vGPUs: the RT stream thread needs the GIL to start kernel 0, and planning pads holds it
         for i in range(1, task.n_launches):
-            if self.policy.pads and plan is None and self._be_exited():
+            if self._pads_in_software and plan is None and self._be_exited():
                 self._settle()
                 plan, first = self._plan_pads(client, i), i
             self._rt_stream.submit(task, i, plan[i - first] if plan else ())
@@ -361,14 +372,13 @@ class Reef:
         be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
               if v.current is not None]
         tables = self._pad_ok
-        if tables:
-            def paddable(r, t, i):
-                table = tables.get((client.name, t.client))
-                return table is not None and bool(table[r + first, i])
-        else:  # not prepared: ask the device pair by pair
-            def paddable(r, t, i):
-                return self.device.can_pad(client.state, r + first, t.state, i)
-        plan = plan_padding(client.profiles[first:], be, self.device.padding_rules, paddable)
+
+        def paddable(r, t, i):
+            table = tables.get((client.name, t.client))
+            return table is not None and bool(table[r + first, i])
+
+        plan = plan_padding(client.profiles[first:], be, self.device.padding_rules,
+                            paddable if tables else None)  # not prepared: the rules alone
         self.stats.padded_kernels += sum(map(len, plan))
         return plan
 
@@ -383,4 +393,4 @@ class Reef:
                     self._begin(task)
                     v.assign(task)
             if v.current is not None and self.policy.be_may_issue(self):
-                v.pump()
+                v.pump(limit=1 if self._padding else None)

@@ -11,6 +11,7 @@ them, without the host walking them.
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
 from scheduler.device import Stream
 from scheduler.task import Task
@@ -34,15 +35,17 @@ class VirtualHostQueue:
         assert self.current is None
         self.current = task
 
-    def pump(self) -> int:
-        """Submit kernels of the current task up to the limits; returns how many were submitted."""
+    def pump(self, limit: int | None = None) -> int:
+        """Submit units of the current task up to the limits (`limit` outstanding at most, below
+        the capacity: padding); returns how many were submitted."""
         task = self.current
         if task is None:
             return 0
-        limit = min(self.capacity, task.rerun_window)
+        capacity = min(self.capacity, limit or self.capacity)
+        window = min(capacity, task.rerun_window)
         submitted = 0
-        while (task.next_launch < task.n_launches and self.stream.outstanding() < self.capacity
-               and task.next_launch - task.completed < limit):
+        while (task.next_launch < task.n_launches and self.stream.outstanding() < capacity
+               and task.next_launch - task.completed < window):
             self.stream.submit(task, task.next_launch)
             task.next_launch += 1
             submitted += 1
@@ -77,3 +80,17 @@ def round_robin(queues: dict[str, deque], clients: list[str], start: int) -> tup
     if best is not None:
         queues[clients[best_i]].popleft()
     return best, (best_i + 1) % max(n, 1)
+
+
+def chunk_bounds(durations_s: Sequence[float], target_s: float) -> list[tuple[int, int]]:
+    """Consecutive launches grouped into vHQ entries of about `target_s` each: a chunk closes at
+    the first launch that brings it to `target_s` (a launch longer than that is a chunk alone)."""
+    bounds, start, acc = [], 0, 0.0
+    for i, d in enumerate(durations_s):
+        acc += d
+        if acc >= target_s:
+            bounds.append((start, i + 1))
+            start, acc = i + 1, 0.0
+    if start < len(durations_s):
+        bounds.append((start, len(durations_s)))
+    return bounds

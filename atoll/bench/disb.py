@@ -77,7 +77,7 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
 
     from scheduler.reef import DEFAULT_CAPACITY, Reef
 
-    ex, dev, _ = make_device(kind)
+    ex, dev, _ = make_device(kind, measure_start=True)
     be = [] if policy == RT_ONLY else list(programs["be"])
     reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy,
                 capacity=capacity or DEFAULT_CAPACITY, be_streams=max(1, len(be)))
@@ -85,7 +85,7 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         reef.add_client(name, programs["rt"][name], "rt")
     for name in be:
         reef.add_client(name, programs["be"][name], "be")
-    pad_pairs = reef.prepare_padding()
+    reef.prepare_padding()
     rec = Recorder()
     rng = np.random.default_rng(seed)
     with reef:
@@ -123,16 +123,13 @@ def run_policy(policy: str, kind: str, workload: Workload, programs: dict, input
         "be_preemptions": sum(r.preemptions for r in rec.be_done),
         "be_reruns": sum(r.reruns for r in rec.be_done),
         "padded_kernels": stats.padded_kernels,
-        "padding_variants": pad_pairs,
-        "padding_refused": len(dev.padder.refused) if hasattr(dev, "padder") else 0,
-        "padding_error": next(iter(dev.padder.errors.values()), None) if hasattr(dev, "padder") else None,
     }
 
 
 def merge(policy: str, rounds: list[dict]) -> dict:
     """One policy's rounds pooled: latencies concatenated, counts summed over the total time."""
     pooled = {k: sum((r[k] for r in rounds), [] if isinstance(rounds[0][k], list) else 0)
-              for k in rounds[0] if not k.startswith("padding_")}
+              for k in rounds[0]}
     seconds = pooled["seconds"]
     return {
         "policy": policy,
@@ -144,9 +141,6 @@ def merge(policy: str, rounds: list[dict]) -> dict:
         "be_preemptions": pooled["be_preemptions"],
         "be_reruns": pooled["be_reruns"],
         "padded_kernels": pooled["padded_kernels"],
-        "padding_variants": rounds[-1]["padding_variants"],
-        "padding_refused": rounds[-1]["padding_refused"],
-        "padding_error": rounds[-1]["padding_error"],
     }
 
 

@@ -109,9 +109,9 @@ def load_program(name: str, device: str, seed: int):
 
 
 
-
-def make_device(kind: str):
-    """(executor, scheduler device, description) for a vGPU of this kind."""
+def make_device(kind: str, measure_start: bool = False):
+    """(executor, scheduler device, description) for a vGPU of this kind; `measure_start`: RT
+    tasks learn when their first kernel got the GPU (the arriving thread waits for it)."""
     if kind == "cpu":
         from gpu_runtime.executors.numpy_executor import NumpyExecutor
         from scheduler.cpu_device import CpuDevice
@@ -125,7 +125,7 @@ def make_device(kind: str):
         from scheduler.cuda_device import CudaDevice
 
         ex = CupyExecutor()
-        dev = CudaDevice(ex)
+        dev = CudaDevice(ex, measure_start=measure_start)
     except Exception as e:  # no cupy, no driver, no device: a user mistake, not a crash
         raise SystemExit(f"atoll bench: --device cuda is unavailable here: {e}") from None
     return ex, dev, dev.description

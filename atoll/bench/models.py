@@ -5,6 +5,11 @@ real vGPU worker pool (shared memory and all), after warm-up, `--repeats` times.
 round-trip latency through the pool and compute time inside the worker (median, p95), throughput in
 items/s from the median round trip, and optionally the same batch timed side by side in this process
 with another runtime (`--compare`).
+
+`--compare torch-graph` is the GPU yardstick: the same ONNX graph captured as a PyTorch CUDA graph
+(fp32 with TF32 off, and fp16) against our cupy executor's program graph in fp32 and fp16, all four
+replayed in this process and timed with device events (GPU time only, median of `--repeats`), plus
+each fp16 output's relative error against the fp32 PyTorch output.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from atoll.bench.harness import percentiles
 from gpu_runtime.executors import EXECUTORS
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
-COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch")
+COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch", "torch-graph")
 
 
 def register(subparsers) -> None:
@@ -164,7 +169,7 @@ def _comparator(kind: str | None):
     an input dict and waits for the device; (note with the reason it was skipped, None) otherwise."""
     if kind is None:
         return None, None
-    if kind == "torch":
+    if kind in ("torch", "torch-graph"):
         try:
             import torch
         except ImportError as exc:
@@ -172,6 +177,10 @@ def _comparator(kind: str | None):
         if not torch.cuda.is_available():
             return {"kind": kind, "skipped": "PyTorch sees no CUDA device"}, None
         from atoll.bench.torch_eager import TorchEagerModel
+
+        if kind == "torch-graph":
+            return {"kind": kind, "runtime": f"torch {torch.__version__} CUDA graph vs atoll graph, "
+                    "fp32 (TF32 off) and fp16, GPU time", "device": torch.cuda.get_device_name()}, graph_runner
 
         def make_torch(path):
             model = TorchEagerModel(str(path), "cuda")
@@ -195,6 +204,70 @@ def _comparator(kind: str | None):
 
     note = {"kind": kind, "runtime": f"onnxruntime {onnxruntime.__version__}", "providers": providers}
     return note, make_ort
+
+
+def _event_ms(replay, events, synchronize, warmup: int, repeats: int) -> float:
+    """Median GPU time of `replay()` between two device events."""
+    import numpy as np
+
+    for _ in range(warmup):
+        replay()
+    times = []
+    for _ in range(repeats):
+        start, end = events()
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        times.append(synchronize(start, end))
+    return float(np.median(times))
+
+
+def graph_runner(path, batch: int, length: int | None, inputs: dict, args) -> dict:
+    """Atoll's program graph and PyTorch's CUDA graph of the same ONNX model, fp32 and fp16."""
+    import cupy
+    import numpy as np
+    import torch
+
+    from atoll.bench.torch_eager import TorchGraphModel
+    from gpu_runtime.compiler.importer import import_model
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
+
+    def torch_events():
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def cupy_events():
+        return cupy.cuda.Event(), cupy.cuda.Event()
+
+    warm, reps = max(args.warmup, 3), max(args.repeats, 20)
+    out, reference = {}, None
+    for precision in ("fp32", "fp16"):
+        dtype = {"fp32": "float32", "fp16": "float16"}[precision]
+        model = TorchGraphModel(str(path), inputs, dtype)
+        out[f"torch_graph_{precision}_ms"] = _event_ms(
+            model.replay, torch_events, lambda a, b: a.elapsed_time(b), warm, reps)
+        got = {k: v.float().cpu().numpy() for k, v in model(inputs).items()}
+        reference = reference or got
+        ex = CupyExecutor()
+        try:
+            options = {} if precision == "fp32" else {"precision": precision}
+            state = ex.load(import_model(str(path), batch, length, **options))
+        except (TypeError, ValueError) as exc:  # a precision the importer does not offer
+            out[f"atoll_{precision}_error"] = f"{type(exc).__name__}: {exc}"
+            continue
+        ours = ex.run(state, inputs)
+        with state.stream:
+            out[f"atoll_graph_{precision}_ms"] = _event_ms(
+                lambda: ex.execute(state), cupy_events, cupy.cuda.get_elapsed_time, warm, reps)
+        out[f"ratio_{precision}"] = out[f"atoll_graph_{precision}_ms"] / out[f"torch_graph_{precision}_ms"]
+        for label, outputs in (("atoll", ours), ("torch", got)):
+            out[f"{label}_{precision}_rel_err"] = max(
+                float(np.abs(outputs[k] - reference[k]).max() / max(np.abs(reference[k]).max(), 1e-12))
+                for k in reference)
+        state = model = None  # free both before the next precision
+        cupy.get_default_memory_pool().free_all_blocks()
+        torch.cuda.empty_cache()
+    return out
 
 
 def _time_direct(run, inputs: dict, warmup: int, repeats: int) -> list[float]:
@@ -263,7 +336,9 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
                 "compute_ms": percentiles(computes, qs=(50, 95), digits=4),
                 "throughput_items_s": batch / float(np.median(round_trips)),
             }
-            if make_runner:
+            if make_runner is graph_runner:
+                point["compare"] = graph_runner(path, batch, length, inputs, args)
+            elif make_runner:
                 if name not in sessions:
                     sessions[name] = make_runner(path)
                 times = _time_direct(sessions[name], inputs, args.warmup, args.repeats)
@@ -322,12 +397,23 @@ def _versions() -> dict:
 
 def _table(doc: dict) -> str:
     head = f"{doc['executor']} on {doc['vgpu']['id']} ({doc['device']['gpu'] or doc['device']['cpu']})"
+    graphs = doc.get("compare", {}).get("kind") == "torch-graph"
+    extra = ""
+    if graphs:
+        extra = "  " + " ".join(f"{h:>9}" for h in ("atoll32", "torch32", "x32", "atoll16", "torch16", "x16"))
+    elif doc.get("compare", {}).get("runtime"):
+        extra = "  cmp ms  cmp items/s"
     lines = [head, f"{'model':<20} {'batch':>5} {'len':>5} {'p50 ms':>9} {'p95 ms':>9} {'comp ms':>9} {'items/s':>9}"
-             + ("  cmp ms  cmp items/s" if doc.get("compare", {}).get("runtime") else "")]
+             + extra]
     for r in doc["results"]:
         line = (f"{r['model']:<20} {r['batch']:>5} {r.get('length', '-'):>5} {r['latency_ms']['p50']:>9.2f}"
                 f" {r['latency_ms']['p95']:>9.2f} {r['compute_ms']['p50']:>9.2f} {r['throughput_items_s']:>9.1f}")
-        if "compare" in r:
+        if graphs:
+            c = r["compare"]
+            line += "  " + " ".join(f"{c.get(k, float('nan')):>9.3f}" for k in (
+                "atoll_graph_fp32_ms", "torch_graph_fp32_ms", "ratio_fp32",
+                "atoll_graph_fp16_ms", "torch_graph_fp16_ms", "ratio_fp16"))
+        elif "compare" in r:
             line += f" {r['compare']['latency_ms']['p50']:>7.2f} {r['compare']['throughput_items_s']:>11.1f}"
         lines.append(line)
     for s in doc["skipped"]:

@@ -48,7 +48,7 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
     from scheduler.reef import DEFAULT_CAPACITY, Reef
 
     capacity = capacity or DEFAULT_CAPACITY
-    ex, dev, _ = make_device(kind)
+    ex, dev, _ = make_device(kind, measure_start=True)
     reef = Reef(ex, dev, "reset" if policy == RT_ONLY else policy, capacity=capacity, be_streams=1)
     reef.add_client("rt", programs["rt"], "rt")
     if policy != RT_ONLY:

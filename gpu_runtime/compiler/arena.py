@@ -7,7 +7,9 @@ first, each at the lowest aligned offset clear of every already-placed storage i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from gpu_runtime.compiler.program import BufferRef, Program
 
 ALIGN = 256
 
@@ -53,3 +55,42 @@ def pack(sizes: dict[int, int]) -> tuple[dict[int, int], int]:
         offsets[key] = total
         total += _align(max(n, 1))
     return offsets, total
+
+
+def chunked(program: Program, chunks: list[tuple[int, int]]) -> Program:
+    """`program` re-planned so that any chunk (launch range [start, end)) can be re-run from its
+    start after it ran partly: a storage read anywhere in a chunk stays intact until the chunk's
+    end, so no later launch of the same chunk can have overwritten it. Weights keep their region;
+    inputs and outputs stay pinned as the importer planned them."""
+    n = len(program.launches)
+    chunk_end = [0] * n
+    for start, end in chunks:
+        if not 0 <= start < end <= n:
+            raise ValueError(f"chunk [{start}, {end}) outside the program's {n} launches")
+        for i in range(start, end):
+            chunk_end[i] = end - 1
+    if sorted(chunks) != chunks or sum(e - s for s, e in chunks) != n or chunks[0][0] != 0 \
+            or any(a[1] != b[0] for a, b in zip(chunks, chunks[1:])):
+        raise ValueError("chunks must cover the launches in order without gaps or overlaps")
+    owner = [b.alias_of if b.alias_of is not None else i for i, b in enumerate(program.buffers)]
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i, launch in enumerate(program.launches):
+        for a in launch.args:
+            if isinstance(a, BufferRef):
+                s = owner[a.index]
+                first.setdefault(s, i)
+                last[s] = i
+    pinned = {owner[i] for i in (*program.inputs.values(), *program.outputs.values())}
+    lifetimes = []
+    for s in sorted(set(first) | pinned):
+        spec = program.buffers[s]
+        if spec.role == "weight":
+            continue
+        lo = -1 if spec.role == "input" else first.get(s, n)
+        hi = n if s in pinned else chunk_end[last[s]]
+        lifetimes.append(Lifetime(s, spec.nbytes, lo, hi))
+    offsets, total = plan(lifetimes)
+    buffers = [b if b.role == "weight" else replace(b, offset=offsets[owner[i]])
+               for i, b in enumerate(program.buffers)]
+    return replace(program, buffers=buffers, arena_bytes=total, restore_window=0)

@@ -137,7 +137,7 @@ class ProgramRunner:
         from gpu_runtime.compiler.shapes import ModelShapes
 
         self.executor = executor
-        self.stream = stream  # replaces the executor's own stream in every state (green contexts)
+        self.stream = stream  # every state's stream, when the vGPU dictates one (green contexts)
         self.shapes = ModelShapes(onnx_path)
         self.states: dict[tuple[int, int | None], object] = {}
         for key in self.shapes.planned_keys(max_batch):
@@ -145,18 +145,16 @@ class ProgramRunner:
 
     def _state(self, key: tuple[int, int | None]):
         if key not in self.states:
-            self.states[key] = self.executor.load(self.shapes.program(key))
-            if self.stream is not None:
-                # Copies, launches and syncs must all use the partition's stream, in order.
-                self.states[key].stream = self.stream
+            program = self.shapes.program(key)
+            # Copies, graph captures, launches and syncs must all use the partition's stream.
+            self.states[key] = (self.executor.load(program, stream=self.stream) if self.stream
+                                else self.executor.load(program))
         return self.states[key]
 
     def run(self, inputs):
         state = self._state(self.shapes.key(inputs))
         self.executor.set_inputs(state, inputs)
-        for index in range(len(state.program.launches)):
-            self.executor.launch(state, index)
-        self.executor.synchronize(state)
+        self.executor.execute(state)
         return self.executor.outputs(state)
 
     def describe(self) -> dict:

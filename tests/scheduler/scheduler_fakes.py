@@ -60,6 +60,13 @@ def dense_chain(model: str, layers: int, width: int = 32, slots: int = 3, seed: 
 
 def sleep_chain(model: str, kernels: int, seconds: float) -> Program:
     """Kernels that only take time (time.sleep frees the GIL), for timing-order tests."""
+    return gated_chain(model, kernels, seconds, None)
+
+
+def gated_chain(model: str, kernels: int, seconds: float, gate) -> Program:
+    """A sleep chain whose first kernel is `gate(x, out, seconds)` instead (None: a sleep too),
+    for tests that need the first kernel to wait for a condition."""
+    first = SLEEP if gate is None else KernelDef(f"gate_{model}", "", gate)
     buffers = [BufferSpec("x", (1, 4), "float32", 0, "input"),
                BufferSpec("a", (1, 4), "float32", 16, "temp"),
                BufferSpec("b", (1, 4), "float32", 32, "temp"),
@@ -68,7 +75,8 @@ def sleep_chain(model: str, kernels: int, seconds: float) -> Program:
     src = 0
     for k in range(kernels):
         dst = 3 if k == kernels - 1 else (1 if k % 2 == 0 else 2)
-        launches.append(Launch(SLEEP, (1, 1, 1), (1, 1, 1), (BufferRef(src), BufferRef(dst), seconds), (dst,)))
+        launches.append(Launch(first if k == 0 else SLEEP, (1, 1, 1), (1, 1, 1),
+                               (BufferRef(src), BufferRef(dst), seconds), (dst,)))
         src = dst
     return Program(model, 1, buffers, launches, {"x": 0}, {"y": 3}, {}, 64)
 

@@ -1,15 +1,15 @@
-"""The scheduler on a CUDA vGPU (cupy executor). References: the same programs run unpadded and
+"""The scheduler on a CUDA vGPU (cupy executor, CUDA graphs). References: the same programs run
 unpreempted by the cupy executor alone (whose kernels are checked against onnxruntime in
-tests/gpu_runtime), compared bit for bit."""
+tests/gpu_runtime), compared bit for bit; the CUDA occupancy API for our occupancy formula."""
 
+import math
 import time
 
 import numpy as np
 import pytest
 
 from atoll.bench.harness import load_program, random_inputs
-from scheduler.padded_kernel import device_form, dispatcher_source
-
+from scheduler.vhq import chunk_bounds
 
 
 @pytest.fixture(scope="module")
@@ -18,51 +18,61 @@ def programs():
             "be": load_program("squeezenet1_1", "cuda", 100)}
 
 
-def test_device_forms_of_every_zoo_kernel(programs):
-    """Source-level: runs everywhere (compiling it needs the GPU test below)."""
-    for program in programs.values():
-        for kernel in program.kernels().values():
-            src, params = device_form(kernel, "ns")
-            assert "blockIdx" not in src and "gridDim" not in src and "__global__" not in src
-            assert params[0].endswith("atoll_preempt")
-    kernels = list(programs["rt"].kernels().values())[:2] + list(programs["be"].kernels().values())[:1]
-    src = dispatcher_source(kernels, 256, 4)
-    assert src.count("::body(") == 3 and "__launch_bounds__(256, 4)" in src
+def test_chunk_bounds_group_launches_by_duration():
+    us = 1e-6
+    assert chunk_bounds([30 * us] * 10, 100 * us) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_bounds([250 * us, 10 * us, 10 * us], 100 * us) == [(0, 1), (1, 3)]
+    assert chunk_bounds([5 * us], 100 * us) == [(0, 1)]
 
 
 def _run_alone(ex, program, inputs):
-    state = ex.load(program)
-    return ex.run(state, inputs)
+    return ex.run(ex.load(program), inputs)
 
 
 @pytest.mark.gpu
-def test_padded_launches_are_bit_identical(programs):
+def test_graph_replay_equals_launch_by_launch(programs):
     from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from scheduler.cuda_device import CudaDevice
 
     ex = CupyExecutor()
-    dev = CudaDevice(ex)
-    rt, be = programs["rt"], programs["be"]
-    x = {"rt": random_inputs(rt, 1), "be": random_inputs(be, 2)}
-    ref = {"rt": _run_alone(ex, rt, x["rt"]), "be": _run_alone(ex, be, x["be"])}
-    srt, sbe = dev.load(rt, guarded=False), dev.load(be, guarded=True)
-    dev.set_inputs(srt, x["rt"])
-    dev.set_inputs(sbe, x["be"])
-    stream = dev.cp.cuda.Stream(non_blocking=True)
-    j, padded = 0, 0
-    for i in range(len(rt.launches)):
-        # Pad with the BE program's next kernel whenever the block sizes agree (rules aside).
-        if j < len(be.launches) and dev.padder.launch([(srt, i), (sbe, j)], stream):
-            j += 1
-            padded += 1
-        else:
-            ex.launch(srt, i, stream)
-    for k in range(j, len(be.launches)):
-        ex.launch(sbe, k, stream)
-    stream.synchronize()
-    assert padded > 10, list(dev.padder.errors.values())[:1]
-    np.testing.assert_array_equal(ex.outputs(srt)["logits"], ref["rt"]["logits"])
-    np.testing.assert_array_equal(ex.outputs(sbe)["logits"], ref["be"]["logits"])
+    program = programs["be"]
+    x = random_inputs(program, 3)
+    state = ex.load(program)
+    ex.set_inputs(state, x)
+    for i in range(len(program.launches)):
+        ex.launch(state, i)
+    one_by_one = ex.outputs(state)
+    graphed = _run_alone(ex, program, x)
+    chunked = ex.load(program, chunks=[(0, 7), (7, 20), (20, len(program.launches))])
+    ex.set_inputs(chunked, x)
+    for k in range(3):
+        ex.launch_chunk(chunked, k)
+    assert all(np.array_equal(graphed[k], one_by_one[k]) for k in graphed)
+    assert all(np.array_equal(ex.outputs(chunked)[k], graphed[k]) for k in graphed)
+    assert chunked.progress.value == 3  # every marker ran with the flag clear
+
+
+@pytest.mark.gpu
+def test_native_rt_launch_raises_the_flag_and_stamps(programs):
+    from gpu_runtime.executors.cupy_executor import CupyExecutor
+    from scheduler.cuda_device import CudaDevice
+    from scheduler.task import RT, Task
+
+    ex = CupyExecutor()
+    dev = CudaDevice(ex, measure_start=True)
+    assert dev.launcher is not None, "cc should build the launcher on a GPU machine"
+    program = programs["rt"]
+    state = dev.load(program, guarded=False)
+    x = random_inputs(program, 4)
+    dev.set_inputs(state, x)
+    task = Task(0, RT, "r", x, 1, 1, time.perf_counter(), state=state)
+    stream = dev.stream(guarded=False, priority=-1)
+    stream.submit(task, 0, preempt=True)
+    assert task.first_kernel_s is not None and task.first_kernel_s >= task.arrival_s
+    stream.drain()
+    assert int(dev.flag.device.get()[0]) == 1 and dev.flag.is_set()
+    dev.clear_flag()
+    assert int(dev.flag.device.get()[0]) == 0
+    np.testing.assert_array_equal(ex.outputs(state)["logits"], _run_alone(ex, program, x)["logits"])
     dev.close()
 
 
@@ -74,12 +84,14 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
     from scheduler.reef import Reef
 
     ex = CupyExecutor()
-    dev = CudaDevice(ex)
+    # Short chunks so that RT requests land mid-task and BE tasks have several chunks to rewind.
+    dev = CudaDevice(ex, chunk_s=20e-6)
     rt, be = programs["rt"], programs["be"]
     reef = Reef(ex, dev, policy, be_streams=2, poll_s=0.0)
     reef.add_client("r", rt, "rt")
     reef.add_client("b0", be, "be")
     reef.add_client("b1", be, "be")
+    assert reef._clients["b0"].units > 3 and reef._clients["r"].units == 1
     xs = [random_inputs(be, k) for k in range(6)]
     xr = random_inputs(rt, 9)
     with reef:
@@ -95,26 +107,25 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
         np.testing.assert_array_equal(r.outputs["logits"], _run_alone(ex, be, x)["logits"])
     for r in rt_results:
         np.testing.assert_array_equal(r.outputs["logits"], ref_rt)
-    if policy in ("reset", "reef"):
-        assert sum(r.preemptions for r in results) > 0
-    # Each RT request came alone: under streams/reset/reef submit() launched its first kernel.
+    # Each RT request came alone: under streams/reset/reef submit() launched its graph.
     assert reef.stats.rt_started_on_arrival == (len(rt_results) if policy in ("streams", "reset", "reef") else 0)
 
 
 @pytest.mark.gpu
 def test_occupancy_matches_the_cuda_occupancy_api(programs):
-    """Reference: cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled zoo kernels."""
-    import math
-
+    """Reference: cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled zoo kernels, with
+    the limits read from this device."""
     import cupy
 
     from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from scheduler.profiler import SM90, occupancy
+    from scheduler.cuda_device import device_limits
+    from scheduler.profiler import occupancy
 
     driver = cupy.cuda.driver
     if not hasattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor"):
         pytest.skip("this CuPy does not expose the occupancy API")
     ex = CupyExecutor()
+    limits = device_limits(cupy)
     checked = 0
     for program in programs.values():
         for launch in {l.kernel.name: l for l in program.launches}.values():
@@ -122,7 +133,7 @@ def test_occupancy_matches_the_cuda_occupancy_api(programs):
             threads = math.prod(launch.block)
             blocks = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, launch.shared_bytes)
             regs, smem = fn.attributes["num_regs"], fn.attributes["shared_size_bytes"]
-            ours = occupancy(threads, regs, smem + launch.shared_bytes, SM90)
-            assert ours == pytest.approx(blocks * math.ceil(threads / 32) / SM90.max_warps_per_sm), launch.kernel.name
+            ours = occupancy(threads, regs, smem + launch.shared_bytes, limits)
+            assert ours == pytest.approx(blocks * math.ceil(threads / 32) / limits.max_warps_per_sm), launch.kernel.name
             checked += 1
     assert checked > 5

@@ -13,7 +13,7 @@ from scheduler.cpu_device import CpuDevice
 from scheduler.policies import POLICIES
 from scheduler.reef import Reef
 from scheduler.task import BE, RT
-from scheduler_fakes import ArenaExecutor, dense_chain, run_alone, sleep_chain
+from scheduler_fakes import ArenaExecutor, dense_chain, gated_chain, run_alone, sleep_chain
 
 WIDTH = 48
 
@@ -59,8 +59,51 @@ def test_preempted_be_tasks_are_bit_identical(policy):
         np.testing.assert_array_equal(r.outputs["y"], run_alone(be[k], x)["y"])
     for x, r in rt_results:
         np.testing.assert_array_equal(r.outputs["y"], run_alone(rt, x)["y"])
-    if policy == "reef":
-        assert reef.stats.padded_kernels > 0
+
+
+def test_reef_pads_queued_rt_tasks_with_the_preempted_be_task():
+    """Deterministic by construction. The BE task's first kernel waits for an RT task to arrive,
+    so it is preempted mid-task; the first RT task's first kernel waits until the flushed BE
+    stream has exited, so the second RT task (queued behind it) is planned against the settled
+    BE task; its 3 ms kernels are longer than the BE task's µs ones, so REEF's rules pick pads."""
+    reef = None
+
+    def wait_for(condition):
+        deadline = time.monotonic() + 30
+        while reef is not None and not condition():
+            assert time.monotonic() < deadline, "condition never held"
+            time.sleep(0.0005)
+
+    def rt_gate(x, out, _):
+        wait_for(lambda: reef._be_exited())
+        out[...] = x
+
+    def be_gate(x, out, _):
+        if reef is not None:
+            be_running.set()
+        wait_for(lambda: reef._rt_in_system > 0)
+        out[...] = x
+
+    be_running = threading.Event()
+    rt = gated_chain("rt", 6, 0.003, rt_gate)
+    be = gated_chain("be", 200, 0.0, be_gate)
+    ex = ArenaExecutor()
+    scheduler = Reef(ex, CpuDevice(ex), "reef", be_streams=1, poll_s=5e-5, profile_reps=3)
+    scheduler.add_client("b", be, BE)
+    scheduler.add_client("r", rt, RT)
+    scheduler.prepare_padding()
+    reef = scheduler  # the gates wait from here on (not while the clients were profiled)
+    x = {"x": np.arange(4, dtype=np.float32).reshape(1, 4)}
+    with reef:
+        be_future = reef.submit("b", x)
+        assert be_running.wait(30)
+        rt_futures = [reef.submit("r", x), reef.submit("r", x)]
+        for f in rt_futures:
+            np.testing.assert_array_equal(f.result(timeout=30).outputs["y"], x["x"])
+        result = be_future.result(timeout=30)
+    _close(reef)
+    np.testing.assert_array_equal(result.outputs["y"], x["x"])
+    assert result.preemptions >= 1 and reef.stats.padded_kernels >= 1
 
 
 class LaggingCpuDevice(CpuDevice):

@@ -1,0 +1,98 @@
+"""The native real-time launch path (native/rt_launch.c), built with the system C compiler on first
+use and called through ctypes.
+
+Why native: between an RT request's arrival and its graph's launch there must be no scheduler
+Python and nothing that waits for the GIL. A Python launch sequence (flag write, event, graph,
+event) costs several interpreter round trips and can be held up by whichever thread has the GIL;
+the C function does the four driver calls back to back with the GIL released, and can spin on the
+stamp word to report when the first RT kernel got an SM. A dedicated launch thread would add a
+wake-up (a futex hand-off, tens of us on a busy host) to every arrival, so the arriving thread
+calls it itself.
+
+Builds are cached under build/native/<hash>/ (hash of source, compiler and flags); a missing
+compiler raises `NativeBuildError`, and callers fall back to launching from Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("native") / "rt_launch.c"
+BUILD_ROOT = Path(__file__).resolve().parents[2] / "build" / "native"
+CC = os.environ.get("CC", "cc")
+CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c11")
+LIBCUDA = "libcuda.so.1"
+
+
+class NativeBuildError(RuntimeError):
+    pass
+
+
+class RtProgram(ctypes.Structure):
+    """Mirrors `atoll_rt_program` in rt_launch.c."""
+
+    _fields_ = [("context", ctypes.c_void_p), ("stream", ctypes.c_void_p), ("flag", ctypes.c_ulonglong),
+                ("flag_event", ctypes.c_void_p), ("graph", ctypes.c_void_p),
+                ("done_event", ctypes.c_void_p), ("started", ctypes.c_void_p)]
+
+
+def library_path(build_root: Path = BUILD_ROOT) -> Path:
+    """The compiled launcher, built now if this source/compiler/flags combination is new."""
+    key = hashlib.sha256("\0".join((CC, *CFLAGS)).encode() + SOURCE.read_bytes()).hexdigest()[:16]
+    path = build_root / key / "librt_launch.so"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)  # concurrent builds: rename wins
+    os.close(fd)
+    command = [CC, *CFLAGS, "-o", tmp, str(SOURCE), "-ldl"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except OSError as e:
+        os.unlink(tmp)
+        raise NativeBuildError(f"no C compiler for the RT launcher ({CC}: {e})") from None
+    if done.returncode:
+        os.unlink(tmp)
+        raise NativeBuildError(f"building the RT launcher failed: {' '.join(command)}\n{done.stderr}")
+    os.replace(tmp, path)
+    return path
+
+
+class RtLauncher:
+    def __init__(self, libcuda: str = LIBCUDA, build_root: Path = BUILD_ROOT):
+        self._lib = ctypes.CDLL(str(library_path(build_root)))
+        self._lib.atoll_rt_open.argtypes = [ctypes.c_char_p]
+        self._lib.atoll_rt_fire.argtypes = [ctypes.POINTER(RtProgram), ctypes.c_int, ctypes.c_double,
+                                            ctypes.POINTER(ctypes.c_double)]
+        rc = self._lib.atoll_rt_open(libcuda.encode())
+        if rc:
+            raise NativeBuildError(f"the RT launcher could not open {libcuda} (code {rc})")
+        self._driver = ctypes.CDLL(libcuda)
+
+    def current_context(self) -> int:
+        """The calling thread's current CUcontext (after any CUDA use: CuPy's primary context)."""
+        ctx = ctypes.c_void_p()
+        rc = self._driver.cuCtxGetCurrent(ctypes.byref(ctx))
+        if rc:
+            raise RuntimeError(f"cuCtxGetCurrent failed: CUDA driver error {rc}")
+        return ctx.value or 0
+
+    @staticmethod
+    def program(context: int, stream: int, flag: int, flag_event: int, graph: int, done_event: int,
+                started: int = 0) -> RtProgram:
+        """Driver handles as integers; `started` is the host address of the stamp word (0: none)."""
+        return RtProgram(context, stream, flag, flag_event, graph, done_event, started)
+
+    def fire(self, program: RtProgram, preempt: bool, wait_s: float = 0.0) -> float | None:
+        """Raise the flag (if `preempt`) and launch; with `wait_s`, also wait for the stamp and
+        return when it was seen (time.perf_counter's clock), else None."""
+        started_at = ctypes.c_double()
+        rc = self._lib.atoll_rt_fire(ctypes.byref(program), int(preempt), wait_s, ctypes.byref(started_at))
+        if rc:
+            raise RuntimeError(f"RT launch failed: CUDA driver error {rc}")
+        return started_at.value or None
