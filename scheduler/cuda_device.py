@@ -201,10 +201,12 @@ class CudaDevice:
         state.started.reset()
         if program is not None:
             program.stream = stream.ptr
-            started = self.launcher.fire(program, preempt, START_WAIT_S if self.measure_start else 0.0)
+            task.launched_s, started = self.launcher.fire(
+                program, preempt, START_WAIT_S if self.measure_start else 0.0)
             if started is not None:
                 task.first_kernel_s = started
         else:
+            task.launched_s = self.clock()
             with stream:
                 if preempt:
                     self.flag.device.fill(1)  # on the RT stream: stream-ordered like the C path

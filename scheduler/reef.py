@@ -85,6 +85,7 @@ class Reef:
         self._rt_task: Task | None = None
         self._rt_mode = False
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._uploads: queue.SimpleQueue = queue.SimpleQueue()  # BE tasks whose inputs to copy in
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -155,13 +156,16 @@ class Reef:
             c.in_flight += 1
             alone = c.priority == RT and self._rt_in_system == 0
             self._rt_in_system += c.priority == RT
-        if free:
-            # Upload now, in the caller's thread: a request counts as arrived once its inputs
+        upload = free and c.priority == RT
+        if upload:
+            # Upload now, in the caller's thread: an RT request counts as arrived once its inputs
             # are on the vGPU. (Behind another request of the same client, the upload waits for
-            # its start and counts against it.)
+            # its start and counts against it.) BE inputs go through the uploader thread: a BE
+            # batch can take milliseconds to copy, and the caller (a worker's receive thread)
+            # must stay free for the RT requests behind it.
             self.device.set_inputs(c.state, inputs)
         task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window,
-                    self.clock(), inputs_loaded=free)
+                    self.clock(), inputs_loaded=upload)
         if alone and free and self.policy.rt_starts_at_once:
             # Nothing else uses the RT stream now and the scheduler thread does not know this
             # task yet: launching here is safe, and it is the preemption.
@@ -176,13 +180,31 @@ class Reef:
     def start(self) -> "Reef":
         self._thread = threading.Thread(target=self._loop, name="reef", daemon=True)
         self._thread.start()
+        self._uploader = threading.Thread(target=self._upload_loop, name="reef-upload", daemon=True)
+        self._uploader.start()
         return self
+
+    def _upload_loop(self) -> None:
+        """BE inputs onto the vGPU, one task at a time; the vHQ submits nothing before."""
+        while True:
+            task = self._uploads.get()
+            if task is None:
+                return
+            try:
+                self.device.set_inputs(task.state, task.inputs)
+            except Exception as e:  # answered once, like any other failure of the task
+                task.fail(e)
+                task.completed = task.n_launches
+            task.inputs_loaded = True
+            self.device.wake.set()
 
     def stop(self) -> None:
         self._stop.set()
         self.device.wake.set()
         if self._thread is not None:
             self._thread.join()
+            self._uploads.put(None)
+            self._uploader.join()
         self.device.set_flag()  # whatever is still queued on a stream exits at once
         for s in [self._rt_stream] + [v.stream for v in self._vhqs]:
             s.drain()
@@ -298,10 +320,14 @@ class Reef:
                 self._be_queues[task.client].append(task)
 
     def _begin(self, task: Task) -> None:
-        client = self._clients[task.client]
-        if not task.inputs_loaded:
-            self.device.set_inputs(client.state, task.inputs)
-        task.state = client.state
+        task.state = self._clients[task.client].state
+        if task.inputs_loaded:
+            return
+        if task.priority == RT:
+            self.device.set_inputs(task.state, task.inputs)
+            task.inputs_loaded = True
+        else:
+            self._uploads.put(task)
 
     def _finish(self, task: Task) -> None:
         end = self.clock()

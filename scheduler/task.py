@@ -16,6 +16,7 @@ class TaskResult:
     outputs: dict[str, Any]
     arrival_s: float
     first_kernel_s: float  # when its first kernel started (preemption latency = this - arrival_s)
+    launched_s: float | None  # RT tasks on CUDA: when the launch call began (arrival .. here: Python)
     end_s: float
     preemptions: int
     reruns: int  # kernels executed more than once because a preemption flushed them
@@ -40,6 +41,7 @@ class Task:
     next_launch: int = 0
     completed: int = 0
     first_kernel_s: float | None = None
+    launched_s: float | None = None
     preemptions: int = 0
     executed: int = 0  # kernels actually run (>= n_launches; the excess is re-execution)
     _done: bool = False
@@ -60,7 +62,8 @@ class Task:
                 return False
             self._done = True
         first = self.first_kernel_s if self.first_kernel_s is not None else end_s
-        self.future.set_result(TaskResult(outputs, self.arrival_s, first, end_s, self.preemptions,
+        self.future.set_result(TaskResult(outputs, self.arrival_s, first, self.launched_s, end_s,
+                                          self.preemptions,
                                           self.executed - self.n_launches))
         return True
 

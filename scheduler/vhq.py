@@ -39,7 +39,7 @@ class VirtualHostQueue:
         """Submit units of the current task up to the limits (`limit` outstanding at most, below
         the capacity: padding); returns how many were submitted."""
         task = self.current
-        if task is None:
+        if task is None or not task.inputs_loaded:
             return 0
         capacity = min(self.capacity, limit or self.capacity)
         window = min(capacity, task.rerun_window)

@@ -82,6 +82,12 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
     result = {
         "policy": policy,
         "preempt_latency_us": percentiles(latency, "us", digits=1),
+        # Where it goes (CUDA, tasks launched by the native launcher): arrival .. the launch call
+        # (our Python), and the call .. the first RT kernel seen running (driver + GPU).
+        "arrival_to_launch_us": percentiles(
+            [r.launched_s - r.arrival_s for r in rec.rt if r.launched_s], "us", digits=1),
+        "launch_to_start_us": percentiles(
+            [r.first_kernel_s - r.launched_s for r in rec.rt if r.launched_s], "us", digits=1),
         "restore_overhead_us": round(statistics.mean(stats.restore_s) * 1e6, 1) if stats.restore_s else 0.0,
         "flush_us": percentiles(stats.flush_s, "us", digits=1),
         "rt_started_on_arrival": stats.rt_started_on_arrival,

@@ -68,7 +68,7 @@ class RtLauncher:
         self._lib = ctypes.CDLL(str(library_path(build_root)))
         self._lib.atoll_rt_open.argtypes = [ctypes.c_char_p]
         self._lib.atoll_rt_fire.argtypes = [ctypes.POINTER(RtProgram), ctypes.c_int, ctypes.c_double,
-                                            ctypes.POINTER(ctypes.c_double)]
+                                            ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]
         rc = self._lib.atoll_rt_open(libcuda.encode())
         if rc:
             raise NativeBuildError(f"the RT launcher could not open {libcuda} (code {rc})")
@@ -88,11 +88,12 @@ class RtLauncher:
         """Driver handles as integers; `started` is the host address of the stamp word (0: none)."""
         return RtProgram(context, stream, flag, flag_event, graph, done_event, started)
 
-    def fire(self, program: RtProgram, preempt: bool, wait_s: float = 0.0) -> float | None:
-        """Raise the flag (if `preempt`) and launch; with `wait_s`, also wait for the stamp and
-        return when it was seen (time.perf_counter's clock), else None."""
-        started_at = ctypes.c_double()
-        rc = self._lib.atoll_rt_fire(ctypes.byref(program), int(preempt), wait_s, ctypes.byref(started_at))
+    def fire(self, program: RtProgram, preempt: bool, wait_s: float = 0.0) -> tuple[float, float | None]:
+        """Raise the flag (if `preempt`) and launch. Returns (when the native call began, when the
+        stamp was seen) on time.perf_counter's clock; the latter only with `wait_s`, else None."""
+        entered_at, started_at = ctypes.c_double(), ctypes.c_double()
+        rc = self._lib.atoll_rt_fire(ctypes.byref(program), int(preempt), wait_s,
+                                     ctypes.byref(entered_at), ctypes.byref(started_at))
         if rc:
             raise RuntimeError(f"RT launch failed: CUDA driver error {rc}")
-        return started_at.value or None
+        return entered_at.value, started_at.value or None

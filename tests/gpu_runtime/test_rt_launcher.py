@@ -57,7 +57,7 @@ def test_preempting_launch_writes_the_flag_before_the_graph(fake_cuda, tmp_path)
     context = launcher.current_context()
     assert context == 77
     program = launcher.program(context, stream=11, flag=0xDEAD00, flag_event=22, graph=33, done_event=44)
-    assert launcher.fire(program, preempt=True) is None
+    assert launcher.fire(program, preempt=True)[1] is None
     assert _calls(lib) == [(4, 77, 0, 0), (1, 11, 0xDEAD00, 1), (2, 22, 11, 0), (3, 33, 11, 0),
                            (2, 44, 11, 0)]
     launcher.fire(program, preempt=False)  # streams/seq: no flag, same launch
@@ -71,11 +71,11 @@ def test_waiting_for_the_stamp_reports_when_it_was_seen(fake_cuda, tmp_path):
     program = launcher.program(77, 11, 0xDEAD00, 22, 33, 44, started=ctypes.addressof(word))
     lib.fake_arm_stamp(ctypes.byref(word))
     before = time.perf_counter()
-    seen = launcher.fire(program, preempt=True, wait_s=1.0)
-    assert word.value == 1 and before <= seen <= time.perf_counter()  # the same clock as Python's
+    entered, seen = launcher.fire(program, preempt=True, wait_s=1.0)
+    assert word.value == 1 and before <= entered <= seen <= time.perf_counter()  # Python's clock
     word.value = 0
     lib.fake_arm_stamp(None)  # a stamp that never comes: give up after wait_s, report nothing
-    assert launcher.fire(program, preempt=True, wait_s=0.01) is None
+    assert launcher.fire(program, preempt=True, wait_s=0.01)[1] is None
     _calls(lib)
 
 

@@ -51,11 +51,14 @@ static double now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Launches the program, raising the flag first when `preempt`. With `wait_s` > 0 it then spins
- * (GIL released) until the stamp kernel has run or `wait_s` passed, and stores when it saw it in
- * *started_at (0 if it did not). Returns the first driver error, or 0. */
-int atoll_rt_fire(const atoll_rt_program *p, int preempt, double wait_s, double *started_at) {
+/* Launches the program, raising the flag first when `preempt`; stores when the call began in
+ * *entered_at. With `wait_s` > 0 it then spins (GIL released) until the stamp kernel has run or
+ * `wait_s` passed, and stores when it saw it in *started_at (0 if it did not). Returns the first
+ * driver error, or 0. */
+int atoll_rt_fire(const atoll_rt_program *p, int preempt, double wait_s, double *entered_at,
+                  double *started_at) {
   int rc;
+  *entered_at = now();
   *started_at = 0.0;
   /* The arriving thread may never have touched CUDA; the driver API needs a current context. */
   if ((rc = ctx_set_current(p->context))) return rc;
@@ -66,7 +69,7 @@ int atoll_rt_fire(const atoll_rt_program *p, int preempt, double wait_s, double 
   if ((rc = graph_launch(p->graph, p->stream))) return rc;
   if ((rc = event_record(p->done_event, p->stream))) return rc;
   if (wait_s > 0.0 && p->started) {
-    const double limit = now() + wait_s;
+    const double limit = *entered_at + wait_s;
     while (!*p->started) {
       if (now() > limit) return 0;
     }
