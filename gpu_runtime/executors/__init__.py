@@ -111,10 +111,18 @@ def probe_cupy() -> dict:
     devices = cupy.cuda.runtime.getDeviceCount()  # raises without a driver
     if devices < 1:
         raise RuntimeError("CUDA driver present but no device")
+    from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
+
+    try:
+        RtLauncher()
+        launcher = "native"
+    except (NativeBuildError, OSError) as exc:  # RT tasks are then launched from Python
+        launcher = f"python ({exc})"
     return {
         "version": cupy.__version__,
         "devices": devices,
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
+        "rt_launcher": launcher,
     }
 
 
