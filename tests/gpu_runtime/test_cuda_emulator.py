@@ -334,6 +334,9 @@ def test_math_vector_loads_and_atomics():
 
 ADD = r"""
 extern "C" __global__ void t_add(const int* flag, const float* x, float* y, int n, float a) {
+#ifndef ATOLL_EMULATOR
+  asm volatile("membar.gl;");  // inline PTX cannot run on the CPU: the emulator skips it
+#endif
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] + a;
 }
