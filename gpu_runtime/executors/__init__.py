@@ -41,6 +41,11 @@ EXECUTORS: dict[str, ExecutorSpec] = {
                      preemptible=True, gpu=True,
                      program_executor="gpu_runtime.executors.cupy_executor:CupyExecutor",
                      description="our guarded CUDA kernels via NVRTC, captured as CUDA graphs"),
+        ExecutorSpec("cuda-emu", "gpu_runtime.executors:load_cuda_emu",
+                     "gpu_runtime.executors:probe_cuda_emu", preemptible=True,
+                     program_executor="gpu_runtime.kernels.emulator.executor:EmulatedExecutor",
+                     description="the same CUDA kernels compiled with g++ and run on the CPU "
+                                 "(checks the CUDA side without a GPU; slow)"),
     )
 }
 
@@ -103,6 +108,16 @@ def probe_onnxruntime() -> dict:
     import onnxruntime
 
     return {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
+
+
+def probe_cuda_emu() -> dict:
+    import shutil
+
+    from gpu_runtime.kernels.emulator import CXX
+
+    if shutil.which(CXX) is None:
+        raise RuntimeError(f"no C++ compiler ({CXX}) to build the emulated kernels")
+    return {"version": "g++ (CUDA C sources on CPU fibers)"}
 
 
 def probe_cupy() -> dict:
@@ -189,3 +204,9 @@ def load_cupy(onnx_path, info, max_batch=None):
 
         stream = cupy.cuda.ExternalStream(int(green["stream"]))
     return ProgramRunner(CupyExecutor(), onnx_path, stream=stream, max_batch=max_batch)
+
+
+def load_cuda_emu(onnx_path, info, max_batch=None):
+    from gpu_runtime.kernels.emulator.executor import EmulatedExecutor
+
+    return ProgramRunner(EmulatedExecutor(), onnx_path, max_batch=max_batch)

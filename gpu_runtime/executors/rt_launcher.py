@@ -9,28 +9,22 @@ stamp word to report when the first RT kernel got an SM. A dedicated launch thre
 wake-up (a futex hand-off, tens of us on a busy host) to every arrival, so the arriving thread
 calls it itself.
 
-Builds are cached under build/native/<hash>/ (hash of source, compiler and flags); a missing
-compiler raises `NativeBuildError`, and callers fall back to launching from Python.
+Built by `gpu_runtime.native` (cached by content under build/rt_launch/); a missing compiler
+raises `NativeBuildError`, and callers fall back to launching from Python.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
+from gpu_runtime.native import NativeBuildError, build_library
+
 SOURCE = Path(__file__).with_name("native") / "rt_launch.c"
-BUILD_ROOT = Path(__file__).resolve().parents[2] / "build" / "native"
 CC = os.environ.get("CC", "cc")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c11")
 LIBCUDA = "libcuda.so.1"
-
-
-class NativeBuildError(RuntimeError):
-    pass
 
 
 class RtProgram(ctypes.Structure):
@@ -41,31 +35,10 @@ class RtProgram(ctypes.Structure):
                 ("done_event", ctypes.c_void_p), ("started", ctypes.c_void_p)]
 
 
-def library_path(build_root: Path = BUILD_ROOT) -> Path:
-    """The compiled launcher, built now if this source/compiler/flags combination is new."""
-    key = hashlib.sha256("\0".join((CC, *CFLAGS)).encode() + SOURCE.read_bytes()).hexdigest()[:16]
-    path = build_root / key / "librt_launch.so"
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)  # concurrent builds: rename wins
-    os.close(fd)
-    command = [CC, *CFLAGS, "-o", tmp, str(SOURCE), "-ldl"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True)
-    except OSError as e:
-        os.unlink(tmp)
-        raise NativeBuildError(f"no C compiler for the RT launcher ({CC}: {e})") from None
-    if done.returncode:
-        os.unlink(tmp)
-        raise NativeBuildError(f"building the RT launcher failed: {' '.join(command)}\n{done.stderr}")
-    os.replace(tmp, path)
-    return path
-
-
 class RtLauncher:
-    def __init__(self, libcuda: str = LIBCUDA, build_root: Path = BUILD_ROOT):
-        self._lib = ctypes.CDLL(str(library_path(build_root)))
+    def __init__(self, libcuda: str = LIBCUDA):
+        self._lib = ctypes.CDLL(str(build_library([SOURCE], CFLAGS, "librt_launch.so", "rt_launch",
+                                                  CC, ("-ldl",))))
         self._lib.atoll_rt_open.argtypes = [ctypes.c_char_p]
         self._lib.atoll_rt_fire.argtypes = [ctypes.POINTER(RtProgram), ctypes.c_int, ctypes.c_double,
                                             ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]

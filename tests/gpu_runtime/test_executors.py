@@ -39,8 +39,9 @@ def conv1d(tmp_path_factory):
 
 
 def test_registry_names_every_executor():
-    assert set(vgpu_executors.EXECUTORS) == {"onnxruntime", "numpy", "cupy"}
-    assert [n for n, s in vgpu_executors.EXECUTORS.items() if s.preemptible] == ["numpy", "cupy"]
+    assert set(vgpu_executors.EXECUTORS) == {"onnxruntime", "numpy", "cupy", "cuda-emu"}
+    assert [n for n, s in vgpu_executors.EXECUTORS.items() if s.preemptible] == ["numpy", "cupy", "cuda-emu"]
+    assert vgpu_executors.preemptible_executor(gpu=False) == "numpy"
     with pytest.raises(ValueError, match="whole graphs"):
         vgpu_executors.program_executor("onnxruntime")
     with pytest.raises(vgpu_executors.UnknownExecutor, match="available"):

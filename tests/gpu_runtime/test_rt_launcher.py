@@ -51,8 +51,8 @@ def _calls(lib) -> list[tuple[int, ...]]:
     return [tuple(out[4 * i:4 * i + 4]) for i in range(k)]
 
 
-def test_preempting_launch_writes_the_flag_before_the_graph(fake_cuda, tmp_path):
-    launcher = RtLauncher(libcuda=fake_cuda, build_root=tmp_path)
+def test_preempting_launch_writes_the_flag_before_the_graph(fake_cuda):
+    launcher = RtLauncher(libcuda=fake_cuda)
     lib = ctypes.CDLL(fake_cuda)  # the same loaded image the launcher opened
     context = launcher.current_context()
     assert context == 77
@@ -64,8 +64,8 @@ def test_preempting_launch_writes_the_flag_before_the_graph(fake_cuda, tmp_path)
     assert _calls(lib) == [(4, 77, 0, 0), (3, 33, 11, 0), (2, 44, 11, 0)]
 
 
-def test_waiting_for_the_stamp_reports_when_it_was_seen(fake_cuda, tmp_path):
-    launcher = RtLauncher(libcuda=fake_cuda, build_root=tmp_path)
+def test_waiting_for_the_stamp_reports_when_it_was_seen(fake_cuda):
+    launcher = RtLauncher(libcuda=fake_cuda)
     lib = ctypes.CDLL(fake_cuda)
     word = ctypes.c_int32(0)
     program = launcher.program(77, 11, 0xDEAD00, 22, 33, 44, started=ctypes.addressof(word))
@@ -79,7 +79,7 @@ def test_waiting_for_the_stamp_reports_when_it_was_seen(fake_cuda, tmp_path):
     _calls(lib)
 
 
-def test_driver_errors_are_raised(fake_cuda, tmp_path):
-    launcher = RtLauncher(libcuda=fake_cuda, build_root=tmp_path)
+def test_driver_errors_are_raised(fake_cuda):
+    launcher = RtLauncher(libcuda=fake_cuda)
     with pytest.raises(RuntimeError, match="driver error 700"):
         launcher.fire(launcher.program(77, 11, 1, 22, 999, 44), preempt=True)
