@@ -157,6 +157,9 @@ class Reef:
             alone = c.priority == RT and self._rt_in_system == 0
             self._rt_in_system += c.priority == RT
         upload = free and c.priority == RT
+        # The task exists before it arrives, so that nothing but the launch comes after arrival.
+        task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window, 0.0,
+                    inputs_loaded=upload, state=c.state if upload else None)
         if upload:
             # Upload now, in the caller's thread: an RT request counts as arrived once its inputs
             # are on the vGPU. (Behind another request of the same client, the upload waits for
@@ -164,12 +167,10 @@ class Reef:
             # batch can take milliseconds to copy, and the caller (a worker's receive thread)
             # must stay free for the RT requests behind it.
             self.device.set_inputs(c.state, inputs)
-        task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window,
-                    self.clock(), inputs_loaded=upload)
-        if alone and free and self.policy.rt_starts_at_once:
+        task.arrival_s = self.clock()
+        if alone and upload and self.policy.rt_starts_at_once:
             # Nothing else uses the RT stream now and the scheduler thread does not know this
             # task yet: launching here is safe, and it is the preemption.
-            task.state = c.state
             self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
             task.next_launch = 1
             self.stats.rt_started_on_arrival += 1
