@@ -15,6 +15,27 @@ import numpy as np
 from gpu_runtime.compiler.program import BufferRef, Program
 
 
+def host_views(program: Program) -> list[np.ndarray]:
+    """Every buffer as a view into one host arena (weights into a weight region) at its planned
+    offset, with the weights filled in."""
+    arena = np.zeros(max(program.arena_bytes, 1), np.uint8)
+    weights = np.zeros(max(program.weight_bytes, 1), np.uint8)
+    views = []
+    for i, spec in enumerate(program.buffers):
+        region = weights if spec.role == "weight" else arena
+        view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+        if spec.role == "weight":
+            view[...] = program.weights[i]
+        views.append(view)
+    return views
+
+
+def bound_args(program: Program, views: list[np.ndarray]) -> list[tuple]:
+    """Each launch's arguments with buffer references replaced by their views."""
+    return [tuple(views[a.index] if isinstance(a, BufferRef) else a for a in launch.args)
+            for launch in program.launches]
+
+
 @dataclass
 class NumpyState:
     program: Program
@@ -24,7 +45,29 @@ class NumpyState:
     completed: int = 0  # launches that ran to the end (not skipped by the guard)
 
 
-class NumpyExecutor:
+class HostArenaExecutor:
+    """What executors whose buffers are host views (`state.program`, `state.views`) share:
+    inputs, outputs, and launches that run synchronously on the calling thread."""
+
+    def set_inputs(self, state, inputs: dict[str, np.ndarray]) -> None:
+        for index, value in state.program.checked_inputs(inputs):
+            state.views[index][...] = value
+
+    def synchronize(self, state, stream=None) -> None:
+        """Launches run synchronously on the calling thread; nothing is ever pending."""
+
+    def outputs(self, state) -> dict[str, np.ndarray]:
+        return {name: state.views[i].copy() for name, i in state.program.outputs.items()}
+
+    def run(self, state, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Convenience: all launches in order (no preemption points between them)."""
+        self.set_inputs(state, inputs)
+        for i in range(len(state.program.launches)):
+            self.launch(state, i)
+        return self.outputs(state)
+
+
+class NumpyExecutor(HostArenaExecutor):
     """`blas_threads` caps the BLAS pool (process-wide): a CPU vGPU owns a few cores, and an
     oversubscribed OpenBLAS pool made small matrix products 50x slower in our measurements."""
 
@@ -41,38 +84,12 @@ class NumpyExecutor:
         return threading.Event()
 
     def load(self, program: Program, flag: threading.Event | None = None) -> NumpyState:
-        arena = np.zeros(max(program.arena_bytes, 1), np.uint8)
-        weights = np.zeros(max(program.weight_bytes, 1), np.uint8)
-        views = []
-        for i, spec in enumerate(program.buffers):
-            region = weights if spec.role == "weight" else arena
-            view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
-            if spec.role == "weight":
-                view[...] = program.weights[i]
-            views.append(view)
-        args = [tuple(views[a.index] if isinstance(a, BufferRef) else a for a in launch.args)
-                for launch in program.launches]
-        return NumpyState(program, flag if flag is not None else self.new_flag(), views, args)
-
-    def set_inputs(self, state: NumpyState, inputs: dict[str, np.ndarray]) -> None:
-        for index, value in state.program.checked_inputs(inputs):
-            state.views[index][...] = value
+        views = host_views(program)
+        return NumpyState(program, flag if flag is not None else self.new_flag(), views,
+                          bound_args(program, views))
 
     def launch(self, state: NumpyState, index: int, stream=None) -> None:
         if state.flag.is_set():
             return
         state.program.launches[index].kernel.numpy_impl(*state.args[index])
         state.completed += 1
-
-    def synchronize(self, state: NumpyState, stream=None) -> None:
-        """Launches run synchronously on the calling thread; nothing is ever pending."""
-
-    def outputs(self, state: NumpyState) -> dict[str, np.ndarray]:
-        return {name: state.views[i].copy() for name, i in state.program.outputs.items()}
-
-    def run(self, state: NumpyState, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Convenience: all launches in order (no preemption points between them)."""
-        self.set_inputs(state, inputs)
-        for i in range(len(state.program.launches)):
-            self.launch(state, i)
-        return self.outputs(state)
