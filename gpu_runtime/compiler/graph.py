@@ -137,6 +137,7 @@ class ProgramBuilder:
         self._keep: list[np.ndarray] = []  # keeps folded arrays alive so id() stays unique
         self._calls: dict[int, tuple[Call, int, int]] = {}  # buffer -> (call, first launch, count)
         self._tables: dict[tuple, Tensor] = {}
+        self._zeros = np.zeros(1, np.float32)
 
     def _storage(self, nbytes: int, role: str) -> int:
         self.storage_bytes.append(nbytes)
@@ -187,6 +188,11 @@ class ProgramBuilder:
         if key not in self._tables:
             self._tables[key] = self.weight(arr, "int32")
         return self._tables[key]
+
+    def dummy(self, dtype: str) -> Tensor:
+        """A one-element weight of `dtype` for a kernel pointer this variant never touches
+        (kernels keep one signature across variants)."""
+        return self.table(np.zeros(1)) if dtype == "int32" else self.weight(self._zeros, dtype)
 
     def launch(self, kernel: KernelDef, grid, block, args, writes: list[Tensor]) -> None:
         self.launches.append(make_launch(kernel, grid, block, args, writes))

@@ -39,7 +39,7 @@ __device__ __forceinline__ void atoll_st4h(__half* p, float4 t) {
 }
 #ifdef ATOLL_EMULATOR
 __device__ __forceinline__ unsigned atoll_pack(__half lo, __half hi) {
-  __half2 h = __halves2half2(lo, hi);
+  __half2 h = make_half2(lo, hi);
   return *reinterpret_cast<unsigned*>(&h);
 }
 __device__ __forceinline__ float2 atoll_unpack(unsigned u) {

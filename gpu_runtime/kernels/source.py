@@ -41,7 +41,9 @@ __device__ __forceinline__ void atoll_st4(float* p, float4 v) { *reinterpret_cas
 
 # Four halves move as one 8-byte word, so vector paths keep 4 elements per access in both types.
 STORAGE_F16 = r"""
+#ifndef ATOLL_EMULATOR  // the emulator brings its own __half
 #include <cuda_fp16.h>
+#endif
 __device__ __forceinline__ float atoll_ld(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void atoll_st(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float4 atoll_ld4(const __half* p) {
@@ -57,10 +59,11 @@ __device__ __forceinline__ void atoll_st4(__half* p, float4 v) {
 """
 
 # n / d for 0 <= n < 2^31 with a host-computed (magic, shift) pair (see fastdiv): a multiply-high
-# and a shift instead of a ~20-instruction integer division on every element.
+# (one IMAD.WIDE.U32) and a shift instead of a ~20-instruction integer division on every element.
 FASTDIV = r"""
 __device__ __forceinline__ int atoll_div(int n, int magic, int shift) {
-  return (int)((__umulhi((unsigned)n, (unsigned)magic) + (unsigned)n) >> shift);
+  const unsigned hi = (unsigned)(((unsigned long long)(unsigned)n * (unsigned)magic) >> 32);
+  return (int)((hi + (unsigned)n) >> shift);
 }
 """
 

@@ -77,9 +77,9 @@ class WindowCall(Call):
         planes = math.prod(self.x.shape[:2])
         kernel = window_k.window(self.mode, self.win, self.act, self.partials is not None,
                                  (self.x.dtype, self.dest.dtype))
-        w = b.weight(self.w) if self.w is not None else self.x
-        bias = b.weight(self.bias) if self.bias is not None else self.x
-        psum = self.partials if self.partials is not None else self.x
+        w = b.weight(self.w, self.x.dtype) if self.w is not None else b.dummy(self.x.dtype)
+        bias = b.weight(self.bias, self.x.dtype) if self.bias is not None else b.dummy(self.x.dtype)
+        psum = self.partials if self.partials is not None else b.dummy("float32")
         writes = [self.dest.base] + ([self.partials] if self.partials is not None else [])
         return [make_launch(kernel, (planes * th * tw, 1, 1), (window_k.block_threads(self.win), 1, 1),
                             [self.x, w, bias, self.dest.base, psum, self.channels, H, W, OH, OW,

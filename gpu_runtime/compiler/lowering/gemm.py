@@ -23,7 +23,7 @@ from gpu_runtime.kernels import mma
 from gpu_runtime.kernels.source import fastdiv
 
 SMS = 132  # streaming multiprocessors the tiling targets (H100 SXM); fewer only wastes a wave
-TILE_LATENCY = 700  # cycles a tile step costs at least (barrier, shared and global latency)
+TILE_LATENCY = 600  # cycles a tile step costs at least (the next tile's global loads)
 SPLIT_COST = 3500  # cycles a split's extra launch costs (a graph node plus its memory pass)
 SIMT_TILES = [(bm, bn) for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)]
 MMA_TILES = [(bm, bn) for bm, bn in SIMT_TILES if mma.fits(bm, bn)]
@@ -53,7 +53,9 @@ def _cost(bm: int, bn: int, kchunk: int, blocks: int, tensor_cores: bool) -> flo
 def choose_tile(M: int, N: int, K: int, zblocks: int, tensor_cores: bool
                 ) -> tuple[int, int, int, int]:
     """(BM, BN, splits, kchunk) with the least estimated time (splits > 1: a second launch
-    sums the fp32 partials in a fixed order)."""
+    sums the fp32 partials in a fixed order). Ties (a single latency-bound wave) go to the
+    choice spreading over more SMs (up to two blocks each: more memory in flight), then to
+    the larger tile."""
     best = None
     for bm, bn in (MMA_TILES if tensor_cores else SIMT_TILES):
         bk = mma.BK if tensor_cores else G.GemmSpec(bm, bn, "s", "s").bk
@@ -65,7 +67,7 @@ def choose_tile(M: int, N: int, K: int, zblocks: int, tensor_cores: bool
             cost = _cost(bm, bn, kchunk, blocks, tensor_cores)
             if splits > 1:
                 cost += SPLIT_COST + splits * M * N * zblocks * 8 / 2000
-            key = (cost, -bm * bn)
+            key = (cost, -min(blocks, 2 * SMS), -bm * bn)
             if best is None or key < best[0]:
                 best = (key, (bm, bn, splits, kchunk))
     return best[1]
@@ -177,7 +179,7 @@ class GemmCall(Call):
         elif ar == 1 and M % 4 == 0 and _aligned(ao, [a0, a1, a2, ac]):
             amode = "m4"
         args.update(A=self.a.base, Ao=ao, A0=a0, A1=a1, A2=a2, Ar=ar, Ac=ac,
-                    rowsA=b.table(rows) if rows is not None else self.a.base)
+                    rowsA=b.table(rows) if rows is not None else b.dummy("int32"))
         # B
         if conv:
             x = self.b
@@ -200,7 +202,7 @@ class GemmCall(Call):
         # epilogue operands
         yo, ys = self.frame(self.dest)
         args.update(Y=self.dest.base, Yo=yo, Y0=ys[0], Y1=ys[1], Y2=ys[2], Yr=ys[3], Yc=ys[4])
-        cdtype = sdtype = b.dtype
+        cdtype = sdtype = biasdtype = b.dtype
         if self.addend is not None:
             co, cs = self.frame(self.addend)
             args.update(C=self.addend.base, Co=co, C0=cs[0], C1=cs[1], C2=cs[2], Cr=cs[3],
@@ -215,15 +217,15 @@ class GemmCall(Call):
         if self.bias_array is not None:
             bias = b.weight(self.bias_array)
             args["bias"] = bias
-        for name in ("bias", "C", "S"):
+            biasdtype = bias.dtype
+        for name, dtype in (("bias", biasdtype), ("C", cdtype), ("S", sdtype)):
             if not isinstance(args[name], Tensor):
-                args[name] = self.a.base
+                args[name] = b.dummy(dtype)
         unit = N if not conv else x.OH * x.OW
         yvec = ys[4] == 1 and unit % 4 == 0 and _aligned(yo, ys[:4])
         bm, bn, splits, kchunk = choose_tile(M, N, K, zblocks, self.tensor_cores)
         args["kchunk"] = kchunk
-        dtypes = (self.a.dtype, bdtype, b.dtype if bias is None else bias.dtype, cdtype, sdtype,
-                  self.dest.dtype)
+        dtypes = (self.a.dtype, bdtype, biasdtype, cdtype, sdtype, self.dest.dtype)
         spec = G.GemmSpec(bm, bn, amode, bmode, x.geom if conv else None,
                           bias=("m" if conv or self.bias_rows else "n") if bias is not None else "",
                           addend=self.addend is not None, scaled=self.scale is not None,

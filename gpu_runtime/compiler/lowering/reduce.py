@@ -42,8 +42,8 @@ def rows_launch(ctx, op: str, x: Tensor, outer: int, L: int, inner: int, out_sha
     y = ctx.b.tensor(out_shape, dtype=ctx.out_dtype(out_name))
     shape = rows.shape_of(L, inner)
     per = -(-L // 32) if shape == "warp" else 0
-    g = ctx.b.weight(gamma) if gamma is not None else x
-    b = ctx.b.weight(beta) if beta is not None else x
+    g = ctx.b.weight(gamma) if gamma is not None else ctx.b.dummy(ctx.b.dtype)
+    b = ctx.b.weight(beta) if beta is not None else ctx.b.dummy(ctx.b.dtype)
     kernel = rows.rows_kernel(op, shape, per, (x.dtype, g.dtype, y.dtype))
     grid, block = rows.grid(shape, outer * inner)
     ctx.b.launch(kernel, grid, block, [x, g, b, y, outer * inner, L, inner, float(eps)], [y])
