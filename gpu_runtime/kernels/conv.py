@@ -21,8 +21,9 @@ from gpu_runtime.kernels.source import (BLOCK_REDUCE, CTYPES, act_cuda, act_nump
 
 
 @dataclass(frozen=True)
-class Window:
-    """Baked geometry: kernel, stride, padding (top/left), dilation, and the output tile."""
+class Geometry:
+    """Compile-time convolution/pooling geometry: kernel, stride, padding (top/left) and
+    dilation, 2-D (1-D has KH = 1). The implicit-GEMM im2col loader bakes the same in."""
 
     kh: int
     kw: int
@@ -32,6 +33,22 @@ class Window:
     pw: int
     dh: int
     dw: int
+
+    @property
+    def taps(self) -> int:
+        return self.kh * self.kw
+
+    @property
+    def tag(self) -> str:
+        pad = "" if self.ph == self.pw == 0 else f"p{self.ph}x{self.pw}"
+        dil = "" if self.dh == self.dw == 1 else f"d{self.dh}x{self.dw}"
+        return f"k{self.kh}x{self.kw}s{self.sh}x{self.sw}{pad}{dil}"
+
+
+@dataclass(frozen=True)
+class Window(Geometry):
+    """A geometry with the output tile (TH x TW) one block computes."""
+
     th: int
     tw: int
 
@@ -45,8 +62,7 @@ class Window:
 
     @property
     def tag(self) -> str:
-        return (f"k{self.kh}x{self.kw}s{self.sh}x{self.sw}p{self.ph}x{self.pw}"
-                f"d{self.dh}x{self.dw}t{self.th}x{self.tw}")
+        return f"{Geometry.tag.fget(self)}t{self.th}x{self.tw}"
 
 
 def tile_for(oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,

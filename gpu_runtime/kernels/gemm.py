@@ -24,35 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_runtime.compiler.program import KernelDef
+from gpu_runtime.kernels.conv import Geometry
 from gpu_runtime.kernels.source import (CTYPES, FASTDIV, TAGS, act_cuda, act_numpy, addresses,
                                         kernel_source, storage_prelude, strided)
 
 THREADS = 256
 SPLIT_WORKSPACE = "float32"
-
-
-@dataclass(frozen=True)
-class Conv:
-    """Compile-time geometry of an implicit-im2col B operand (2-D; 1-D convs have KH = 1)."""
-
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    ph: int
-    pw: int
-    dh: int
-    dw: int
-
-    @property
-    def taps(self) -> int:
-        return self.kh * self.kw
-
-    @property
-    def tag(self) -> str:
-        pad = "" if self.ph == self.pw == 0 else f"p{self.ph}x{self.pw}"
-        dil = "" if self.dh == self.dw == 1 else f"d{self.dh}x{self.dw}"
-        return f"k{self.kh}x{self.kw}s{self.sh}x{self.sw}{pad}{dil}"
 
 
 @dataclass(frozen=True)
@@ -72,7 +49,7 @@ class GemmSpec:
     bn: int
     a: str
     b: str
-    conv: Conv | None = None
+    conv: Geometry | None = None
     bias: str = ""
     addend: bool = False
     scaled: bool = False
@@ -331,6 +308,30 @@ def zsetup(spec: GemmSpec) -> str:
             "  const int kbeg = split * kchunk, kend = min(K, kbeg + kchunk);\n")
 
 
+def pipeline(bk: int, loads: str, stores: str, step: str) -> str:
+    """The double-buffered K loop both main loops share: the next tile's global loads are issued
+    before this tile's math (their latency hides behind it) and stored to the other shared
+    buffer after; the guard is polled early and published at the loop's one barrier."""
+    return f"""  int atoll_f = 0, it = 0, nb = 0, kt = kbeg;
+  if (kt < kend) {{
+{loads}{stores}  }}
+  __syncthreads();
+  for (int k0 = kbeg; k0 < kend; k0 += {bk}, ++it) {{
+    const int cur = it & 1;
+    nb = cur ^ 1;
+    ATOLL_TILE_POLL(atoll_preempt, atoll_f);
+    const bool more = k0 + {bk} < kend;
+    kt = k0 + {bk};
+    if (more) {{
+{loads}    }}
+{step}
+    if (more) {{
+{stores}    }}
+    ATOLL_TILE_SYNC(atoll_f, stop2, it);
+  }}
+"""
+
+
 def _simt_body(spec: GemmSpec, splits_macro: str) -> str:
     bm, bn, bk = spec.bm, spec.bn, spec.bk
     tm, tn = bm // 16, bn // 16
@@ -338,6 +339,16 @@ def _simt_body(spec: GemmSpec, splits_macro: str) -> str:
     da, la, sa = loader(spec, "A", bk, _simt_smem("As"))
     db, lb, sb = loader(spec, "B", bk, _simt_smem("Bs"))
     conv_setup = b_conv_setup(spec, "n0 + tid % BN") if spec.b == "conv" else ""
+    step = f"""#pragma unroll
+    for (int kk = 0; kk < {bk}; ++kk) {{
+      float a[{tm}], b[{tn}];
+      {_vec_read("As[cur][kk]", rows, "a")}
+      {_vec_read("Bs[cur][kk]", cols, "b")}
+#pragma unroll
+      for (int i = 0; i < {tm}; ++i)
+#pragma unroll
+        for (int j = 0; j < {tn}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }}"""
     body = f"""
   __shared__ __align__(16) float As[2][{bk}][{bm} + 4];
   __shared__ __align__(16) float Bs[2][{bk}][{bn} + 4];
@@ -350,33 +361,7 @@ def _simt_body(spec: GemmSpec, splits_macro: str) -> str:
   for (int i = 0; i < {tm}; ++i)
 #pragma unroll
     for (int j = 0; j < {tn}; ++j) acc[i][j] = 0.f;
-  int atoll_f = 0, it = 0, nb = 0, kt = kbeg;
-  if (kt < kend) {{
-{la}{lb}{sa}{sb}  }}
-  __syncthreads();
-  for (int k0 = kbeg; k0 < kend; k0 += {bk}, ++it) {{
-    const int cur = it & 1;
-    nb = cur ^ 1;
-    ATOLL_TILE_POLL(atoll_preempt, atoll_f);
-    const bool more = k0 + {bk} < kend;
-    kt = k0 + {bk};
-    if (more) {{
-{la}{lb}    }}
-#pragma unroll
-    for (int kk = 0; kk < {bk}; ++kk) {{
-      float a[{tm}], b[{tn}];
-      {_vec_read("As[cur][kk]", rows, "a")}
-      {_vec_read("Bs[cur][kk]", cols, "b")}
-#pragma unroll
-      for (int i = 0; i < {tm}; ++i)
-#pragma unroll
-        for (int j = 0; j < {tn}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }}
-    if (more) {{
-{sa}{sb}    }}
-    ATOLL_TILE_SYNC(atoll_f, stop2, it);
-  }}
-"""
+{pipeline(bk, la + lb, sa + sb, step)}"""
     for i, r in enumerate(rows):
         body += f"  {{ const int m = m0 + {r};\n    if (m < M) {{\n"
         w = min(tn, 4)

@@ -182,6 +182,10 @@ def _body(spec: g.GemmSpec, splits: int) -> str:
     db, lb, sb = g.loader(spec, "B", BK, _smem("Bs", b_layout(spec)))
     bshape = f"[{BK}][{bn + PAD}]" if b_layout(spec) == "kn" else f"[{bn}][{BK + PAD}]"
     conv_setup = g.b_conv_setup(spec, "n0 + tid % BN") if spec.b == "conv" else ""
+    step = f"""#pragma unroll
+    for (int ks = 0; ks < {BK}; ks += 16) {{
+        {_fragments(spec, mt, nt)}
+    }}"""
     body = f"""
   __shared__ __align__(16) __half As[2][{bm}][{BK + PAD}];
   __shared__ __align__(16) __half Bs[2]{bshape};
@@ -195,27 +199,7 @@ def _body(spec: g.GemmSpec, splits: int) -> str:
   for (int i = 0; i < {mt}; ++i)
 #pragma unroll
     for (int j = 0; j < {nt}; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
-  int atoll_f = 0, it = 0, nb = 0, kt = kbeg;
-  if (kt < kend) {{
-{la}{lb}{sa}{sb}  }}
-  __syncthreads();
-  for (int k0 = kbeg; k0 < kend; k0 += {BK}, ++it) {{
-    const int cur = it & 1;
-    nb = cur ^ 1;
-    ATOLL_TILE_POLL(atoll_preempt, atoll_f);
-    const bool more = k0 + {BK} < kend;
-    kt = k0 + {BK};
-    if (more) {{
-{la}{lb}    }}
-#pragma unroll
-    for (int ks = 0; ks < {BK}; ks += 16) {{
-        {_fragments(spec, mt, nt)}
-    }}
-    if (more) {{
-{sa}{sb}    }}
-    ATOLL_TILE_SYNC(atoll_f, stop2, it);
-  }}
-  const int gid = lane >> 2, tig = lane & 3;
+{g.pipeline(BK, la + lb, sa + sb, step)}  const int gid = lane >> 2, tig = lane & 3;
 """
     for i in range(mt):
         for h in range(2):

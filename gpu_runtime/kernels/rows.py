@@ -40,79 +40,64 @@ def grid(op_shape: str, rows: int) -> tuple[tuple[int, int, int], tuple[int, int
     return (max(1, min(rows, 65535)), 1, 1), (256, 1, 1)
 
 
-def _finish(op: str, get: str, put) -> str:
-    """Per-element output code given the max/sum/mean/rstd of the row (names m, s, mean, rstd)."""
-    if op == "softmax":
-        return put(f"expf({get} - m) * r")
-    if op == "logsoftmax":
-        return put(f"{get} - m - logf(s)")
-    return put(f"({get} - mean) * rstd * atoll_ld(G + j) + atoll_ld(Bt + j)")
+def _row_op(op: str, each, get: str, total, biggest, lead: str, out: str) -> str:
+    """The op over one row, given how the row is walked: each(stmt) runs stmt for every
+    element j this thread holds (its value is `get`), total/biggest reduce a per-thread
+    value over the row's threads, `lead` is the thread that stores a row result and `out`
+    the element address of j."""
+    if op == "mean":
+        return (f"  float s = 0.f;\n{each(f's += {get};')}  s = {total('s')};\n"
+                f"  if ({lead}) atoll_st(Y + row, s / L);\n")
+    if op in ("softmax", "logsoftmax"):
+        code = (f"  float m = -3.402823466e38f;\n{each(f'm = fmaxf(m, {get});')}"
+                f"  m = {biggest('m')};\n  float s = 0.f;\n{each(f's += expf({get} - m);')}"
+                f"  s = {total('s')};\n  const float r = 1.f / s;\n")
+        value = f"expf({get} - m) * r" if op == "softmax" else f"{get} - m - logf(s)"
+    else:
+        code = (f"  float s = 0.f;\n{each(f's += {get};')}  const float mean = {total('s')} / L;\n"
+                f"  float d2 = 0.f;\n{each(f'const float d = {get} - mean; d2 += d * d;')}"
+                f"  const float rstd = rsqrtf({total('d2')} / L + eps);\n")
+        value = f"({get} - mean) * rstd * atoll_ld(G + j) + atoll_ld(Bt + j)"
+    return code + each(f"atoll_st(Y + {out}, {value});")
 
 
 def _warp_body(op: str, per: int) -> str:
-    load = (f"  float v[{per}];\n#pragma unroll\n  for (int q = 0; q < {per}; ++q) {{\n"
-            "    const int j = lane + 32 * q;\n"
-            "    v[q] = j < L ? atoll_ld(x + j) : 0.f;\n  }\n")
-    loop = f"#pragma unroll\n  for (int q = 0; q < {per}; ++q) {{\n    const int j = lane + 32 * q;\n"
-    body = ("  const int lane = threadIdx.x & 31;\n"
+    def each(stmt):
+        return (f"#pragma unroll\n  for (int q = 0; q < {per}; ++q) {{\n"
+                f"    const int j = lane + 32 * q;\n    if (j < L) {{ {stmt} }}\n  }}\n")
+
+    return ("  const int lane = threadIdx.x & 31;\n"
             f"  const int row = blockIdx.x * {WARP_ROWS} + (threadIdx.x >> 5);\n"
             "  if (row >= rows) return;\n"
-            "  const auto* x = X + (long long)row * L;\n" + load)
-    if op == "mean":
-        return body + (f"  float s = 0.f;\n#pragma unroll\n  for (int q = 0; q < {per}; ++q) s += v[q];\n"
-                       "  s = atoll_warp_sum(s);\n  if (lane == 0) atoll_st(Y + row, s / L);")
-    put = lambda e: f"    if (j < L) atoll_st(Y + (long long)row * L + j, {e});\n  }}"  # noqa: E731
-    if op in ("softmax", "logsoftmax"):
-        body += (f"  float m = -3.402823466e38f;\n{loop}    if (j < L) m = fmaxf(m, v[q]);\n  }}\n"
-                 f"  m = atoll_warp_max(m);\n  float s = 0.f;\n{loop}    if (j < L) s += expf(v[q] - m);\n  }}\n"
-                 "  s = atoll_warp_sum(s);\n  const float r = 1.f / s;\n")
-    else:
-        body += (f"  float s = 0.f;\n#pragma unroll\n  for (int q = 0; q < {per}; ++q) s += v[q];\n"
-                 "  const float mean = atoll_warp_sum(s) / L;\n  float d2 = 0.f;\n"
-                 f"{loop}    if (j < L) d2 += (v[q] - mean) * (v[q] - mean);\n  }}\n"
-                 "  const float rstd = rsqrtf(atoll_warp_sum(d2) / L + eps);\n")
-    return body + loop + _finish(op, "v[q]", put)
+            "  const auto* x = X + (long long)row * L;\n"
+            f"  float v[{per}];\n" + each("v[q] = atoll_ld(x + j);")
+            + _row_op(op, each, "v[q]", lambda e: f"atoll_warp_sum({e})",
+                      lambda e: f"atoll_warp_max({e})", "lane == 0", "(long long)row * L + j"))
 
 
 def _block_body(op: str) -> str:
-    body = ("  __shared__ float buf[33];\n  __shared__ int stop;\n"
+    def each(stmt):
+        return f"  for (int j = threadIdx.x; j < L; j += blockDim.x) {{ {stmt} }}\n"
+
+    return ("  __shared__ float buf[33];\n  __shared__ int stop;\n"
             "  for (int row = blockIdx.x; row < rows; row += gridDim.x) {\n"
-            "    ATOLL_TILE_GUARD(atoll_preempt, stop);\n"
-            "    const auto* x = X + (long long)row * L;\n")
-    loop = "    for (int j = threadIdx.x; j < L; j += blockDim.x)"
-    if op == "mean":
-        return body + (f"    float s = 0.f;\n{loop} s += atoll_ld(x + j);\n"
-                       "    s = atoll_block_reduce(s, buf, false);\n"
-                       "    if (threadIdx.x == 0) atoll_st(Y + row, s / L);\n  }")
-    put = lambda e: f" atoll_st(Y + (long long)row * L + j, {e});\n  }}"  # noqa: E731
-    if op in ("softmax", "logsoftmax"):
-        body += (f"    float m = -3.402823466e38f;\n{loop} m = fmaxf(m, atoll_ld(x + j));\n"
-                 f"    m = atoll_block_reduce(m, buf, true);\n    float s = 0.f;\n"
-                 f"{loop} s += expf(atoll_ld(x + j) - m);\n"
-                 "    s = atoll_block_reduce(s, buf, false);\n    const float r = 1.f / s;\n")
-    else:
-        body += (f"    float s = 0.f;\n{loop} s += atoll_ld(x + j);\n"
-                 "    const float mean = atoll_block_reduce(s, buf, false) / L;\n    float d2 = 0.f;\n"
-                 f"{loop} {{ const float d = atoll_ld(x + j) - mean; d2 += d * d; }}\n"
-                 "    const float rstd = rsqrtf(atoll_block_reduce(d2, buf, false) / L + eps);\n")
-    return body + loop + _finish(op, "atoll_ld(x + j)", put)
+            "  ATOLL_TILE_GUARD(atoll_preempt, stop);\n"
+            "  const auto* x = X + (long long)row * L;\n"
+            + _row_op(op, each, "atoll_ld(x + j)", lambda e: f"atoll_block_reduce({e}, buf, false)",
+                      lambda e: f"atoll_block_reduce({e}, buf, true)", "threadIdx.x == 0",
+                      "(long long)row * L + j") + "  }")
 
 
 def _cols_body(op: str) -> str:
-    body = ("  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    def each(stmt):
+        return f"  for (int j = 0; j < L; ++j) {{ {stmt} }}\n"
+
+    return ("  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
             "  if (row >= rows) return;\n"
             "  const long long base = (long long)(row / inner) * L * inner + row % inner;\n"
-            "  const auto* x = X + base;\n")
-    loop = "  for (int j = 0; j < L; ++j)"
-    at = "atoll_ld(x + (long long)j * inner)"
-    if op == "mean":
-        return body + f"  float s = 0.f;\n{loop} s += {at};\n  atoll_st(Y + row, s / L);"
-    put = lambda e: f" atoll_st(Y + base + (long long)j * inner, {e});"  # noqa: E731
-    if op in ("softmax", "logsoftmax"):
-        body += (f"  float m = -3.402823466e38f;\n{loop} m = fmaxf(m, {at});\n"
-                 f"  float s = 0.f;\n{loop} s += expf({at} - m);\n  const float r = 1.f / s;\n")
-        return body + loop + _finish(op, at, put)
-    raise ValueError("layer norm over strided rows is not supported")
+            "  const auto* x = X + base;\n"
+            + _row_op(op, each, "atoll_ld(x + (long long)j * inner)", lambda e: e, lambda e: e,
+                      "true", "base + (long long)j * inner"))
 
 
 @functools.cache

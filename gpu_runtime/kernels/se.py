@@ -3,7 +3,9 @@ depthwise kernel left, or straight from the activation), FC -> act -> FC -> act,
 per-channel scale that the consumer applies while it loads (no separate multiply pass).
 
 A block per image; warps take rows (a channel's partials, an FC output's dot product) and reduce
-by shuffles in a fixed order, so the result is deterministic.
+by shuffles in a fixed order, so the result is deterministic. At batch 1 the whole block is one
+SM reading both weight matrices from L2, so it is latency-bound: 16 warps and unrolled loads keep
+many reads in flight.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
   const {tp}* p = P + (long long)n * C * T;
   for (int c = warp; c < C; c += nw) {{
     float s = 0.f;
+#pragma unroll 4
     for (int t = lane; t < T; t += 32) s += atoll_ld(p + (long long)c * T + t);
     s = atoll_warp_sum(s);
     if (lane == 0) sv[c] = s / (float)count;
@@ -39,6 +42,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
   __syncthreads();
   for (int j = warp; j < Cs; j += nw) {{
     float s = 0.f;
+#pragma unroll 4
     for (int c = lane; c < C; c += 32) s += atoll_ld(W1 + (long long)j * C + c) * sv[c];
     s = atoll_warp_sum(s) + atoll_ld(b1 + j);
     if (lane == 0) sv[C + j] = {act_cuda(act1, 's')};
@@ -46,6 +50,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
   __syncthreads();
   for (int c = warp; c < C; c += nw) {{
     float s = 0.f;
+#pragma unroll 4
     for (int j = lane; j < Cs; j += 32) s += atoll_ld(W2 + (long long)c * Cs + j) * sv[C + j];
     s = atoll_warp_sum(s) + atoll_ld(b2 + c);
     if (lane == 0) atoll_st(S + (long long)n * C + c, {act_cuda(act2, 's')});

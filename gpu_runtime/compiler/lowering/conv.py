@@ -170,7 +170,7 @@ def lower_conv(ctx, node, ins, attrs):
     H, W = to_2d(spatial, 1)
     OH, OW = to_2d(out_spatial, 1)
     KH, KW = to_2d(kernel, 1)
-    geom = G.Conv(KH, KW, *to_2d(strides, 1), *to_2d(pads[:nd], 0), *to_2d(dil, 1))
+    geom = window_k.Geometry(KH, KW, *to_2d(strides, 1), *to_2d(pads[:nd], 0), *to_2d(dil, 1))
     rows, k = conv_weights(w, groups)
     a = V.reshape(V.of(ctx.b.weight(rows)), (1, groups, 1, og, rows.shape[-1]))
     y = ctx.b.tensor((n, cout, *out_spatial), dtype=ctx.out_dtype(out_name))

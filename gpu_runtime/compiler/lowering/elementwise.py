@@ -18,16 +18,23 @@ from gpu_runtime.compiler.lowering.common import (FUSIBLE_ACTS, as_view, bind, e
 
 
 @dataclass(frozen=True, eq=False)
-class ChannelScaled(Lazy):
-    """x [N, C, ...] times s [N, C, 1, ...] (a squeeze-excitation scale), not yet multiplied."""
+class Pending(Lazy):
+    """x with a multiplication a consumer may still fold into its own kernel; `name` is the ONNX
+    name it would have as a buffer."""
 
     x: object
-    s: Tensor
     name: str | None
 
     @property
     def shape(self):
         return tuple(self.x.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class ChannelScaled(Pending):
+    """x [N, C, ...] times s [N, C, 1, ...] (a squeeze-excitation scale)."""
+
+    s: Tensor
 
     def scale_view(self) -> View:
         """s as [N, C]."""
@@ -41,16 +48,10 @@ class ChannelScaled(Lazy):
 
 
 @dataclass(frozen=True, eq=False)
-class Scaled(Lazy):
-    """A value times a constant, left for a MatMul to fold into alpha."""
+class Scaled(Pending):
+    """x times a constant, left for a MatMul to fold into alpha."""
 
-    x: object
     factor: float
-    name: str | None
-
-    @property
-    def shape(self):
-        return tuple(self.x.shape)
 
     def parts(self) -> list:
         return [self.x]
@@ -180,28 +181,34 @@ def _channel_scale(ctx, x, s) -> bool:
     return (tuple(s.shape) == shape[:2] + (1,) * (len(shape) - 2)) and prod(shape[2:]) > 1
 
 
+def _gelu(ctx, node, ins) -> list | None:
+    """Mul and Div both open torch's erf-form GELU: the whole chain as one activation."""
+    gelu = match_erf_gelu(ctx, node) if isinstance(ins[0], (Tensor, View)) else None
+    if gelu is None:
+        return None
+    return unary(ctx, node, "gelu", ins[0], act="gelu", name=gelu, users=2)
+
+
 def lower_mul(ctx, node, ins, attrs):
     only_attrs(attrs, set())
-    if isinstance(ins[0], (Tensor, View)):
-        gelu = match_erf_gelu(ctx, node)
-        if gelu is not None:
-            return unary(ctx, node, "gelu", ins[0], act="gelu", name=gelu, users=2)
+    gelu = _gelu(ctx, node, ins)
+    if gelu is not None:
+        return gelu
     for i in (0, 1):
         x, c = ins[i], ins[1 - i]
         factor = _scalar(c)
         if factor is not None and not isinstance(x, np.ndarray):
             return _scale(ctx, node, node.input[i], x, factor)
         if _channel_scale(ctx, x, c):
-            return [ChannelScaled(x, c, node.output[0])]
+            return [ChannelScaled(x, node.output[0], c)]
     return [ewise(ctx, "mul", list(ins), node.output[0])]
 
 
 def lower_div(ctx, node, ins, attrs):
     only_attrs(attrs, set())
-    if isinstance(ins[0], (Tensor, View)):
-        gelu = match_erf_gelu(ctx, node)
-        if gelu is not None:
-            return unary(ctx, node, "gelu", ins[0], act="gelu", name=gelu, users=2)
+    gelu = _gelu(ctx, node, ins)
+    if gelu is not None:
+        return gelu
     factor = _scalar(ins[1])
     if factor is not None and factor != 0 and not isinstance(ins[0], np.ndarray):
         return _scale(ctx, node, node.input[0], ins[0], 1.0 / factor)
@@ -214,7 +221,7 @@ def _scale(ctx, node, name: str, x, factor: float) -> list:
     if fused is not None:
         return [fused]
     if ctx.sole_consumer(node.output[0], ("MatMul",)) is not None:
-        return [Scaled(x, factor, node.output[0])]
+        return [Scaled(x, node.output[0], factor)]
     return [ewise(ctx, "scale", [x], node.output[0], alpha=factor)]
 
 

@@ -20,6 +20,7 @@ from gpu_runtime.compiler.graph import Call, ProgramBuilder, Tensor, View, make_
 from gpu_runtime.compiler.lowering.common import prod
 from gpu_runtime.kernels import gemm as G
 from gpu_runtime.kernels import mma
+from gpu_runtime.kernels.conv import Geometry
 from gpu_runtime.kernels.source import fastdiv
 
 SMS = 132  # streaming multiprocessors the tiling targets (H100 SXM); fewer only wastes a wave
@@ -86,7 +87,7 @@ class ConvInput:
     """The implicit-im2col B operand: a contiguous NCHW input and the baked geometry."""
 
     x: Tensor
-    geom: G.Conv
+    geom: Geometry
     H: int
     W: int
     OH: int
