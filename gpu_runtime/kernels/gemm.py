@@ -105,12 +105,16 @@ def coords_block(zb: str) -> str:
     return f"  const int z2 = {zb} % Z2, z1 = ({zb} / Z2) % Z1, z0 = {zb} / (Z1 * Z2);\n"
 
 
-def column(spec: GemmSpec, n: str, out: str) -> str:
-    """Declares `{out}_z0` and `{out}_p` (image and pixel of conv column n; z0 and n otherwise)."""
-    if spec.conv:
-        return (f"const int {out}_z0 = atoll_div({n}, cPm, cPh), "
-                f"{out}_p = {n} - {out}_z0 * cP;")
-    return f"const int {out}_z0 = z0, {out}_p = {n};"
+def column(spec: GemmSpec, n: str, out: str, width: int = 1) -> str:
+    """Declares `{out}_z0` and `{out}_p` (image and pixel of conv column n; z0 and n otherwise).
+    width 2 or 4: n is a multiple of it (P too), and the pixel is computed so the compiler can
+    see it is (otherwise NVVM narrows a following vector store's alignment and splits it)."""
+    if not spec.conv:
+        return f"const int {out}_z0 = z0, {out}_p = {n};"
+    shift = {1: 0, 2: 1, 4: 2}[width]
+    pixel = (f"((({n}) >> {shift}) - {out}_z0 * (cP >> {shift})) << {shift}" if shift
+             else f"{n} - {out}_z0 * cP")
+    return f"const int {out}_z0 = atoll_div({n}, cPm, cPh), {out}_p = {pixel};"
 
 
 def epilogue_scalar(spec: GemmSpec, m: str, n: str, v: str, indent: str = "      ") -> str:
@@ -133,41 +137,41 @@ def epilogue_scalar(spec: GemmSpec, m: str, n: str, v: str, indent: str = "     
 
 
 def epilogue_row(spec: GemmSpec, m: str, n: str, vals: list[str], indent: str) -> str:
-    """Finishes len(vals) consecutive columns n.. of row m: one 4-wide store when the spec allows
-    it and all four are in range, else per element with bounds checks."""
-    def scalar(ind: str) -> str:
-        return "".join(f"{ind}if ({n} + {j} < N) {{\n"
-                       + epilogue_scalar(spec, m, f"({n} + {j})", v, ind + "  ") + f"{ind}}}\n"
+    """Finishes len(vals) consecutive columns n.. of row m: per element with bounds checks, or
+    with y = 'v' one 2- or 4-wide store (the lowering asks for 'v' only when N, or a conv's P,
+    is a multiple of 4 and every offset and stride but the unit one is too, so an aligned group
+    lies in one image row and is wholly in or out of range)."""
+    w = len(vals)
+    if w not in (2, 4) or spec.y != "v":
+        return "".join(f"{indent}if ({n} + {j} < N) {{\n"
+                       + epilogue_scalar(spec, m, f"({n} + {j})", v, indent + "  ") + f"{indent}}}\n"
                        for j, v in enumerate(vals))
-
-    if len(vals) != 4 or spec.y != "v":
-        return scalar(indent)
+    comps = "xyzw"[:w]
+    vec = f"float{w}"
     if spec.split:
-        code = [f"*reinterpret_cast<float4*>(Y + ((long long)(split * zblocks + zb) * M + {m}) * N"
-                f" + {n}) = make_float4({', '.join(vals)});"]
+        code = [f"*reinterpret_cast<{vec}*>(Y + ((long long)(split * zblocks + zb) * M + {m}) * N"
+                f" + {n}) = make_{vec}({', '.join(vals)});"]
     else:
-        # the lowering asks for 'v' only when P (conv) or N is a multiple of 4 and every offset
-        # and stride but the unit one is too, so an aligned group of 4 lies in one image row
-        code = [f"{column(spec, n, 'e')}", "float4 v;"]
-        for j, c in enumerate("xyzw"):
+        code = [f"{column(spec, n, 'e', w)}", f"{vec} v;"]
+        for j, c in enumerate(comps):
             code.append(f"v.{c} = alpha * {vals[j]};")
             if spec.bias == "n":
                 code.append(f"v.{c} += atoll_ld(bias + {n} + {j});")
         if spec.bias == "m":
             code.append(f"{{ const float b = atoll_ld(bias + z1 * M + {m}); "
-                        "v.x += b; v.y += b; v.z += b; v.w += b; }")
+                        + " ".join(f"v.{c} += b;" for c in comps) + " }")
         if spec.addend:
             code.append("{ const int ca = Co + e_z0 * C0 + z1 * C1 + z2 * C2 + "
                         f"{m} * Cr + e_p * Cc;")
             scale = f" * atoll_ld(S + So + e_z0 * S0 + {m} * Sr)" if spec.scaled else ""
             code.append(f"  const float cs = beta{scale};")
-            code += [f"  v.{c} += cs * atoll_ld(C + ca + {j} * Cc);" for j, c in enumerate("xyzw")]
+            code += [f"  v.{c} += cs * atoll_ld(C + ca + {j} * Cc);" for j, c in enumerate(comps)]
             code.append("}")
-        acts = ", ".join(act_cuda(spec.act, f"v.{c}") for c in "xyzw")
-        code.append(f"atoll_st4(Y + Yo + e_z0 * Y0 + z1 * Y1 + z2 * Y2 + {m} * Yr + e_p, "
-                    f"make_float4({acts}));")
-    vec = "".join(f"{indent}  {line}\n" for line in code)
-    return f"{indent}if ({n} + 3 < N) {{\n{vec}{indent}}} else {{\n{scalar(indent + '  ')}{indent}}}\n"
+        acts = ", ".join(act_cuda(spec.act, f"v.{c}") for c in comps)
+        code.append(f"atoll_st{w}(Y + Yo + e_z0 * Y0 + z1 * Y1 + z2 * Y2 + {m} * Yr + e_p, "
+                    f"make_{vec}({acts}));")
+    body = "".join(f"{indent}  {line}\n" for line in code)
+    return f"{indent}if ({n} < N) {{\n{body}{indent}}}\n"
 
 
 def b_conv_setup(spec: GemmSpec, ncol: str) -> str:

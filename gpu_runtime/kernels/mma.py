@@ -34,8 +34,7 @@ __device__ __forceinline__ unsigned atoll_h2(float a, float b) {
   return *reinterpret_cast<unsigned*>(&h);
 }
 __device__ __forceinline__ void atoll_st4h(__half* p, float4 t) {
-  uint2 u; u.x = atoll_h2(t.x, t.y); u.y = atoll_h2(t.z, t.w);
-  *reinterpret_cast<uint2*>(p) = u;
+  *reinterpret_cast<uint2*>(p) = make_uint2(atoll_h2(t.x, t.y), atoll_h2(t.z, t.w));
 }
 #ifdef ATOLL_EMULATOR
 __device__ __forceinline__ unsigned atoll_pack(__half lo, __half hi) {

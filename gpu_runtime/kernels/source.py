@@ -37,6 +37,7 @@ __device__ __forceinline__ float atoll_ld(const float* p) { return *p; }
 __device__ __forceinline__ void atoll_st(float* p, float v) { *p = v; }
 __device__ __forceinline__ float4 atoll_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void atoll_st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void atoll_st2(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
 """
 
 # Four halves move as one 8-byte word, so vector paths keep 4 elements per access in both types.
@@ -47,14 +48,18 @@ STORAGE_F16 = r"""
 __device__ __forceinline__ float atoll_ld(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void atoll_st(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float4 atoll_ld4(const __half* p) {
-  const __half2* q = reinterpret_cast<const __half2*>(p);
-  const float2 a = __half22float2(q[0]), b = __half22float2(q[1]);
+  const uint2 u = *reinterpret_cast<const uint2*>(p);  // one 8-byte access
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
   return make_float4(a.x, a.y, b.x, b.y);
 }
 __device__ __forceinline__ void atoll_st4(__half* p, float4 v) {
-  __half2* q = reinterpret_cast<__half2*>(p);
-  q[0] = __floats2half2_rn(v.x, v.y);
-  q[1] = __floats2half2_rn(v.z, v.w);
+  const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(p) = make_uint2(*reinterpret_cast<const unsigned*>(&a),
+                                            *reinterpret_cast<const unsigned*>(&b));
+}
+__device__ __forceinline__ void atoll_st2(__half* p, float2 v) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v.x, v.y);
 }
 """
 
