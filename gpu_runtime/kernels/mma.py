@@ -210,6 +210,15 @@ def _body(spec: g.GemmSpec, splits: int) -> str:
     return body.replace("BM", str(bm)).replace("BN", str(bn)).replace("SPLITS", str(splits))
 
 
+def registers(bm: int, bn: int) -> int:
+    """Registers per thread of a BM x BN tensor-core tile: 4 accumulators and ~2 fragment
+    registers per m16n8 fragment of the warp, plus the next tile's staged loads (fitted to
+    ptxas on sm_90)."""
+    wm, wn = warps(bm, bn)
+    fragments = (bm // wm // 16) * (bn // wn // 8)
+    return 48 + 6 * fragments + (bm + bn) // 8
+
+
 @functools.cache
 def gemm(spec: g.GemmSpec, splits: int = 1) -> KernelDef:
     """The tensor-core kernel of `spec` (same arguments and reference as gemm.gemm)."""
@@ -217,8 +226,6 @@ def gemm(spec: g.GemmSpec, splits: int = 1) -> KernelDef:
     name = spec.name("hmma") + (f"_x{splits}" if splits > 1 else "")
     prelude = g.FASTDIV + g.storage_prelude(tuple(spec.dtypes) + ("float16",)) + MMA_PRELUDE
     src = kernel_source(name, g.params(spec), _body(spec, splits), prelude=prelude)
-    wm_count, wn_count = warps(spec.bm, spec.bn)
-    regs = 40 + (spec.bm // wm_count // 16) * (spec.bn // wn_count // 8) * 4 + 32
     shared = 2 * 2 * (spec.bm * (BK + PAD) + (BK * (spec.bn + PAD))) + 8
-    return KernelDef(name, src, functools.partial(g.reference, spec, splits), registers=regs,
-                     shared_bytes=shared)
+    return KernelDef(name, src, functools.partial(g.reference, spec, splits),
+                     registers=registers(spec.bm, spec.bn), shared_bytes=shared)

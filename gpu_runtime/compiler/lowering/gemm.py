@@ -38,12 +38,12 @@ def _cost(bm: int, bn: int, kchunk: int, blocks: int, tensor_cores: bool) -> flo
         wm, wn = mma.warps(bm, bn)
         frags = (bm // wm // 16) * (bn // wn // 8)
         instr = 8 * (bk // 16) * (frags * 2 + bm // wm // 16 + bn // wn // 16 + 4) + 8 * 40
-        regs = 72 + 4 * frags
+        regs = mma.registers(bm, bn)
     else:
         bk = G.GemmSpec(bm, bn, "s", "s").bk
         tm, tn = bm // 16, bn // 16
         instr = 8 * bk * (tm * tn + (tm + tn) / 2 + 2) + 8 * 40
-        regs = 56 + tm * tn
+        regs = G.registers(bm, bn)
     occ = max(1, min(8, 65536 // (256 * regs)))
     occ = min(occ, math.ceil(blocks / SMS))
     waves = math.ceil(blocks / (SMS * occ))
