@@ -30,6 +30,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
     name = f"atoll_se_{act1}_{act2}" + tag(dtypes)
     body = f"""
   __shared__ float sv[{MAX_CHANNELS}];
+  __shared__ int stop;
   const int n = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const {tp}* p = P + (long long)n * C * T;
   for (int c = warp; c < C; c += nw) {{
@@ -39,7 +40,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
     s = atoll_warp_sum(s);
     if (lane == 0) sv[c] = s / (float)count;
   }}
-  __syncthreads();
+  ATOLL_TILE_GUARD(atoll_preempt, stop);  // between phases: a set flag stops the block
   for (int j = warp; j < Cs; j += nw) {{
     float s = 0.f;
 #pragma unroll 4
@@ -47,7 +48,7 @@ def se(act1: str, act2: str, dtypes: tuple[str, str, str]) -> KernelDef:
     s = atoll_warp_sum(s) + atoll_ld(b1 + j);
     if (lane == 0) sv[C + j] = {act_cuda(act1, 's')};
   }}
-  __syncthreads();
+  ATOLL_TILE_GUARD(atoll_preempt, stop);
   for (int c = warp; c < C; c += nw) {{
     float s = 0.f;
 #pragma unroll 4

@@ -150,13 +150,15 @@ def ewise(ctx: GraphContext, op: str, inputs: list, out_name: str | None = None,
 
 def materialize_view(ctx: GraphContext, v: View, name: str | None = None,
                      dtype: str | None = None) -> Tensor:
-    """A buffer with the contents of `v`: an alias when v is a contiguous run; the producer
+    """A buffer with the contents of `v`: an alias when v is a 4-aligned contiguous run; the producer
     writing straight into a new buffer in v's layout when v (named `name`) is an exclusive view
     of a still-patchable result; otherwise one copy launch."""
     dtype = dtype or v.dtype
     if dtype == v.dtype:
         off = v.contiguous_offset()
-        if off is not None:
+        # kernels check 4-element alignment relative to the buffers they get: an alias must
+        # start 4-aligned itself, or a 4-wide access through it could be misaligned on the GPU
+        if off is not None and off % 4 == 0:
             if off == 0 and tuple(v.shape) == tuple(v.base.shape):
                 return v.base
             return ctx.b.alias(v.base, v.shape, off)
