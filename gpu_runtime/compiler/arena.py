@@ -73,6 +73,13 @@ def chunked(program: Program, chunks: list[tuple[int, int]]) -> Program:
             or any(a[1] != b[0] for a, b in zip(chunks, chunks[1:])):
         raise ValueError("chunks must cover the launches in order without gaps or overlaps")
     owner = [b.alias_of if b.alias_of is not None else i for i, b in enumerate(program.buffers)]
+    # A storage's buffers may view parts of it (element offsets): plan the span they cover.
+    base: dict[int, int] = {}
+    end: dict[int, int] = {}
+    for i, b in enumerate(program.buffers):
+        s = owner[i]
+        base[s] = min(base.get(s, b.offset), b.offset)
+        end[s] = max(end.get(s, b.offset + b.nbytes), b.offset + b.nbytes)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, launch in enumerate(program.launches):
@@ -89,8 +96,9 @@ def chunked(program: Program, chunks: list[tuple[int, int]]) -> Program:
             continue
         lo = -1 if spec.role == "input" else first.get(s, n)
         hi = n if s in pinned else chunk_end[last[s]]
-        lifetimes.append(Lifetime(s, spec.nbytes, lo, hi))
+        lifetimes.append(Lifetime(s, end[s] - base[s], lo, hi))
     offsets, total = plan(lifetimes)
-    buffers = [b if b.role == "weight" else replace(b, offset=offsets[owner[i]])
+    buffers = [b if b.role == "weight" else
+               replace(b, offset=offsets.get(owner[i], 0) + b.offset - base[owner[i]])
                for i, b in enumerate(program.buffers)]
     return replace(program, buffers=buffers, arena_bytes=total, restore_window=0)

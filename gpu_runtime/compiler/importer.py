@@ -2,9 +2,12 @@
 
 Shapes are static per program, so everything that depends only on shapes and initializers
 (Shape, Gather on shapes, Unsqueeze, Constant, mask arithmetic, ...) is folded at import time by
-onnx's reference evaluator. What remains is lowered by `compiler.lowering` (one module per op family) into launches over
-buffers; BatchNormalization is folded into the preceding Conv, and ReLU/HardSwish (and a bias Add)
-into the epilogue of the Conv or GEMM that feeds them.
+onnx's reference evaluator. What remains is lowered by `compiler.lowering` (one module per op
+family) into launches over buffers: layout ops become views, BatchNormalization folds into the
+preceding Conv, and activations, scales and residual adds into the kernel that feeds them.
+
+`precision` "fp16" stores activations and weights in fp16 (kernels accumulate in fp32, GEMMs on
+tensor cores); graph inputs and outputs stay float32 buffers.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from gpu_runtime.compiler.graph import (GraphContext, ProgramBuilder, Tensor, UnsupportedModelError,
-                                        Value, attrs_of)
+from gpu_runtime.compiler.graph import (GraphContext, ProgramBuilder, Tensor, UnsupportedModelError, Value,
+                                        attrs_of)
 from gpu_runtime.compiler.lowering import LOWERINGS
+from gpu_runtime.compiler.lowering.common import materialize_view
 from gpu_runtime.compiler.program import Program
+
+PRECISIONS = {"fp32": "float32", "fp16": "float16"}
 
 
 def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
@@ -49,17 +55,20 @@ RESTORE_WINDOW = 4  # REEF keeps 2-4 kernels outstanding per stream
 
 def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
                  length: int | None = None, name: str | None = None,
-                 restore_window: int = RESTORE_WINDOW) -> Program:
+                 restore_window: int = RESTORE_WINDOW, precision: str = "fp32") -> Program:
     """Lowers `model` for `batch` (the first dim of every input) and `length` (any other
-    dynamic input dim, e.g. audio frames). Any of the last `restore_window` launches may be
-    re-run after later ones without reading overwritten inputs."""
+    dynamic input dim, e.g. audio frames) at `precision` ("fp32" or "fp16"). Any of the last
+    `restore_window` launches may be re-run after later ones without reading overwritten
+    inputs."""
+    if precision not in PRECISIONS:
+        raise UnsupportedModelError(f"precision {precision!r}; choose from {', '.join(PRECISIONS)}")
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 13:
         raise UnsupportedModelError(f"opset {opset} is too old (need 13+, ideally 17)")
     graph = model.graph
-    builder = ProgramBuilder(name or graph.name or "model", batch)
+    builder = ProgramBuilder(name or graph.name or "model", batch, PRECISIONS[precision])
     values: dict[str, Value] = {"": None}
     for init in graph.initializer:
         values[init.name] = numpy_helper.to_array(init)
@@ -70,8 +79,8 @@ def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
         if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
             raise UnsupportedModelError(f"input {vi.name!r}: only float32 inputs are supported")
         inputs[vi.name] = values[vi.name] = builder.tensor(
-            _static_dims(vi, batch, length), "input", vi.name)
-    ctx = GraphContext(builder, graph, values)
+            _static_dims(vi, batch, length), "input", vi.name, "float32")
+    ctx = GraphContext(builder, graph, values, materialize_view)
     for node in graph.node:
         if id(node) in ctx.fused:
             continue
@@ -82,7 +91,7 @@ def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
         missing = [i for i, v in zip(node.input, ins) if i and i not in values]
         if missing:
             raise UnsupportedModelError(f"node {node.name!r}: inputs {missing} are not defined")
-        if node.op_type == "Shape" and isinstance(ins[0], Tensor):
+        if node.op_type == "Shape" and not isinstance(ins[0], np.ndarray):
             a = attrs_of(node)
             outs = [np.array(ins[0].shape[a.get("start", 0):a.get("end", None)], np.int64)]
         elif all(v is None or isinstance(v, np.ndarray) for v in ins):
@@ -102,7 +111,7 @@ def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
     outputs = {}
     for vo in graph.output:
         v = values[vo.name]
-        if not isinstance(v, Tensor):
+        if isinstance(v, np.ndarray):
             raise UnsupportedModelError(f"output {vo.name!r} is a constant; nothing to compute")
-        outputs[vo.name] = v
+        outputs[vo.name] = ctx.tensor(v, vo.name, "float32")
     return builder.finish(inputs, outputs, restore_window)

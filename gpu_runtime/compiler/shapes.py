@@ -13,9 +13,12 @@ Key = tuple[int, int | None]
 
 
 class ModelShapes:
-    def __init__(self, onnx_path: str | os.PathLike):
+    """`precision` ("fp32" or "fp16") is the storage of every program planned for the model."""
+
+    def __init__(self, onnx_path: str | os.PathLike, precision: str = "fp32"):
         import onnx
 
+        self.precision = precision
         self.model = onnx.load(os.fspath(onnx_path))
         weights = {i.name for i in self.model.graph.initializer}
         self.inputs = [v for v in self.model.graph.input if v.name not in weights]
@@ -50,4 +53,5 @@ class ModelShapes:
     def program(self, key: Key, name: str | None = None):
         from gpu_runtime.compiler.importer import import_model
 
-        return import_model(self.model, batch=key[0], length=key[1], name=name)
+        return import_model(self.model, batch=key[0], length=key[1], name=name,
+                            precision=self.precision)

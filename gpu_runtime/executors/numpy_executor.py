@@ -3,12 +3,16 @@
 Buffers are views into one arena array at the planned offsets (plus a weight region), so a
 planning mistake shows up as wrong numbers here. The guard is a threading.Event checked before
 every launch: when set, the launch returns without writing (CPU vGPUs preempt this way).
+
+fp16 programs run as the CUDA kernels do: fp16 storage, fp32 arithmetic. A launch's float16
+buffers are widened to float32 for its NumPy body and the ones it writes rounded back (to nearest
+even, as __float2half_rn), so the reference semantics hold for both precisions.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +46,8 @@ class NumpyState:
     flag: threading.Event
     views: list[np.ndarray]
     args: list[tuple]
+    # per launch: (float16 argument positions, written ones) for fp16 programs, else None
+    half: list = field(default_factory=list)
     completed: int = 0  # launches that ran to the end (not skipped by the guard)
 
 
@@ -89,10 +95,30 @@ class NumpyExecutor(HostArenaExecutor):
     def load(self, program: Program, flag: threading.Event | None = None) -> NumpyState:
         views = host_views(program)
         return NumpyState(program, flag if flag is not None else self.new_flag(), views,
-                          bound_args(program, views))
+                          bound_args(program, views), [_half_args(launch, views)
+                                                       for launch in program.launches])
 
     def launch(self, state: NumpyState, index: int, stream=None) -> None:
         if state.flag.is_set():
             return
-        state.program.launches[index].kernel.numpy_impl(*state.args[index])
+        kernel, args = state.program.launches[index].kernel, state.args[index]
+        half = state.half[index]
+        if half is None:
+            kernel.numpy_impl(*args)
+        else:  # fp16 storage, fp32 arithmetic: what the CUDA kernels do around their loads/stores
+            wide = list(args)
+            for pos in half[0]:
+                wide[pos] = args[pos].astype(np.float32)
+            kernel.numpy_impl(*wide)
+            for pos in half[1]:
+                args[pos][...] = wide[pos]
         state.completed += 1
+
+
+def _half_args(launch, views) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(positions of float16 buffer arguments, those of them the launch writes), or None."""
+    positions = [i for i, a in enumerate(launch.args)
+                 if isinstance(a, BufferRef) and views[a.index].dtype == np.float16]
+    if not positions:
+        return None
+    return tuple(positions), tuple(i for i in positions if launch.args[i].index in launch.writes)

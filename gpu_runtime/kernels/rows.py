@@ -1,7 +1,13 @@
-"""Row kernels (one block per row, block-wide reductions): mean over an axis, softmax, layer norm.
+"""Row kernels: mean over an axis, (log-)softmax and layer norm.
 
 A tensor is viewed as [outer, L, inner]; a row is the L elements at one (outer, inner) with stride
-inner. Blocks loop over rows and re-check the guard before each row.
+`inner`. Three shapes of work, picked by the lowering:
+- 'warp': contiguous rows (inner = 1) of at most 1024 elements, a warp per row with the row in
+  registers (PER = ceil(L / 32) values per lane), reductions by shuffles: Swin's 49-long softmax
+  rows and 96..768-wide layer norms are one pass over memory, 8 rows per block;
+- 'block': longer contiguous rows, a block per row (block-wide reductions, rows re-read from L1);
+- 'cols': strided rows (inner > 1), a thread per row walking it, so a warp reads 32 neighbouring
+  rows' elements together (coalesced).
 """
 
 from __future__ import annotations
@@ -10,96 +16,117 @@ import functools
 
 import numpy as np
 
-from gpu_runtime.kernels.source import BLOCK_REDUCE, kernel_source
 from gpu_runtime.compiler.program import KernelDef
+from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, kernel_source, storage_prelude, tag
 
-ROW_LOOP = r"""
-  __shared__ float buf[33];
-  __shared__ int stop;
-  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-    ATOLL_TILE_GUARD(atoll_preempt, stop);
-    const long long base = (long long)(row / inner) * L * inner + row % inner;
-"""
+OPS = ("mean", "softmax", "logsoftmax", "layernorm")
+WARP_ROWS = 8  # rows per 256-thread block in the warp variant
+PARAMS = ("const {tx}* __restrict__ X, const {tg}* __restrict__ G, const {tg}* __restrict__ Bt, "
+          "{ty}* __restrict__ Y, int rows, int L, int inner, float eps")
 
 
-def row_grid(rows: int) -> tuple[int, int, int]:
-    return (max(1, min(rows, 65535)), 1, 1)
+def shape_of(L: int, inner: int) -> str:
+    if inner > 1:
+        return "cols"
+    return "warp" if L <= 1024 else "block"
+
+
+def grid(op_shape: str, rows: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) of a launch over `rows` rows."""
+    if op_shape == "warp":
+        return (-(-rows // WARP_ROWS), 1, 1), (32 * WARP_ROWS, 1, 1)
+    if op_shape == "cols":
+        return (-(-rows // 256), 1, 1), (256, 1, 1)
+    return (max(1, min(rows, 65535)), 1, 1), (256, 1, 1)
+
+
+def _row_op(op: str, each, get: str, total, biggest, lead: str, out: str) -> str:
+    """The op over one row, given how the row is walked: each(stmt) runs stmt for every
+    element j this thread holds (its value is `get`), total/biggest reduce a per-thread
+    value over the row's threads, `lead` is the thread that stores a row result and `out`
+    the element address of j."""
+    if op == "mean":
+        return (f"  float s = 0.f;\n{each(f's += {get};')}  s = {total('s')};\n"
+                f"  if ({lead}) atoll_st(Y + row, s / L);\n")
+    if op in ("softmax", "logsoftmax"):
+        code = (f"  float m = -3.402823466e38f;\n{each(f'm = fmaxf(m, {get});')}"
+                f"  m = {biggest('m')};\n  float s = 0.f;\n{each(f's += expf({get} - m);')}"
+                f"  s = {total('s')};\n  const float r = 1.f / s;\n")
+        value = f"expf({get} - m) * r" if op == "softmax" else f"{get} - m - logf(s)"
+    else:
+        code = (f"  float s = 0.f;\n{each(f's += {get};')}  const float mean = {total('s')} / L;\n"
+                f"  float d2 = 0.f;\n{each(f'const float d = {get} - mean; d2 += d * d;')}"
+                f"  const float rstd = rsqrtf({total('d2')} / L + eps);\n")
+        value = f"({get} - mean) * rstd * atoll_ld(G + j) + atoll_ld(Bt + j)"
+    return code + each(f"atoll_st(Y + {out}, {value});")
+
+
+def _warp_body(op: str, per: int) -> str:
+    def each(stmt):
+        return (f"#pragma unroll\n  for (int q = 0; q < {per}; ++q) {{\n"
+                f"    const int j = lane + 32 * q;\n    if (j < L) {{ {stmt} }}\n  }}\n")
+
+    return ("  const int lane = threadIdx.x & 31;\n"
+            f"  const int row = blockIdx.x * {WARP_ROWS} + (threadIdx.x >> 5);\n"
+            "  if (row >= rows) return;\n"
+            "  const auto* x = X + (long long)row * L;\n"
+            f"  float v[{per}];\n" + each("v[q] = atoll_ld(x + j);")
+            + _row_op(op, each, "v[q]", lambda e: f"atoll_warp_sum({e})",
+                      lambda e: f"atoll_warp_max({e})", "lane == 0", "(long long)row * L + j"))
+
+
+def _block_body(op: str) -> str:
+    def each(stmt):
+        return f"  for (int j = threadIdx.x; j < L; j += blockDim.x) {{ {stmt} }}\n"
+
+    return ("  __shared__ float buf[33];\n  __shared__ int stop;\n"
+            "  for (int row = blockIdx.x; row < rows; row += gridDim.x) {\n"
+            "  ATOLL_TILE_GUARD(atoll_preempt, stop);\n"
+            "  const auto* x = X + (long long)row * L;\n"
+            + _row_op(op, each, "atoll_ld(x + j)", lambda e: f"atoll_block_reduce({e}, buf, false)",
+                      lambda e: f"atoll_block_reduce({e}, buf, true)", "threadIdx.x == 0",
+                      "(long long)row * L + j") + "  }")
+
+
+def _cols_body(op: str) -> str:
+    def each(stmt):
+        return f"  for (int j = 0; j < L; ++j) {{ {stmt} }}\n"
+
+    return ("  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  if (row >= rows) return;\n"
+            "  const long long base = (long long)(row / inner) * L * inner + row % inner;\n"
+            "  const auto* x = X + base;\n"
+            + _row_op(op, each, "atoll_ld(x + (long long)j * inner)", lambda e: e, lambda e: e,
+                      "true", "base + (long long)j * inner"))
 
 
 @functools.cache
-def reduce_mean() -> KernelDef:
-    name = "atoll_reduce_mean"
-    body = ROW_LOOP + r"""
-    float s = 0.f;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) s += X[base + (long long)j * inner];
-    s = atoll_block_reduce(s, buf, false);
-    if (threadIdx.x == 0) Y[row] = s / L;
-  }"""
-    src = kernel_source(name, "const float* __restrict__ X, float* __restrict__ Y, int rows, "
-                        "int L, int inner", body, prelude=BLOCK_REDUCE)
-
-    def impl(x, y, rows, L, inner):
-        y.reshape(-1)[:] = x.reshape(-1, L, inner).mean(axis=1).reshape(-1)
-
-    return KernelDef(name, src, impl, registers=32, shared_bytes=4 * 34)
-
-
-@functools.cache
-def softmax(log: bool = False) -> KernelDef:
-    name = "atoll_log_softmax" if log else "atoll_softmax"
-    write = "X[o] - m - logf(s)" if log else "expf(X[o] - m) * r"
-    body = ROW_LOOP + r"""
-    float m = -3.402823466e38f;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) m = fmaxf(m, X[base + (long long)j * inner]);
-    m = atoll_block_reduce(m, buf, true);
-    float s = 0.f;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) s += expf(X[base + (long long)j * inner] - m);
-    s = atoll_block_reduce(s, buf, false);
-    const float r = 1.f / s;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) {
-      const long long o = base + (long long)j * inner;
-      Y[o] = WRITE;
-    }
-  }""".replace("WRITE", write)
-    src = kernel_source(name, "const float* __restrict__ X, float* __restrict__ Y, int rows, "
-                        "int L, int inner", body, prelude=BLOCK_REDUCE)
-
-    def impl(x, y, rows, L, inner):
-        v = x.reshape(-1, L, inner)
-        shifted = v - v.max(axis=1, keepdims=True)
-        e = np.exp(shifted)
-        total = e.sum(axis=1, keepdims=True)
-        y.reshape(-1, L, inner)[...] = shifted - np.log(total) if log else e / total
-
-    return KernelDef(name, src, impl, registers=32, shared_bytes=4 * 34)
-
-
-@functools.cache
-def layer_norm() -> KernelDef:
-    """Normalises contiguous rows (inner == 1) and applies per-position scale and shift."""
-    name = "atoll_layer_norm"
-    body = ROW_LOOP + r"""
-    float s = 0.f;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) s += X[base + j];
-    const float mean = atoll_block_reduce(s, buf, false) / L;
-    float q = 0.f;
-    for (int j = threadIdx.x; j < L; j += blockDim.x) {
-      const float d = X[base + j] - mean;
-      q += d * d;
-    }
-    const float rstd = rsqrtf(atoll_block_reduce(q, buf, false) / L + eps);
-    for (int j = threadIdx.x; j < L; j += blockDim.x)
-      Y[base + j] = (X[base + j] - mean) * rstd * G[j] + B[j];
-  }"""
-    src = kernel_source(name, "const float* __restrict__ X, const float* __restrict__ G, "
-                        "const float* __restrict__ B, float* __restrict__ Y, int rows, int L, "
-                        "int inner, float eps", body, prelude=BLOCK_REDUCE)
+def rows_kernel(op: str, op_shape: str, per: int, dtypes: tuple[str, str, str]) -> KernelDef:
+    """`op` over rows with storage (X, G/B, Y) = dtypes; per = values per lane ('warp' only)."""
+    assert op in OPS
+    name = f"atoll_{op}_{op_shape}" + (str(per) if op_shape == "warp" else "") + tag(dtypes)
+    body = {"warp": lambda: _warp_body(op, per), "block": lambda: _block_body(op),
+            "cols": lambda: _cols_body(op)}[op_shape]()
+    tx, tg, ty = (CTYPES[d] for d in dtypes)
+    src = kernel_source(name, PARAMS.format(tx=tx, tg=tg, ty=ty), body,
+                        prelude=storage_prelude(dtypes) + BLOCK_REDUCE)
 
     def impl(x, g, b, y, rows, L, inner, eps):
-        v = x.reshape(rows, L)
-        mean = v.mean(axis=1, keepdims=True)
-        d = v - mean
-        var = (d * d).mean(axis=1, keepdims=True)
-        y.reshape(rows, L)[...] = d / np.sqrt(var + np.float32(eps)) * g.reshape(-1) + b.reshape(-1)
+        v = x.reshape(-1, L, inner).astype(np.float32)
+        out = y.reshape(-1, inner) if op == "mean" else y.reshape(-1, L, inner)
+        if op == "mean":
+            out[...] = v.mean(axis=1)
+        elif op == "layernorm":
+            mean = v.mean(axis=1, keepdims=True)
+            d = v - mean
+            var = (d * d).mean(axis=1, keepdims=True)
+            out[...] = (d / np.sqrt(var + np.float32(eps)) * g.reshape(1, L, 1).astype(np.float32)
+                        + b.reshape(1, L, 1).astype(np.float32))
+        else:
+            shifted = v - v.max(axis=1, keepdims=True)
+            e = np.exp(shifted)
+            total = e.sum(axis=1, keepdims=True)
+            out[...] = shifted - np.log(total) if op == "logsoftmax" else e / total
 
-    return KernelDef(name, src, impl, registers=40, shared_bytes=4 * 34)
+    regs = 32 + (per if op_shape == "warp" else 8)
+    return KernelDef(name, src, impl, registers=regs, shared_bytes=4 * 34)

@@ -31,12 +31,13 @@ def _param_types(params: str) -> list[str]:
     return types
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("name,length", [("mobilenet_v3_small", None), ("squeezenet1_1", None),
                                          ("swin_t", None), ("conformer", 64), ("citrinet", 64)])
-def test_launch_arguments_match_cuda_signatures(name, length):
+def test_launch_arguments_match_cuda_signatures(name, length, precision):
     """Every launch passes exactly what its CUDA kernel declares: buffers for pointers, Python
     ints for `int`, floats for `float`; the guard is the first statement."""
-    program = import_model(zoo_model(name), 1, length)
+    program = import_model(zoo_model(name), 1, length, precision=precision)
     for launch in program.launches:
         src = launch.kernel.cuda_source
         kname, params = SIGNATURE.search(src).groups()

@@ -33,7 +33,7 @@ def test_check_passes_and_reports_json(repo, capsys):
     assert _run([str(repo / "squeezenet1_1"), "--batch", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     out = report["outputs"]["logits"]
-    assert report["ok"] and out["shape"] == [2, 1000]
+    assert report["ok"] and out["shape"] == [2, 1000] and report["rtol"] == 1e-3
     assert 0 < out["max_rel"] < 1e-4 and out["max_abs"] > 0
 
 
@@ -63,3 +63,10 @@ def test_unsupported_model_is_a_one_line_error(tmp_path, capsys):
 def test_missing_file(tmp_path, capsys):
     assert _run([str(tmp_path / "nope.onnx")]) == 2
     assert "no ONNX file" in capsys.readouterr().err
+
+
+def test_fp16_check_states_its_own_tolerance(repo, capsys):
+    assert _run([str(repo / "squeezenet1_1"), "--precision", "fp16", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["precision"] == "fp16" and report["rtol"] == model_cmd.TOLERANCES["fp16"]
+    assert 1e-5 < report["outputs"]["logits"]["max_rel"] < report["rtol"]  # fp16, not fp32, error

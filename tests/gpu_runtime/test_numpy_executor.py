@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from atoll.commands.model import TOLERANCES
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
@@ -22,6 +23,22 @@ def test_zoo_model_matches_onnxruntime(name, batch, length):
         assert got[key].shape == want[key].shape
         err = np.abs(got[key] - want[key]).max() / np.abs(want[key]).max()
         assert err < 1e-4, f"{name} b{batch}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("name,length", [("mobilenet_v3_small", None), ("conformer", 64)])
+def test_fp16_program_is_within_the_fp16_tolerance(name, length):
+    """fp16 storage (emulated: fp32 arithmetic, fp16 rounding at every buffer) against the fp32
+    reference: a real fp16 error, inside `atoll model check`'s fp16 tolerance."""
+    program = import_model(zoo_model(name), 1, length, precision="fp16")
+    assert "float16" in {b.dtype for b in program.buffers if b.role in ("weight", "temp")}
+    assert all(program.buffers[i].dtype == "float32" for i in program.inputs.values())
+    assert all(program.buffers[i].dtype == "float32" for i in program.outputs.values())
+    feeds = input_for(name, 1, length)
+    ex = NumpyExecutor()
+    got = ex.run(ex.load(program), feeds)
+    for key, want in onnxruntime_outputs(name, feeds).items():
+        err = np.abs(got[key] - want).max() / np.abs(want).max()
+        assert 1e-5 < err < TOLERANCES["fp16"], f"{name}: relative error {err:.2e}"
 
 
 def test_set_flag_makes_launches_no_ops():

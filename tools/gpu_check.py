@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Atoll's kernels on a GPU, per zoo model: correctness against onnxruntime and the time of one
+inference replayed as a single CUDA graph, beside PyTorch's CUDA-graph replay of the same ONNX
+graph (fp32 with TF32 off, and fp16).
+
+    python3 tools/gpu_check.py [--models NAME ...] [--batches 1 32] [--precisions fp32 fp16]
+
+Run from the repository root on a machine with CuPy, PyTorch and a CUDA GPU. For each model
+(zoo seed 0; audio at 300 frames), batch and precision it records: the max relative error of the
+outputs against onnxruntime (and whether it is within `atoll model check`'s tolerance), the
+median over --repeats graph replays (CUDA events, after warm-up) of all the program's launches
+captured on one stream, a per-kernel-name breakdown from launching each kernel alone between
+events (these include ~2 us of event overhead each, so they add up to more than the graph), and
+the torch-graph fp32/fp16 medians. Every kernel variant is NVRTC-compiled first, in parallel
+worker processes that fill CuPy's on-disk cache. One failing model or kernel is reported and the
+others go on. Writes $OUT/gpu_check.json (or ./gpu_check.json) and prints a table last.
+
+It loads programs itself (arena, typed views, arguments: what an executor does), so it does not
+depend on the executor's internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from atoll.commands.model import TOLERANCES  # noqa: E402
+from gpu_runtime.compiler.importer import import_model  # noqa: E402
+from gpu_runtime.compiler.program import BufferRef, Program  # noqa: E402
+from gpu_runtime.zoo import MODELS, build  # noqa: E402
+
+NVRTC_OPTIONS = ("--std=c++14",)  # the cupy executor's, so both share CuPy's cache entries
+AUDIO_FRAMES = 300
+TARGET_RATIO = 1.25
+
+
+def _compile_chunk(kernels: list[tuple[str, str]]) -> list[tuple[str, str | None, float]]:
+    """(name, error, seconds) per kernel, compiled in this worker process."""
+    import cupy
+
+    out = []
+    for name, source in kernels:
+        t0 = time.perf_counter()
+        try:
+            cupy.RawKernel(source, name, options=NVRTC_OPTIONS).compile()
+            out.append((name, None, time.perf_counter() - t0))
+        except Exception as e:  # NVRTC rejected it: reported, the other kernels go on
+            out.append((name, f"{type(e).__name__}: {e}"[:3000], time.perf_counter() - t0))
+    return out
+
+
+def precompile(kernels: dict, workers: int) -> dict:
+    """NVRTC-compiles every distinct kernel in `workers` processes; {name: error} of failures."""
+    items = sorted((k.name, k.cuda_source) for k in kernels.values())
+    chunks = [items[i::workers] for i in range(workers)]
+    ctx = multiprocessing.get_context("spawn")
+    errors, seconds = {}, 0.0
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        for result in pool.map(_compile_chunk, [c for c in chunks if c]):
+            for name, error, s in result:
+                seconds += s
+                if error:
+                    errors[name] = error
+    return errors, seconds
+
+
+class Loaded:
+    """A program on the GPU: arena and weight region, typed views, launch arguments, kernels."""
+
+    def __init__(self, cp, program: Program):
+        self.cp, self.program = cp, program
+        self.flag = cp.zeros(1, cp.int32)
+        self.arena = cp.zeros(max(program.arena_bytes, 1), cp.uint8)
+        self.weights = cp.empty(max(program.weight_bytes, 1), cp.uint8)
+        self.views = []
+        for i, spec in enumerate(program.buffers):
+            region = self.weights if spec.role == "weight" else self.arena
+            view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+            if spec.role == "weight":
+                view.set(np.ascontiguousarray(program.weights[i], spec.dtype))
+            self.views.append(view)
+        self.fns = {name: cp.RawKernel(k.cuda_source, name, options=NVRTC_OPTIONS)
+                    for name, k in program.kernels().items()}
+        self.args = []
+        for launch in program.launches:
+            args = [self.flag]
+            for a in launch.args:
+                if isinstance(a, BufferRef):
+                    args.append(self.views[a.index])
+                else:
+                    args.append(np.float32(a) if isinstance(a, float) else np.int32(a))
+            self.args.append(tuple(args))
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.Device().synchronize()
+
+    def set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+        for index, value in self.program.checked_inputs(inputs):
+            self.views[index].set(value, stream=self.stream)
+
+    def launch(self, i: int) -> None:
+        launch = self.program.launches[i]
+        self.fns[launch.kernel.name](launch.grid, launch.block, self.args[i],
+                                     shared_mem=launch.shared_bytes)
+
+    def run(self) -> None:
+        with self.stream:
+            for i in range(len(self.program.launches)):
+                self.launch(i)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        self.stream.synchronize()
+        return {name: self.views[i].get() for name, i in self.program.outputs.items()}
+
+    def capture(self):
+        with self.stream:
+            self.stream.begin_capture()
+            for i in range(len(self.program.launches)):
+                self.launch(i)
+            return self.stream.end_capture()
+
+
+def _median_ms(cp, stream, fn, repeats: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    stream.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    return float(np.median(times))
+
+
+def per_kernel(cp, state: Loaded, passes: int = 3) -> dict[str, list]:
+    """{kernel name: [launches, ms]}: each launch alone between events, the fastest of `passes`."""
+    n = len(state.program.launches)
+    best = np.full(n, np.inf)
+    for _ in range(passes):
+        events = [cp.cuda.Event() for _ in range(n + 1)]
+        with state.stream:
+            events[0].record(state.stream)
+            for i in range(n):
+                state.launch(i)
+                events[i + 1].record(state.stream)
+        events[-1].synchronize()
+        best = np.minimum(best, [cp.cuda.get_elapsed_time(events[i], events[i + 1])
+                                 for i in range(n)])
+    table: dict[str, list] = {}
+    for launch, ms in zip(state.program.launches, best):
+        entry = table.setdefault(launch.kernel.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] = round(entry[1] + float(ms), 4)
+    return dict(sorted(table.items(), key=lambda kv: -kv[1][1]))
+
+
+def torch_graph_ms(onnx_path: str, feeds: dict[str, np.ndarray], dtype: str, repeats: int) -> float:
+    import torch
+
+    from atoll.bench.torch_eager import TorchGraphModel
+
+    model = TorchGraphModel(onnx_path, feeds, dtype)
+    stream = torch.cuda.current_stream()
+    for _ in range(5):
+        model.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        model.replay()
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    del model
+    torch.cuda.empty_cache()
+    return float(np.median(times))
+
+
+def _onnxruntime(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _max_rel(got: dict, want: dict) -> float:
+    return max(float(np.abs(got[k].astype(np.float64) - want[k]).max() / np.abs(want[k]).max())
+               for k in want)
+
+
+def environment(cp) -> dict:
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    env = {"device": props["name"].decode(), "cupy": cp.__version__,
+           "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+           "cuda_driver": cp.cuda.runtime.driverGetVersion(), "sm_count": props["multiProcessorCount"],
+           "compute_capability": f"{props['major']}.{props['minor']}"}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
+    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    args = parser.parse_args(argv)
+    out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    import cupy as cp
+
+    report = {"what": "tools/gpu_check.py: Atoll graph replay vs torch graph replay per zoo model",
+              "env": environment(cp), "results": {}, "errors": {}}
+    programs, models, feeds_of = {}, {}, {}
+    for name in args.models:
+        try:
+            models[name] = build(name, seed=0)
+        except Exception:
+            report["errors"][name] = traceback.format_exc(limit=3)
+            continue
+        length = AUDIO_FRAMES if MODELS[name].kind == "audio" else None
+        for batch in args.batches:
+            entry = MODELS[name]
+            shape = (batch,) + tuple(length if d == -1 else d for d in entry.input_dims)
+            feeds_of[name, batch] = {entry.input_name: np.random.default_rng(0).standard_normal(
+                shape).astype(np.float32)}
+            for precision in args.precisions:
+                key = f"{name}/b{batch}/{precision}"
+                try:
+                    t0 = time.perf_counter()
+                    programs[key] = import_model(models[name], batch, length, precision=precision)
+                    report["results"][key] = {"launches": len(programs[key].launches),
+                                              "import_s": round(time.perf_counter() - t0, 2)}
+                except Exception:
+                    report["errors"][key] = traceback.format_exc(limit=3)
+    kernels = {}
+    for program in programs.values():
+        kernels.update(program.kernels())
+    t0 = time.perf_counter()
+    compile_errors, cpu_s = precompile(kernels, args.workers)
+    report["nvrtc"] = {"kernels": len(kernels), "wall_s": round(time.perf_counter() - t0, 1),
+                       "cpu_s": round(cpu_s, 1), "errors": compile_errors}
+    print(f"compiled {len(kernels)} kernels in {report['nvrtc']['wall_s']} s "
+          f"({len(compile_errors)} failed)", flush=True)
+    references = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for key, program in programs.items():
+            name, batch, precision = key.split("/")
+            batch = int(batch[1:])
+            row = report["results"][key]
+            bad = sorted(set(program.kernels()) & set(compile_errors))
+            if bad:
+                row["error"] = f"kernels failed to compile: {bad}"
+                continue
+            state = None
+            try:
+                feeds = feeds_of[name, batch]
+                if (name, batch) not in references:
+                    references[name, batch] = _onnxruntime(models[name], feeds)
+                state = Loaded(cp, program)
+                state.set_inputs(feeds)
+                state.run()
+                err = _max_rel(state.outputs(), references[name, batch])
+                row.update(max_rel=err, tolerance=TOLERANCES[precision],
+                           ok=bool(err <= TOLERANCES[precision]))
+                graph = state.capture()
+                row["graph_ms"] = _median_ms(cp, state.stream, lambda: graph.launch(state.stream),
+                                             args.repeats)
+                row["by_kernel"] = per_kernel(cp, state)
+            except Exception:
+                row["error"] = traceback.format_exc(limit=4)
+            finally:
+                del state
+                cp.get_default_memory_pool().free_all_blocks()
+            if args.no_torch or "error" in row:
+                continue
+            path = Path(tmp) / f"{name}.onnx"
+            if not path.exists():
+                import onnx
+
+                onnx.save(models[name], str(path))
+            for dtype in ("float32", "float16"):
+                field = f"torch_graph_{'fp32' if dtype == 'float32' else 'fp16'}_ms"
+                try:
+                    row[field] = torch_graph_ms(str(path), feeds_of[name, batch], dtype,
+                                                args.repeats)
+                except Exception:
+                    row[field + "_error"] = traceback.format_exc(limit=3)
+            print(f"{key}: done", flush=True)
+    report["total_s"] = round(time.perf_counter() - t_start, 1)
+    (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
+    print(f"\n{report['env']['device']}: {len(kernels)} kernels, total {report['total_s']} s; "
+          f"JSON in {out_dir / 'gpu_check.json'}")
+    print(f"{'model/batch/precision':32s} {'launch':>6s} {'atoll':>8s} {'torch32':>8s} "
+          f"{'torch16':>8s} {'ratio':>6s} {'max_rel':>9s}")
+    for key, row in report["results"].items():
+        torch_ms = row.get(f"torch_graph_{key.split('/')[2]}_ms")
+        ratio = row["graph_ms"] / torch_ms if torch_ms and "graph_ms" in row else None
+        verdict = "" if ratio is None else ("  ok" if ratio <= TARGET_RATIO else "  SLOW")
+        if "error" in row:
+            print(f"{key:32s} ERROR {row['error'].strip().splitlines()[-1][:80]}")
+            continue
+        print(f"{key:32s} {row['launches']:6d} {row.get('graph_ms', float('nan')):8.3f} "
+              f"{row.get('torch_graph_fp32_ms', float('nan')):8.3f} "
+              f"{row.get('torch_graph_fp16_ms', float('nan')):8.3f} "
+              f"{ratio if ratio is not None else float('nan'):6.2f} {row.get('max_rel', float('nan')):9.2e}"
+              f"{'' if row.get('ok', True) else '  WRONG'}{verdict}")
+    for key, err in report["errors"].items():
+        print(f"{key}: ERROR {err.strip().splitlines()[-1][:100]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
