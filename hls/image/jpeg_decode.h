@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "hls_compat.h"
+#include "image_postdecode.h"
 #include "image_types.h"
 #include "jpeg_color.h"
 #include "jpeg_huffman.h"
@@ -58,11 +59,14 @@ mcus:
     }
   mcu_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
       const JpegComponent& c = f.comp[ci];
     mcu_block_rows:
       for (uint32_t by = 0; by < c.v; ++by) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxSampling
       mcu_block_cols:
         for (uint32_t bx = 0; bx < c.h; ++bx) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxSampling
           bool dc_only;
           if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
@@ -93,7 +97,11 @@ inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
       upsample_h2_row(row, c.width, out);
     } else {
     copy_row:
-      for (uint32_t i = 0; i < f.width; ++i) out[i] = row[i];
+      for (uint32_t i = 0; i < f.width; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+        out[i] = row[i];
+      }
     }
     return;
   }
@@ -138,17 +146,19 @@ inline void color_row(const JpegFrame& f, const ColorTables& t,
   }
 }
 
-// Streams the decoded frame as RGB pixels, row-major.
-inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<Pixel>& out) {
+// Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them.
+inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
   ColorTables tables;
   build_color_tables(tables);
   uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
+#pragma HLS ARRAY_PARTITION variable = rows dim = 1 complete
   Pixel line[kMaxDim];
 rgb_rows:
   for (uint32_t y = 0; y < f.height; ++y) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
   rgb_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
       upsample_component_row(frame, f, f.comp[ci], y, rows[ci]);
     }
     color_row(f, tables, rows, line);
@@ -156,7 +166,7 @@ rgb_rows:
     for (uint32_t x = 0; x < f.width; ++x) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
-      out.write(line[x]);
+      out.write(pack_pixel(line[x]));
     }
   }
 }
