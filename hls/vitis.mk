@@ -3,6 +3,11 @@
 #
 # A kernel K's top function is in hls/<unit>/K.cpp (the headers of that folder are its other
 # sources); an optional hls/K.cfg is passed to its compile (HLS settings, RTL blackbox JSON files).
+#
+# RTL blackboxes: hls/K.cfg names each descriptor a kernel uses as syn.blackbox.file=rtl/<unit>.json
+# (relative to hls/), and a descriptor names its C model, include folders and Verilog relative to
+# hls/rtl/. v++ gets copies of both with absolute paths, so the build does not depend on how a
+# Vitis version resolves relative ones.
 
 ifeq ($(filter $(TARGET),hw hw_emu),)
 $(error TARGET=$(TARGET): use hw or hw_emu (sw_emu is deprecated since Vitis 2024.2; fpga_host's emulated XRT replaces it))
@@ -21,6 +26,8 @@ VPP_FLAGS := -t $(TARGET) --platform $(PLATFORM) --save-temps \
 
 kernel_top = $(firstword $(wildcard $(HLS_DIR)/*/$(1).cpp) $(HLS_DIR)/$(1)/$(1).cpp)
 kernel_cfg = $(wildcard $(HLS_DIR)/$(1).cfg)
+kernel_blackboxes = $(if $(call kernel_cfg,$(1)),$(patsubst rtl/%.json,%,$(shell sed -n 's/^syn\.blackbox\.file=//p' $(call kernel_cfg,$(1)))))
+blackbox_json = $(foreach u,$(call kernel_blackboxes,$(1)),$(BUILD_DIR)/blackbox/$(u).json)
 
 XOS := $(foreach k,$(KERNELS),$(BUILD_DIR)/$(k).xo)
 XCLBIN := $(BUILD_DIR)/$(DESIGN).xclbin
@@ -36,12 +43,20 @@ help:
 	@echo "make -C hls [TARGET=hw|hw_emu] [PLATFORM=...]   build $(DESIGN).xclbin (-n prints the commands)"
 
 define compile_rule
-$(BUILD_DIR)/$(1).xo: $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h) $(call kernel_cfg,$(1))
+$(BUILD_DIR)/$(1).xo: $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h) $(addprefix $(BUILD_DIR)/cfg/,$(notdir $(call kernel_cfg,$(1))))
 	@mkdir -p $(BUILD_DIR)
 	$(VPP) -c $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/$(1) -k $(1) -I$(patsubst %/,%,$(dir $(call kernel_top,$(1)))) \
-	  $(addprefix --config ,$(call kernel_cfg,$(1))) -o $$@ $(call kernel_top,$(1))
+	  $(addprefix --config $(BUILD_DIR)/cfg/,$(notdir $(call kernel_cfg,$(1)))) -o $$@ $(call kernel_top,$(1))
+
+$(BUILD_DIR)/cfg/$(1).cfg: $(call kernel_cfg,$(1)) $(call blackbox_json,$(1))
+	@mkdir -p $$(@D)
+	sed 's#^syn\.blackbox\.file=rtl/#syn.blackbox.file=$(BUILD_DIR)/blackbox/#' $$< > $$@
 endef
 $(foreach k,$(KERNELS),$(eval $(call compile_rule,$(k))))
+
+$(BUILD_DIR)/blackbox/%.json: $(HLS_DIR)/rtl/%.json
+	@mkdir -p $(@D)
+	sed -e 's#"\([^"/][^"]*\.\(v\|cpp\)\)"#"$(HLS_DIR)/rtl/\1"#g' -e 's#-I\([^/][^ "]*\)#-I$(HLS_DIR)/rtl/\1#g' $< > $@
 
 $(XCLBIN): $(XOS) $(HLS_DIR)/$(CONNECTIVITY)
 	$(VPP) -l $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/link --config $(HLS_DIR)/$(CONNECTIVITY) -o $@ $(XOS)

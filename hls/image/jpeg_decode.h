@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "hls_compat.h"
+#include "idct8x8_islow.h"
 #include "image_postdecode.h"
 #include "image_types.h"
 #include "jpeg_color.h"
@@ -33,6 +34,33 @@ rst_fill:
   br.pos = p + 1;
   br.reset_bits();
   return true;
+}
+
+// One block through the IDCT unit (an RTL blackbox): 8 coefficient rows in, 8 sample rows out to
+// the frame store. A DC-only block keeps idct_islow's closed form here (the unit would give the
+// same samples): most blocks of a photo are, and a fill costs less than a trip through the unit.
+inline void transform_block(const int16_t coef[kBlockSize], const uint16_t quant[kBlockSize], bool dc_only,
+                            uint8_t* dst, uint32_t stride) {
+  if (dc_only) {
+    idct_islow(coef, quant, true, dst, stride);
+    return;
+  }
+  hls::stream<IdctCoefRow> rows_in("idct_rows_in");
+  hls::stream<IdctSampleRow> rows_out("idct_rows_out");
+#pragma HLS STREAM variable = rows_in depth = 8
+#pragma HLS STREAM variable = rows_out depth = 8
+idct_rows_write:
+  for (int r = 0; r < 8; ++r) {
+    IdctCoefRow row;
+    for (int k = 0; k < 8; ++k) row.lane[k] = idct_pack_lane(coef[8 * r + k], quant[8 * r + k]);
+    rows_in.write(row);
+  }
+  idct8x8_islow(rows_in, rows_out);
+idct_rows_read:
+  for (int r = 0; r < 8; ++r) {
+    const IdctSampleRow row = rows_out.read();
+    for (int k = 0; k < 8; ++k) dst[r * stride + k] = row.sample[k];
+  }
 }
 
 inline Status decode_scan(const uint8_t* jpeg, uint32_t len, const JpegFrame& f,
@@ -71,7 +99,7 @@ mcus:
           if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
           const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
-          idct_islow(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
+          transform_block(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
         }
       }
     }
