@@ -12,27 +12,15 @@
 
 #include "audio_rtl_units.h"
 #include "log_tables.h"
+#include "uint128.h"
 
 namespace {
 
-using u128 = unsigned __int128;
 using i128 = __int128;
 
 constexpr int kP1Frac = 23 + LOG_RECIP1_BITS;  // fraction bits of p1 = m * r1
 constexpr int kP2Frac = kP1Frac + LOG_RECIP2_BITS;
 constexpr int kP3Frac = kP2Frac + LOG_RECIP3_BITS;
-
-int bit_length(u128 v) {
-  int n = 0;
-log_bit_length:
-  for (int step = 64; step > 0; step >>= 1) {
-    if (v >> step) {
-      v >>= step;
-      n += step;
-    }
-  }
-  return n + (v != 0 ? 1 : 0);
-}
 
 }  // namespace
 
@@ -58,13 +46,13 @@ void fp32_log(float x, float& y) {
     const uint32_t i1 = (m >> (23 - LOG_INDEX1_POSITION)) & ((1u << LOG_INDEX1_BITS) - 1);
     const uint64_t p1 = uint64_t{m} * LOG_RECIP1[i1];
     const uint32_t i2 = static_cast<uint32_t>((p1 - (uint64_t{1} << kP1Frac)) >> (kP1Frac - LOG_INDEX2_POSITION));
-    const u128 p2 = u128{p1} * LOG_RECIP2[i2];
-    const uint32_t i3 = static_cast<uint32_t>((p2 - (u128{1} << kP2Frac)) >> (kP2Frac - LOG_INDEX3_POSITION));
-    const u128 p3 = p2 * LOG_RECIP3[i3];
-    const u128 t3 = (p3 - (u128{1} << kP3Frac)) >> (kP3Frac - LOG_FRAC_BITS);  // truncated
-    const u128 half_square = (t3 * t3) >> (LOG_FRAC_BITS + 1);
+    const uint128 p2 = uint128{p1} * LOG_RECIP2[i2];
+    const uint32_t i3 = static_cast<uint32_t>((p2 - (uint128{1} << kP2Frac)) >> (kP2Frac - LOG_INDEX3_POSITION));
+    const uint128 p3 = p2 * LOG_RECIP3[i3];
+    const uint128 t3 = (p3 - (uint128{1} << kP3Frac)) >> (kP3Frac - LOG_FRAC_BITS);  // truncated
+    const uint128 half_square = (t3 * t3) >> (LOG_FRAC_BITS + 1);
 
-    const i128 ln2 = static_cast<i128>((u128{LOG_LN2_HI} << 64) | LOG_LN2_LO);
+    const i128 ln2 = static_cast<i128>((uint128{LOG_LN2_HI} << 64) | LOG_LN2_LO);
     i128 sum = (e * ln2) >> (LN2_FRAC_BITS - LOG_FRAC_BITS);  // floor, as the RTL's arithmetic shift
     sum += LOG_NEG_LN1[i1];
     sum += LOG_NEG_LN2[i2];
@@ -76,10 +64,10 @@ void fp32_log(float x, float& y) {
     } else {
       // Round |sum| * 2^-62 to 24 significant bits, to nearest even.
       const uint32_t sign = sum < 0 ? 0x80000000u : 0;
-      const u128 magnitude = static_cast<u128>(sum < 0 ? -sum : sum);
+      const uint128 magnitude = static_cast<uint128>(sum < 0 ? -sum : sum);
       const int drop = bit_length(magnitude) - 24;  // > 0: |ln x| >= 2^-25 has at least 38 bits
       uint64_t q = static_cast<uint64_t>(magnitude >> drop);
-      const u128 rem = magnitude & ((u128{1} << drop) - 1), half = u128{1} << (drop - 1);
+      const uint128 rem = magnitude & ((uint128{1} << drop) - 1), half = uint128{1} << (drop - 1);
       if (rem > half || (rem == half && (q & 1))) ++q;
       // q * 2^(drop - 62), q in [2^23, 2^24]: the carry of q = 2^24 moves into the exponent.
       out = sign | ((static_cast<uint32_t>(drop + 88) << 23) + static_cast<uint32_t>(q - 0x800000u));

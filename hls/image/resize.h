@@ -14,6 +14,7 @@
 
 #include "hls_compat.h"
 #include "image_postdecode.h"
+#include "uint128.h"
 #include "image_types.h"
 
 namespace atoll_image {
@@ -59,25 +60,12 @@ f64_divide_bits:
   return {q, exponent};
 }
 
-// Number of significant bits of v (a binary search over the 128).
-inline int bit_length(unsigned __int128 v) {
-  int n = 0;
-bit_length_loop:
-  for (int step = 64; step > 0; step >>= 1) {
-    if (v >> step) {
-      v >>= step;
-      n += step;
-    }
-  }
-  return n + (v != 0 ? 1 : 0);
-}
-
 // v rounded to nearest even at `bits` significant bits (v stays on its own integer grid).
-inline unsigned __int128 round_significant(unsigned __int128 v, int bits) {
+inline uint128 round_significant(uint128 v, int bits) {
   const int drop = bit_length(v) - bits;
   if (drop <= 0) return v;
-  const unsigned __int128 unit = static_cast<unsigned __int128>(1) << drop;
-  const unsigned __int128 rem = v & (unit - 1), half = unit >> 1;
+  const uint128 unit = uint128{1} << drop;
+  const uint128 rem = v & (unit - 1), half = unit >> 1;
   v -= rem;
   if (rem > half || (rem == half && (v & unit))) v += unit;
   return v;
@@ -92,12 +80,12 @@ inline float resize_coordinate(uint32_t d, uint32_t src, uint32_t dst) {
   const Float64Parts scale = f64_divide(1, ratio.significand);  // times 2^-ratio.exponent
   const int scale_exp = scale.exponent - ratio.exponent;
   // t = (2d + 1) * scale / 2 = product * 2^(scale_exp - 1), then t - 0.5 on that grid.
-  const unsigned __int128 product =
-      round_significant(static_cast<unsigned __int128>(2 * d + 1) * scale.significand, kF64Bits);
+  const uint128 product =
+      round_significant(uint128{2 * d + 1} * scale.significand, kF64Bits);
   const int grid = scale_exp - 1;  // < -1: t < 2^14 has at least 39 fraction bits
-  const unsigned __int128 half = static_cast<unsigned __int128>(1) << (-1 - grid);
+  const uint128 half = uint128{1} << (-1 - grid);
   const bool negative = product < half;
-  unsigned __int128 x = negative ? half - product : product - half;
+  uint128 x = negative ? half - product : product - half;
   x = round_significant(round_significant(x, kF64Bits), kF32Bits);
   const int shift = bit_length(x) > kF32Bits ? bit_length(x) - kF32Bits : 0;  // x is 24 bits << shift
   const float magnitude = std::ldexp(static_cast<float>(static_cast<uint32_t>(x >> shift)), grid + shift);

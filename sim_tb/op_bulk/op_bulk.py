@@ -141,3 +141,11 @@ def check_operator(unit: str, rtl_modules: list[str], operands: list[np.ndarray]
                             build_dir / f"part{k}", calm) for k, (part, calm) in enumerate(parts)]
         for run in runs:
             run.result()
+
+
+def check_against_reference(unit: str, rtl_modules: list[str], operands: list[np.ndarray], want: list[np.ndarray],
+                            build_dir: Path) -> None:
+    """The C model equals the reference (NaN payloads aside: a compiler may commute operands),
+    then the RTL equals it bit for bit through check_operator."""
+    assert_same_bits(c_model(unit, operands, len(want)), want, nan_payloads=False)
+    check_operator(unit, rtl_modules, operands, want, build_dir)

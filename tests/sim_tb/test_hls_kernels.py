@@ -2,7 +2,8 @@
 s_axi_control writing arguments, ap_start, polling ap_done) on kernel RTL with the Vitis HLS
 interface.
 
-Here: the RTL kernel image_post_cu (hls/rtl), against the post-decode unit's C model. Where Vitis
+Here the testbench runs on the RTL kernel image_post_cu (hls/rtl; its runner,
+sim_tb/image_post_cu, is collected with the unit testbenches in test_rtl_units.py). Where Vitis
 HLS is installed, `make -C hls rtl` exports the RTL of the DPU's three HLS kernels to build/rtl/,
 and the same testbench runs on image_cu, audio_mel_cu and audio_norm_cu against the C-simulation
 library's outputs for the same inputs (fpga_host.csim, the golden vectors), with the argument
@@ -14,7 +15,6 @@ ATOLL_RTL_SIM selects a simulator that has Vivado's compiled simulation librarie
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -42,17 +42,6 @@ pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None or shutil.which
 KEYWORDS = {"module", "input", "output", "inout", "wire", "reg", "assign", "always", "initial", "begin", "end",
             "if", "else", "case", "endcase", "for", "function", "endfunction", "localparam", "parameter",
             "integer", "genvar", "generate", "endgenerate", "default", "return", "endmodule", "task", "endtask"}
-
-
-def _testbench(unit: str):
-    path = SIM_TB / unit / f"test_{unit}.py"
-    spec = importlib.util.spec_from_file_location(f"sim_tb_{unit}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
 
 
 def kernel_args(kernel: str) -> list[Arg]:
