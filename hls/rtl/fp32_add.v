@@ -61,9 +61,10 @@ reg        s2_sign_reg = 1'b0, s2_sign_next;
 reg [8:0]  s2_exp_reg = 9'd0, s2_exp_next;
 reg [26:0] s2_mant_reg = 27'd0, s2_mant_next;
 
-// Stage 3: rounded and packed.
+// Stage 3: rounded and packed (fp32_round).
 reg        s3_valid_reg = 1'b0;
-reg [31:0] sum_reg = 32'd0, sum_next;
+reg [31:0] sum_reg = 32'd0;
+wire [31:0] sum_next;
 
 assign ap_ready = ap_start && ap_ce;
 assign ap_done = s3_valid_reg && ap_ce;
@@ -147,22 +148,16 @@ always @* begin
     end
 end
 
-reg [30:0] packed_value;
-reg        round_up;
-
-always @* begin
-    // A normalised mantissa has its leading one in bit 26; without it the value is subnormal.
-    packed_value = {s2_mant_reg[26] ? s2_exp_reg[7:0] : 8'd0, s2_mant_reg[25:3]};
-    round_up = s2_mant_reg[2] && (s2_mant_reg[1] || s2_mant_reg[0] || s2_mant_reg[3]);
-    if (s2_special_reg) begin
-        sum_next = s2_special_value_reg;
-    end else if (s2_exp_reg >= 9'd255) begin
-        sum_next = {s2_sign_reg, 31'h7F800000};
-    end else begin
-        // A carry out of the mantissa moves into the exponent (and up to infinity) by itself.
-        sum_next = {s2_sign_reg, packed_value + {30'd0, round_up}};
-    end
-end
+fp32_round round_inst (
+    .special(s2_special_reg),
+    .special_value(s2_special_value_reg),
+    .overflow(s2_exp_reg >= 9'd255),
+    .sign(s2_sign_reg),
+    // A normalised significand has its leading one in bit 26; without it the value is subnormal.
+    .exp_field(s2_mant_reg[26] ? s2_exp_reg[7:0] : 8'd0),
+    .mant(s2_mant_reg),
+    .result(sum_next)
+);
 
 always @(posedge ap_clk) begin
     if (ap_ce) begin

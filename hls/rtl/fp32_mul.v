@@ -54,9 +54,10 @@ reg        s2_overflow_reg = 1'b0, s2_overflow_next;
 reg [7:0]  s2_exp_reg = 8'd0, s2_exp_next;
 reg [26:0] s2_mant_reg = 27'd0, s2_mant_next;
 
-// Stage 3: rounded and packed.
+// Stage 3: rounded and packed (fp32_round).
 reg        s3_valid_reg = 1'b0;
-reg [31:0] product_reg = 32'd0, product_next;
+reg [31:0] product_reg = 32'd0;
+wire [31:0] product_next;
 
 assign ap_ready = ap_start && ap_ce;
 assign ap_done = s3_valid_reg && ap_ce;
@@ -131,21 +132,15 @@ always @* begin
     s2_mant_next = shift > 10'd50 ? {26'd0, s1_product_reg != 0} : {shifted[50:25], shifted[24:0] != 0};
 end
 
-reg [30:0] packed_value;
-reg        round_up;
-
-always @* begin
-    packed_value = {s2_exp_reg, s2_mant_reg[25:3]};
-    round_up = s2_mant_reg[2] && (s2_mant_reg[1] || s2_mant_reg[0] || s2_mant_reg[3]);
-    if (s2_special_reg) begin
-        product_next = s2_special_value_reg;
-    end else if (s2_overflow_reg) begin
-        product_next = {s2_sign_reg, 31'h7F800000};
-    end else begin
-        // A carry out of the significand moves into the exponent (and up to infinity) by itself.
-        product_next = {s2_sign_reg, packed_value + {30'd0, round_up}};
-    end
-end
+fp32_round round_inst (
+    .special(s2_special_reg),
+    .special_value(s2_special_value_reg),
+    .overflow(s2_overflow_reg),
+    .sign(s2_sign_reg),
+    .exp_field(s2_exp_reg),
+    .mant(s2_mant_reg),
+    .result(product_next)
+);
 
 always @(posedge ap_clk) begin
     if (ap_ce) begin

@@ -6,6 +6,7 @@ does. Each run of the case (written by hls_kernel.py: argument list, scalar valu
 buffers, expected outputs, the reference named by the caller) then compares the bytes the kernel
 left in its output buffers. Also checked: ap_idle before and after a run, ap_done cleared by its
 read, and the ap_done interrupt (enabled for the first run, acknowledged by writing the status).
+Every channel of every AxiRam stalls at random (a fifth of the cycles), as a shared memory does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 from pathlib import Path
 
 import cocotb
@@ -24,6 +26,7 @@ CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE = 0x1, 0x2, 0x4
 BUFFER_ALIGN = 4096
 POLL_CYCLES = 16
+STALL_PROBABILITY = 0.2
 TIMEOUT_CYCLES = 50_000_000
 
 
@@ -53,6 +56,17 @@ def layout(case: dict) -> dict[str, tuple[str, int, int]]:
     return places
 
 
+def random_pauses(rng: random.Random):
+    while True:
+        yield rng.random() < STALL_PROBABILITY
+
+
+def stall_channels(ram: AxiRam, rng: random.Random) -> None:
+    for channel in (ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
+                    ram.read_if.ar_channel, ram.read_if.r_channel):
+        channel.set_pause_generator(random_pauses(rng))
+
+
 async def wait_done(control: AxiLiteMaster, dut) -> None:
     for _ in range(TIMEOUT_CYCLES // POLL_CYCLES):
         if await control.read_dword(CTRL) & AP_DONE:
@@ -71,6 +85,9 @@ async def runs_match_reference(dut):
     cocotb.start_soon(Clock(dut.ap_clk, 4, unit="ns").start())
     rams = {b: AxiRam(axi_bus(dut, f"m_axi_{b}"), dut.ap_clk, dut.ap_rst_n, reset_active_level=False, size=size)
             for b, size in ram_size.items()}
+    rng = random.Random(16)
+    for ram in rams.values():
+        stall_channels(ram, rng)
     control = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
                             reset_active_level=False)
     # Their per-transaction INFO lines would cost more simulation time than the kernel itself.

@@ -301,4 +301,4 @@ def test_idct8x8_islow(parameters, tmp_path):
         REPO / "build" / "sim_tb" / UNIT,
         "idct_ref",
     )
-    run_testbench(UNIT, [UNIT, "idct8_1d_islow"], parameters, tmp_path / "sim", {"TB_IDCT_REF_LIB": str(lib)})
+    run_testbench(UNIT, parameters, tmp_path / "sim", {"TB_IDCT_REF_LIB": str(lib)})

@@ -20,8 +20,8 @@ REPO = HERE.parents[1]
 ARGS = ["frame", "height", "width", "out", "dst_h", "dst_w", "crop_h", "crop_w", "format"]
 # (src_h, src_w, resize_short, crop, format) as sim_tb/image_postdecode's cases.
 CASES = [(37, 29, 20, 16, 0), (48, 64, 32, 28, 1), (9, 7, 24, 20, 2)]
-RTL_MODULES = [UNIT, "image_post_cu_control_s_axi", "axi_pixel_reader", "axi_element_writer", "image_postdecode",
-               "resize_tap_gen", "image_norm_rom"]
+# The kernel's own modules; the post-decode unit brings its descriptor's files.
+PLUMBING = [UNIT, "image_post_cu_control_s_axi", "axi_pixel_reader", "axi_element_writer"]
 
 
 def output_bytes(beats: np.ndarray, fmt: int) -> bytes:
@@ -35,7 +35,7 @@ def output_bytes(beats: np.ndarray, fmt: int) -> bytes:
 def test_image_post_cu(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.cocotb_run import RTL
+    from sim_tb.cocotb_run import RTL, descriptor_sources
     from sim_tb.hls_kernel.hls_kernel import Arg, Run, run_kernel
     from sim_tb.image_postdecode.test_image_postdecode import c_model, frame_arguments, natural_image
 
@@ -48,5 +48,5 @@ def test_image_post_cu(tmp_path):
         expected = output_bytes(c_model(image, frame_args), case[4])
         scalars = dict(zip(["height", "width", "dst_h", "dst_w", "crop_h", "crop_w", "format"], frame_args))
         runs.append(Run(scalars, {"frame": image.tobytes(), "out": b"\xa5" * len(expected)}, {"out": expected}))
-    run_kernel(UNIT, [RTL / f"{m}.v" for m in RTL_MODULES], args, runs, tmp_path,
+    run_kernel(UNIT, [RTL / f"{m}.v" for m in PLUMBING] + descriptor_sources("image_postdecode"), args, runs, tmp_path,
                (RTL / "image_post_cu_control_s_axi.v").read_text())

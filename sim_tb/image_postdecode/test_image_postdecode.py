@@ -258,4 +258,4 @@ def test_image_postdecode(parameters, tmp_path):
     from sim_tb.cocotb_run import run_testbench
 
     reference_library()  # built once here, not in the simulator's process
-    run_testbench(UNIT, [UNIT, "resize_tap_gen", "image_norm_rom"], parameters, tmp_path / "sim", {})
+    run_testbench(UNIT, parameters, tmp_path / "sim", {})

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sim_tb.c_model import HLS, build_shared_library
-from sim_tb.cocotb_run import RTL, run_cocotb
+from sim_tb.cocotb_run import RTL, descriptor_sources, run_cocotb
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -109,43 +109,37 @@ def read_hex(path: Path, n_columns: int) -> list[np.ndarray]:
     return [words[:, n_columns - 1 - k] for k in range(n_columns)]
 
 
-def descriptor_performance(unit: str) -> tuple[int, int]:
-    performance = json.loads((RTL / f"{unit}.json").read_text())["rtl_performance"]
-    return int(performance["latency"]), int(performance["II"])
 
-
-def run_bulk(unit: str, rtl_modules: list[str], operands: list[np.ndarray], expected: list[np.ndarray],
-             build_dir: Path, calm: int) -> None:
+def run_bulk(unit: str, operands: list[np.ndarray], expected: list[np.ndarray], build_dir: Path, calm: int) -> None:
     build_dir.mkdir(parents=True, exist_ok=True)
     operand_file, result_file, expected_file = build_dir / "operands.hex", build_dir / "results.hex", build_dir / "expected.npy"
     operand_file.write_bytes(hex_lines(operands))
     np.save(expected_file, np.stack(expected, axis=1))
-    latency, ii = descriptor_performance(unit)
+    performance = json.loads((RTL / f"{unit}.json").read_text())["rtl_performance"]
     parameters = {"IN_WIDTH": 32 * len(operands), "OUT_WIDTH": 32 * len(expected), "COUNT": len(operands[0]),
                   "IDLE_256": IDLE_256, "STALL_256": STALL_256, "CALM": calm}
-    sources = [HERE / "op_bulk_tb.v", HERE / "op_bulk_dut.v", *(RTL / f"{m}.v" for m in rtl_modules)]
-    env = {"TB_RESULTS": str(result_file), "TB_EXPECTED": str(expected_file), "TB_LATENCY": str(latency),
-           "TB_II": str(ii)}
+    sources = [HERE / "op_bulk_tb.v", HERE / "op_bulk_dut.v", *descriptor_sources(unit)]
+    env = {"TB_RESULTS": str(result_file), "TB_EXPECTED": str(expected_file),
+           "TB_LATENCY": performance["latency"], "TB_II": performance["II"]}
     run_cocotb("op_bulk_tb", sources, HERE / "test_op_bulk.py", parameters, build_dir / "sim", env,
                [f"+operands={operand_file}", f"+results={result_file}"], {f"OP_{unit.upper()}": 1})
 
 
-def check_operator(unit: str, rtl_modules: list[str], operands: list[np.ndarray], expected: list[np.ndarray],
-                   build_dir: Path) -> None:
-    """Every vector through the unit, in two halves simulated side by side (one per core); the first
-    CALM_COUNT of the first half without idle cycles or stalls (latency and II), the rest with."""
+def check_operator(unit: str, operands: list[np.ndarray], expected: list[np.ndarray], build_dir: Path) -> None:
+    """Every vector through the unit (its descriptor's rtl_files), in two halves simulated side by
+    side (one per core); the first CALM_COUNT of the first half without idle cycles or stalls
+    (latency and II), the rest with."""
     half = len(operands[0]) // 2
     parts = [(slice(0, half), CALM_COUNT), (slice(half, None), 0)]
     with ThreadPoolExecutor(len(parts)) as pool:
-        runs = [pool.submit(run_bulk, unit, rtl_modules, [c[part] for c in operands], [c[part] for c in expected],
+        runs = [pool.submit(run_bulk, unit, [c[part] for c in operands], [c[part] for c in expected],
                             build_dir / f"part{k}", calm) for k, (part, calm) in enumerate(parts)]
         for run in runs:
             run.result()
 
 
-def check_against_reference(unit: str, rtl_modules: list[str], operands: list[np.ndarray], want: list[np.ndarray],
-                            build_dir: Path) -> None:
+def check_against_reference(unit: str, operands: list[np.ndarray], want: list[np.ndarray], build_dir: Path) -> None:
     """The C model equals the reference (NaN payloads aside: a compiler may commute operands),
     then the RTL equals it bit for bit through check_operator."""
     assert_same_bits(c_model(unit, operands, len(want)), want, nan_payloads=False)
-    check_operator(unit, rtl_modules, operands, want, build_dir)
+    check_operator(unit, operands, want, build_dir)
