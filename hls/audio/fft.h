@@ -4,6 +4,7 @@
 
 #include "hls_compat.h"
 #include "audio_config.h"
+#include "audio_rtl_units.h"
 #include "audio_tables.h"
 #include "power.h"
 
@@ -13,33 +14,31 @@ const int FFT_HALF = N_FFT / 2;  // complex points
 const int FFT_STAGES = 8;        // log2(FFT_HALF)
 
 
-// Iterative radix-2 decimation in time on bit-reversed input. Stage twiddles are contiguous, so
-// the butterfly loop is a plain streaming loop (II = 1 in hardware, SIMD on the host).
-static void fft256_in_place(float re[FFT_HALF], float im[FFT_HALF]) {
-fft_stage_loop:
-  for (int s = 0; s < FFT_STAGES; ++s) {
-    const int half = 1 << s;
-    const float* wre = &TWIDDLE256_RE[half - 1];
-    const float* wim = &TWIDDLE256_IM[half - 1];
-  fft_group_loop:
-    for (int start = 0; start < FFT_HALF; start += 2 * half) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = FFT_HALF / 2
-      float* ar = &re[start];
-      float* ai = &im[start];
-      float* br = &re[start + half];
-      float* bi = &im[start + half];
-    fft_butterfly_loop:
-      for (int j = 0; j < half; ++j) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = FFT_HALF / 2
+// Stage s of a radix-2 decimation-in-time FFT from one buffer to the other: each butterfly (the
+// fft_butterfly RTL blackbox) reads two points of the source and writes two of the destination, a
+// dual-port RAM each, so the loop runs at II = 1. Stage twiddles are contiguous.
+static void fft256_stage(const float src_re[FFT_HALF], const float src_im[FFT_HALF], float dst_re[FFT_HALF],
+                         float dst_im[FFT_HALF], int s) {
+  const int half = 1 << s;
+fft_butterfly_loop:
+  for (int n = 0; n < FFT_HALF / 2; ++n) {
 #pragma HLS PIPELINE II = 1
-        float tr = br[j] * wre[j] - bi[j] * wim[j];
-        float ti = br[j] * wim[j] + bi[j] * wre[j];
-        br[j] = ar[j] - tr;
-        bi[j] = ai[j] - ti;
-        ar[j] += tr;
-        ai[j] += ti;
-      }
-    }
+    const int j = n & (half - 1);
+    const int a = ((n >> s) << (s + 1)) | j;
+    const int b = a + half;
+    fft_butterfly(src_re[a], src_im[a], src_re[b], src_im[b], TWIDDLE256_RE[half - 1 + j], TWIDDLE256_IM[half - 1 + j],
+                  dst_re[a], dst_im[a], dst_re[b], dst_im[b]);
+  }
+}
+
+// The 256-point complex FFT of bit-reversed input, eight stages back and forth between (re, im)
+// and a second buffer pair: the result is back in (re, im).
+static void fft256_in_place(float re[FFT_HALF], float im[FFT_HALF]) {
+  float re_odd[FFT_HALF], im_odd[FFT_HALF];
+fft_stage_loop:
+  for (int s = 0; s < FFT_STAGES; s += 2) {
+    fft256_stage(re, im, re_odd, im_odd, s);
+    fft256_stage(re_odd, im_odd, re, im, s + 1);
   }
 }
 

@@ -1,11 +1,12 @@
-// log_mel.h: log(S + 2^-24), written to the (80, T) row-major output.
+// log_mel.h: log(S + 2^-24), written to the (80, T) row-major output. The logarithm is the fp32_log
+// RTL blackbox (fixed point, rounded once: the correctly rounded float32 log but for two inputs).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "hls_compat.h"
 #include "audio_config.h"
+#include "audio_rtl_units.h"
 
 namespace atoll_audio {
 
@@ -16,7 +17,9 @@ log_frame_loop:
   log_band_loop:
     for (int m = 0; m < N_MELS; ++m) {
 #pragma HLS PIPELINE II = 1
-      mel[(uint64_t)m * frames + t] = std::log(in.read() + LOG_FLOOR);
+      float y;
+      fp32_log(in.read() + LOG_FLOOR, y);
+      mel[(uint64_t)m * frames + t] = y;
     }
   }
 }

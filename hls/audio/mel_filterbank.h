@@ -1,11 +1,13 @@
 // mel_filterbank.h: 80 Slaney-normalised triangular mel bands (0..8000 Hz) over 257 power bins,
-// with the sparse weights of audio_tables.h (each band touches at most MEL_MAX_BINS bins).
+// with the sparse weights of audio_tables.h (each band touches at most MEL_MAX_BINS bins). The
+// multiply-accumulate is the mel_mac RTL blackbox (a multiply and an add, rounded separately).
 #pragma once
 
 #include <cstdint>
 
 #include "hls_compat.h"
 #include "audio_config.h"
+#include "audio_rtl_units.h"
 #include "audio_tables.h"
 
 namespace atoll_audio {
@@ -28,7 +30,7 @@ mel_frame_loop:
     mel_bin_loop:
       for (int j = 0; j < MEL_BIN_COUNT[m]; ++j) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = MEL_MAX_BINS
-        acc += w[j] * p[j];
+        mel_mac(acc, w[j], p[j], acc);
       }
       out.write(acc);
     }

@@ -16,9 +16,10 @@ namespace atoll_audio {
 
 const uint32_t PAIRWISE_BLOCK = 128;   // numpy's PW_BLOCKSIZE: runs up to this are summed directly
 const int PAIRWISE_DEPTH = 8;          // log2(MAX_FRAMES / 64) + 2 levels of halving suffice
+const int PAIRWISE_RUNS = 64;          // leaves of that tree: a run cut from a split holds >= 64 terms
 
 // Term i of a sum: x[i], or (x[i] - mean)^2 rounded to float32 as NumPy forms it.
-static float sum_term(const float* x, uint32_t i, bool squares, float mean) {
+static float sum_term(const float x[MAX_FRAMES], uint32_t i, bool squares, float mean) {
   float d = x[i] - mean;
   return squares ? d * d : x[i];
 }
@@ -26,7 +27,7 @@ static float sum_term(const float* x, uint32_t i, bool squares, float mean) {
 // One run of n <= PAIRWISE_BLOCK terms: eight interleaved accumulators combined as
 // ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the n % 8 leftovers in order; runs
 // below 8 are summed in order from -0.
-static float run_sum(const float* x, uint32_t start, uint32_t n, bool squares, float mean) {
+static float run_sum(const float x[MAX_FRAMES], uint32_t start, uint32_t n, bool squares, float mean) {
   float res = -0.0f;
   if (n < 8) {
   run_short_loop:
@@ -60,19 +61,19 @@ run_tail_loop:
 // numpy.add.reduce over n float32 terms: a run when n <= 128, else the sum of the two halves split
 // at n / 2 rounded down to a multiple of 8. Without recursion: the runs are visited left to right
 // with a stack of pending right halves, and each finished subtree is added to its left sibling
-// (the stack top at the same depth) as soon as it completes.
-static float pairwise_sum(const float* x, uint32_t n, bool squares, float mean) {
+// (the stack top at the same depth) as soon as it completes. Every loop has a fixed bound: a tree
+// over MAX_FRAMES terms has at most PAIRWISE_RUNS leaves and PAIRWISE_DEPTH levels.
+static float pairwise_sum(const float x[MAX_FRAMES], uint32_t n, bool squares, float mean) {
   uint32_t todo_start[PAIRWISE_DEPTH], todo_n[PAIRWISE_DEPTH], todo_depth[PAIRWISE_DEPTH];
   float done_sum[PAIRWISE_DEPTH + 1];
   uint32_t done_depth[PAIRWISE_DEPTH + 1];
   int todo = 0, done = 0;
   uint32_t start = 0, len = n, depth = 0;
+  bool finished = false;
 pairwise_run_loop:
-  while (true) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 64
+  for (int run = 0; run < PAIRWISE_RUNS && !finished; ++run) {
   pairwise_split_loop:
-    while (len > PAIRWISE_BLOCK) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = PAIRWISE_DEPTH
+    for (int level = 0; level < PAIRWISE_DEPTH && len > PAIRWISE_BLOCK; ++level) {
       uint32_t half = len / 2;
       half -= half % 8;
       todo_start[todo] = start + half;
@@ -84,8 +85,7 @@ pairwise_run_loop:
     }
     float s = run_sum(x, start, len, squares, mean);
   pairwise_merge_loop:
-    while (done > 0 && done_depth[done - 1] == depth) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = PAIRWISE_DEPTH
+    for (int level = 0; level < PAIRWISE_DEPTH && done > 0 && done_depth[done - 1] == depth; ++level) {
       s = done_sum[done - 1] + s;
       --done;
       --depth;
@@ -93,19 +93,23 @@ pairwise_run_loop:
     done_sum[done] = s;
     done_depth[done] = depth;
     ++done;
-    if (todo == 0) break;
-    --todo;
-    start = todo_start[todo];
-    len = todo_n[todo];
-    depth = todo_depth[todo];
+    finished = todo == 0;
+    if (!finished) {
+      --todo;
+      start = todo_start[todo];
+      len = todo_n[todo];
+      depth = todo_depth[todo];
+    }
   }
   return done_sum[0];
 }
 
 // Each band's row is read once into on-chip memory; mean, variance and output are three passes
-// over it. Division, not multiplication by a reciprocal, as the reference divides.
+// over it. Division, not multiplication by a reciprocal, as the reference divides. Runs start at
+// multiples of 8, so the eight accumulators of run_sum read eight distinct banks.
 static void normalise_bands(const float* mel, uint32_t frames, float* out) {
   float row[MAX_FRAMES];
+#pragma HLS ARRAY_PARTITION variable = row cyclic factor = 8
 norm_band_loop:
   for (int m = 0; m < N_MELS; ++m) {
     const float* x = &mel[(uint64_t)m * frames];

@@ -17,7 +17,6 @@
 // ceil(n*16000/sr) (librosa's fix_length).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "hls_compat.h"
@@ -31,6 +30,7 @@ namespace atoll_audio {
 const int BANK_PHASES = 640;   // a multiple of L for 8, 11.025, 12, 22.05, 24, 32, 44.1 and 48 kHz
 const int START_ROW = BANK_PHASES + 1;   // bank rows for soxr's start-up outputs 0 and 1
 const int TAPS_MAX = 608;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to DOT_LANES: 48 kHz in
+const uint32_t PROTO_HALF_QUARTERS = (uint32_t)(PROTO_HALF * 4.0f);  // 97.25 prototype units, exactly
 const int RING = 1024;         // input history, >= TAPS_MAX
 const int DOT_LANES = 32;
 
@@ -44,24 +44,56 @@ struct ResamplePlan {
   uint32_t n_in;
   uint32_t n_filtered;  // round(n_in * L / M)
   uint32_t n_out;       // ceil(n_in * 16000 / sr), as librosa computes it in float64
-  double scale;         // input samples per prototype unit
+  uint32_t nyquist;     // the lower Nyquist rate times 2: max(rate, 16000); the prototype's unit is 1/nyquist s
 };
+
+const int GCD_STEPS = 24;      // Euclid on numbers below 2^16 ends within 24 steps (Lame's bound)
 
 static uint32_t gcd_u32(uint32_t a, uint32_t b) {
 gcd_loop:
-  while (b != 0) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 32
-    uint32_t t = a % b;
-    a = b;
-    b = t;
+  for (int i = 0; i < GCD_STEPS; ++i) {
+    if (b != 0) {
+      uint32_t t = a % b;
+      a = b;
+      b = t;
+    }
   }
   return a;
 }
 
-// librosa: n_samples = int(np.ceil(n * (float(target_sr) / orig_sr))).
+const int F64_MANT_BITS = 52;   // float64 significand bits after the leading one
+const int RATIO_STEPS = 56;     // 16000 / rate >= 1/3 reaches a 53-bit significand within 54 doublings
+
+// librosa: n_samples = int(np.ceil(n * (float(target_sr) / orig_sr))), in float64. The exact
+// quotient v = n * 16000 / rate decides it unless v is an integer: then the product rounds to v or
+// to the float64 above it, depending on how 16000 / rate rounded. Integer arithmetic reproduces
+// both roundings: the ratio's 53-bit significand M = RNE(16000 * 2^s / rate) has error
+// err = M * rate - 16000 * 2^s, the product equals v * (1 + err / (16000 * 2^s)) exactly, and it
+// rounds above v (ties stay at v, whose significand is even) iff v * err / (16000 * 2^s) exceeds
+// half a unit in the last place of v, 2^(e - 53) with e = floor(log2 v).
 static uint32_t resampled_length(uint32_t n_in, uint32_t rate) {
   if (rate == OUT_RATE) return n_in;
-  return (uint32_t)std::ceil((double)n_in * ((double)OUT_RATE / (double)rate));
+  const uint64_t scaled = (uint64_t)n_in * OUT_RATE;
+  const uint32_t v = (uint32_t)(scaled / rate);
+  if (scaled % rate != 0) return v + 1;
+  uint64_t q = OUT_RATE / rate, r = OUT_RATE % rate;
+  int s = 0;
+ratio_bits_loop:
+  for (int i = 0; i < RATIO_STEPS; ++i) {
+    if (q < (1ull << F64_MANT_BITS)) {
+      r <<= 1;
+      q = (q << 1) | (r >= rate ? 1u : 0u);
+      if (r >= rate) r -= rate;
+      ++s;
+    }
+  }
+  const bool round_up = 2 * r > rate || (2 * r == rate && (q & 1));
+  const int64_t err = round_up ? (int64_t)(rate - r) : -(int64_t)r;
+  int e = 0;
+log2_loop:
+  for (int i = 0; i < 32; ++i) e += (v >> i) > 1 ? 1 : 0;
+  // v * err * 2^(53 - e) > 16000 * 2^s  <=>  4 * v * err > 16000 * 2^(s + e - 51), and s >= 51
+  return (int64_t)v * err * 4 > ((int64_t)OUT_RATE << (s + e - 51)) ? v + 1 : v;
 }
 
 static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
@@ -69,9 +101,11 @@ static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
   uint32_t g = gcd_u32(OUT_RATE, rate);
   p.up = OUT_RATE / g;
   p.down = rate / g;
-  p.scale = rate > OUT_RATE ? (double)rate / OUT_RATE : 1.0;
+  p.nyquist = rate > OUT_RATE ? rate : OUT_RATE;
   p.measured = rate == 22050 || rate == 44100;
-  p.half_taps = (uint32_t)std::floor((p.measured ? SOXR441_SPAN : PROTO_HALF) * p.scale) + 2;
+  // floor(span * nyquist / 16000) + 2 taps each side; the prototype's span is 97.25 = 389 / 4 units.
+  p.half_taps = (p.measured ? (uint32_t)SOXR441_SPAN * p.nyquist / OUT_RATE
+                            : PROTO_HALF_QUARTERS * p.nyquist / (4 * OUT_RATE)) + 2;
   p.taps = (int)((2 * p.half_taps + DOT_LANES - 1) / DOT_LANES * DOT_LANES);
   p.row_step = (BANK_PHASES % p.up == 0) ? BANK_PHASES / p.up : 0;
   p.n_in = n_in;
@@ -80,13 +114,9 @@ static ResamplePlan make_resample_plan(uint32_t n_in, uint32_t rate) {
   return p;
 }
 
-// Prototype at |u| (units of 1/(2 * lower Nyquist)), 4-point cubic Lagrange on the table.
-// The position is kept in double: tap offsets reach ~300 units and the fraction needs 1e-7.
-static float prototype_at(double u) {
-  double x = std::fabs(u) * PROTO_STEPS + 1.0;
-  int i = (int)x;
+// Prototype at table position i + f (i >= 1, 0 <= f < 1): 4-point cubic Lagrange on the table.
+static float prototype_at(int i, float f) {
   if (i + 2 >= PROTO_LEN) return 0.0f;
-  float f = (float)(x - (double)i);
   float wm1 = -f * (f - 1.0f) * (f - 2.0f) * (1.0f / 6.0f);
   float w0 = (f + 1.0f) * (f - 1.0f) * (f - 2.0f) * 0.5f;
   float w1 = -(f + 1.0f) * f * (f - 2.0f) * 0.5f;
@@ -94,22 +124,31 @@ static float prototype_at(double u) {
   return wm1 * PROTO_TABLE[i - 1] + w0 * PROTO_TABLE[i] + w1 * PROTO_TABLE[i + 1] + w2 * PROTO_TABLE[i + 2];
 }
 
-// Row for fraction phi in [0, 1]: tap k multiplies input sample q - half_taps + 1 + k.
-static void build_bank_row(const ResamplePlan& p, double phi, float* row) {
-  double inv_scale = 1.0 / p.scale;
+// Row for bank phase `phase` (fraction phase / BANK_PHASES of an input sample): tap k multiplies
+// input sample q - half_taps + 1 + k. Its distance from the output instant, in units of
+// 1 / (BANK_PHASES * rate) s, is the integer d below; the table position |d| * PROTO_STEPS *
+// 16000 / (BANK_PHASES * nyquist) is split exactly into an integer and a fraction
+// (PROTO_STEPS * 16000 / BANK_PHASES = 3200 is an integer), so the interpolation sees the fraction
+// rounded once to float32.
+static void build_bank_row(const ResamplePlan& p, uint32_t phase, float row[TAPS_MAX]) {
+  const uint64_t per_phase = (uint64_t)PROTO_STEPS * OUT_RATE / BANK_PHASES;
+  const float gain = (float)OUT_RATE / (float)p.nyquist;
 bank_tap_loop:
   for (int k = 0; k < p.taps; ++k) {
 #pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
 #pragma HLS PIPELINE II = 1
-    double tau = phi + (double)p.half_taps - 1.0 - (double)k;
-    row[k] = (float)(prototype_at(tau * inv_scale) * inv_scale);
+    const int64_t d = (int64_t)phase + (int64_t)BANK_PHASES * ((int64_t)p.half_taps - 1 - k);
+    const uint64_t position = (uint64_t)(d < 0 ? -d : d) * per_phase;
+    const int i = (int)(position / p.nyquist) + 1;
+    const float f = (float)(uint32_t)(position % p.nyquist) / (float)p.nyquist;
+    row[k] = prototype_at(i, f) * gain;
   }
 }
 
 // Row for phase r of soxr's measured response: tap k sits at r/L + half_taps - 1 - k input samples,
 // which is (r + (half_taps - 1 - k) * L) / M output samples: an exact point of the 1/441 grid
 // (M = 441 at both rates).
-static void build_measured_row(const ResamplePlan& p, uint32_t r, float* row) {
+static void build_measured_row(const ResamplePlan& p, uint32_t r, float row[TAPS_MAX]) {
   float gain = (float)p.up / (float)p.down;   // the table is normalised to 16 kHz: times 16000 / rate
 measured_tap_loop:
   for (int k = 0; k < p.taps; ++k) {
@@ -122,7 +161,7 @@ measured_tap_loop:
 }
 
 // Output s in {0, 1} (input position q_s): soxr's start-up row, stored on the 44.1 kHz input grid.
-static void build_start_row(const ResamplePlan& p, uint32_t s, uint32_t q_s, float* row) {
+static void build_start_row(const ResamplePlan& p, uint32_t s, uint32_t q_s, float row[TAPS_MAX]) {
   uint32_t stride = 44100 / (p.down * OUT_RATE / p.up);
   float gain = (float)p.up / (float)p.down;
 start_tap_loop:
@@ -144,37 +183,68 @@ start_tap_loop:
 #endif
 
 // DOT_LANES independent partial sums: one pipelined adder chain each in hardware, SIMD lanes on
-// the host. Signed indices keep the lanes provably contiguous for the host vectoriser.
-ATOLL_HOST_SIMD_CLONES static float dot_taps(const float* c, const float* x, int taps) {
+// the host. The window starts anywhere in the ring; its DOT_LANES consecutive samples still sit in
+// distinct banks of a cyclic partition.
+ATOLL_HOST_SIMD_CLONES static float dot_taps(const float coef[TAPS_MAX], const float ring[2 * RING],
+                                             uint32_t start, int taps) {
+#pragma HLS ARRAY_PARTITION variable = coef cyclic factor = DOT_LANES
+#pragma HLS ARRAY_PARTITION variable = ring cyclic factor = DOT_LANES
   float acc[DOT_LANES];
 #pragma HLS ARRAY_PARTITION variable = acc complete
 dot_clear_loop:
 #pragma GCC unroll 32
   for (int l = 0; l < DOT_LANES; ++l) acc[l] = 0.0f;
+  const float* window = &ring[start];
 dot_loop:
   for (int k = 0; k < taps; k += DOT_LANES) {
 #pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
 #pragma HLS PIPELINE II = 1
   dot_lane_loop:
 #pragma GCC unroll 32
-    for (int l = 0; l < DOT_LANES; ++l) acc[l] += c[k + l] * x[k + l];
+    for (int l = 0; l < DOT_LANES; ++l) acc[l] += coef[k + l] * window[k + l];
   }
 dot_tree_loop:
 #pragma GCC unroll 5
   for (int width = DOT_LANES / 2; width > 0; width /= 2) {
   dot_tree_level_loop:
 #pragma GCC unroll 16
-    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+    for (int l = 0; l < DOT_LANES / 2; ++l) {
+      if (l < width) acc[l] += acc[l + width];
+    }
   }
   return acc[0];
+}
+
+const uint32_t MAX_ADVANCE = MAX_RATE / OUT_RATE;  // input samples one output moves on, at most
+
+// Input history: logical index i holds input sample i - (half_taps - 1) (zeros before 0 and past
+// n_in), stored twice so that any TAPS_MAX window is contiguous.
+struct History {
+  float ring[2 * RING];
+  uint64_t pushed;
+  uint32_t consumed;
+};
+
+static void history_push(History& h, const ResamplePlan& p, const uint8_t* pcm, uint32_t format) {
+  float v = 0.0f;
+  if (h.pushed >= p.half_taps - 1 && h.consumed < p.n_in) {
+    v = pcm_sample(pcm, h.consumed, format);
+    ++h.consumed;
+  }
+  uint32_t w = (uint32_t)(h.pushed & (RING - 1));
+  h.ring[w] = v;
+  h.ring[w + RING] = v;
+  ++h.pushed;
 }
 
 // Reads the p.n_in PCM samples in order (a sequential burst from the m_axi port), produces p.n_out
 // samples on `out`.
 static void resample_stage(const ResamplePlan& p, const uint8_t* pcm, uint32_t format, hls::stream<float>& out) {
   ATOLL_CU_RAM float bank[START_ROW + SOXR441_START_ROWS][TAPS_MAX];
-  float ring[2 * RING];  // every sample stored twice so any TAPS_MAX window is contiguous
 #pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
+  History h;
+  h.pushed = 0;
+  h.consumed = 0;
 
   uint32_t rows = p.row_step ? p.up : BANK_PHASES + 1;
 bank_row_loop:
@@ -184,7 +254,7 @@ bank_row_loop:
     if (p.measured) {
       build_measured_row(p, j, bank[row]);
     } else {
-      build_bank_row(p, (double)row / BANK_PHASES, bank[row]);
+      build_bank_row(p, row, bank[row]);
     }
   }
   if (p.measured) {
@@ -194,42 +264,38 @@ bank_row_loop:
     }
   }
 
-  // Logical history index i holds input sample i - (half_taps - 1); before 0 and past n_in: zeros.
-  uint64_t pushed = 0;
-  uint32_t consumed = 0;
+  // Output n reads the window of taps samples from logical index q; it holds them before the first
+  // output, and each output moves q on by at most MAX_ADVANCE samples.
+history_fill_loop:
+  for (int k = 0; k < p.taps; ++k) {
+#pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
+    history_push(h, p, pcm, format);
+  }
   uint32_t q = 0, r = 0;
 resample_out_loop:
   for (uint32_t n = 0; n < p.n_filtered; ++n) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
-  resample_fill_loop:
-    while (pushed < (uint64_t)q + (uint64_t)p.taps) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = 4
-      float v = 0.0f;
-      if (pushed >= p.half_taps - 1 && consumed < p.n_in) {
-        v = pcm_sample(pcm, consumed, format);
-        ++consumed;
-      }
-      uint32_t w = (uint32_t)(pushed & (RING - 1));
-      ring[w] = v;
-      ring[w + RING] = v;
-      ++pushed;
-    }
-    const float* window = &ring[q & (RING - 1)];
+    const uint32_t start = q & (RING - 1);
     float y;
     if (p.measured && n < (uint32_t)SOXR441_START_ROWS) {
-      y = dot_taps(bank[START_ROW + n], window, p.taps);
+      y = dot_taps(bank[START_ROW + n], h.ring, start, p.taps);
     } else if (p.row_step) {
-      y = dot_taps(bank[r * p.row_step], window, p.taps);
+      y = dot_taps(bank[r * p.row_step], h.ring, start, p.taps);
     } else {
       uint64_t pos = (uint64_t)r * BANK_PHASES;
       uint32_t row = (uint32_t)(pos / p.up);
       float a = (float)(pos % p.up) / (float)p.up;
-      float y0 = dot_taps(bank[row], window, p.taps);
-      y = a == 0.0f ? y0 : y0 + a * (dot_taps(bank[row + 1], window, p.taps) - y0);
+      float y0 = dot_taps(bank[row], h.ring, start, p.taps);
+      y = a == 0.0f ? y0 : y0 + a * (dot_taps(bank[row + 1], h.ring, start, p.taps) - y0);
     }
     out.write(y);
-    uint32_t next = r + p.down;
-    q += next / p.up;
+    const uint32_t next = r + p.down;
+    const uint32_t advance = next / p.up;
+  history_advance_loop:
+    for (uint32_t j = 0; j < MAX_ADVANCE; ++j) {
+      if (j < advance) history_push(h, p, pcm, format);
+    }
+    q += advance;
     r = next % p.up;
   }
 resample_zero_loop:

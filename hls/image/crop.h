@@ -1,4 +1,4 @@
-// crop.h: the crop unit, a centred window as torchvision's CenterCrop places it:
+// crop.h: the crop unit's C model, a centred window as torchvision's CenterCrop places it:
 // offset int(round((size - crop) / 2)) with Python's round-half-to-even.
 #pragma once
 #include <cstdint>
@@ -25,7 +25,6 @@ crop_rows:
   crop_cols:
     for (uint32_t x = 0; x < w; ++x) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
       const Pixel p = in.read();
       if (y - top < out_h && x - left < out_w) out.write(p);  // unsigned: also rejects y < top
     }

@@ -23,16 +23,15 @@
 //
 // Structure: the marker parser reads the headers; the entropy decoder and IDCT fill the frame
 // store (a whole frame, since MCU order is not raster order); then one DATAFLOW region streams
-// pixels through upsample+colour -> resize -> crop -> normalize -> writer.
+// pixels through upsample+colour -> post-decode unit (resize, crop, normalize) -> writer.
 #include <cstdint>
 
-#include "crop.h"
 #include "hls_compat.h"
+#include "image_postdecode.h"
 #include "image_types.h"
+#include "image_writer.h"
 #include "jpeg_decode.h"
 #include "jpeg_markers.h"
-#include "normalize.h"
-#include "resize.h"
 
 using namespace atoll_image;
 
@@ -69,22 +68,20 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
   return kOk;
 }
 
-// One DATAFLOW region in canonical form: every process always runs; the stage selector turns
-// resize and crop into pass-throughs and picks the writer's format.
+// One DATAFLOW region in canonical form: every process always runs. The post-decode unit (an RTL
+// blackbox) resizes, crops and normalises; the stage selector turns resize and crop into the
+// identity (destination = source dimensions) and picks the output format.
 void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
               bool fp16, uint8_t* out) {
 #pragma HLS DATAFLOW
-  hls::stream<Pixel> decoded("decoded");
-  hls::stream<Pixel> resized("resized");
-  hls::stream<Pixel> cropped("cropped");
+  hls::stream<uint32_t> decoded("decoded");
+  hls::stream<PostBeat> processed("processed");
 #pragma HLS STREAM variable = decoded depth = 64
-#pragma HLS STREAM variable = resized depth = 64
-#pragma HLS STREAM variable = cropped depth = 64
+#pragma HLS STREAM variable = processed depth = 64
+  const uint32_t format = stage == kStageNormalize ? (fp16 ? kPostF16 : kPostF32) : kPostU8;
   emit_rgb_rows(frame, f, decoded);
-  resize_stream(decoded, resized, f.height, f.width, s.resized_h, s.resized_w,
-                stage >= kStageResize);
-  crop_stream(resized, cropped, s.resized_h, s.resized_w, s.h, s.w);
-  write_output(cropped, out, s.h * s.w, stage == kStageNormalize, fp16);
+  image_postdecode(decoded, processed, f.height, f.width, s.resized_h, s.resized_w, s.h, s.w, format);
+  write_output(processed, out, s.h * s.w, format);
 }
 
 }  // namespace
@@ -115,14 +112,11 @@ void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t
 #pragma HLS INTERFACE s_axilite port = out_fp16
 #pragma HLS INTERFACE s_axilite port = max_dim
 #pragma HLS INTERFACE s_axilite port = return
-  if (status == nullptr) return;
   uint32_t words[kStatusWords] = {kBadArgs, 0, 0, 0, 0, 0, 0, 0};
   JpegFrame f;
   OutputShape s;
   const bool fp16 = out_fp16 != 0;
-  Status code = jpeg == nullptr ? kCorrupt
-                                : parse_headers(jpeg, jpeg_len,
-                                                max_dim > kMaxDim ? kMaxDim : max_dim, f);
+  Status code = parse_headers(jpeg, jpeg_len, max_dim > kMaxDim ? kMaxDim : max_dim, f);
   if (code == kOk || code == kTooLarge) {
     words[4] = f.height;
     words[5] = f.width;
@@ -130,7 +124,7 @@ void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t
   }
   if (code == kOk && frame_store_bytes(f) > scratch_bytes) code = kTooLarge;
   if (code == kOk) code = output_shape(f, stage, resize_short, crop, fp16, s);
-  if (code == kOk && (scratch == nullptr || out == nullptr || s.bytes > out_bytes)) code = kBadArgs;
+  if (code == kOk && s.bytes > out_bytes) code = kBadArgs;
   if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
   if (code == kOk) {
     pipeline(scratch, f, s, stage, fp16, out);

@@ -11,9 +11,11 @@ namespace atoll_image {
 constexpr int kColorScaleBits = 16;
 constexpr int32_t kColorOneHalf = 1 << (kColorScaleBits - 1);
 
-constexpr int32_t color_fix(double x) {
-  return static_cast<int32_t>(x * (1 << kColorScaleBits) + 0.5);
-}
+// libjpeg's FIX(x) = round(x * 2^16) of the four conversion constants.
+constexpr int32_t kFix1402 = 91881;   // 1.40200: Cr -> R
+constexpr int32_t kFix1772 = 116130;  // 1.77200: Cb -> B
+constexpr int32_t kFix0714 = 46802;   // 0.71414: Cr -> G
+constexpr int32_t kFix0344 = 22554;   // 0.34414: Cb -> G
 
 // The four per-value terms, precomputed once per run (a 256-entry ROM each in hardware).
 struct ColorTables {
@@ -27,10 +29,10 @@ inline void build_color_tables(ColorTables& t) {
 color_table:
   for (int i = 0; i < 256; ++i) {
     const int32_t x = i - 128;
-    t.cr_r[i] = (color_fix(1.40200) * x + kColorOneHalf) >> kColorScaleBits;
-    t.cb_b[i] = (color_fix(1.77200) * x + kColorOneHalf) >> kColorScaleBits;
-    t.cr_g[i] = -color_fix(0.71414) * x;
-    t.cb_g[i] = -color_fix(0.34414) * x + kColorOneHalf;
+    t.cr_r[i] = (kFix1402 * x + kColorOneHalf) >> kColorScaleBits;
+    t.cb_b[i] = (kFix1772 * x + kColorOneHalf) >> kColorScaleBits;
+    t.cr_g[i] = -kFix0714 * x;
+    t.cb_g[i] = -kFix0344 * x + kColorOneHalf;
   }
 }
 

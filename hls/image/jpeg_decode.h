@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "hls_compat.h"
+#include "idct8x8_islow.h"
+#include "image_postdecode.h"
 #include "image_types.h"
 #include "jpeg_color.h"
 #include "jpeg_huffman.h"
@@ -34,6 +36,33 @@ rst_fill:
   return true;
 }
 
+// One block through the IDCT unit (an RTL blackbox): 8 coefficient rows in, 8 sample rows out to
+// the frame store. A DC-only block keeps idct_islow's closed form here (the unit would give the
+// same samples): most blocks of a photo are, and a fill costs less than a trip through the unit.
+inline void transform_block(const int16_t coef[kBlockSize], const uint16_t quant[kBlockSize], bool dc_only,
+                            uint8_t* dst, uint32_t stride) {
+  if (dc_only) {
+    idct_islow(coef, quant, true, dst, stride);
+    return;
+  }
+  hls::stream<IdctCoefRow> rows_in("idct_rows_in");
+  hls::stream<IdctSampleRow> rows_out("idct_rows_out");
+#pragma HLS STREAM variable = rows_in depth = 8
+#pragma HLS STREAM variable = rows_out depth = 8
+idct_rows_write:
+  for (int r = 0; r < 8; ++r) {
+    IdctCoefRow row;
+    for (int k = 0; k < 8; ++k) row.lane[k] = idct_pack_lane(coef[8 * r + k], quant[8 * r + k]);
+    rows_in.write(row);
+  }
+  idct8x8_islow(rows_in, rows_out);
+idct_rows_read:
+  for (int r = 0; r < 8; ++r) {
+    const IdctSampleRow row = rows_out.read();
+    for (int k = 0; k < 8; ++k) dst[r * stride + k] = row.sample[k];
+  }
+}
+
 inline Status decode_scan(const uint8_t* jpeg, uint32_t len, const JpegFrame& f,
                           uint8_t* frame) {
   BitReader br;
@@ -58,16 +87,19 @@ mcus:
     }
   mcu_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
       const JpegComponent& c = f.comp[ci];
     mcu_block_rows:
       for (uint32_t by = 0; by < c.v; ++by) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxSampling
       mcu_block_cols:
         for (uint32_t bx = 0; bx < c.h; ++bx) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxSampling
           bool dc_only;
           if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
           const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
-          idct_islow(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
+          transform_block(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
         }
       }
     }
@@ -93,7 +125,11 @@ inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
       upsample_h2_row(row, c.width, out);
     } else {
     copy_row:
-      for (uint32_t i = 0; i < f.width; ++i) out[i] = row[i];
+      for (uint32_t i = 0; i < f.width; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
+#pragma HLS PIPELINE II = 1
+        out[i] = row[i];
+      }
     }
     return;
   }
@@ -138,17 +174,19 @@ inline void color_row(const JpegFrame& f, const ColorTables& t,
   }
 }
 
-// Streams the decoded frame as RGB pixels, row-major.
-inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<Pixel>& out) {
+// Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them.
+inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
   ColorTables tables;
   build_color_tables(tables);
   uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
+#pragma HLS ARRAY_PARTITION variable = rows dim = 1 complete
   Pixel line[kMaxDim];
 rgb_rows:
   for (uint32_t y = 0; y < f.height; ++y) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
   rgb_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
       upsample_component_row(frame, f, f.comp[ci], y, rows[ci]);
     }
     color_row(f, tables, rows, line);
@@ -156,7 +194,7 @@ rgb_rows:
     for (uint32_t x = 0; x < f.width; ++x) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
-      out.write(line[x]);
+      out.write(pack_pixel(line[x]));
     }
   }
 }

@@ -67,6 +67,7 @@ inline Status parse_sof(const uint8_t* seg, uint32_t n, uint32_t max_dim, JpegFr
   f.hmax = f.vmax = 1;
 sof_components:
   for (uint32_t i = 0; i < f.n_components; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
     JpegComponent& c = f.comp[i];
     c.id = seg[6 + 3 * i];
     c.h = seg[7 + 3 * i] >> 4;
@@ -74,14 +75,18 @@ sof_components:
     c.tq = seg[8 + 3 * i];
     if (c.h == 0 || c.v == 0 || c.tq > 3) return kCorrupt;
     if (c.h > kMaxSampling || c.v > kMaxSampling) return kUnsupported;
-    for (uint32_t j = 0; j < i; ++j)
+  sof_unique_ids:
+    for (uint32_t j = 0; j < i; ++j) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents - 1
       if (f.comp[j].id == c.id) return kCorrupt;
+    }
   }
   if (f.n_components == 1) {
     f.comp[0].h = f.comp[0].v = 1;  // a single-component scan is never interleaved
   }
 sof_max:
   for (uint32_t i = 0; i < f.n_components; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
     if (f.comp[i].h > f.hmax) f.hmax = f.comp[i].h;
     if (f.comp[i].v > f.vmax) f.vmax = f.comp[i].v;
   }
@@ -90,6 +95,7 @@ sof_max:
   uint64_t offset = 0;
 sof_planes:
   for (uint32_t i = 0; i < f.n_components; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
     JpegComponent& c = f.comp[i];
     c.width = (f.width * c.h + f.hmax - 1) / f.hmax;
     c.height = (f.height * c.v + f.vmax - 1) / f.vmax;
@@ -148,6 +154,7 @@ inline Status parse_sos(const uint8_t* seg, uint32_t n, JpegFrame& f) {
   if (ns != f.n_components) return kUnsupported;
 sos_components:
   for (uint32_t i = 0; i < ns; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
     if (seg[1 + 2 * i] != f.comp[i].id) return kUnsupported;  // scan order differs from frame
     JpegComponent& c = f.comp[i];
     c.td = seg[2 + 2 * i] >> 4;

@@ -14,7 +14,10 @@ namespace atoll_image {
 inline void upsample_h2_row(const uint8_t* in, uint32_t n, uint8_t* out) {
   if (n <= 2) {
   h2_box:
-    for (uint32_t i = 0; i < n; ++i) out[2 * i] = out[2 * i + 1] = in[i];
+    for (uint32_t i = 0; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = 2
+      out[2 * i] = out[2 * i + 1] = in[i];
+    }
     return;
   }
   out[0] = in[0];
@@ -48,7 +51,10 @@ inline void upsample_h2v2_row(const uint8_t* near, const uint8_t* far, uint32_t 
                               uint8_t* out) {
   if (n <= 2) {
   h2v2_box:
-    for (uint32_t i = 0; i < n; ++i) out[2 * i] = out[2 * i + 1] = near[i];
+    for (uint32_t i = 0; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = 2
+      out[2 * i] = out[2 * i + 1] = near[i];
+    }
     return;
   }
   uint32_t last = 0;

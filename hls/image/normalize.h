@@ -1,12 +1,14 @@
-// normalize.h: the normalize unit and the output writers. Normalisation is
-// (px / 255 - mean[c]) / std[c] evaluated in float32 exactly as NumPy evaluates it (one rounding
-// per operation, no fused multiply-add), tabulated per channel for the 256 possible inputs, with
-// CHW output in float32 or IEEE half (round to nearest even, as numpy's astype(float16)).
+// normalize.h: the normalise unit's C model. Normalisation is (px / 255 - mean[c]) / std[c]
+// evaluated in float32 exactly as NumPy evaluates it (one rounding per operation, no fused
+// multiply-add), tabulated per channel for the 256 possible inputs, optionally converted to IEEE
+// half (round to nearest even, as numpy's astype(float16)). The RTL unit holds the same two tables
+// as ROMs (hls/rtl/gen_norm_rom.py writes them with NumPy).
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "hls_compat.h"
+#include "image_postdecode.h"
 #include "image_types.h"
 
 namespace atoll_image {
@@ -56,59 +58,27 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-// uint8 HWC writer for the decode, resize and crop stages.
-inline void write_hwc(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels) {
-write_hwc_pixels:
-  for (uint32_t i = 0; i < n_pixels; ++i) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalPixels
-#pragma HLS PIPELINE II = 1
-    const Pixel p = in.read();
-    for (uint32_t k = 0; k < kChannels; ++k) out[uint64_t{i} * kChannels + k] = p.c[k];
-  }
-}
-
-// Little-endian stores into the byte-addressed output port (no pointer casts on an interface).
-inline void store_le16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-inline void store_le32(uint8_t* p, float f) {
+inline uint32_t float_bits(float f) {
   uint32_t v;
   std::memcpy(&v, &f, sizeof v);
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-  p[2] = static_cast<uint8_t>(v >> 16);
-  p[3] = static_cast<uint8_t>(v >> 24);
+  return v;
 }
 
-// Normalises an h x w pixel stream into CHW planes of float32 or float16.
-inline void normalize_chw(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool fp16) {
+// One beat per pixel: the bytes themselves, or each channel's table entry in float32 or half.
+inline void normalize_beats(hls::stream<Pixel>& in, hls::stream<PostBeat>& out, uint32_t n_pixels,
+                            uint32_t format) {
   NormTables t;
   build_norm_tables(t);
 norm_pixels:
   for (uint32_t i = 0; i < n_pixels; ++i) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalOut * kTypicalOut
-#pragma HLS PIPELINE II = 1
     const Pixel p = in.read();
+    PostBeat beat;
     for (uint32_t k = 0; k < kChannels; ++k) {
       const float v = t.value[k][p.c[k]];
-      const uint64_t index = uint64_t{k} * n_pixels + i;
-      if (fp16) {
-        store_le16(out + 2 * index, float_to_half(v));
-      } else {
-        store_le32(out + 4 * index, v);
-      }
+      beat.lane[k] = format == kPostU8 ? p.c[k] : format == kPostF16 ? float_to_half(v) : float_bits(v);
     }
-  }
-}
-
-// The writer process: normalised CHW for the normalize stage, uint8 HWC otherwise.
-inline void write_output(hls::stream<Pixel>& in, uint8_t* out, uint32_t n_pixels, bool normalize,
-                         bool fp16) {
-  if (normalize) {
-    normalize_chw(in, out, n_pixels, fp16);
-  } else {
-    write_hwc(in, out, n_pixels);
+    out.write(beat);
   }
 }
 

@@ -1,26 +1,18 @@
 // idct_ref.cpp: extern "C" entry points to the IDCT C models, for the cocotb testbench (ctypes).
 #include <cstdint>
 
-#include "../../hls/rtl/idct8x8_islow.h"
+#include "idct8x8_islow.h"
 
-// The image CU's 32-bit datapath declares atoll_image::IdctWord, its 64-bit one does not.
-// Qualified lookup only falls back to a using-directive's namespace when atoll_image declares no
-// IdctWord itself, so idct_ref_word_bits reports the width of whichever model is compiled.
-namespace idct_ref_fallback {
-using IdctWord = int64_t;
-}
-namespace atoll_image {
-using namespace idct_ref_fallback;
-}
+using namespace atoll_image;
 
 extern "C" {
 
-int idct_ref_word_bits() { return 8 * static_cast<int>(sizeof(atoll_image::IdctWord)); }
+int idct_ref_word_bits() { return 8 * static_cast<int>(sizeof(IdctWord)); }
 
 // n blocks of 64 coefficients and 64 quantisation steps (natural order) to n blocks of 64 samples,
-// straight through atoll_image::idct_islow.
+// straight through idct_islow (the full transform: its closed forms give the same samples).
 void idct_ref_islow(const int16_t* coef, const uint16_t* quant, uint8_t* samples, int n) {
-  for (int b = 0; b < n; ++b) idct_islow_block(coef + 64 * b, quant + 64 * b, samples + 64 * b);
+  for (int b = 0; b < n; ++b) idct_islow(coef + 64 * b, quant + 64 * b, false, samples + 64 * b, 8u);
 }
 
 // The same through the blackbox's C model and its packed stream beats.

@@ -2,7 +2,7 @@
 
 Reference: the C++ the image CU itself runs (hls/image/jpeg_idct.h, libjpeg's islow arithmetic),
 compiled with g++ behind idct_ref.cpp and called through ctypes; for the blackbox's default
-parameters also through the blackbox C model (hls/rtl/idct8x8_islow.cpp), which must agree.
+parameters also through the blackbox C model (hls/image/idct8x8_islow.cpp), which must agree.
 The pytest function at the bottom builds and runs this on Icarus Verilog for each parameter set.
 """
 
@@ -296,9 +296,9 @@ def test_idct8x8_islow(parameters, tmp_path):
 
     hls = REPO / "hls"
     lib = build_shared_library(
-        [HERE / "idct_ref.cpp", hls / "rtl" / "idct8x8_islow.cpp"],
-        [header for folder in ("common", "image", "rtl") for header in (hls / folder).glob("*.h")],
+        [HERE / "idct_ref.cpp", hls / "image" / "idct8x8_islow.cpp"],
+        [header for folder in ("common", "image") for header in (hls / folder).glob("*.h")],
         REPO / "build" / "sim_tb" / UNIT,
         "idct_ref",
     )
-    run_testbench(UNIT, [UNIT, "idct8_1d_islow"], parameters, tmp_path / "sim", {"TB_IDCT_REF_LIB": str(lib)})
+    run_testbench(UNIT, parameters, tmp_path / "sim", {"TB_IDCT_REF_LIB": str(lib)})

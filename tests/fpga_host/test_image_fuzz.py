@@ -40,7 +40,8 @@ def seed_files(tmp_path: Path) -> list[Path]:
 
 @pytest.mark.slow
 def test_image_cu_survives_fuzzing_under_asan(tmp_path):
-    driver = csim.compile_cached([csim.HLS_DIR / "image" / "image_cu.cpp", DRIVER],
+    # The image folder: image_cu.cpp and the C models of the RTL blackboxes it calls.
+    driver = csim.compile_cached([csim.HLS_DIR / "image", DRIVER],
                                  SANITIZER_FLAGS, csim.REPO_ROOT / "build" / "fuzz", "image_cu_fuzz")
     crash_file = tmp_path / "crash.jpg"
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1",

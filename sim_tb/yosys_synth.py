@@ -1,0 +1,112 @@
+"""Synthesis of the RTL units with Yosys for UltraScale+ (synth_xilinx -family xcup), and their resources.
+
+Each unit is synthesized out of context (flattened, no I/O buffers) with the defaults of its
+parameters, the configuration its blackbox descriptor describes. Counts, from the mapped cells:
+FF = FD* flip-flops; LUT = LUT1..LUT6 and INV cells plus the LUTs of distributed RAM and shift
+registers (RAM32M16: 8, RAM32M / RAM64M: 4, RAM*X1D: 2, SRL16E / SRLC32E / RAM*X1S: 1); BRAM in
+18 Kb units as Vitis HLS reports it (RAMB36E2: 2, RAMB18E2: 1); URAM = URAM288; DSP = DSP48E2.
+
+    python -m sim_tb.yosys_synth          # print the table
+    python -m sim_tb.yosys_synth --write  # also write the counts into the units' JSON and the README
+
+tests/sim_tb/test_rtl_synthesis.py synthesizes every unit and compares with the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+RTL = Path(__file__).resolve().parent.parent / "hls" / "rtl"
+README = RTL / "README.md"
+# The Yosys whose counts are committed; another version maps differently (the test then allows drift).
+RECORDED_YOSYS = "0.23"
+# Units without a blackbox descriptor: the RTL kernel's plumbing (image_post_cu is these plus the
+# post-decode unit).
+PLUMBING = {
+    "image_post_cu_control_s_axi": ["image_post_cu_control_s_axi.v"],
+    "axi_pixel_reader": ["axi_pixel_reader.v"],
+    "axi_element_writer": ["axi_element_writer.v"],
+}
+LUTS_PER_CELL = {"RAM32M16": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4,
+                 "SRL16E": 1, "SRLC32E": 1, "RAM32X1S": 1, "RAM64X1S": 1}
+BRAM18_PER_CELL = {"RAMB36E2": 2, "RAMB18E2": 1}
+FIELDS = ("LUT", "FF", "DSP", "BRAM", "URAM")
+
+
+def descriptors() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(RTL.glob("*.json"))}
+
+
+def units() -> dict[str, list[str]]:
+    """unit -> its Verilog files (a descriptor's rtl_files, or the plumbing's)."""
+    found = {name: json.loads(path.read_text())["rtl_files"] for name, path in descriptors().items()}
+    return found | PLUMBING
+
+
+def yosys_version() -> str:
+    out = subprocess.run(["yosys", "-V"], capture_output=True, text=True, check=True).stdout
+    return re.search(r"Yosys (\S+)", out)[1]
+
+
+def resources(cells: dict[str, int]) -> dict[str, int]:
+    lut = sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]|INV", c))
+    lut += sum(n * LUTS_PER_CELL.get(c, 0) for c, n in cells.items())
+    return {
+        "LUT": lut,
+        "FF": sum(n for c, n in cells.items() if c.startswith("FD")),
+        "DSP": cells.get("DSP48E2", 0),
+        "BRAM": sum(n * BRAM18_PER_CELL.get(c, 0) for c, n in cells.items()),
+        "URAM": cells.get("URAM288", 0),
+    }
+
+
+def synthesize(unit: str) -> dict[str, int]:
+    """Resource counts of one unit (Yosys runs in a subprocess)."""
+    files = " ".join(str(RTL / f) for f in units()[unit])
+    with tempfile.TemporaryDirectory() as tmp:
+        stat = Path(tmp) / "stat.json"
+        script = (f"read_verilog {files}; synth_xilinx -family xcup -top {unit} -flatten -noiopad; "
+                  f"tee -q -o {stat} stat -json")
+        subprocess.run(["yosys", "-q", "-p", script], check=True, capture_output=True, text=True)
+        module = json.loads(stat.read_text())["modules"]
+    (cells,) = (m["num_cells_by_type"] for m in module.values())
+    return resources(cells)
+
+
+def table(counts: dict[str, dict[str, int]]) -> str:
+    rows = ["| unit | " + " | ".join(FIELDS) + " | latency | II |", "|" + " --- |" * (len(FIELDS) + 3)]
+    for unit, c in counts.items():
+        path = descriptors().get(unit)
+        performance = json.loads(path.read_text())["rtl_performance"] if path else {"latency": "-", "II": "-"}
+        rows.append(f"| `{unit}` | " + " | ".join(str(c[f]) for f in FIELDS)
+                    + f" | {performance['latency']} | {performance['II']} |")
+    return "\n".join(rows) + "\n"
+
+
+def write(counts: dict[str, dict[str, int]]) -> None:
+    for unit, path in descriptors().items():
+        desc = json.loads(path.read_text())
+        desc["rtl_resource_usage"] = {k: str(counts[unit][k]) for k in ("FF", "LUT", "BRAM", "URAM", "DSP")}
+        path.write_text(json.dumps(desc, indent=2) + "\n")
+    text = README.read_text()
+    start, end = "<!-- resources: begin -->\n", "<!-- resources: end -->"
+    head, rest = text.split(start)
+    README.write_text(head + start + table(counts) + end + rest.split(end, 1)[1])
+
+
+def main(argv: list[str]) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        counts = dict(zip(units(), pool.map(synthesize, units())))
+    print(f"Yosys {yosys_version()}\n" + table(counts))
+    if "--write" in argv:
+        write(counts)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
