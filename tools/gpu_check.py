@@ -15,8 +15,8 @@ the torch-graph fp32/fp16 medians. Every kernel variant is NVRTC-compiled first,
 worker processes that fill CuPy's on-disk cache. One failing model or kernel is reported and the
 others go on. Writes $OUT/gpu_check.json (or ./gpu_check.json) and prints a table last.
 
-It loads programs itself (arena, typed views, arguments: what an executor does), so it does not
-depend on the executor's internals.
+Programs run through the cupy executor itself (its CUDA-graph capture is what is timed), so this
+also checks the executor on the GPU.
 """
 
 from __future__ import annotations
@@ -38,10 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from atoll.commands.model import TOLERANCES  # noqa: E402
 from gpu_runtime.compiler.importer import import_model  # noqa: E402
-from gpu_runtime.compiler.program import BufferRef, Program  # noqa: E402
+from gpu_runtime.executors.cupy_executor import NVRTC_OPTIONS, CupyExecutor  # noqa: E402
 from gpu_runtime.zoo import MODELS, build  # noqa: E402
 
-NVRTC_OPTIONS = ("--std=c++14",)  # the cupy executor's, so both share CuPy's cache entries
 AUDIO_FRAMES = 300
 TARGET_RATIO = 1.25
 
@@ -76,61 +75,6 @@ def precompile(kernels: dict, workers: int) -> dict:
     return errors, seconds
 
 
-class Loaded:
-    """A program on the GPU: arena and weight region, typed views, launch arguments, kernels."""
-
-    def __init__(self, cp, program: Program):
-        self.cp, self.program = cp, program
-        self.flag = cp.zeros(1, cp.int32)
-        self.arena = cp.zeros(max(program.arena_bytes, 1), cp.uint8)
-        self.weights = cp.empty(max(program.weight_bytes, 1), cp.uint8)
-        self.views = []
-        for i, spec in enumerate(program.buffers):
-            region = self.weights if spec.role == "weight" else self.arena
-            view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
-            if spec.role == "weight":
-                view.set(np.ascontiguousarray(program.weights[i], spec.dtype))
-            self.views.append(view)
-        self.fns = {name: cp.RawKernel(k.cuda_source, name, options=NVRTC_OPTIONS)
-                    for name, k in program.kernels().items()}
-        self.args = []
-        for launch in program.launches:
-            args = [self.flag]
-            for a in launch.args:
-                if isinstance(a, BufferRef):
-                    args.append(self.views[a.index])
-                else:
-                    args.append(np.float32(a) if isinstance(a, float) else np.int32(a))
-            self.args.append(tuple(args))
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        cp.cuda.Device().synchronize()
-
-    def set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
-        for index, value in self.program.checked_inputs(inputs):
-            self.views[index].set(value, stream=self.stream)
-
-    def launch(self, i: int) -> None:
-        launch = self.program.launches[i]
-        self.fns[launch.kernel.name](launch.grid, launch.block, self.args[i],
-                                     shared_mem=launch.shared_bytes)
-
-    def run(self) -> None:
-        with self.stream:
-            for i in range(len(self.program.launches)):
-                self.launch(i)
-
-    def outputs(self) -> dict[str, np.ndarray]:
-        self.stream.synchronize()
-        return {name: self.views[i].get() for name, i in self.program.outputs.items()}
-
-    def capture(self):
-        with self.stream:
-            self.stream.begin_capture()
-            for i in range(len(self.program.launches)):
-                self.launch(i)
-            return self.stream.end_capture()
-
-
 def _median_ms(cp, stream, fn, repeats: int, warmup: int = 5) -> float:
     for _ in range(warmup):
         fn()
@@ -146,7 +90,7 @@ def _median_ms(cp, stream, fn, repeats: int, warmup: int = 5) -> float:
     return float(np.median(times))
 
 
-def per_kernel(cp, state: Loaded, passes: int = 3) -> dict[str, list]:
+def per_kernel(cp, ex, state, passes: int = 3) -> dict[str, list]:
     """{kernel name: [launches, ms]}: each launch alone between events, the fastest of `passes`."""
     n = len(state.program.launches)
     best = np.full(n, np.inf)
@@ -155,7 +99,7 @@ def per_kernel(cp, state: Loaded, passes: int = 3) -> dict[str, list]:
         with state.stream:
             events[0].record(state.stream)
             for i in range(n):
-                state.launch(i)
+                ex.launch(state, i)
                 events[i + 1].record(state.stream)
         events[-1].synchronize()
         best = np.minimum(best, [cp.cuda.get_elapsed_time(events[i], events[i + 1])
@@ -266,6 +210,7 @@ def main(argv=None) -> int:
     print(f"compiled {len(kernels)} kernels in {report['nvrtc']['wall_s']} s "
           f"({len(compile_errors)} failed)", flush=True)
     references = {}
+    ex = CupyExecutor()
     with tempfile.TemporaryDirectory() as tmp:
         for key, program in programs.items():
             name, batch, precision = key.split("/")
@@ -280,20 +225,17 @@ def main(argv=None) -> int:
                 feeds = feeds_of[name, batch]
                 if (name, batch) not in references:
                     references[name, batch] = _onnxruntime(models[name], feeds)
-                state = Loaded(cp, program)
-                state.set_inputs(feeds)
-                state.run()
-                err = _max_rel(state.outputs(), references[name, batch])
+                state = ex.load(program)
+                err = _max_rel(ex.run(state, feeds), references[name, batch])
                 row.update(max_rel=err, tolerance=TOLERANCES[precision],
                            ok=bool(err <= TOLERANCES[precision]))
-                graph = state.capture()
-                row["graph_ms"] = _median_ms(cp, state.stream, lambda: graph.launch(state.stream),
+                row["graph_ms"] = _median_ms(cp, state.stream, lambda: ex.execute(state),
                                              args.repeats)
-                row["by_kernel"] = per_kernel(cp, state)
+                row["by_kernel"] = per_kernel(cp, ex, state)
             except Exception:
                 row["error"] = traceback.format_exc(limit=4)
             finally:
-                del state
+                state = None
                 cp.get_default_memory_pool().free_all_blocks()
             if args.no_torch or "error" in row:
                 continue
