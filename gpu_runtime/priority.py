@@ -1,0 +1,43 @@
+"""Request priority: the one definition every queue of the data plane orders work by.
+
+It lives here, in the lowest package that queues work by priority (vGPU workers and their engines);
+the scheduler and the server import it from here. `batching` never sees it (real-time work skips the
+batcher) and `fpga_host` neither (the front end orders preprocessing before it reaches a backend),
+so neither has to break its rule of importing nothing of ours. Members equal their strings ("rt",
+"be"), which is how the scheduler's task queues spell them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from enum import StrEnum
+
+
+class Priority(StrEnum):
+    RT = "rt"  # real-time: Triton priority 1; overtakes best-effort work at every queue
+    BE = "be"  # best-effort: everything else
+
+    @classmethod
+    def of(cls, value: str) -> Priority:
+        """`value` as a Priority; ValueError naming both choices for anything else."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"priority must be {cls.RT.value!r} or {cls.BE.value!r}, got {value!r}") from None
+
+
+# Threads doing best-effort work run this much nicer than the rest (front-end preprocessing, the
+# BE lane of a vGPU worker), so a real-time thread that wakes up on a busy CPU gets it at once
+# (CFS weights 1024 vs 110) instead of sharing it; best-effort work still gets every idle cycle.
+BE_NICE = 10
+
+
+def lower_this_thread(priority: Priority) -> None:
+    """Give the calling thread the OS priority of `priority` work (only ever lowers it)."""
+    if priority == Priority.BE and hasattr(os, "setpriority"):
+        tid = threading.get_native_id()  # Linux keeps a nice value per thread
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BE_NICE))
+        except OSError:  # not permitted here: BE work then competes as an equal
+            pass
