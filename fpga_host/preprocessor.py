@@ -65,25 +65,28 @@ class Preprocessor:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def submit_image(self, data: bytes, stage: str = "normalize") -> cf.Future:
-        """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize."""
+    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None) -> cf.Future:
+        """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize.
+        With `out` (a float32 buffer, e.g. a shared-memory slot; needs `cpu_workers=0` for the CPU
+        path) the normalised result is written into its start and `Result.array` is that view."""
         if stage not in cpu_backend.IMAGE_STAGES:
             raise ValueError(f"unknown image stage {stage!r}; expected one of {cpu_backend.IMAGE_STAGES}")
         start = time.perf_counter()
-        cpu = lambda: self._cpu.image(data, stage, self.image_params)  # noqa: E731
+        cpu = lambda: self._cpu.image(data, stage, self.image_params, out)  # noqa: E731
         if self._driver is None:
             return self._from_cpu(cpu(), start, None)
-        return self._from_dpu(self._driver.submit_image(data, stage), cpu, start)
+        return self._from_dpu(self._driver.submit_image(data, stage, out), cpu, start)
 
-    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize") -> cf.Future:
-        """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize."""
+    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
+                     out: np.ndarray | None = None) -> cf.Future:
+        """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize; `out` as for images."""
         if stage not in cpu_backend.AUDIO_STAGES:
             raise ValueError(f"unknown audio stage {stage!r}; expected one of {cpu_backend.AUDIO_STAGES}")
         start = time.perf_counter()
-        cpu = lambda: self._cpu.audio(pcm, sample_rate, stage, self.max_audio_seconds)  # noqa: E731
+        cpu = lambda: self._cpu.audio(pcm, sample_rate, stage, self.max_audio_seconds, out)  # noqa: E731
         if self._driver is None:
             return self._from_cpu(cpu(), start, None)
-        return self._from_dpu(self._driver.submit_audio(pcm, sample_rate, stage), cpu, start)
+        return self._from_dpu(self._driver.submit_audio(pcm, sample_rate, stage, out), cpu, start)
 
     # -- completion -------------------------------------------------------------------------------
 
@@ -135,7 +138,7 @@ class Preprocessor:
         return outer
 
     def warming(self) -> list[cf.Future]:
-        """Futures that finish once the CPU workers are started and warmed (empty in-process)."""
+        """Futures that finish once the CPU workers are started and warmed (empty with none)."""
         return list(self._cpu.warming)
 
     def describe(self) -> dict:
