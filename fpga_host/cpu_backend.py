@@ -168,11 +168,14 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - t0
 
 
-def _warm_worker() -> None:
-    """Pool initializer: one core per worker, and librosa's first-call caches built before any request."""
+def warm() -> None:
+    """Make this process a CPU-path worker: one thread per caller for OpenCV and BLAS (the
+    callers are the parallelism), and librosa's first-call caches built before any request."""
     import cv2
+    from threadpoolctl import threadpool_limits
 
     cv2.setNumThreads(1)
+    threadpool_limits(limits=1)
     audio(np.zeros(8000, dtype=np.float32), 8000)
 
 
@@ -187,7 +190,7 @@ class CpuPool:
         if workers > 0:
             self._executor = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_warm_worker)
+                initializer=warm)
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
             # A server waits on `warming` before it reports ready.

@@ -34,7 +34,10 @@ class Preprocessor:
                  image_cus: int | None = None, audio_mel_cus: int | None = None,
                  audio_norm_cus: int | None = None, manifest: str | os.PathLike | None = None,
                  cu_timeout_s: float = 5.0, max_image_dim: int = 8192, resize_short: int = 256,
-                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0):
+                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0,
+                 cu_share: tuple[int, int] = (0, 1)):
+        """`cu_share` = (k, n): open only every n-th compute unit starting at the k-th, so n
+        processes can share one DPU (each then opens at most `*_cus` of its share)."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
         if not 0 < crop <= resize_short:
@@ -53,7 +56,7 @@ class Preprocessor:
 
             self._driver = open_driver(
                 backend, manifest=manifest, cu_timeout_s=cu_timeout_s, image_params=self.image_params,
-                max_audio_seconds=max_audio_seconds, cu_counts={
+                max_audio_seconds=max_audio_seconds, cu_share=cu_share, cu_counts={
                     "image_cu": image_cus, "audio_mel_cu": audio_mel_cus,
                     "audio_norm_cu": audio_norm_cus})
         if cpu_workers is None:

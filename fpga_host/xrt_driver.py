@@ -133,7 +133,7 @@ class XrtDriver:
     def __init__(self, xrt, device, xclbin_path: str | os.PathLike, manifest: Manifest, *,
                  backend: str = "xrt", cu_timeout_s: float = 5.0,
                  image_params: ImageParams = ImageParams(), max_audio_seconds: float = 30.0,
-                 cu_counts: dict[str, int | None] | None = None):
+                 cu_counts: dict[str, int | None] | None = None, cu_share: tuple[int, int] = (0, 1)):
         self.xrt, self.device, self.backend = xrt, device, backend
         self.image_params = image_params
         self.max_audio_seconds = max_audio_seconds
@@ -148,10 +148,11 @@ class XrtDriver:
             count = (cu_counts or {}).get(name)
             if count is not None and not 0 <= count <= len(spec.cus):
                 raise ValueError(f"{name}: {count} CUs asked for, the manifest has {len(spec.cus)}")
+            mine = spec.cus[cu_share[0]::cu_share[1]]
             try:
                 slots = [_Slot(xrt, device, spec, cu, xrt.kernel(
                     device, uuid, f"{name}:{{{cu}}}", xrt.kernel.cu_access_mode.exclusive))
-                    for cu in spec.cus[:count]]
+                    for cu in mine[:count]]
             except RuntimeError as exc:  # that kernel's requests go to the CPU, saying why
                 self.unopened[name] = str(exc)
                 slots = []

@@ -30,14 +30,17 @@ class Priority(StrEnum):
 # Threads doing best-effort work run this much nicer than the rest (front-end preprocessing, the
 # BE lane of a vGPU worker), so a real-time thread that wakes up on a busy CPU gets it at once
 # (CFS weights 1024 vs 110) instead of sharing it; best-effort work still gets every idle cycle.
+# A server sets it for all its processes through the environment (`[server] be_nice`).
 BE_NICE = 10
+BE_NICE_ENV = "ATOLL_BE_NICE"
 
 
 def lower_this_thread(priority: Priority) -> None:
     """Give the calling thread the OS priority of `priority` work (only ever lowers it)."""
-    if priority == Priority.BE and hasattr(os, "setpriority"):
+    nice = int(os.environ.get(BE_NICE_ENV, BE_NICE))
+    if priority == Priority.BE and nice > 0 and hasattr(os, "setpriority"):
         tid = threading.get_native_id()  # Linux keeps a nice value per thread
         try:
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BE_NICE))
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
         except OSError:  # not permitted here: BE work then competes as an equal
             pass

@@ -159,7 +159,7 @@ def _model_spec(repository: str | None, model: str):
 def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
     import numpy as np
 
-    from atoll.pipeline import FRAME_SECONDS
+    from atoll import lengths
 
     tensor = spec.inputs[0]
     rng = np.random.default_rng(0)
@@ -168,9 +168,8 @@ def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
     def run_batch(batch: int, length: float) -> None:
         x = inputs.get((batch, length))
         if x is None:
-            # the variable axis of an audio input is its frame axis: T frames span (T - 1) hops
-            frames = int(round(length / FRAME_SECONDS)) + 1
-            dims = [frames if d < 0 else d for d in tensor.dims]
+            # the variable axis of an audio input is its frame axis
+            dims = [lengths.frames(length) if d < 0 else d for d in tensor.dims]
             inputs.clear()
             x = inputs[(batch, length)] = rng.standard_normal((batch, *dims)).astype(np.float32)
         pool.submit(vgpu_id, spec.name, {tensor.name: x}).result()

@@ -10,6 +10,7 @@ an arena from its name alone and keeps it mapped.
 
 from __future__ import annotations
 
+import math
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -32,6 +33,7 @@ class SlotArena:
         geometry = np.frombuffer(shm.buf, _GEOMETRY, count=1)[0]
         self.count, self.in_stride, self.out_stride = (int(geometry[k]) for k in _GEOMETRY.names)
         self._outputs = HEADER + self.count * self.in_stride
+        self._inputs = np.frombuffer(shm.buf, np.uint8, count=self.count * self.in_stride, offset=HEADER)
 
     @classmethod
     def create(cls, name: str, count: int, in_bytes: int, out_bytes: int) -> SlotArena:
@@ -55,16 +57,15 @@ class SlotArena:
     def inputs(self, first: int, n: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
         """Slots `first .. first+n-1` as one (n, *shape) array; they must be packed (see `packed`)."""
         dtype = np.dtype(dtype)
-        row = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        row = math.prod(shape) * dtype.itemsize
         if row > self.in_stride or first < 0 or first + n > self.count or (n > 1 and row != self.in_stride):
             raise ValueError(f"arena {self.name}: slots {first}+{n} cannot hold rows of {shape} {dtype}")
-        flat = np.frombuffer(self._shm.buf, dtype, count=n * row // dtype.itemsize,
-                             offset=HEADER + first * self.in_stride)
-        return flat.reshape((n, *shape))
+        start = first * self.in_stride
+        return self._inputs[start : start + n * row].view(dtype).reshape((n, *shape))
 
     def packed(self, shape: tuple[int, ...], dtype=np.float32) -> bool:
         """Whether rows of `shape` fill their slots exactly, so consecutive slots form a batch."""
-        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize == self.in_stride
+        return math.prod(shape) * np.dtype(dtype).itemsize == self.in_stride
 
     def output(self, index: int) -> memoryview:
         """Slot `index`'s output region (for shm.store / shm.views)."""
@@ -75,6 +76,7 @@ class SlotArena:
 
     def close(self) -> None:
         """Unmap (and, for the owner, remove) the arena; views still alive keep their pages."""
+        self._inputs = None
         try:
             self._shm.close()
         except BufferError:  # a view still exists somewhere; the GC unmaps it later
