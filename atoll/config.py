@@ -76,7 +76,7 @@ class SchedulerConfig:
 @dataclass
 class VGpuConfig:
     mode: str = _choice("auto", "mig", "gpu", "cpu", doc="which vGPUs to use")
-    cpu_vgpus: int = _num(0, 0, "CPU vGPUs (0 = one per two cores)")
+    cpu_vgpus: int = _num(0, 0, "CPU vGPUs, one thread each (0 = one per core)")
     executor: str = _choice("auto", *EXECUTORS, doc="model executor")
     green_context_sms: int = _num(0, 0, "split whole GPUs into partitions of this many SMs (0 = off)")
 

@@ -16,6 +16,7 @@ core (see the README's "Serving" section for the measurements).
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import os
 import time
@@ -137,20 +138,16 @@ class FrontEnd:
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
         rows = await self._make_rows(spec, priority, make, sources, slots, indices)
-        futures = [asyncio.get_running_loop().create_future() for _ in rows]
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
         self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
+        layouts = await _settled(futures, slots, indices)
         try:
-            layouts = await asyncio.gather(*futures)
             return self._outputs(spec, slots, indices, layouts)
         finally:
-            # Rows whose Done has come are ours to give back; the others are given back when it does.
-            for index, future in zip(indices, futures):
-                if future.done() and not future.cancelled():
-                    slots.release([index])
-                else:
-                    future.cancel()
+            slots.release(indices)
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
         """How to make each row (a function for the lanes, or None to copy a tensor row in here)
@@ -189,22 +186,17 @@ class FrontEnd:
 
     async def _make_rows(self, spec, priority, make, sources, slots, indices) -> tuple[Row, ...]:
         arena = slots.arena
-        jobs = []
-        try:
-            if make is None:
+        if make is None:
+            try:
                 shapes = [self._copy_row(arena, index, row) for index, row in zip(indices, sources)]
-            else:
-                jobs = [self.lanes.submit(priority, make, spec, data, arena, index)
-                        for data, index in zip(sources, indices)]  # fmt: skip
-                shapes = await asyncio.gather(*(asyncio.wrap_future(job) for job in jobs))
-        except BaseException:
-            # Give each slot back once nothing writes into it any more: a lane job that already
-            # started runs to its end.
-            loop = asyncio.get_running_loop()
-            for index, job in zip(indices, jobs):
-                job.add_done_callback(lambda _, i=index: loop.call_soon_threadsafe(slots.release, [i]))
-            slots.release(indices[len(jobs):])
-            raise
+            except BaseException:
+                slots.release(indices)
+                raise
+        else:
+            futures = [self.lanes.run(priority, make, spec, data, arena, index,
+                                      abandoned=functools.partial(slots.release, [index]))
+                       for data, index in zip(sources, indices)]  # fmt: skip
+            shapes = await _settled(futures, slots, indices)
         return tuple(Row(arena.name, index, shape) for index, shape in zip(indices, shapes))
 
     @staticmethod
@@ -249,3 +241,18 @@ class FrontEnd:
                 future.set_exception(RowFailed(message.failure, message.reason))
             else:
                 future.set_result(message.layouts[k])
+
+
+async def _settled(futures: list[asyncio.Future], slots: SlotAllocator, indices: list[int]) -> list:
+    """The futures' results, one per slot. If any fails, or the request gives up, each slot whose
+    future has finished is given back here; the others are cancelled, and whoever finishes them
+    (a lane, `on_done`) gives their slot back when nothing writes into it any more."""
+    try:
+        return [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
+    except BaseException:
+        for future, index in zip(futures, indices):
+            if future.done() and not future.cancelled():
+                slots.release([index])
+            else:
+                future.cancel()
+        raise

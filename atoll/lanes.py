@@ -3,14 +3,16 @@
 Real-time jobs run on a thread of their own; best-effort jobs on `be_threads` threads whose OS
 priority is lowered (`gpu_runtime.priority.lower_this_thread`), so an RT job starts at once and, on a
 busy CPU, takes a core from BE work rather than sharing it. OpenCV and NumPy release the GIL while
-they work, so the lanes run beside the front end's event loop.
+they work, so the lanes run beside the front end's event loop, which they answer through one
+`call_soon_threadsafe` per job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
-from concurrent.futures import Future
+from collections.abc import Callable
 
 from gpu_runtime.priority import Priority, lower_this_thread
 
@@ -26,9 +28,13 @@ class Lanes:
         for _, thread in self._threads:
             thread.start()
 
-    def submit(self, priority: Priority, fn, *args) -> Future:
-        future: Future = Future()
-        self._queues[priority].put((future, fn, args))
+    def run(self, priority: Priority, fn, *args, abandoned: Callable[[], None] | None = None) -> asyncio.Future:
+        """`fn(*args)` on a lane; the future (of the calling event loop) gets its result or error.
+        A job whose future is cancelled before it starts is skipped; once a cancelled job is over
+        (skipped or run to its end), `abandoned` is called on the event loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queues[priority].put((loop, future, fn, args, abandoned))
         return future
 
     def close(self) -> None:
@@ -42,10 +48,21 @@ class Lanes:
         lower_this_thread(priority)
         jobs = self._queues[priority]
         while (job := jobs.get()) is not None:
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # the caller's await raises it
-                future.set_exception(exc)
+            loop, future, fn, args, abandoned = job
+            result = error = None
+            if not future.cancelled():  # a stale read only runs a job nobody waits for
+                try:
+                    result = fn(*args)
+                except BaseException as exc:  # the caller's await raises it
+                    error = exc
+            loop.call_soon_threadsafe(_settle, future, result, error, abandoned)
+
+
+def _settle(future: asyncio.Future, result, error, abandoned) -> None:
+    if future.cancelled():
+        if abandoned is not None:
+            abandoned()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

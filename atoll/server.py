@@ -50,6 +50,7 @@ class InferenceServer:
         self.pending = {priority: 0 for priority in Priority}
         self.ready = False
         self.max_request_bytes = 0
+        self._counters: dict[str, tuple] = {}
 
     def app(self, max_request_bytes: int) -> web.Application:
         self.max_request_bytes = max_request_bytes
@@ -174,6 +175,16 @@ class InferenceServer:
         finally:
             self.pending[priority] -= 1
             self.metrics.in_flight.dec()
-        self.metrics.success.labels(*labels).inc()
-        self.metrics.request_us.labels(*labels).inc((time.perf_counter() - start) * 1e6)
+        success, request_us = self._per_model(spec)
+        success.inc()
+        request_us.inc((time.perf_counter() - start) * 1e6)
         return web.Response(body=payload, headers=headers)
+
+    def _per_model(self, spec: ModelSpec):
+        """The model's per-request counters (a labels() lookup costs more than the increment)."""
+        counters = self._counters.get(spec.name)
+        if counters is None:
+            labels = (spec.name, spec.version)
+            counters = self._counters[spec.name] = (self.metrics.success.labels(*labels),
+                                                    self.metrics.request_us.labels(*labels))
+        return counters

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 from concurrent.futures import Future
 
@@ -30,6 +31,8 @@ from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran,
 
 
 def worker_main(conn, info, engine=None) -> None:
+    # Ctrl-C reaches the whole process group; the pool stops its workers itself (Stop), in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
     # any backend initialises CUDA or its thread pools, i.e. before any executor is imported.
     os.environ.update(info.env)
