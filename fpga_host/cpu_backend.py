@@ -134,11 +134,21 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
 
 
 def _warm_worker() -> None:
-    """Pool initializer: one core per worker, and librosa's first-call caches built before any request."""
+    """Pool initializer: one core per worker, and librosa's first-call caches built before any request.
+
+    One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
+    every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
+    P workers then run P x cores spinning BLAS threads on P cores, and audio got slower with more
+    workers (2 cores: one worker burnt 1.9 cores for one core's throughput; two were slower than one).
+    """
     import cv2
+    from threadpoolctl import threadpool_limits
 
     cv2.setNumThreads(1)
     audio(np.zeros(8000, dtype=np.float32), 8000)
+    # after the warm-up call, which loads librosa's BLAS and OpenMP libraries: the cap applies
+    # to the libraries loaded so far
+    threadpool_limits(limits=1)
 
 
 class CpuPool:
