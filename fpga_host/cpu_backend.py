@@ -133,8 +133,9 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - t0
 
 
-def _warm_worker() -> None:
-    """Pool initializer: one core per worker, and librosa's first-call caches built before any request.
+def init_worker() -> None:
+    """Initializer of a CPU preprocessing process (the pool's workers, the plain baseline server's):
+    one core per worker, and librosa's first-call caches built before any request.
 
     One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
     every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
@@ -159,7 +160,7 @@ class CpuPool:
         if workers > 0:
             self._executor: cf.Executor = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_warm_worker)
+                initializer=init_worker)
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
             # A server waits on `warming` before it reports ready.
