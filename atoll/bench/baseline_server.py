@@ -45,6 +45,14 @@ class HttpError(Exception):
         self.status = status
 
 
+def media_rows(kind: str, files: list[bytes]) -> np.ndarray:
+    """A batch from JPEG ("image") or WAV ("audio") files, one row each (audio padded to the
+    longest): what the baselines do per request instead of Atoll's DPU and batcher."""
+    if kind == "image":
+        return np.stack([cpu_backend.image(f) for f in files])
+    return pad_stack([cpu_backend.audio(*read_wav(f)) for f in files])
+
+
 class Model:
     """One model of the repository in this worker: its onnxruntime session and preprocessing."""
 
@@ -62,10 +70,7 @@ class Model:
         inputs = {t.name: t for t in request.inputs}
         spec = self.spec
         if spec.preprocess != "none" and spec.raw_input in inputs:
-            files = [bytes(b) for b in inputs[spec.raw_input].data.reshape(-1)]
-            if spec.preprocess == "image":
-                return np.stack([cpu_backend.image(f) for f in files])
-            return pad_stack([cpu_backend.audio(*read_wav(f)) for f in files])
+            return media_rows(spec.preprocess, [bytes(b) for b in inputs[spec.raw_input].data.reshape(-1)])
         tensor = inputs.get(spec.inputs[0].name)
         if tensor is None or tensor.datatype != "FP32":
             raise ProtocolError(f"model {spec.name!r} needs input {spec.raw_input!r} or FP32 "

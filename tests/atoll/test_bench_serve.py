@@ -207,3 +207,42 @@ def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, serv
     monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: set(range(cores)))
     args = argparse.Namespace(loadgen_cores=reserved, loadgen_procs=None)
     assert serve._cores(args) == (server, load, procs)
+
+
+def test_triton_twin_config_takes_media_or_tensors(repository):
+    from atoll.bench.triton_baseline import model_config
+
+    text = model_config(load_repository(repository)[MODEL], instances=3, sys_path="/a:/b")
+    assert 'backend: "python"' in text and "max_batch_size: 32" in text
+    assert '{ name: "image" data_type: TYPE_STRING dims: [ 1 ] optional: true }' in text
+    assert '{ name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] optional: true }' in text
+    assert "instance_group [ { count: 3 kind: KIND_CPU } ]" in text
+    assert 'key: "atoll_sys_path" value { string_value: "/a:/b" }' in text
+
+
+def test_triton_baseline_answers_as_onnxruntime_does(repository):
+    """Real tritonserver where nvidia-pytriton is installed (never required: skipped elsewhere)."""
+    import onnxruntime as ort
+
+    from atoll.bench import triton_baseline
+    from atoll.bench.bodies import infer_body, tensor_body
+    from atoll.bench.corpus import jpeg_bytes
+    from fpga_host import cpu_backend
+
+    try:
+        triton_baseline.triton_home()
+    except triton_baseline.TritonUnavailable as exc:
+        pytest.skip(str(exc))
+    jpeg = jpeg_bytes(640, 480, seed=5)
+    x = cpu_backend.image(jpeg)[None]
+    session = ort.InferenceSession(str(load_repository(repository)[MODEL].path),
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    (expected,) = session.run(["logits"], {"input": x})
+    with triton_baseline.server(str(repository), ()) as system:
+        url = f"{system.url}/v2/models/{MODEL}/infer"
+        for body, headers in (infer_body("image", [jpeg]), tensor_body("input", x)):
+            status, payload, reply = _post(url, body, headers)
+            assert status == 200
+            got = np.frombuffer(payload[int(reply[HEADER_LENGTH]):], dtype=np.float32).reshape(1, 1000)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+        assert _post(url, *infer_body("image", [b"junk"]))[0] == 400
