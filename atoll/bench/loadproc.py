@@ -141,8 +141,12 @@ async def _drive(plan: LoadPlan, conn) -> np.ndarray:
                 status = CONNECTION
             records.append((request.cls, scheduled, sent, time.monotonic(), status))
 
-        def pick() -> Request:
-            return plan.requests[rng.choice(len(plan.requests), p=p)]
+        picks: list[int] = []
+
+        def pick() -> Request:  # drawn in bulk: a weighted draw costs tens of microseconds
+            if not picks:
+                picks.extend(rng.choice(len(plan.requests), size=4096, p=p).tolist())
+            return plan.requests[picks.pop()]
 
         if plan.rate:
             tasks = set()
