@@ -53,6 +53,10 @@ def register(subparsers) -> None:
     p.add_argument("--baseline", action="append", default=[], choices=SYSTEMS,
                    help="also drive this server with the same load: plain (one Python process per core, "
                         "OpenCV + onnxruntime, no batching) or triton (nvidia-pytriton's tritonserver); repeatable")
+    p.add_argument("--rt-isolation", action="store_true",
+                   help="also measure real-time p99 alone and beside closed-loop best-effort load "
+                        f"({PROBE_CONCURRENCY} connections), real-time requests at --rt-rate")
+    p.add_argument("--rt-rate", type=float, default=5.0, help="real-time req/s of --rt-isolation (default 5)")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
     p.add_argument("--loadgen-procs", type=int, help="load processes (default: 1 per 8 cores, at least 1)")
     p.add_argument("--loadgen-cores", type=int,
@@ -115,21 +119,36 @@ class Bench:
         self.ideal_rps = ideal_rps
 
     def point(self, system, traffic, labels: dict, rate: float | None = None, concurrency: int = 0,
-              seconds: float | None = None) -> dict:
+              seconds: float | None = None, rt_rate: float | None = None) -> dict:
+        """One load point: open loop at `rate` or closed loop at `concurrency`. With `rt_rate`, the
+        real-time requests go as a Poisson stream of their own at that rate, beside best-effort
+        requests in closed loop at `concurrency` (or alone)."""
         from tqdm import tqdm
 
         from atoll.bench.cpustat import CpuMeter
         from atoll.bench.loadproc import LoadPlan, LoadProcesses, split
         from atoll.bench.serve_analysis import loadgen_saturated, summarise
         from atoll.bench.servers import program_builds
+        from atoll.bench.traffic import weights_of
 
         a = self.args
         duration = seconds or a.duration
-        plan = LoadPlan(system.url, traffic.requests, traffic.weights, a.warmup + duration, rate,
-                        concurrency, a.timeout, a.seed, self.load_cpus)  # fmt: skip
-        what = f"{rate:.1f} req/s" if rate else f"{concurrency} conn"
+
+        def plan(weights, rate, concurrency) -> LoadPlan:
+            return LoadPlan(system.url, traffic.requests, weights, a.warmup + duration, rate, concurrency,
+                            a.timeout, a.seed, self.load_cpus)  # fmt: skip
+
+        if rt_rate:
+            plans = split(plan(weights_of(traffic, "rt"), rt_rate, 0), 1)
+            if concurrency:
+                plans += split(plan(weights_of(traffic, "be"), None, concurrency), self.procs)
+            mode, rate = ("rt-loaded" if concurrency else "rt-idle"), rt_rate
+        else:
+            plans = split(plan(traffic.weights, rate, concurrency), self.procs)
+            mode = "open" if rate else "closed"
+        what = " + ".join(([f"{rate:.1f} req/s"] if rate else []) + ([f"{concurrency} conn"] if concurrency else []))
         builds = program_builds(system.url)
-        with LoadProcesses(split(plan, self.procs)) as load:
+        with LoadProcesses(plans) as load:
             meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
             start = load.go()
             window = (start + a.warmup, start + a.warmup + duration)
@@ -144,12 +163,12 @@ class Bench:
                         action()
                 cpu = meter.stop()
             records = load.records()
-        row = {"server": system.name, **labels, "mode": "open" if rate else "closed",
+        row = {"server": system.name, **labels, "mode": mode,
                "concurrency": concurrency or None,
                **summarise(records, traffic.classes, window, rate)}  # fmt: skip
         row["cpu_cores"] = cpu
-        row["loadgen"]["processes"] = self.procs
-        row["loadgen"]["saturated"] = loadgen_saturated(row, self.procs)
+        row["loadgen"]["processes"] = len(plans)
+        row["loadgen"]["saturated"] = loadgen_saturated(row, len(plans))
         after = program_builds(system.url)
         row["program_builds"] = None if builds is None or after is None else after - builds
         row["ideal_rps"] = self.ideal_rps
@@ -161,6 +180,21 @@ class Bench:
                    + ("  LOAD GENERATOR SATURATED" if row["loadgen"]["saturated"] else ""),
                    file=sys.stderr)  # fmt: skip
         return row
+
+    def rt_isolation(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
+        """Real-time p99 alone on the server, then beside saturating best-effort load (the
+        issue's "RT p99 under load <= 1.5 x idle")."""
+        a = self.args
+        idle = self.point(system, traffic, labels, rt_rate=a.rt_rate)
+        loaded = self.point(system, traffic, labels, concurrency=PROBE_CONCURRENCY, rt_rate=a.rt_rate)
+        rt = [name for name in idle["per_class"] if name.endswith("/rt")]
+        p99 = {row["mode"]: max((row["per_class"][n]["latency_ms"]["p99"] or 0.0) for n in rt)
+               for row in (idle, loaded)}  # fmt: skip
+        ratio = round(p99["rt-loaded"] / p99["rt-idle"], 3) if p99["rt-idle"] else None
+        return [idle, loaded], {"rt_p99_idle_ms": p99["rt-idle"], "rt_p99_loaded_ms": p99["rt-loaded"],
+                                "rt_p99_ratio": ratio,
+                                "be_rps_beside_rt": sum(c["throughput_rps"] for n, c in loaded["per_class"].items()
+                                                        if n.endswith("/be"))}  # fmt: skip
 
     def drive(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
         """Every load point the arguments ask for; (rows, summary of this configuration)."""
@@ -239,6 +273,10 @@ def run(args) -> int:
                 for kind, traffic in traffics.items():
                     labels = {"input": kind, "mix": mix_label, "images": args.images, "rt_share": args.rt_share}
                     mine, best = bench.drive(system, traffic, labels)
+                    if args.rt_isolation:  # both classes present; the point sends each on its own
+                        both = traffic_mod.build(models, mix, 0.5, media, kind)
+                        more, isolation = bench.rt_isolation(system, both, {**labels, "rt_share": None})
+                        mine, best = mine + more, {**best, **isolation}
                     rows += mine
                     if best:
                         summary.append({"server": name, **labels, **best})
@@ -264,8 +302,17 @@ def run(args) -> int:
         from atoll.bench.serve_analysis import plot
 
         plot(rows, args.slo_ms, f"atoll bench serve on {device} ({doc['host']['cores']} cores)", args.plot)
-    lines = [f"{s['server']:>6} {s['input']:>6}: {s['max_rate_at_slo_rps']} req/s at p99 <= {args.slo_ms:g} ms "
-             f"(p99 {s['latency_ms']['p99'] if s['latency_ms'] else None} ms, ideal_ratio {s['ideal_ratio']}); "
-             f"closed loop {s['closed_loop_rps']} req/s" for s in summary]  # fmt: skip
-    emit(doc, out, args.json, lines)
+    emit(doc, out, args.json, [_summary_line(s, args.slo_ms) for s in summary])
     return 0
+
+
+def _summary_line(s: dict, slo_ms: float) -> str:
+    parts = []
+    if "max_rate_at_slo_rps" in s:
+        p99 = s["latency_ms"]["p99"] if s["latency_ms"] else None
+        parts.append(f"{s['max_rate_at_slo_rps']} req/s at p99 <= {slo_ms:g} ms (p99 {p99} ms, ideal_ratio "
+                     f"{s['ideal_ratio']}); closed loop {s['closed_loop_rps']} req/s")  # fmt: skip
+    if "rt_p99_ratio" in s:
+        parts.append(f"real-time p99 {s['rt_p99_idle_ms']} ms idle, {s['rt_p99_loaded_ms']} ms beside "
+                     f"best-effort load (x{s['rt_p99_ratio']})")  # fmt: skip
+    return f"{s['server']:>6} {s['input']:>6}: " + "; ".join(parts)

@@ -112,6 +112,7 @@ def plot(rows: list[dict], slo_ms: float, title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["mode"] in ("open", "closed")]  # not the real-time isolation points
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for label in dict.fromkeys(curve_label(r) for r in rows):
         mine = [r for r in rows if curve_label(r) == label and r["latency_ms"]["p99"] is not None]

@@ -95,3 +95,9 @@ def build(models: dict, mix: dict[str, float], rt_share: float, media: Media, in
                 requests.append(Request(cls, f"/v2/models/{name}/infer", body, headers))
                 weights.append(share * part / len(payloads))
     return Traffic(tuple(classes), tuple(requests), tuple(weights))
+
+
+def weights_of(traffic: Traffic, priority: str) -> tuple[float, ...]:
+    """The traffic's weights with every class but `priority`'s ("rt" or "be") left out."""
+    keep = {i for i, name in enumerate(traffic.classes) if name.endswith(f"/{priority}")}
+    return tuple(w if r.cls in keep else 0.0 for w, r in zip(traffic.weights, traffic.requests))

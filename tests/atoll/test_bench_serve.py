@@ -169,7 +169,7 @@ def test_plain_baseline_answers_as_onnxruntime_does(plain_server, repository):
     assert _post(f"{plain_server.url}/v2/models/nope/infer", b"{}", {})[0] == 404
 
 
-def test_bench_serve_writes_rows_for_each_input(plain_server, repository, tmp_path):
+def test_bench_serve_writes_rows(plain_server, repository, tmp_path):
     """The whole command against a running server (the baseline stands in for Atoll at --url)."""
     from atoll.bench import serve
     from atoll.cli import build_parser
@@ -177,14 +177,21 @@ def test_bench_serve_writes_rows_for_each_input(plain_server, repository, tmp_pa
     out = tmp_path / "serve.json"
     args = build_parser().parse_args([
         "bench", "serve", "--url", plain_server.url, "--repository", str(repository), "--no-ideal",
-        "--input", "both", "--rate", "20", "--duration", "1", "--warmup", "0.5", "--rt-share", "0.5",
-        "--device", "test", "--out", str(out), "--plot", str(tmp_path / "serve.png")])  # fmt: skip
+        "--input", "tensor", "--rate", "20", "--duration", "1", "--warmup", "0.5", "--rt-share", "0.5",
+        "--rt-isolation", "--rt-rate", "10", "--device", "test", "--out", str(out),
+        "--plot", str(tmp_path / "serve.png")])  # fmt: skip
     assert args.func is serve.run and serve.run(args) == 0
     doc = json.loads(out.read_text())
     assert doc["device"] == "test" and doc["config"]["mix"] == {MODEL: 1.0}
-    assert [(r["input"], r["rate_rps"]) for r in doc["results"]] == [("media", 20.0), ("tensor", 20.0)]
+    points = [(r["input"], r["mode"], r["rate_rps"], r["concurrency"]) for r in doc["results"]]
+    assert points == [("tensor", "open", 20.0, None), ("tensor", "rt-idle", 10.0, None),
+                      ("tensor", "rt-loaded", 10.0, serve.PROBE_CONCURRENCY)]
+    for s in doc["summary"]:  # real-time p99 alone and beside closed-loop best-effort load
+        assert s["rt_p99_ratio"] == pytest.approx(s["rt_p99_loaded_ms"] / s["rt_p99_idle_ms"], rel=1e-2)
+    idle = doc["results"][1]
+    assert idle["per_class"][f"{MODEL}/be"]["requests"] == 0 < idle["per_class"][f"{MODEL}/rt"]["requests"]
     for row in doc["results"]:
-        assert row["server"] == "atoll" and row["mode"] == "open" and row["errors"] == {}
+        assert row["server"] == "atoll" and row["errors"] == {}
         assert set(row["latency_ms"]) >= {"p50", "p95", "p99"}
         assert row["latency_ms"]["p50"] <= row["latency_ms"]["p95"] <= row["latency_ms"]["p99"]
         assert set(row["per_class"]) == {f"{MODEL}/be", f"{MODEL}/rt"}
@@ -192,7 +199,8 @@ def test_bench_serve_writes_rows_for_each_input(plain_server, repository, tmp_pa
         assert row["ideal_rps"] is None and row["ideal_ratio"] is None
         assert row["program_builds"] is None  # the baseline has no such metric
         assert row["cpu_cores"]["server"] is None or row["cpu_cores"]["server"] == 0.0  # not ours
-        assert row["loadgen"]["processes"] == 1 and isinstance(row["loadgen"]["saturated"], bool)
+        assert row["loadgen"]["processes"] == (2 if row["mode"] == "rt-loaded" else 1)
+        assert isinstance(row["loadgen"]["saturated"], bool)
     assert (tmp_path / "serve.png").stat().st_size > 0
 
 
