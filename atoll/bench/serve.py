@@ -167,6 +167,9 @@ class Bench:
                "concurrency": concurrency or None,
                **summarise(records, traffic.classes, window, rate)}  # fmt: skip
         row["cpu_cores"] = cpu
+        # answers per CPU-second of the server's own processes: comparable across runs when other
+        # tenants take a varying share of the machine
+        row["throughput_per_server_core"] = round(row["throughput_rps"] / cpu["server"], 1) if cpu["server"] else None
         row["loadgen"]["processes"] = len(plans)
         row["loadgen"]["saturated"] = loadgen_saturated(row, len(plans))
         after = program_builds(system.url)
