@@ -219,7 +219,9 @@ class Bench:
             "throughput_rps": at["throughput_rps"] if at else None,
             "latency_ms": at["latency_ms"] if at else None,
             "ideal_ratio": at["ideal_ratio"] if at else None,
+            "throughput_per_server_core": at["throughput_per_server_core"] if at else None,
             "closed_loop_rps": probe["throughput_rps"],
+            "closed_loop_per_server_core": probe["throughput_per_server_core"],
         }  # fmt: skip
 
 
