@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import resource
 import time
 from dataclasses import dataclass, replace
 
@@ -109,6 +110,10 @@ class LoadProcesses:
 def _main(plan: LoadPlan, conn) -> None:
     if plan.cpus:
         os.sched_setaffinity(0, plan.cpus)
+    # an overloaded server leaves thousands of open-loop requests in flight, a socket each
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 65536 if hard == resource.RLIM_INFINITY else hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     conn.send(asyncio.run(_drive(plan, conn)))
 
 

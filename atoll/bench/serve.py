@@ -287,7 +287,8 @@ def run(args) -> int:
                         summary.append({"server": name, **labels, **best})
         except RuntimeError as exc:  # a baseline that cannot run here is reported, not fatal
             if name == "atoll":
-                raise
+                print(f"atoll bench serve: {exc}", file=sys.stderr)
+                return 1
             skipped[name] = str(exc)
             print(f"atoll bench serve: {name} skipped: {exc}", file=sys.stderr)
     device = args.device or served_vgpus(config)[0].profile_kind
