@@ -254,3 +254,23 @@ def test_triton_baseline_answers_as_onnxruntime_does(repository):
             got = np.frombuffer(payload[int(reply[HEADER_LENGTH]):], dtype=np.float32).reshape(1, 1000)
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
         assert _post(url, *infer_body("image", [b"junk"]))[0] == 400
+
+
+def test_cpu_meter_counts_a_process_tree():
+    import os
+    import subprocess
+    import sys
+
+    from atoll.bench.cpustat import CpuMeter, descendants
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in descendants(os.getpid()) and os.getpid() in descendants(os.getpid())
+        meter = CpuMeter({"mine": [os.getpid()], "gone": [2**22 + 1]})
+        meter.start()
+        cores = meter.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert set(cores) == {"mine", "gone", "other", "machine"} and cores["gone"] == 0.0
+    assert cores["mine"] >= 0.0 and cores["other"] >= 0.0  # ticks, not timing: only signs are sure
