@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import io
 import os
 import time
 from dataclasses import dataclass
@@ -35,14 +34,11 @@ from atoll import channel
 from atoll.channel import Done, Failure, Submit
 from atoll.config import Config
 from atoll.lanes import Lanes
+from atoll.pipeline import pad_stack, read_wav
 from atoll.protocol import InferRequest, ProtocolError, Tensor
 from atoll.repository import ModelSpec
 from atoll.slot_allocator import SlotAllocator
 
-
-
-class MediaError(ValueError):
-    """Unreadable or unsupported media in a request (answered with HTTP 400)."""
 
 
 class RowFailed(RuntimeError):
@@ -53,17 +49,6 @@ class RowFailed(RuntimeError):
         self.failure = failure
 
 
-def read_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """WAV/FLAC bytes -> (mono float32 PCM, sample rate); stereo is averaged to mono."""
-    import soundfile
-
-    try:
-        pcm, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except Exception as exc:  # soundfile raises several types for bad files
-        raise MediaError(f"not a readable audio file: {exc}") from None
-    return pcm.mean(axis=1, dtype=np.float32), int(rate)
-
-
 def priority_of(spec: ModelSpec, request: InferRequest) -> Priority:
     """RT or BE from the request's Triton `priority` parameter: level 1 (the highest) is real-time,
     any other level best-effort, and 0 or none takes the model's `default_priority_level`."""
@@ -71,17 +56,6 @@ def priority_of(spec: ModelSpec, request: InferRequest) -> Priority:
     if isinstance(level, bool) or not isinstance(level, int) or level < 0:
         raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {level!r}")
     return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE
-
-
-def pad_stack(arrays: list[np.ndarray]) -> np.ndarray:
-    """Stack rows along a new batch axis, zero-padding each axis to the longest row's (audio
-    outputs of a request with clips of several lengths)."""
-    if all(a.shape == arrays[0].shape for a in arrays):
-        return np.stack(arrays)
-    out = np.zeros((len(arrays), *np.max([a.shape for a in arrays], axis=0)), dtype=arrays[0].dtype)
-    for i, a in enumerate(arrays):
-        out[(i, *(slice(0, n) for n in a.shape))] = a
-    return out
 
 
 @dataclass(frozen=True)
@@ -111,7 +85,7 @@ class FrontEnd:
             audio_norm_cus=p.audio_norm_cus, manifest=p.manifest, cu_timeout_s=p.cu_timeout_ms / 1000,
             max_image_dim=p.max_image_dim, resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
             max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
-        cpu_backend.warm()  # the first requests must not pay for librosa's caches
+        cpu_backend.init_worker()  # the first requests must not pay for librosa's caches
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, (os.cpu_count() or 1) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))

@@ -22,7 +22,8 @@ from gpu_runtime.priority import Priority
 
 from atoll import __version__
 from atoll.channel import Failure
-from atoll.front_end import MediaError, RowFailed, priority_of
+from atoll.front_end import RowFailed, priority_of
+from atoll.pipeline import MediaError
 from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
 from atoll.repository import ModelSpec
 

@@ -168,15 +168,24 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - t0
 
 
-def warm() -> None:
-    """Make this process a CPU-path worker: one thread per caller for OpenCV and BLAS (the
-    callers are the parallelism), and librosa's first-call caches built before any request."""
+def init_worker() -> None:
+    """Initializer of a CPU preprocessing process (the pool's workers, the server's front ends, the
+    plain baseline server's):
+    one core per worker, and librosa's first-call caches built before any request.
+
+    One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
+    every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
+    P workers then run P x cores spinning BLAS threads on P cores, and audio got slower with more
+    workers (2 cores: one worker burnt 1.9 cores for one core's throughput; two were slower than one).
+    """
     import cv2
     from threadpoolctl import threadpool_limits
 
     cv2.setNumThreads(1)
-    threadpool_limits(limits=1)
     audio(np.zeros(8000, dtype=np.float32), 8000)
+    # after the warm-up call, which loads librosa's BLAS and OpenMP libraries: the cap applies
+    # to the libraries loaded so far
+    threadpool_limits(limits=1)
 
 
 class CpuPool:
@@ -190,7 +199,7 @@ class CpuPool:
         if workers > 0:
             self._executor = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=warm)
+                initializer=init_worker)
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
             # A server waits on `warming` before it reports ready.

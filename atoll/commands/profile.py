@@ -123,7 +123,7 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
 
     with WorkerPool([info]) as pool:
         pool.load_model(spec.name, spec.path, max_batch=batches[-1])
-        runner = _pool_runner(pool, info.id, spec)
+        runner = pool_runner(pool, info.id, spec)
         measured = measure(runner, spec.name, modality, lengths, batches, args.repeats,
                            args.warmup, args.percentile)
 
@@ -156,7 +156,7 @@ def _model_spec(repository: str | None, model: str):
     return models[model]
 
 
-def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
+def pool_runner(pool, vgpu_id: str, spec) -> Runner:
     import numpy as np
 
     from atoll import lengths

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from atoll.bench.corpus import jpeg_bytes
-from atoll.loadgen import infer_body
+from atoll.bench.bodies import infer_body
 from atoll.protocol import HEADER_LENGTH
 from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
@@ -212,7 +212,7 @@ def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
     import librosa
     import soundfile
 
-    from atoll.loadgen import synthetic_wav
+    from atoll.bench.corpus import synthetic_wav
 
     wav = synthetic_wav(np.random.default_rng(7), 3.2, rate=22050)
     body, headers = infer_body("audio", [wav])
@@ -238,7 +238,7 @@ def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
 
 def test_audio_batches_are_bucketed_in_metrics(server):
     """PREBA buckets audio by 2.5 s: clips of 1 s and 6 s land in buckets 0 and 2."""
-    from atoll.loadgen import synthetic_wav
+    from atoll.bench.corpus import synthetic_wav
 
     rng = np.random.default_rng(8)
     for seconds in (1.0, 6.0):

@@ -142,3 +142,17 @@ def test_pool_in_the_callers_thread_and_spawned(jpeg):
             assert err.value.status == Status.CORRUPT
         finally:
             pool.close()
+
+
+def test_spawned_workers_run_one_thread_per_native_pool():
+    """A worker is one core: BLAS and OpenMP pools of one thread each, or P workers oversubscribe
+    P cores with P x cores spinning threads (audio got slower with more processes)."""
+    from threadpoolctl import threadpool_info
+
+    pool = cpu_backend.CpuPool(1)
+    try:
+        pools = pool._executor.submit(threadpool_info).result(60)
+    finally:
+        pool.close()
+    assert {p["user_api"] for p in pools} >= {"blas"}
+    assert [p["num_threads"] for p in pools] == [1] * len(pools)
