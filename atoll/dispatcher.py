@@ -1,8 +1,8 @@
 """The dispatcher: rows from every front end, batched by the batcher, placed on vGPU workers.
 
 It runs on the supervisor's event loop. Front ends send `Submit` messages naming rows already made
-in their slots. Best-effort rows join the batcher (a pure policy on the loop's clock); one task
-polls it on every arrival and completion and otherwise sleeps until its next deadline. Real-time
+in their slots. Best-effort rows join the batcher (a pure policy on the loop's clock), which is
+polled on every arrival and completion and, with a timer, at its next deadline. Real-time
 rows skip it: they go out at once as their own batch (`batching.RtPlacement`), in chunks no larger
 than the model's largest batch, and run as RT work in the worker. A batch is a list of slot rows,
 padded on the worker to the bucket's upper length; rows whose deadline passed are dropped before
@@ -74,6 +74,9 @@ class FrontEndLink:
 
 
 class Dispatcher:
+    """Callbacks on the event loop, no task per batch: a batch costs the loop two wake-ups (the
+    message that completes it, the worker's answer), which on a 2-core VM is most of its cost."""
+
     def __init__(self, plans: dict[str, ModelPlan], pool, batcher, metrics, latency,
                  vgpu_kinds: dict[str, str]):
         self.plans = plans
@@ -84,23 +87,31 @@ class Dispatcher:
         self.vgpu_kinds = vgpu_kinds
         self.rt_placement = RtPlacement(vgpu_kinds)
         self._ids = itertools.count()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_flight = 0
+        self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
 
     @staticmethod
     def now() -> float:
-        return time.monotonic()
+        return time.monotonic()  # the event loop's clock too: timers are set on it directly
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._drive_batcher(), name="batcher")
+        self._loop = asyncio.get_running_loop()
+        self._poll()
 
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await asyncio.gather(*self._running, return_exceptions=True)
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop polling and wait (bounded) for the batches in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._loop = None
+        if self._in_flight:
+            self._drained.clear()
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("%d batch(es) still running at shutdown", self._in_flight)
 
     # -- front ends ---------------------------------------------------------------------------------
 
@@ -112,8 +123,11 @@ class Dispatcher:
         now = self.now()
         if message.priority == Priority.RT:
             for start in range(0, len(message.rows), plan.max_batch):
-                rows = message.rows[start : start + plan.max_batch]
-                self._spawn(self._run_rt(plan, link, rows, message.deadline, now))
+                tickets = [_Ticket(link, row, message.deadline, now)
+                           for row in message.rows[start : start + plan.max_batch]]  # fmt: skip
+                load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
+                vgpu = self.rt_placement.place(load=load)
+                self._send(plan, vgpu, Priority.RT, tickets, "rt", lambda v=vgpu: self.rt_placement.complete(v))
             return
         for row in message.rows:
             ticket = _Ticket(link, row, message.deadline, now)
@@ -122,75 +136,79 @@ class Dispatcher:
                                       ticket), now)  # fmt: skip
             except ValueError as exc:  # e.g. longer than every bucket
                 link.send(Done((row,), failure=Failure.REJECTED, reason=str(exc)))
-        self._wake.set()
+        self._poll()
 
     # -- batches ------------------------------------------------------------------------------------
 
-    def _spawn(self, coroutine) -> None:
-        task = asyncio.create_task(coroutine)
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-
-    async def _drive_batcher(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                dispatches = self.batcher.poll(self.now())
-                deadline = self.batcher.next_deadline()
-            except Exception:  # a policy bug must not silently stop every later batch
-                log.exception("batcher failed; retrying")
-                dispatches, deadline = [], self.now() + 0.01
-            for dispatch in dispatches:
-                self._spawn(self._run_batch(dispatch))
-            timeout = None if deadline is None else max(0.0, deadline - self.now())
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
-
-    async def _run_rt(self, plan: ModelPlan, link: FrontEndLink, rows: tuple[Row, ...], deadline: float,
-                      arrival: float) -> None:
-        load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
-        vgpu = self.rt_placement.place(load=load)
+    def _poll(self) -> None:
+        """Send every batch the batcher has due, and come back at its next deadline."""
+        if self._loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         try:
-            tickets = [_Ticket(link, row, deadline, arrival) for row in rows]
-            await self._execute(plan, vgpu, Priority.RT, tickets, "rt")
-        finally:
-            self.rt_placement.complete(vgpu)
+            dispatches = self.batcher.poll(self.now())
+            deadline = self.batcher.next_deadline()
+        except Exception:  # a policy bug must not silently stop every later batch
+            log.exception("batcher failed; retrying")
+            dispatches, deadline = [], self.now() + 0.01
+        for dispatch in dispatches:
+            self._send(self.plans[dispatch.model], dispatch.vgpu, Priority.BE,
+                       [item.payload for item in dispatch.items], str(dispatch.bucket),
+                       lambda v=dispatch.vgpu: self._be_finished(v))  # fmt: skip
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._poll)
 
-    async def _run_batch(self, dispatch) -> None:
-        try:
-            await self._execute(self.plans[dispatch.model], dispatch.vgpu, Priority.BE,
-                                [item.payload for item in dispatch.items], str(dispatch.bucket))
-        finally:
-            self.batcher.on_complete(dispatch.vgpu, self.now())
-            self._wake.set()
+    def _be_finished(self, vgpu: str) -> None:
+        self.batcher.on_complete(vgpu, self.now())
+        self._poll()
 
-    async def _execute(self, plan: ModelPlan, vgpu: str, priority: Priority, tickets: list[_Ticket],
-                       bucket: str) -> None:
-        """Run the tickets' rows as one batch on `vgpu` and tell each front end how its rows went."""
+    def _send(self, plan: ModelPlan, vgpu: str, priority: Priority, tickets: list[_Ticket], bucket: str,
+              finished) -> None:
+        """Run the tickets' rows as one batch on `vgpu`; `finished` runs on the loop once it is over."""
         start = self.now()
         live = [t for t in tickets if t.deadline > start]
         if len(live) < len(tickets):
             self._answer([t for t in tickets if t.deadline <= start], None, Failure.EXPIRED,
                          "its deadline passed before a vGPU took it")  # fmt: skip
         if not live:
+            asyncio.get_running_loop().call_soon(finished)  # not from inside the poll that sent it
             return
         m, labels = self.metrics, (plan.name, plan.version)
         m.queue_us.labels(*labels).inc(sum(start - t.arrival for t in live) * 1e6)
         m.batch_size.labels(plan.name, bucket, vgpu).observe(len(live))
         rows = tuple(t.row for t in live)
+        loop = asyncio.get_running_loop()
         try:
-            length = plan.pad_to(max(plan.frames(row) for row in rows))
-            layouts = await asyncio.wrap_future(self.pool.submit_rows(vgpu, plan.name, rows, length, priority))
+            future = self.pool.submit_rows(vgpu, plan.name, rows, plan.pad_to(max(map(plan.frames, rows))),
+                                           priority)  # fmt: skip
+        except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
+            self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
+            loop.call_soon(finished)
+            return
+        self._in_flight += 1
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(
+            self._ran, f, plan, vgpu, live, start, finished))
+
+    def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._drained.set()
+        try:
+            layouts = future.result()
         except Exception as exc:  # the batch failed: every row's request gets the error
             self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
-            return
-        self._answer(live, layouts)
-        elapsed = self.now() - start
-        self.latency.observe(plan.name, self.vgpu_kinds.get(vgpu, "cpu"), len(live), elapsed)
+        else:
+            self._answer(live, layouts)
+            self._account(plan, vgpu, len(live), self.now() - start)
+        finished()
+
+    def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:
+        m, labels = self.metrics, (plan.name, plan.version)
+        self.latency.observe(plan.name, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
         m.exec_count.labels(*labels).inc()
-        m.count.labels(*labels).inc(len(live))
+        m.count.labels(*labels).inc(rows)
         m.compute_us.labels(*labels).inc(elapsed * 1e6)
         builds = self.pool.workers[vgpu].program_builds
         if builds > self._builds[vgpu]:

@@ -17,10 +17,10 @@ import multiprocessing
 import os
 import queue
 import secrets
+import selectors
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 
 import numpy as np
 
@@ -282,29 +282,43 @@ class WorkerPool:
         return request.future
 
     def _monitor_loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed:
-                    return
-                by_handle = {}
-                for worker in self._workers.values():
-                    if worker.state.alive:
-                        by_handle[worker.conn] = worker
-                        by_handle[worker.process.sentinel] = worker
-            ready = wait([self._wake_r, *by_handle])
-            for handle in ready:
-                if handle is self._wake_r:
-                    self._wake_r.recv()
-                    continue
-                worker = by_handle[handle]
-                if handle is worker.conn:
-                    self._drain(worker)
-                elif not self._closed:
-                    self._drain(worker)  # replies sent just before dying still count
-                    if worker.state.alive:
-                        self._restart(worker)
-                    else:
-                        worker.process.join()  # reap it; it stays dead
+        # One selector for the pool's life (building one per wait, as connection.wait does, cost
+        # more than the replies it waited for), re-synced only when a worker's handles change.
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r.fileno(), selectors.EVENT_READ)
+        watched: dict[int, tuple] = {}
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    wanted = {}
+                    for worker in self._workers.values():
+                        if worker.state.alive:
+                            wanted[worker.conn.fileno()] = (worker, worker.conn)
+                            wanted[worker.process.sentinel] = (worker, worker.process)
+                for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
+                    selector.unregister(fd)
+                    del watched[fd]
+                for fd, data in wanted.items():
+                    if fd not in watched:
+                        selector.register(fd, selectors.EVENT_READ, data)
+                        watched[fd] = data
+                for key, _ in selector.select():  # handles of a worker restarted meanwhile are stale
+                    if key.data is None:
+                        self._wake_r.recv()
+                        continue
+                    worker, handle = key.data
+                    if handle is worker.conn:
+                        self._drain(worker)
+                    elif handle is worker.process and not self._closed:
+                        self._drain(worker)  # replies sent just before dying still count
+                        if worker.state.alive:
+                            self._restart(worker)
+                        else:
+                            worker.process.join()  # reap it; it stays dead
+        finally:
+            selector.close()
 
     def _drain(self, worker: _Worker) -> None:
         try:
