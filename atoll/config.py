@@ -33,7 +33,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     http_port: int = _num(8000, 0, "KServe v2 / Triton HTTP port (0 = any free port)")
     grpc_port: int = _num(8001, 0, "reserved for the gRPC endpoint")
-    front_ends: int = _num(0, 0, "front-end processes serving the HTTP port (0 = one per core)")
+    front_ends: int = _num(0, 0, "front-end processes serving the HTTP port (0 = one per 4 cores)")
     metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")

@@ -87,7 +87,7 @@ class FrontEnd:
             max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
         cpu_backend.init_worker()  # the first requests must not pay for librosa's caches
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
-        threads = p.cpu_threads or max(1, (os.cpu_count() or 1) // setup.count)
+        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
         self.slots = {m: SlotAllocator(SlotArena.attach(name), setup.rt_reserve)
                       for m, name in setup.arenas.items()}  # fmt: skip

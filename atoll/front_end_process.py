@@ -10,6 +10,8 @@ import signal
 
 from aiohttp import web
 
+from gpu_runtime.priority import favour_real_time_threads
+
 from atoll import channel
 from atoll.channel import Done, Hello, Stop
 from atoll.front_end import FrontEnd, FrontEndSetup
@@ -21,6 +23,7 @@ def front_end_main(setup: FrontEndSetup, sock) -> None:
     """Process entry point. Ctrl-C reaches the whole process group; the supervisor handles it and
     stops the front ends in order, so SIGINT is ignored here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    favour_real_time_threads()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s fe{setup.index} %(name)s: %(message)s")
     asyncio.run(_serve(setup, sock))
 

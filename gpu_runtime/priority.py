@@ -10,6 +10,7 @@ so neither has to break its rule of importing nothing of ours. Members equal the
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from enum import StrEnum
 
@@ -44,3 +45,15 @@ def lower_this_thread(priority: Priority) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
         except OSError:  # not permitted here: BE work then competes as an equal
             pass
+
+
+# While another thread waits, the one holding the GIL keeps it up to the interpreter's switch
+# interval (5 ms by default), so in a process where real-time threads share the interpreter with
+# busy best-effort ones every GIL acquisition of an RT thread could wait that long. 0.5 ms cut RT
+# p99 beside closed-loop BE load by a quarter (2-core VM, MobileNetV3: ~33 -> ~25 ms).
+GIL_SWITCH_S = 0.0005
+
+
+def favour_real_time_threads() -> None:
+    """Called once by every process of the data plane (front ends, dispatcher, vGPU workers)."""
+    sys.setswitchinterval(GIL_SWITCH_S)

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from gpu_runtime.priority import Priority
+from gpu_runtime.priority import Priority, favour_real_time_threads
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
@@ -33,6 +33,7 @@ from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran,
 def worker_main(conn, info, engine=None) -> None:
     # Ctrl-C reaches the whole process group; the pool stops its workers itself (Stop), in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    favour_real_time_threads()
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
     # any backend initialises CUDA or its thread pools, i.e. before any executor is imported.
     os.environ.update(info.env)
