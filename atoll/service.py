@@ -45,6 +45,11 @@ from atoll.repository import ModelSpec, load_repository
 
 log = logging.getLogger("atoll.service")
 CORES_PER_FRONT_END = 4
+# glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
+# heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
+# lanes (2-core VM: 3-4% more requests per second).
+HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+               "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
 HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
 
 
@@ -169,6 +174,8 @@ class Service:
 
         c = self.config
         os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
+        for key, value in HEAP_TUNING.items():
+            os.environ.setdefault(key, value)
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         if self.repository is None:
             from atoll.demo_repository import demo_repository
