@@ -62,7 +62,7 @@ class PreprocessingConfig:
 class BatchingConfig:
     batcher: str = _choice("preba", "triton", "static", doc="batching policy")
     profile: str = field(default="", metadata={"doc": "knee profile JSON (empty: measured/default)"})
-    max_batch_size: int = _num(8, 1, "Batch_max when no profile gives one")
+    max_batch_size: int = _num(0, 0, "Batch_max when no profile gives one (0 = 4 on CPU vGPUs, 8 on GPUs)")
     max_queue_delay_microseconds: int = _num(5000, 0, "Time_queue when no profile gives one")
 
 
@@ -76,7 +76,7 @@ class SchedulerConfig:
 @dataclass
 class VGpuConfig:
     mode: str = _choice("auto", "mig", "gpu", "cpu", doc="which vGPUs to use")
-    cpu_vgpus: int = _num(0, 0, "CPU vGPUs, one thread each (0 = one per core)")
+    cpu_vgpus: int = _num(0, 0, "CPU vGPUs (0 = one per two cores)")
     executor: str = _choice("auto", *EXECUTORS, doc="model executor")
     green_context_sms: int = _num(0, 0, "split whole GPUs into partitions of this many SMs (0 = off)")
 

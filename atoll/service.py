@@ -60,14 +60,22 @@ def _clamped(policy, max_batch: int):
     return ModelBatching(policy.modality, buckets, policy.vgpus)
 
 
-def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None):
+def batch_max_default(config: Config, kinds) -> int:
+    """[batching] max_batch_size, or its default for these vGPU kinds: 4 on CPU vGPUs, where
+    onnxruntime's time per image stops falling (MobileNetV3, 2-core VM: 1.76, 1.47, 1.43, 1.60,
+    1.70 ms at batch 1, 2, 4, 8, 16) and a larger Batch_max only holds batches back; else 8."""
+    return config.batching.max_batch_size or (4 if set(kinds) == {"cpu"} else 8)
+
+
+def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, batch_default: int = 8):
     """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
     Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
-    the [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest clip."""
+    the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
+    2.5 s up to the longest clip."""
     b = config.batching
     policies = {}
     for name, spec in models.items():
-        batch_max = min(b.max_batch_size, max(spec.max_batch_size, 1))
+        batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
         if profile is not None and name in profile.models:
             policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
             continue
@@ -82,24 +90,25 @@ def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None):
     return policies
 
 
-def triton_configs(config: Config, models: dict[str, ModelSpec]) -> dict[str, TritonConfig]:
-    """The Triton-style baseline's settings per model: its config.pbtxt, capped by [batching]."""
+def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int) -> dict[str, TritonConfig]:
+    """The Triton-style baseline's settings per model: its config.pbtxt, capped by `batch_max`."""
     b = config.batching
     return {
         name: TritonConfig(
-            max_batch_size=min(b.max_batch_size, max(spec.max_batch_size, 1)),
+            max_batch_size=min(batch_max, max(spec.max_batch_size, 1)),
             max_queue_delay_microseconds=spec.max_queue_delay_microseconds
             if spec.max_queue_delay_microseconds is not None
             else b.max_queue_delay_microseconds,
-            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= b.max_batch_size),
+            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= batch_max),
         )
         for name, spec in models.items()
     }
 
 
-def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency):
-    """The configured batcher over the given vGPUs ({id: profile kind}) and each model's largest
-    batch under it. Service times come from the knee profile (`batching.profile`) where it covers a
+def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency,
+                slots: dict[str, int] | None = None):
+    """The configured batcher over the given vGPUs ({id: profile kind}, running `slots` batches at
+    once) and each model's largest batch under it. Service times come from the knee profile (`batching.profile`) where it covers a
     model, else from measured batches."""
     from batching.profile import load_profile
 
@@ -114,15 +123,16 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
             return profile.service_time(model, batch, length)
         return latency(model, batch, length, kind)
 
-    policies = preba_policies(config, models, profile)
-    triton = triton_configs(config, models)
+    batch_max = batch_max_default(config, vgpus.values())
+    policies = preba_policies(config, models, profile, batch_max)
+    triton = triton_configs(config, models, batch_max)
     batcher = make_batcher(b.batcher, vgpus, service_time, policies=policies, triton=triton,
-                           static_batch=b.max_batch_size,
-                           static_timeout_s=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
+                           static_batch=batch_max,
+                           static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
     largest = {
         "preba": {m: max(bucket.batch_max for bucket in p.buckets) for m, p in policies.items()},
         "triton": {m: t.max_batch_size for m, t in triton.items()},
-        "static": {m: b.max_batch_size for m in models},
+        "static": {m: batch_max for m in models},
     }[b.batcher]
     return batcher, policies, largest
 
@@ -185,11 +195,7 @@ class Service:
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
         share_metrics(self._metrics_dir)
         self.metrics = Metrics()
-        # CPU vGPUs of one core each: the front ends preprocess on the same cores, and an
-        # onnxruntime session with two threads waits on the one that lost its core (2-core VM,
-        # MobileNetV3 while serving: 3.0 CPU-ms per image vs 1.5 with one thread per session).
-        cpu_vgpus = c.vgpus.cpu_vgpus or len(os.sched_getaffinity(0))
-        vgpus = discover_vgpus(c.vgpus.mode, cpu_vgpus, c.vgpus.green_context_sms or None)
+        vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         executor = c.vgpus.executor
         if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
             from gpu_runtime.executors import probe_executors
@@ -202,7 +208,9 @@ class Service:
         self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
         latency = LatencyModel()
         kinds = {v.id: v.profile_kind for v in vgpus}
-        batcher, policies, largest = batcher_for(c, models, kinds, latency)
+        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
+        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
+        batcher, policies, largest = batcher_for(c, models, kinds, latency, slots)
         plans = {name: plan_for(spec, policies[name], largest[name]) for name, spec in models.items()}
         out_row_bytes = {}
         for name, spec in models.items():

@@ -2,12 +2,15 @@
 
 A running batch is never interrupted (onnxruntime cannot be, and this engine does not try with the
 kernel-program executors either: `scheduler.vgpu_engine` does). What it gives real-time work is a
-lane of its own: RT batches run on one thread, BE batches one at a time on another whose OS priority
-is lowered (`priority.lower_this_thread`), so an RT batch starts at once and takes the CPU from the
-BE batch running beside it instead of waiting for it. Executors that are not reentrant (kernel
-programs keep their buffers in a per-shape state) run one batch of a model at a time: there an RT
-batch overtakes every queued BE batch and waits only for the running one. Loads run in the caller's
-thread (the worker's receiver), so a model is in place before any batch sent after its load.
+lane of its own: RT batches run on one thread, BE batches on threads whose OS priority is lowered
+(`priority.lower_this_thread`), so an RT batch starts at once and takes the CPU from the BE batches
+running beside it instead of waiting for them. A CPU vGPU has a BE thread per core, each running
+whole batches on one thread of its own (as REEF's CPU streams do): on cores that front ends share,
+a session with several intra-op threads waits on whichever lost its core (2-core VM, MobileNetV3
+while serving: 3.0 vs 1.5 CPU-ms per image). Executors that are not reentrant (kernel programs keep
+their buffers in a per-shape state) run one batch of a model at a time: there an RT batch overtakes
+every queued BE batch and waits only for the running one. Loads run in the caller's thread (the
+worker's receiver), so a model is in place before any batch sent after its load.
 
 An engine, for the worker: built as `engine(info)` in the worker process; `load(model, onnx_path,
 executor, max_batch, lengths) -> describe()` (with `batch_sizes`: the static batch sizes it built,
@@ -18,6 +21,7 @@ resolved from any thread; `close()`, which fails whatever has not run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -35,12 +39,15 @@ class SerialEngine:
         self.info = info
         self.models: dict[str, object] = {}
         self._guards: dict[str, contextlib.AbstractContextManager] = {}
-        self._lanes = {priority: _Lane(priority) for priority in Priority}
+        be_threads = (info.threads or 1) if info.kind == "cpu" else 1
+        self._lanes = {Priority.RT: _Lane(Priority.RT), Priority.BE: _Lane(Priority.BE, be_threads)}
+        # each lane's batch on one thread (see the module docstring)
+        self._session_info = dataclasses.replace(info, threads=1) if be_threads > 1 else info
 
     def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None,
              lengths: tuple[int, ...] = ()) -> dict:
         spec = vgpu_executors.spec(executor)
-        self.models[model] = vgpu_executors.loader(executor)(onnx_path, self.info, max_batch)
+        self.models[model] = vgpu_executors.loader(executor)(onnx_path, self._session_info, max_batch)
         static = spec.program_executor is not None
         self._guards[model] = threading.Lock() if static else contextlib.nullcontext()
         return {**self.models[model].describe(), "scheduler": self.name,
@@ -64,15 +71,16 @@ class SerialEngine:
 
 
 class _Lane:
-    """One thread running its queue's batches in order, at its priority's OS priority."""
+    """Threads taking their queue's batches in order, at their priority's OS priority."""
 
-    def __init__(self, priority: Priority):
+    def __init__(self, priority: Priority, threads: int = 1):
         self._queue: deque = deque()
         self._ready = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, args=(priority,), name=f"vgpu-{priority}",
-                                        daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, args=(priority,), name=f"vgpu-{priority}{i}",
+                                          daemon=True) for i in range(threads)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
 
     def put(self, fn, *args) -> Future:
         future: Future = Future()
@@ -86,8 +94,9 @@ class _Lane:
     def close(self) -> None:
         with self._ready:
             self._closed = True
-            self._ready.notify()
-        self._thread.join()
+            self._ready.notify_all()
+        for thread in self._threads:
+            thread.join()
         for future, _, _ in self._queue:
             future.set_exception(RuntimeError("vGPU worker stopped before the batch ran"))
 

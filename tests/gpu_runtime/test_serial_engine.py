@@ -4,6 +4,7 @@ priority; results equal onnxruntime run directly (the reference)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -23,6 +24,11 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     return matmul_chain(tmp_path_factory.mktemp("serial") / "slow.onnx", np.random.default_rng(5))
+
+
+def one_core():
+    """A CPU vGPU of one core: one BE thread, whatever this machine has."""
+    return dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=1)
 
 
 def reference(path, x):
@@ -64,7 +70,7 @@ def test_rt_batch_runs_beside_the_running_be_batch(slow):
 
 
 def test_kernel_programs_run_rt_before_queued_be_batches(slow):
-    engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
+    engine = SerialEngine(one_core())
     try:
         assert engine.load("slow", slow, "numpy", 4)["batch_sizes"] == [1, 2, 4]
         rng = np.random.default_rng(7)
@@ -87,6 +93,26 @@ def test_kernel_programs_run_rt_before_queued_be_batches(slow):
         engine.close()
 
 
+def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow):
+    """Two cores: a second BE batch runs while the first is held, each session on one thread."""
+    info = dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=2)
+    engine = SerialEngine(info)
+    try:
+        engine.load("slow", slow, "onnxruntime", None)
+        assert engine.models["slow"].session.get_session_options().intra_op_num_threads == 1
+        gate = threading.Event()
+        held = engine._lanes[Priority.BE].put(gate.wait)
+        x = np.random.default_rng(8).standard_normal((3, 768)).astype(np.float32)
+        out, _ = engine.run("slow", {"x": x}, "be").result(60)  # would wait for the gate on one core
+        np.testing.assert_allclose(out["h24"], reference(slow, x), rtol=1e-5, atol=1e-5)
+        assert not held.done()
+        gate.set()
+        held.result(10)
+    finally:
+        gate.set()
+        engine.close()
+
+
 def test_be_lane_runs_at_a_lower_os_priority():
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priorities here")
@@ -101,7 +127,7 @@ def test_be_lane_runs_at_a_lower_os_priority():
 
 
 def test_errors_and_close(slow):
-    engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
+    engine = SerialEngine(one_core())
     with pytest.raises(KeyError, match="not loaded"):
         engine.run("nope", {}, "be").result(10)
     with pytest.raises(ValueError, match="priority"):
