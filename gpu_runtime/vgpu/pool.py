@@ -310,7 +310,7 @@ class WorkerPool:
                         continue
                     worker, handle = key.data
                     if handle is worker.conn:
-                        self._drain(worker)
+                        self._receive(worker)
                     elif handle is worker.process and not self._closed:
                         self._drain(worker)  # replies sent just before dying still count
                         if worker.state.alive:
@@ -320,11 +320,18 @@ class WorkerPool:
         finally:
             selector.close()
 
+    def _receive(self, worker: _Worker) -> None:
+        """One reply: the selector said there is one (Connection.poll builds a selector per call)."""
+        try:
+            self._on_reply(worker, worker.conn.recv())
+        except (EOFError, OSError):  # pipe closed: the sentinel reports the death
+            pass
+
     def _drain(self, worker: _Worker) -> None:
         try:
             while worker.conn.poll():
                 self._on_reply(worker, worker.conn.recv())
-        except (EOFError, OSError):  # pipe closed: the sentinel reports the death
+        except (EOFError, OSError):
             pass
 
     def _on_reply(self, worker: _Worker, reply) -> None:
