@@ -33,17 +33,19 @@ class ServerConfig:
     host: str = "127.0.0.1"
     http_port: int = _num(8000, 0, "KServe v2 / Triton HTTP port (0 = any free port)")
     grpc_port: int = _num(8001, 0, "reserved for the gRPC endpoint")
+    front_ends: int = _num(0, 0, "front-end processes serving the HTTP port (0 = one per 4 cores)")
     metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")
-    max_pending_requests: int = _num(1024, 1, "requests in flight before new ones get HTTP 503")
+    max_pending_requests: int = _num(1024, 1, "requests in flight per priority before new ones get HTTP 503")
     request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504")
+    be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
 
 
 @dataclass
 class PreprocessingConfig:
     backend: str = _choice("auto", "xrt", "emu", "cpu", doc="DPU backend")
-    cpu_workers: int = _num(0, 0, "processes for the CPU path (0 = all cores)")
+    cpu_threads: int = _num(0, 0, "best-effort CPU preprocessing threads per front end (0 = cores / front ends)")
     image_cus: int = _num(4, 1, "image_cu compute units (emulated XRT)")
     audio_mel_cus: int = _num(2, 1, "audio_mel_cu compute units (emulated XRT)")
     audio_norm_cus: int = _num(2, 1, "audio_norm_cu compute units (emulated XRT)")
@@ -60,7 +62,7 @@ class PreprocessingConfig:
 class BatchingConfig:
     batcher: str = _choice("preba", "triton", "static", doc="batching policy")
     profile: str = field(default="", metadata={"doc": "knee profile JSON (empty: measured/default)"})
-    max_batch_size: int = _num(8, 1, "Batch_max when no profile gives one")
+    max_batch_size: int = _num(0, 0, "Batch_max when no profile gives one (0 = 4 on CPU vGPUs, 8 on GPUs)")
     max_queue_delay_microseconds: int = _num(5000, 0, "Time_queue when no profile gives one")
 
 

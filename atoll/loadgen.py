@@ -1,52 +1,24 @@
 """Load generator: Poisson (or fixed-rate) arrivals of real media requests over KServe v2 HTTP.
 
-Media is generated, not downloaded: photo-like JPEGs (`atoll.bench.corpus.jpeg_bytes`) at
-camera-like sizes, and speech-like WAV clips. Requests use the binary tensor extension exactly as `tritonclient` does
-(one BYTES element per file), and every response is checked for the model's output shape.
+Media is generated, not downloaded: photo-like JPEGs and speech-like WAV clips
+(`atoll.bench.corpus`). Request bodies (`atoll.bench.bodies`) use the binary tensor extension exactly
+as `tritonclient` does (one BYTES element per file), and every response is checked for the model's
+output shape.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from atoll.protocol import HEADER_LENGTH, join_bytes
+from atoll.bench.harness import percentiles
+from atoll.protocol import HEADER_LENGTH
 
+LATENCY_QS = (50, 95, 99)
 IMAGE_SIZES = ((640, 480), (500, 375), (800, 600), (1024, 768), (375, 500), (1280, 720))
-
-
-def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -> bytes:
-    """Speech-like audio: a gliding harmonic source with formant-like weights, syllable envelope."""
-    import soundfile
-
-    t = np.arange(int(seconds * rate)) / rate
-    f0 = 110 + 30 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6))
-    phase = 2 * np.pi * np.cumsum(f0) / rate
-    voice = sum(np.sin(k * phase) / k * np.exp(-((k * 120 - 700) / 900) ** 2) for k in range(1, 30))
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * t + rng.uniform(0, 6)) ** 2
-    pcm = 0.3 * voice * envelope + 0.01 * rng.normal(size=t.size)
-    buf = io.BytesIO()
-    soundfile.write(buf, (pcm / np.abs(pcm).max() * 0.8).astype(np.float32), rate, format="WAV",
-                    subtype="PCM_16")  # fmt: skip
-    return buf.getvalue()
-
-
-def infer_body(input_name: str, files: list[bytes], priority: int = 0) -> tuple[bytes, dict[str, str]]:
-    """A binary-extension request body with one BYTES element per file; `priority` as Triton's
-    request parameter (1 = real-time, 0 = the model's default)."""
-    blob = join_bytes(np.array(files, dtype=object))
-    parameters = {"binary_data_output": True} | ({"priority": priority} if priority else {})
-    header = json.dumps({
-        "inputs": [{"name": input_name, "datatype": "BYTES", "shape": [len(files), 1],
-                    "parameters": {"binary_data_size": len(blob)}}],
-        "parameters": parameters,
-    }).encode()  # fmt: skip
-    return header + blob, {HEADER_LENGTH: str(len(header)), "Content-Type": "application/octet-stream"}
 
 
 @dataclass
@@ -82,24 +54,18 @@ class Summary:
                 "per_model": self.per_model, "error_samples": self.error_samples}  # fmt: skip
 
 
-def _percentiles(latencies: list[float]) -> dict[str, float]:
-    if not latencies:
-        return {"p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
-    ms = np.asarray(latencies) * 1e3
-    return {f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99)}
-
-
 def summarise(outcomes: list[Outcome], duration: float) -> Summary:
     ok = [o for o in outcomes if o.ok]
     per_model = {}
     for model in sorted({o.model for o in outcomes}):
         mine = [o for o in outcomes if o.model == model]
         per_model[model] = {"requests": len(mine), "errors": sum(not o.ok for o in mine),
-                            "latency_ms": _percentiles([o.latency_s for o in mine if o.ok])}  # fmt: skip
+                            "latency_ms": percentiles([o.latency_s for o in mine if o.ok], qs=LATENCY_QS,
+                                                      digits=2)}  # fmt: skip
     return Summary(
         requests=len(outcomes), errors=len(outcomes) - len(ok), duration_s=round(duration, 3),
         throughput_rps=round(len(ok) / duration, 2) if duration > 0 else 0.0,
-        latency_ms=_percentiles([o.latency_s for o in ok]), per_model=per_model,
+        latency_ms=percentiles([o.latency_s for o in ok], qs=LATENCY_QS, digits=2), per_model=per_model,
         error_samples=sorted({o.error for o in outcomes if not o.ok})[:5],
     )  # fmt: skip
 

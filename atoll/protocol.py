@@ -8,6 +8,7 @@ element as a 4-byte little-endian length followed by its bytes.
 
 from __future__ import annotations
 
+import math
 import json
 import struct
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ def _split_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
         pos += 4
         if pos + n > len(raw):
             raise ProtocolError(f"input {name!r}: BYTES element of {n} bytes runs past the data")
-        items.append(raw[pos : pos + n])
+        items.append(bytes(raw[pos : pos + n]))
         pos += n
     if pos != len(raw):
         raise ProtocolError(f"input {name!r}: {len(raw) - pos} bytes left after {count} elements")
@@ -94,7 +95,7 @@ def join_bytes(array: np.ndarray) -> bytes:
 def _element_count(shape: list[int], name: str) -> int:
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
 
 
 def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tuple[Tensor, int]:
@@ -110,7 +111,7 @@ def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tup
     if size is not None:
         if binary is None or offset + size > len(binary):
             raise ProtocolError(f"input {name!r}: binary_data_size {size} exceeds the request body")
-        raw = bytes(binary[offset : offset + size])
+        raw = binary[offset : offset + size]  # a view: the tensor is copied once, into its slot
         offset += size
         if datatype == "BYTES":
             data = _split_bytes(raw, count, name)

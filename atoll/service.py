@@ -1,46 +1,81 @@
-"""Wiring of one server process: repository, DPU preprocessor, vGPU workers, batcher, HTTP.
+"""The supervisor of one server: repository, vGPU workers, dispatcher, front-end processes, metrics.
 
-`Service.start()` brings everything up in dependency order and `stop()` takes it down in reverse,
-so every worker process and shared-memory segment is released on shutdown.
+`Service.start()` loads every model on every vGPU worker (building and warming every shape the
+batcher can ask for), creates each front end's slot arenas, starts the dispatcher on this process's
+event loop, reserves the HTTP port and starts the front ends on it, and reports ready once every
+front end listens. `stop()` takes it down in reverse: front ends answer what they hold, then the
+dispatcher, workers and shared memory go, so nothing outlives the server.
+
+Processes and what runs where (ARCHITECTURE §1):
+- front ends (`server.front_ends`, one per core by default): HTTP, parsing, admission, CPU
+  preprocessing or DPU hand-off straight into slots (`front_end.py`);
+- this process: the dispatcher (batcher, placement; `dispatcher.py`) and the metrics port;
+- one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import multiprocessing
+import os
+import secrets
+import shutil
+import socket
+import tempfile
 from pathlib import Path
 
 from aiohttp import web
 
+from batching import BucketPolicy, ModelBatching, TritonConfig, audio_bucket_edges, image_model, make_batcher
+from gpu_runtime.priority import BE_NICE_ENV, favour_real_time_threads
+from gpu_runtime.vgpu.messages import BatchSpec
+from gpu_runtime.vgpu.slots import SlotArena
+
+from atoll import channel, lengths
+from atoll.channel import Hello, Stop, Submit
 from atoll.config import Config
+from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
+from atoll.front_end import FrontEndSetup
+from atoll.front_end_process import front_end_main
 from atoll.latency_model import LatencyModel
-from atoll.metrics import Metrics
-from atoll.pipeline import Pipeline
+from atoll.metrics import Metrics, share_metrics
 from atoll.repository import ModelSpec, load_repository
-from atoll.server import InferenceServer
 
 log = logging.getLogger("atoll.service")
+CORES_PER_FRONT_END = 4
+# glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
+# heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
+# lanes (2-core VM: 3-4% more requests per second).
+HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+               "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
+HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
 
 
 def _clamped(policy, max_batch: int):
     """A profiled policy with Batch_max capped at the model's own max_batch_size."""
-    from batching import BucketPolicy, ModelBatching
-
     buckets = tuple(BucketPolicy(b.max_length, min(b.batch_max, max_batch), b.time_knee)
                     for b in policy.buckets)  # fmt: skip
     return ModelBatching(policy.modality, buckets, policy.vgpus)
 
 
-def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None):
+def batch_max_default(config: Config, kinds) -> int:
+    """[batching] max_batch_size, or its default for these vGPU kinds: 4 on CPU vGPUs, where
+    onnxruntime's time per image stops falling (MobileNetV3, 2-core VM: 1.76, 1.47, 1.43, 1.60,
+    1.70 ms at batch 1, 2, 4, 8, 16) and a larger Batch_max only holds batches back; else 8."""
+    return config.batching.max_batch_size or (4 if set(kinds) == {"cpu"} else 8)
+
+
+def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, batch_default: int = 8):
     """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
     Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
-    the [batching] defaults) for every bucket, audio bucketed by 2.5 s up to the longest clip."""
-    from batching import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
-
+    the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
+    2.5 s up to the longest clip."""
     b = config.batching
     policies = {}
     for name, spec in models.items():
-        batch_max = min(b.max_batch_size, max(spec.max_batch_size, 1))
+        batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
         if profile is not None and name in profile.models:
             policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
             continue
@@ -55,10 +90,26 @@ def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None):
     return policies
 
 
-def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency):
-    """The configured batching policy over the given vGPUs ({id: profile kind}). Service times come
-    from the knee profile (`batching.profile`) where it covers a model, else from measured batches."""
-    from batching import PrebaBatcher, StaticBatcher, TritonBatcher, TritonConfig
+def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int) -> dict[str, TritonConfig]:
+    """The Triton-style baseline's settings per model: its config.pbtxt, capped by `batch_max`."""
+    b = config.batching
+    return {
+        name: TritonConfig(
+            max_batch_size=min(batch_max, max(spec.max_batch_size, 1)),
+            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
+            if spec.max_queue_delay_microseconds is not None
+            else b.max_queue_delay_microseconds,
+            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= batch_max),
+        )
+        for name, spec in models.items()
+    }
+
+
+def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency,
+                slots: dict[str, int] | None = None):
+    """The configured batcher over the given vGPUs ({id: profile kind}, running `slots` batches at
+    once) and each model's largest batch under it. Service times come from the knee profile (`batching.profile`) where it covers a
+    model, else from measured batches."""
     from batching.profile import load_profile
 
     b = config.batching
@@ -72,23 +123,40 @@ def make_batcher(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, 
             return profile.service_time(model, batch, length)
         return latency(model, batch, length, kind)
 
-    if b.batcher == "preba":
-        return PrebaBatcher(preba_policies(config, models, profile), vgpus, service_time)
-    if b.batcher == "static":
-        return StaticBatcher(vgpus, service_time, b.max_batch_size,
-                             timeout=b.max_queue_delay_microseconds * 1e-6)  # fmt: skip
-    per_model = {
-        name: TritonConfig(
-            max_batch_size=min(b.max_batch_size, max(spec.max_batch_size, 1)),
-            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
-            if spec.max_queue_delay_microseconds is not None
-            else b.max_queue_delay_microseconds,
-            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= b.max_batch_size),
-        )
-        for name, spec in models.items()
-    }
-    return TritonBatcher(vgpus, service_time, b.max_batch_size, b.max_queue_delay_microseconds,
-                         per_model=per_model)  # fmt: skip
+    batch_max = batch_max_default(config, vgpus.values())
+    policies = preba_policies(config, models, profile, batch_max)
+    triton = triton_configs(config, models, batch_max)
+    batcher = make_batcher(b.batcher, vgpus, service_time, policies=policies, triton=triton,
+                           static_batch=batch_max,
+                           static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
+    largest = {
+        "preba": {m: max(bucket.batch_max for bucket in p.buckets) for m, p in policies.items()},
+        "triton": {m: t.max_batch_size for m, t in triton.items()},
+        "static": {m: batch_max for m in models},
+    }[b.batcher]
+    return batcher, policies, largest
+
+
+def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
+    dims = spec.inputs[0].dims
+    frame_axis = dims.index(-1) if -1 in dims else None
+    padded = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded)
+
+
+def batch_spec(spec: ModelSpec) -> BatchSpec:
+    return BatchSpec(spec.inputs[0].name, tuple(spec.inputs[0].dims),
+                     {t.name: tuple(t.dims) for t in spec.outputs})
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """Bind (without listening) the shared port, so `0` becomes a real port every front end can
+    bind too (SO_REUSEPORT) and nobody else takes it meanwhile."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
 
 
 class Service:
@@ -96,35 +164,37 @@ class Service:
         self.config = config
         self.repository = repository
         self.progress = progress
-        self.metrics = Metrics()
-        self.preprocessor = None
+        self.metrics: Metrics | None = None
         self.pool = None
-        self.pipeline: Pipeline | None = None
-        self.server: InferenceServer | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.front_ends: list = []
+        self._links: list[asyncio.Task] = []
+        self._writers: list[asyncio.StreamWriter] = []
+        self._arenas: list[SlotArena] = []
+        self._port: socket.socket | None = None
+        self._metrics_dir: str | None = None
         self._runners: list[web.AppRunner] = []
         self.http_url = ""
         self.metrics_url = ""
 
     async def start(self) -> None:
-        from fpga_host.preprocessor import Preprocessor
         from gpu_runtime.vgpu.discovery import discover_vgpus
         from gpu_runtime.vgpu.pool import WorkerPool
+        from scheduler.vgpu_engine import engine_for
 
         c = self.config
+        os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
+        for key, value in HEAP_TUNING.items():
+            os.environ.setdefault(key, value)
+        favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         if self.repository is None:
             from atoll.demo_repository import demo_repository
 
             self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
         models = load_repository(self.repository)
-        p = c.preprocessing
-        self.preprocessor = Preprocessor(
-            p.backend, cpu_workers=p.cpu_workers or None, image_cus=p.image_cus,
-            audio_mel_cus=p.audio_mel_cus, audio_norm_cus=p.audio_norm_cus, manifest=p.manifest,
-            cu_timeout_s=p.cu_timeout_ms / 1000, max_image_dim=p.max_image_dim,
-            resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
-            max_audio_seconds=p.max_audio_seconds)  # fmt: skip
-        # worker start-up and librosa's first-call compilation must not land on the first clients
-        await asyncio.gather(*(asyncio.wrap_future(f) for f in self.preprocessor.warming()))
+        self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
+        share_metrics(self._metrics_dir)
+        self.metrics = Metrics()
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         executor = c.vgpus.executor
         if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
@@ -132,30 +202,89 @@ class Service:
 
             on_gpu = any(v.kind != "cpu" for v in vgpus)
             executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
-        from scheduler.vgpu_engine import engine_for
-
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
-        # preempted (numpy, cupy); onnxruntime models run one batch at a time there, RT first.
+        # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
         self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
-        for name, spec in models.items():
-            log.info("loading %s on %d vGPU(s)", name, len(vgpus))
-            await asyncio.to_thread(self.pool.load_model, name, spec.path, None, spec.max_batch_size)
         latency = LatencyModel()
         kinds = {v.id: v.profile_kind for v in vgpus}
-        batcher = make_batcher(c, models, kinds, latency)
-        self.pipeline = Pipeline(models, self.preprocessor, self.pool, batcher, self.metrics,
-                                 latency, kinds)  # fmt: skip
-        await self.pipeline.start()
-        self.server = InferenceServer(self.pipeline, models, self.metrics, c.server.max_pending_requests,
-                                      c.server.request_timeout_s)  # fmt: skip
-        app = self.server.app(c.server.max_request_bytes)
-        self.http_url = await self._listen(app, c.server.host, c.server.http_port)
+        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
+        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
+        batcher, policies, largest = batcher_for(c, models, kinds, latency, slots)
+        plans = {name: plan_for(spec, policies[name], largest[name]) for name, spec in models.items()}
+        out_row_bytes = {}
+        for name, spec in models.items():
+            plan = plans[name]
+            log.info("loading %s on %d vGPU(s): batches up to %d%s", name, len(vgpus), plan.max_batch,
+                     f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")
+            described = await asyncio.to_thread(self.pool.load_model, name, spec.path, None, plan.max_batch,
+                                                None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+            out_row_bytes[name] = max(d["out_row_bytes"] for d in described.values())
+        for vgpu in kinds:
+            self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
+        self.dispatcher = Dispatcher(plans, self.pool, batcher, self.metrics, latency, kinds)
+        self.dispatcher.start()
+        await self._start_front_ends(models, plans, out_row_bytes)
         if c.server.metrics_port >= 0:
             metrics_app = web.Application()
-            metrics_app.router.add_get("/metrics", self.server.metrics_text)
+            metrics_app.router.add_get("/metrics", self._metrics_text)
             self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
-        self.server.ready = True
+
+    async def _start_front_ends(self, models, plans, out_row_bytes) -> None:
+        c = self.config
+        # One front end per few cores, each with a preprocessing thread per core of its share: on
+        # 2 cores one front end with two threads answered 8% more requests per core than two with
+        # one each (fewer processes to wake, and Done messages shared by more rows).
+        count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
+        self._port = _reserve_port(c.server.host, c.server.http_port)
+        port = self._port.getsockname()[1]
+        prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
+        slots = max(c.server.max_pending_requests // count, 1)
+        reserve = {name: max(spec.max_batch_size, 1) for name, spec in models.items()}
+        ctx = multiprocessing.get_context("spawn")
+        hellos = []
+        for index in range(count):
+            arenas = {}
+            for name, spec in models.items():
+                frames = plans[name].padded_frames[-1] if plans[name].padded_frames else None
+                in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
+                arena = SlotArena.create(f"{prefix}-fe{index}-{name}", slots + 2 * reserve[name], in_bytes,
+                                         out_row_bytes[name])  # fmt: skip
+                self._arenas.append(arena)
+                arenas[name] = arena.name
+            setup = FrontEndSetup(index, count, c, models, arenas, max(reserve.values()), port)
+            ours, theirs = socket.socketpair()
+            process = ctx.Process(target=front_end_main, args=(setup, theirs), name=f"atoll-fe{index}", daemon=True)
+            process.start()
+            theirs.close()
+            self.front_ends.append(process)
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+            self._writers.append(writer)
+            hello = asyncio.get_running_loop().create_future()
+            hellos.append(hello)
+            self._links.append(asyncio.create_task(self._front_end_messages(index, reader, writer, hello)))
+        done, _ = await asyncio.wait(hellos, timeout=HELLO_TIMEOUT_S)
+        if len(done) < count:
+            raise RuntimeError(f"{count - len(done)} front end(s) did not start within {HELLO_TIMEOUT_S:g} s")
+        host = f"[{c.server.host}]" if ":" in c.server.host else c.server.host
+        self.http_url = f"http://{host}:{port}"
+        log.info("%d front end(s) on port %d", count, port)
+
+    async def _front_end_messages(self, index: int, reader, writer, hello: asyncio.Future) -> None:
+        link = FrontEndLink(writer)
+        while (message := await channel.receive(reader)) is not None:
+            match message:
+                case Submit():
+                    self.dispatcher.submit(link, message)
+                case Hello():
+                    hello.set_result(message.pid)
+        if not hello.done():
+            hello.set_exception(RuntimeError(f"front end {index} exited during start-up (see its log)"))
+        elif self.http_url:
+            log.warning("front end %d exited", index)
+
+    async def _metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     async def _listen(self, app: web.Application, host: str, port: int) -> str:
         runner = web.AppRunner(app, access_log=None)
@@ -167,13 +296,28 @@ class Service:
         return f"http://{host}:{bound}"
 
     async def stop(self) -> None:
-        if self.server:
-            self.server.ready = False
+        for writer in self._writers:  # front ends first: they answer what they hold
+            if not writer.is_closing():
+                writer.write(channel.encode(Stop()))
+        timeout = self.config.server.request_timeout_s + 10
+        for process in self.front_ends:
+            await asyncio.to_thread(process.join, timeout)
+            if process.is_alive():
+                process.kill()
+                await asyncio.to_thread(process.join)
+        for task in self._links:
+            task.cancel()
+        for writer in self._writers:
+            writer.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
-        if self.pipeline:
-            await self.pipeline.stop()
+        if self.dispatcher:
+            await self.dispatcher.stop()
         if self.pool:
             await asyncio.to_thread(self.pool.close)
-        if self.preprocessor:
-            await asyncio.to_thread(self.preprocessor.close)
+        for arena in self._arenas:
+            arena.close()
+        if self._port is not None:
+            self._port.close()
+        if self._metrics_dir:
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)

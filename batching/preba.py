@@ -57,11 +57,11 @@ class _ModelQueues:
 class PrebaBatcher:
     def __init__(self, models: Mapping[str, ModelBatching], vgpus: Mapping[str, str],
                  service_time: ServiceTime, merge_distance: int = 1,
-                 short_batches_wait_for_idle: bool = True):
+                 short_batches_wait_for_idle: bool = True, slots: Mapping[str, int] | None = None):
         """`vgpus` maps vGPU id -> kind; `merge_distance` is how many buckets away a short batch
         may borrow inputs from (1 = adjacent buckets only); `short_batches_wait_for_idle=False`
         places timed-out batches on busy vGPUs too (see the module docstring)."""
-        self._pool = VgpuPlacement(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time, slots)
         self._models: dict[str, _ModelQueues] = {}
         for name, policy in models.items():
             serving = list(policy.vgpus) if policy.vgpus is not None else self._pool.names

@@ -17,10 +17,10 @@ from batching.placement import ServiceTime, VgpuPlacement
 
 class StaticBatcher:
     def __init__(self, vgpus: Mapping[str, str], service_time: ServiceTime, batch_size: int,
-                 timeout: float | None = None):
+                 timeout: float | None = None, slots: Mapping[str, int] | None = None):
         if batch_size < 1 or (timeout is not None and timeout < 0):
             raise ValueError("batch_size must be >= 1 and timeout >= 0")
-        self._pool = VgpuPlacement(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time, slots)
         self._batch_size = batch_size
         self._timeout = timeout
         self._queues: dict[str, deque[Item]] = {}

@@ -52,9 +52,9 @@ class TritonConfig:
 class TritonBatcher:
     def __init__(self, vgpus: Mapping[str, str], service_time: ServiceTime, max_batch_size: int,
                  max_queue_delay_microseconds: int = 0, preferred_batch_sizes: Sequence[int] = (),
-                 per_model: Mapping[str, TritonConfig] | None = None):
+                 per_model: Mapping[str, TritonConfig] | None = None, slots: Mapping[str, int] | None = None):
         """The configuration applies to every model, except those given in `per_model`."""
-        self._pool = VgpuPlacement(vgpus, service_time)
+        self._pool = VgpuPlacement(vgpus, service_time, slots)
         self._default = TritonConfig(max_batch_size, max_queue_delay_microseconds,
                                      tuple(preferred_batch_sizes))
         self._configs = dict(per_model or {})

@@ -7,6 +7,7 @@ used when no CU can take a request. They are module-level so a `spawn` process p
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -50,8 +51,15 @@ def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
     return int(round((h - crop) / 2)), int(round((w - crop) / 2))
 
 
-def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams()) -> np.ndarray:
-    """JPEG (or any OpenCV-decodable) bytes -> the array after `stage` (see IMAGE_STAGES)."""
+def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams(),
+          out: np.ndarray | None = None) -> np.ndarray:
+    """JPEG (or any OpenCV-decodable) bytes -> the array after `stage` (see IMAGE_STAGES).
+
+    With `out` (a float32 buffer at least as large as the result, e.g. a shared-memory slot) the
+    normalised image is written into its start and that view is returned; float16 values are then
+    stored widened. Decode, resize and crop run on OpenCV's BGR order and the channels are swapped
+    by the last step, which is exact because every step treats channels alike.
+    """
     import cv2
 
     if stage not in IMAGE_STAGES:
@@ -63,20 +71,41 @@ def image(data: bytes, stage: str = "normalize", params: ImageParams = ImagePara
     h, w = bgr.shape[:2]
     if max(h, w) > params.max_dim:
         raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {params.max_dim} pixel limit")
-    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     if stage == "decode":
-        return rgb
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     rh, rw = resized_shape(h, w, params.resize_short)
-    resized = cv2.resize(rgb, (rw, rh), interpolation=cv2.INTER_LINEAR)
+    resized = cv2.resize(bgr, (rw, rh), interpolation=cv2.INTER_LINEAR)
     if stage == "resize":
-        return resized
+        return cv2.cvtColor(resized, cv2.COLOR_BGR2RGB)
     top, left = crop_offsets(rh, rw, params.crop)
-    cropped = np.ascontiguousarray(resized[top:top + params.crop, left:left + params.crop])
+    cropped = resized[top:top + params.crop, left:left + params.crop]
     if stage == "crop":
-        return cropped
-    chw = cropped.transpose(2, 0, 1).astype(np.float32) / np.float32(255)
-    out = (chw - IMAGENET_MEAN[:, None, None]) / IMAGENET_STD[:, None, None]
-    return out.astype(np.float16) if params.fp16 else out
+        return cv2.cvtColor(cropped, cv2.COLOR_BGR2RGB)
+    return normalize_bgr(cropped, params.fp16, out)
+
+
+@functools.cache
+def _normalize_table(fp16: bool) -> np.ndarray:
+    """(3, 256) float32: `(v / 255 - mean[c]) / std[c]` for every byte v, evaluated in float32
+    exactly as the per-pixel expression is (so a lookup equals it bit for bit), rounded through
+    float16 when the output is float16."""
+    v = np.arange(256, dtype=np.float32)[None, :]
+    table = (v / np.float32(255) - IMAGENET_MEAN[:, None]) / IMAGENET_STD[:, None]
+    return table.astype(np.float16).astype(np.float32) if fp16 else table
+
+
+def normalize_bgr(bgr: np.ndarray, fp16: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+    """HWC uint8 BGR -> CHW RGB ImageNet-normalised, one table lookup per byte (ARCHITECTURE 4.1)."""
+    import cv2
+
+    h, w = bgr.shape[:2]
+    dst = np.empty((3, h, w), np.float32) if out is None else out.reshape(-1)[: 3 * h * w].reshape(3, h, w)
+    table = _normalize_table(fp16)
+    for c, plane in enumerate(reversed(cv2.split(bgr))):
+        written = cv2.LUT(plane, table[c].reshape(256, 1), dst=dst[c])
+        if not np.shares_memory(written, dst[c]):
+            dst[c] = written  # OpenCV chose its own buffer (`out` is not float32)
+    return dst.astype(np.float16) if fp16 and out is None else dst
 
 
 def pcm_to_float(pcm: np.ndarray) -> np.ndarray:
@@ -104,9 +133,11 @@ def validate_audio(y: np.ndarray, sample_rate: int, max_seconds: float) -> None:
         raise PreprocessError(Status.NON_FINITE, "audio contains NaN or infinite samples")
 
 
-def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
-          max_seconds: float = 30.0) -> np.ndarray:
-    """Mono PCM -> (80, T) float32 log-mel (`mel`) or per-feature normalised log-mel (`normalize`)."""
+def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize", max_seconds: float = 30.0,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """Mono PCM -> (80, T) float32 log-mel (`mel`) or per-feature normalised log-mel (`normalize`).
+    With `out` (a float32 buffer at least as large as the result) the result is written into its
+    start and that view is returned."""
     import librosa
 
     if stage not in AUDIO_STAGES:
@@ -117,13 +148,17 @@ def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
         y = librosa.resample(y, orig_sr=sample_rate, target_sr=AUDIO_RATE)
     y = librosa.effects.preemphasis(y, coef=0.97)
     mel = np.log(librosa.feature.melspectrogram(y=y, **MEL_PARAMS) + LOG_FLOOR)
+    dst = mel if out is None else out.reshape(-1)[: mel.size].reshape(mel.shape)
     if stage == "mel":
-        return mel
+        if out is not None:
+            dst[...] = mel
+        return dst
     if mel.shape[1] < 2:
         raise PreprocessError(Status.EMPTY, "audio shorter than two 10 ms frames cannot be normalised")
     mean = mel.mean(axis=1, keepdims=True)
     std = mel.std(axis=1, ddof=1, keepdims=True)
-    return (mel - mean) / (std + NORM_EPS)
+    np.subtract(mel, mean, out=dst)
+    return np.divide(dst, std + NORM_EPS, out=dst)
 
 
 def timed(fn, *args) -> tuple[np.ndarray, float]:
@@ -133,38 +168,63 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - t0
 
 
-def _warm_worker() -> None:
-    """Pool initializer: one core per worker, and librosa's first-call caches built before any request."""
+def init_worker() -> None:
+    """Initializer of a CPU preprocessing process (the pool's workers, the server's front ends, the
+    plain baseline server's):
+    one core per worker, and librosa's first-call caches built before any request.
+
+    One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
+    every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
+    P workers then run P x cores spinning BLAS threads on P cores, and audio got slower with more
+    workers (2 cores: one worker burnt 1.9 cores for one core's throughput; two were slower than one).
+    """
     import cv2
+    from threadpoolctl import threadpool_limits
 
     cv2.setNumThreads(1)
     audio(np.zeros(8000, dtype=np.float32), 8000)
+    # after the warm-up call, which loads librosa's BLAS and OpenMP libraries: the cap applies
+    # to the libraries loaded so far
+    threadpool_limits(limits=1)
 
 
 class CpuPool:
-    """The CPU path: a `spawn` process pool of `workers` processes, or in-process threads when 0."""
+    """The CPU path: a `spawn` process pool of `workers` processes, or, with 0, the caller's own
+    thread (the server's front ends call it from their preprocessing lanes)."""
 
     def __init__(self, workers: int):
         self.workers = workers
+        self._executor: cf.Executor | None = None
+        self.warming: list[cf.Future] = []
         if workers > 0:
-            self._executor: cf.Executor = cf.ProcessPoolExecutor(
+            self._executor = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_warm_worker)
+                initializer=init_worker)
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
             # A server waits on `warming` before it reports ready.
             self.warming = [self._executor.submit(int) for _ in range(workers)]
-        else:
-            # In-process mode for small deployments and tests: no worker start-up cost.
-            self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="atoll-cpu")
-            self.warming = []
 
-    def image(self, data: bytes, stage: str, params: ImageParams) -> cf.Future:
-        """Future of (array, compute seconds)."""
-        return self._executor.submit(timed, image, data, stage, params)
+    def image(self, data: bytes, stage: str, params: ImageParams, out: np.ndarray | None = None) -> cf.Future:
+        """Future of (array, compute seconds); `out` only in the caller's thread (workers=0)."""
+        return self._submit(image, data, stage, params, out)
 
-    def audio(self, pcm: np.ndarray, sample_rate: int, stage: str, max_seconds: float) -> cf.Future:
-        return self._executor.submit(timed, audio, pcm, sample_rate, stage, max_seconds)
+    def audio(self, pcm: np.ndarray, sample_rate: int, stage: str, max_seconds: float,
+              out: np.ndarray | None = None) -> cf.Future:
+        return self._submit(audio, pcm, sample_rate, stage, max_seconds, out)
+
+    def _submit(self, fn, *args) -> cf.Future:
+        if self._executor is not None:
+            if args[-1] is not None:
+                raise ValueError("a process pool cannot write into the caller's buffer")
+            return self._executor.submit(timed, fn, *args[:-1])
+        future: cf.Future = cf.Future()
+        try:
+            future.set_result(timed(fn, *args))
+        except Exception as exc:  # PreprocessError and the like reach the caller through the future
+            future.set_exception(exc)
+        return future
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)  # drain: accepted requests are answered
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)  # drain: accepted requests are answered

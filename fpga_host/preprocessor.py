@@ -34,7 +34,10 @@ class Preprocessor:
                  image_cus: int | None = None, audio_mel_cus: int | None = None,
                  audio_norm_cus: int | None = None, manifest: str | os.PathLike | None = None,
                  cu_timeout_s: float = 5.0, max_image_dim: int = 8192, resize_short: int = 256,
-                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0):
+                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0,
+                 cu_share: tuple[int, int] = (0, 1)):
+        """`cu_share` = (k, n): open only every n-th compute unit starting at the k-th, so n
+        processes can share one DPU (each then opens at most `*_cus` of its share)."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
         if not 0 < crop <= resize_short:
@@ -53,7 +56,7 @@ class Preprocessor:
 
             self._driver = open_driver(
                 backend, manifest=manifest, cu_timeout_s=cu_timeout_s, image_params=self.image_params,
-                max_audio_seconds=max_audio_seconds, cu_counts={
+                max_audio_seconds=max_audio_seconds, cu_share=cu_share, cu_counts={
                     "image_cu": image_cus, "audio_mel_cu": audio_mel_cus,
                     "audio_norm_cu": audio_norm_cus})
         if cpu_workers is None:
@@ -65,25 +68,28 @@ class Preprocessor:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def submit_image(self, data: bytes, stage: str = "normalize") -> cf.Future:
-        """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize."""
+    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None) -> cf.Future:
+        """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize.
+        With `out` (a float32 buffer, e.g. a shared-memory slot; needs `cpu_workers=0` for the CPU
+        path) the normalised result is written into its start and `Result.array` is that view."""
         if stage not in cpu_backend.IMAGE_STAGES:
             raise ValueError(f"unknown image stage {stage!r}; expected one of {cpu_backend.IMAGE_STAGES}")
         start = time.perf_counter()
-        cpu = lambda: self._cpu.image(data, stage, self.image_params)  # noqa: E731
+        cpu = lambda: self._cpu.image(data, stage, self.image_params, out)  # noqa: E731
         if self._driver is None:
             return self._from_cpu(cpu(), start, None)
-        return self._from_dpu(self._driver.submit_image(data, stage), cpu, start)
+        return self._from_dpu(self._driver.submit_image(data, stage, out), cpu, start)
 
-    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize") -> cf.Future:
-        """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize."""
+    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
+                     out: np.ndarray | None = None) -> cf.Future:
+        """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize; `out` as for images."""
         if stage not in cpu_backend.AUDIO_STAGES:
             raise ValueError(f"unknown audio stage {stage!r}; expected one of {cpu_backend.AUDIO_STAGES}")
         start = time.perf_counter()
-        cpu = lambda: self._cpu.audio(pcm, sample_rate, stage, self.max_audio_seconds)  # noqa: E731
+        cpu = lambda: self._cpu.audio(pcm, sample_rate, stage, self.max_audio_seconds, out)  # noqa: E731
         if self._driver is None:
             return self._from_cpu(cpu(), start, None)
-        return self._from_dpu(self._driver.submit_audio(pcm, sample_rate, stage), cpu, start)
+        return self._from_dpu(self._driver.submit_audio(pcm, sample_rate, stage, out), cpu, start)
 
     # -- completion -------------------------------------------------------------------------------
 
@@ -135,7 +141,7 @@ class Preprocessor:
         return outer
 
     def warming(self) -> list[cf.Future]:
-        """Futures that finish once the CPU workers are started and warmed (empty in-process)."""
+        """Futures that finish once the CPU workers are started and warmed (empty with none)."""
         return list(self._cpu.warming)
 
     def describe(self) -> dict:

@@ -133,7 +133,7 @@ class XrtDriver:
     def __init__(self, xrt, device, xclbin_path: str | os.PathLike, manifest: Manifest, *,
                  backend: str = "xrt", cu_timeout_s: float = 5.0,
                  image_params: ImageParams = ImageParams(), max_audio_seconds: float = 30.0,
-                 cu_counts: dict[str, int | None] | None = None):
+                 cu_counts: dict[str, int | None] | None = None, cu_share: tuple[int, int] = (0, 1)):
         self.xrt, self.device, self.backend = xrt, device, backend
         self.image_params = image_params
         self.max_audio_seconds = max_audio_seconds
@@ -148,10 +148,11 @@ class XrtDriver:
             count = (cu_counts or {}).get(name)
             if count is not None and not 0 <= count <= len(spec.cus):
                 raise ValueError(f"{name}: {count} CUs asked for, the manifest has {len(spec.cus)}")
+            mine = spec.cus[cu_share[0]::cu_share[1]]
             try:
                 slots = [_Slot(xrt, device, spec, cu, xrt.kernel(
                     device, uuid, f"{name}:{{{cu}}}", xrt.kernel.cu_access_mode.exclusive))
-                    for cu in spec.cus[:count]]
+                    for cu in mine[:count]]
             except RuntimeError as exc:  # that kernel's requests go to the CPU, saying why
                 self.unopened[name] = str(exc)
                 slots = []
@@ -196,10 +197,17 @@ class XrtDriver:
         h, w = dims if stage == "decode" else resized_shape(*dims, p.resize_short)
         return 3 * h * w
 
-    def _read(self, bo, dtype, shape: tuple[int, ...]) -> np.ndarray:
+    def _read(self, bo, dtype, shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+        """The buffer's contents as an array: a copy, or written into the start of `out` (a
+        caller's buffer such as a shared-memory slot, in `out`'s dtype) and returned as that view."""
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
         bo.sync(self.xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE, n, 0)
-        return np.frombuffer(bo.map(), dtype=np.uint8, count=n).view(dtype).reshape(shape).copy()
+        data = np.frombuffer(bo.map(), dtype=np.uint8, count=n).view(dtype).reshape(shape)
+        if out is None:
+            return data.copy()
+        dst = out.reshape(-1)[: data.size].reshape(shape)
+        dst[...] = data
+        return dst
 
     def _write(self, bo, data: np.ndarray) -> int:
         data = data.reshape(-1).view(np.uint8)[:bo.size()]
@@ -256,20 +264,21 @@ class XrtDriver:
 
     # -- image ------------------------------------------------------------------------------------
 
-    def submit_image(self, data: bytes, stage: str = "normalize") -> cf.Future:
-        """Future[DpuOutput]; raises CuFailure through the future when no CU can run it."""
-        return self._executors["image_cu"].submit(self._image, data, stage, time.perf_counter())
+    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None) -> cf.Future:
+        """Future[DpuOutput]; raises CuFailure through the future when no CU can run it. With `out`
+        the normalised output is read from the CU's buffer straight into it (see `_read`)."""
+        return self._executors["image_cu"].submit(self._image, data, stage, time.perf_counter(), out)
 
-    def _image(self, data: bytes, stage: str, submitted: float) -> DpuOutput:
+    def _image(self, data: bytes, stage: str, submitted: float, out: np.ndarray | None) -> DpuOutput:
         p = self.image_params
         with self._using("image_cu") as slot:
             started = time.perf_counter()
             jpeg = slot.bo("jpeg", len(data))
             self._write(jpeg, np.frombuffer(data, dtype=np.uint8))
-            out = slot.bo("out", self._image_out_bytes(data, stage))
+            out_bo = slot.bo("out", self._image_out_bytes(data, stage))
             words = self._execute("image_cu", slot, {
                 "jpeg": jpeg, "jpeg_len": len(data), "scratch": slot.bos["scratch"],
-                "scratch_bytes": slot.bos["scratch"].size(), "out": out, "out_bytes": out.size(),
+                "scratch_bytes": slot.bos["scratch"].size(), "out": out_bo, "out_bytes": out_bo.size(),
                 "status": slot.bos["status"], "stage": IMAGE_STAGE_CODES[stage],
                 "resize_short": p.resize_short, "crop": p.crop, "out_fp16": int(p.fp16),
                 "max_dim": p.max_dim})
@@ -281,9 +290,9 @@ class XrtDriver:
                 dtype, shape = (np.float16 if p.fp16 else np.float32), (c, h, w)
             else:
                 dtype, shape = np.uint8, (h, w, c)
-            if written != np.prod(shape) * np.dtype(dtype).itemsize or written > out.size():
+            if written != np.prod(shape) * np.dtype(dtype).itemsize or written > out_bo.size():
                 raise RuntimeError(f"status says {written} bytes for a {shape} {np.dtype(dtype)} output")
-            array = self._read(out, dtype, shape)
+            array = self._read(out_bo, dtype, shape, out if stage == "normalize" else None)
             cu_ms = (time.perf_counter() - started) * 1e3
         return DpuOutput(Status.OK, "", array, {"queue_ms": (started - submitted) * 1e3, "cu_ms": cu_ms})
 
@@ -294,8 +303,10 @@ class XrtDriver:
 
     # -- audio ------------------------------------------------------------------------------------
 
-    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize") -> cf.Future:
-        """Future[DpuOutput] of a mel CU run chained (for `normalize`) into a norm CU run."""
+    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
+                     out: np.ndarray | None = None) -> cf.Future:
+        """Future[DpuOutput] of a mel CU run chained (for `normalize`) into a norm CU run; `out` as
+        for images."""
         outer: cf.Future = cf.Future()
         pcm = np.asarray(pcm)
         if pcm.ndim != 1 or pcm.dtype not in (np.int16, np.float32):
@@ -303,7 +314,7 @@ class XrtDriver:
                                        f"audio must be 1-D int16 or float32, got {pcm.dtype} {pcm.shape}"))
             return outer
         self._executors["audio_mel_cu"].submit(
-            self._settle, outer, self._mel, outer, pcm, int(sample_rate), stage, time.perf_counter())
+            self._settle, outer, self._mel, outer, pcm, int(sample_rate), stage, time.perf_counter(), out)
         return outer
 
     @staticmethod
@@ -314,7 +325,8 @@ class XrtDriver:
             if not outer.done():
                 outer.set_exception(exc)
 
-    def _mel(self, outer: cf.Future, pcm: np.ndarray, rate: int, stage: str, submitted: float) -> None:
+    def _mel(self, outer: cf.Future, pcm: np.ndarray, rate: int, stage: str, submitted: float,
+             out: np.ndarray | None) -> None:
         handoff = self._handoffs.acquire()
         if handoff is None:
             raise self._no_cu("audio_mel_cu")
@@ -335,17 +347,18 @@ class XrtDriver:
                 if status != Status.OK:
                     outer.set_result(DpuOutput(status, REASONS.get(status, status.name)))
                 elif stage == "mel":
-                    mel = self._read(handoff.bos["mel"], np.float32, (N_MELS, frames))
+                    mel = self._read(handoff.bos["mel"], np.float32, (N_MELS, frames), out)
                     outer.set_result(DpuOutput(Status.OK, "", mel, timings))
                 else:
                     self._executors["audio_norm_cu"].submit(
-                        self._settle, outer, self._norm, outer, handoff, frames, timings)
+                        self._settle, outer, self._norm, outer, handoff, frames, timings, out)
                     passed_on = True
         finally:
             if not passed_on:
                 self._handoffs.release(handoff)
 
-    def _norm(self, outer: cf.Future, handoff: _Slot, frames: int, timings: dict) -> None:
+    def _norm(self, outer: cf.Future, handoff: _Slot, frames: int, timings: dict,
+              out: np.ndarray | None) -> None:
         try:
             with self._using("audio_norm_cu") as slot:
                 started = time.perf_counter()
@@ -356,11 +369,11 @@ class XrtDriver:
                 if status != Status.OK:
                     outer.set_result(DpuOutput(status, REASONS.get(status, status.name)))
                     return
-                out = self._read(slot.bos["out"], np.float32, (N_MELS, frames))
+                array = self._read(slot.bos["out"], np.float32, (N_MELS, frames), out)
                 timings = dict(timings, norm_cu_ms=(time.perf_counter() - started) * 1e3)
         finally:
             self._handoffs.release(handoff)
-        outer.set_result(DpuOutput(Status.OK, "", out, timings))
+        outer.set_result(DpuOutput(Status.OK, "", array, timings))
 
     # -- state and lifetime -----------------------------------------------------------------------
 

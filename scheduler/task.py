@@ -7,8 +7,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-RT = "rt"
-BE = "be"
+from gpu_runtime.priority import Priority
+
+RT, BE = Priority.RT, Priority.BE  # the scheduler's short names for the one definition
 
 
 @dataclass

@@ -6,12 +6,14 @@ schedule its batches as REEF tasks: real-time batches preempt best-effort ones (
 concurrently on the vHQ streams, and a preempted batch resumes from its last completed kernel.
 
 A Reef client is one loaded program state, so the engine keeps one per (model, priority, batch,
-length); programs for the batch sizes a model is expected to see are built at load, for both
-priorities, so neither an RT nor a BE batch pays for an import or NVRTC when it arrives.
+length). Programs for every shape the model will be sent (the batch sizes of
+`gpu_runtime.vgpu.batches.batch_sizes` up to `max_batch`, times each padded length) are built at
+load, for both priorities, so neither an RT nor a BE batch pays for an import or NVRTC when it
+arrives.
 
 Only the kernel-program executors can be preempted. Models loaded with onnxruntime, and every
 model on a green-context vGPU (the scheduler's CUDA streams are made in the primary context, not
-the partition's), run on a `SerialEngine` beside the scheduler: one batch at a time, RT first.
+the partition's), run on a `SerialEngine` beside the scheduler: RT batches on a lane of their own.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from concurrent.futures import Future
 
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.executors import EXECUTORS, program_executor
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.serial_engine import SerialEngine
 from scheduler.reef import DEFAULT_CAPACITY, Reef
-from scheduler.task import BE, RT
+
 
 class ReefEngine:
     def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY):
@@ -39,10 +43,11 @@ class ReefEngine:
         self._serial_models: set[str] = set()
 
     # ---- the engine contract (gpu_runtime.vgpu.serial_engine) -------------------------------------
-    def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None) -> dict:
+    def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None,
+             lengths: tuple[int, ...] = ()) -> dict:
         spec = EXECUTORS[executor]
         if not spec.preemptible or (spec.gpu and self.info.green_context):
-            described = self._serial_engine().load(model, onnx_path, executor, max_batch)
+            described = self._serial_engine().load(model, onnx_path, executor, max_batch, lengths)
             self._serial_models.add(model)
             self._shapes.pop(model, None)
             return described
@@ -50,21 +55,24 @@ class ReefEngine:
         shapes = ModelShapes(onnx_path)
         self._shapes[model] = shapes
         self._serial_models.discard(model)
-        for key in shapes.planned_keys(max_batch):
-            for priority in (RT, BE):
+        sizes = batch_sizes(max_batch)
+        for key in ((batch, length) for batch in sizes for length in lengths or (None,)):
+            for priority in Priority:
                 self._add_client(model, shapes, priority, key)
         reef.prepare_padding()
-        return {"executor": executor, "preemptible": True, "scheduler": self.policy}
+        return {"executor": executor, "preemptible": True, "scheduler": self.policy,
+                "batch_sizes": list(sizes)}
 
-    def run(self, model: str, inputs: dict, priority: str = BE) -> Future:
+    def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         if model in self._serial_models:
             return self._serial_engine().run(model, inputs, priority)
         shapes = self._shapes.get(model)
         if shapes is None:
             raise KeyError(f"model {model!r} is not loaded on {self.info.id}")
         key = shapes.key(inputs)
+        priority = Priority.of(priority)
         name = _client_name(model, priority, key)
-        if not self.reef.has_client(name):  # add_client refuses a priority other than RT or BE
+        if not self.reef.has_client(name):  # a shape not built at load (the worker counts it)
             self._add_client(model, shapes, priority, key)
             self.reef.prepare_padding()
         done: Future = Future()

@@ -1,4 +1,5 @@
-"""Synthetic media for benchmarks and tests: photo-like JPEGs and tone-plus-noise PCM clips.
+"""Synthetic media for benchmarks and tests: photo-like JPEGs, tone-plus-noise PCM clips and
+speech-like WAV files.
 
 Nothing is downloaded: images are smooth colour gradients with sensor-like noise (they compress like
 photographs, unlike white noise), encoded by OpenCV; clips are a tone plus noise.
@@ -6,10 +7,17 @@ photographs, unlike white noise), encoded by OpenCV; clips are a tone plus noise
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 # (width, height) from phone thumbnails to 12 MP camera frames
 IMAGE_SIZES = ((500, 375), (640, 480), (1024, 768), (1600, 1200), (2048, 1536), (4000, 3000))
+# JPEG size sets of `atoll bench serve`: web pictures of 0.1-0.5 MP, camera frames up to 12 MP
+JPEG_SETS = {
+    "web": ((400, 300), (500, 375), (375, 500), (640, 480), (800, 600)),
+    "camera": ((1024, 768), (1600, 1200), (2048, 1536), (3264, 2448), (4000, 3000)),
+}
 CLIP_SECONDS = (2.5, 5.0, 15.0, 25.0)
 
 
@@ -37,3 +45,19 @@ def tone(seconds: float, rate: int, freq: float = 440.0, dtype=np.int16, seed: i
     if dtype == np.int16:
         return (y * 32767).astype(np.int16)
     return y.astype(np.float32)
+
+
+def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -> bytes:
+    """Speech-like audio: a gliding harmonic source with formant-like weights, syllable envelope."""
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    f0 = 110 + 30 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6))
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    voice = sum(np.sin(k * phase) / k * np.exp(-((k * 120 - 700) / 900) ** 2) for k in range(1, 30))
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * t + rng.uniform(0, 6)) ** 2
+    pcm = 0.3 * voice * envelope + 0.01 * rng.normal(size=t.size)
+    buf = io.BytesIO()
+    soundfile.write(buf, (pcm / np.abs(pcm).max() * 0.8).astype(np.float32), rate, format="WAV",
+                    subtype="PCM_16")  # fmt: skip
+    return buf.getvalue()

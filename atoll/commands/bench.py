@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "disb": "atoll.bench.disb",
     "preempt": "atoll.bench.preempt",
     "worker": "atoll.bench.worker",
+    "serve": "atoll.bench.serve",
 }
 
 

@@ -32,8 +32,9 @@ def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
 
     import numpy as np
 
-    from atoll.bench.corpus import jpeg_bytes
-    from atoll.loadgen import IMAGE_SIZES, Workload, infer_body, synthetic_wav
+    from atoll.bench.bodies import infer_body
+    from atoll.bench.corpus import jpeg_bytes, synthetic_wav
+    from atoll.loadgen import IMAGE_SIZES, Workload
 
     rng = np.random.default_rng(seed)
     with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:

@@ -123,7 +123,7 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
 
     with WorkerPool([info]) as pool:
         pool.load_model(spec.name, spec.path, max_batch=batches[-1])
-        runner = _pool_runner(pool, info.id, spec)
+        runner = pool_runner(pool, info.id, spec)
         measured = measure(runner, spec.name, modality, lengths, batches, args.repeats,
                            args.warmup, args.percentile)
 
@@ -156,10 +156,10 @@ def _model_spec(repository: str | None, model: str):
     return models[model]
 
 
-def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
+def pool_runner(pool, vgpu_id: str, spec) -> Runner:
     import numpy as np
 
-    from atoll.pipeline import FRAME_SECONDS
+    from atoll import lengths
 
     tensor = spec.inputs[0]
     rng = np.random.default_rng(0)
@@ -168,9 +168,8 @@ def _pool_runner(pool, vgpu_id: str, spec) -> Runner:
     def run_batch(batch: int, length: float) -> None:
         x = inputs.get((batch, length))
         if x is None:
-            # the variable axis of an audio input is its frame axis: T frames span (T - 1) hops
-            frames = int(round(length / FRAME_SECONDS)) + 1
-            dims = [frames if d < 0 else d for d in tensor.dims]
+            # the variable axis of an audio input is its frame axis
+            dims = [lengths.frames(length) if d < 0 else d for d in tensor.dims]
             inputs.clear()
             x = inputs[(batch, length)] = rng.standard_normal((batch, *dims)).astype(np.float32)
         pool.submit(vgpu_id, spec.name, {tensor.name: x}).result()

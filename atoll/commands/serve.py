@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8000; 0 = any free port)")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; -1 = off)")
+    p.add_argument("--front-ends", type=int, help="HTTP front-end processes sharing the port (default: one per 4 cores)")
     p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
     p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
     p.add_argument("--executor", choices=("auto", *EXECUTORS),
@@ -45,7 +46,7 @@ def config_from_args(args, flags: dict[str, str]):
 
 SERVE_FLAGS = {
     "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
-    "metrics_port": "server.metrics_port", "backend": "preprocessing.backend",
+    "metrics_port": "server.metrics_port", "front_ends": "server.front_ends", "backend": "preprocessing.backend",
     "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
 }  # fmt: skip
 

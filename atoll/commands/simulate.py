@@ -16,7 +16,8 @@ import argparse
 import json
 import sys
 
-BATCHERS = ("preba", "triton", "static")
+from batching.factory import BATCHERS
+
 # not part of the default side-by-side set: PREBA placing timed-out batches on busy vGPUs too
 VARIANTS = ("preba-eager",)
 
@@ -142,19 +143,17 @@ def batcher_params(name: str, profile, args, typical_batch: int) -> dict:
 
 
 def batcher_factories(profile, args, vgpus, service_time, typical_batch):
-    from batching import PrebaBatcher, StaticBatcher, TritonBatcher
+    from batching import TritonConfig, make_batcher
 
     triton = batcher_params("triton", profile, args, typical_batch)
     static = batcher_params("static", profile, args, typical_batch)
     policy = {args.model: profile.model_batching(args.model)}
-    return {
-        "preba": lambda: PrebaBatcher(policy, vgpus, service_time),
-        "preba-eager": lambda: PrebaBatcher(policy, vgpus, service_time,
-                                            short_batches_wait_for_idle=False),
-        "triton": lambda: TritonBatcher(vgpus, service_time, **triton),
-        "static": lambda: StaticBatcher(vgpus, service_time, static["batch_size"],
-                                        static["timeout_ms"] / 1e3),
-    }
+    common = dict(policies=policy, triton={args.model: TritonConfig(**triton)},
+                  static_batch=static["batch_size"], static_timeout_s=static["timeout_ms"] / 1e3)
+    factories = {name: lambda name=name: make_batcher(name, vgpus, service_time, **common) for name in BATCHERS}
+    factories["preba-eager"] = lambda: make_batcher("preba", vgpus, service_time, **common,
+                                                    short_batches_wait_for_idle=False)
+    return factories
 
 
 def print_table(report: dict) -> None:

@@ -1,6 +1,7 @@
 """WorkerPool: one worker process per vGPU, fed batches through shared memory.
 
-`submit` returns a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
+`submit` (arrays, copied into the pool's segments) and `submit_rows` (rows already in front-end slot
+arenas) return a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
 One monitor thread waits on every worker's pipe and process sentinel at once: replies resolve
 futures, and a sentinel firing means the worker died. A dead worker is restarted, its models are
 reloaded, and the requests it had in flight are re-sent, each at most `crash_retries` times; after
@@ -10,20 +11,24 @@ therefore ends in a result or an exception, never a hang.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import multiprocessing
 import os
 import queue
 import secrets
+import selectors
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 
 import numpy as np
 
+from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.discovery import VGpuInfo
+from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
+                                       Ready, Row, Run, RunRows, Stop)
 from gpu_runtime.vgpu.worker import worker_main
 
 
@@ -43,8 +48,8 @@ class PoolClosed(RuntimeError):
 class _Request:
     req: int
     future: Future
-    message: tuple
-    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for run requests
+    message: Load | Run | RunRows
+    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for Run
     out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
     crashes: int = 0
 
@@ -62,6 +67,7 @@ class WorkerState:
     last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
     loaded: dict[str, dict] = field(default_factory=dict)  # model -> executor description
     inflight_runs: int = 0
+    program_builds: int = 0  # shapes built after their model's load (see worker.py), all lifetimes
 
     @property
     def busy(self) -> bool:
@@ -80,7 +86,8 @@ class _Worker:
         self.engine = engine
         self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
-        self.models: dict[str, tuple] = {}  # model -> its load message, replayed after a restart
+        self.models: dict[str, Load] = {}  # model -> its load message, replayed after a restart
+        self.builds_before = 0  # program builds of the incarnations before this one
         self.start()
 
     def start(self) -> None:
@@ -100,7 +107,7 @@ class _Worker:
             target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
         ).start()
 
-    def send(self, message: tuple) -> None:
+    def send(self, message) -> None:
         """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
         self.outbox.put(message)
 
@@ -159,33 +166,30 @@ class WorkerPool:
         executor: str | None = None,
         max_batch: int | None = None,
         timeout: float | None = 300.0,
+        batch: BatchSpec | None = None,
+        lengths: tuple[int, ...] = (),
     ) -> dict[str, dict]:
         """Load a model on every worker; returns {vgpu_id: executor description}. Raises the first
-        worker's error if any worker failed to load it."""
+        worker's error if any worker failed to load it. With `batch` (needed by `submit_rows`),
+        every batch size up to `max_batch` times every padded length in `lengths` is built and run
+        once before this returns, and the description says how many bytes one row's outputs take
+        at most (`out_row_bytes`)."""
         futures = {}
         with self._lock:
             self._check_open()
             for vid, worker in self._workers.items():
-                req = next(self._ids)
-                path = os.fspath(onnx_path)
-                message = ("load", req, name, path, executor or self.executor, max_batch)
+                message = Load(next(self._ids), name, os.fspath(onnx_path), executor or self.executor,
+                               max_batch, batch, tuple(lengths))
                 worker.models[name] = message
-                futures[vid] = self._dispatch(worker, _Request(req, Future(), message))
+                futures[vid] = self._dispatch(worker, _Request(message.req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
 
     def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray],
-               priority: str = "be") -> Future:
+               priority: str = Priority.BE) -> Future:
         """Run one batch of `model` on vGPU `vgpu_id`, as real-time ("rt") or best-effort ("be")
         work; the future yields its outputs by name."""
-        if priority not in ("rt", "be"):
-            raise ValueError(f"priority must be 'rt' or 'be', got {priority!r}")
-        worker = self._workers.get(vgpu_id)
-        if worker is None:
-            raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
-        if self._closed:
-            raise PoolClosed("pool closed")
-        if not worker.state.alive:
-            raise PoolClosed(f"vGPU {vgpu_id} is dead: {worker.state.error}")
+        priority = Priority.of(priority)
+        worker = self._live_worker(vgpu_id)
         arrays = {name: np.asarray(array) for name, array in inputs.items()}
         _, in_bytes = shm.plan(arrays)
         in_seg = worker.segments.acquire(in_bytes)
@@ -197,10 +201,34 @@ class WorkerPool:
             worker.segments.release(in_seg)
             worker.segments.release(out_seg)
             raise
-        req = next(self._ids)
-        names = shm.segment_name(in_seg), shm.segment_name(out_seg)
-        message = ("run", req, model, names[0], layout, names[1], out_seg.size, priority)
-        request = _Request(req, Future(), message, (in_seg, out_seg), out_key=(model, in_bytes))
+        message = Run(next(self._ids), model, priority, shm.segment_name(in_seg), layout,
+                      shm.segment_name(out_seg), out_seg.size)
+        return self._start(worker, _Request(message.req, Future(), message, (in_seg, out_seg),
+                                            out_key=(model, in_bytes)))
+
+    def submit_rows(self, vgpu_id: str, model: str, rows: tuple[Row, ...], length: int | None = None,
+                    priority: str = Priority.BE) -> Future:
+        """Run the rows (in slot arenas, see slots.py) as one batch of `model`, each row's variable
+        dimension padded to `length`; every row's outputs are left in its slot's output region and
+        the future yields their layouts, in row order. The model must be loaded with a BatchSpec."""
+        priority = Priority.of(priority)
+        worker = self._live_worker(vgpu_id)
+        if not rows:
+            raise ValueError("a batch needs at least one row")
+        message = RunRows(next(self._ids), model, priority, tuple(rows), length)
+        return self._start(worker, _Request(message.req, Future(), message))
+
+    def _live_worker(self, vgpu_id: str) -> _Worker:
+        worker = self._workers.get(vgpu_id)
+        if worker is None:
+            raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
+        if self._closed:
+            raise PoolClosed("pool closed")
+        if not worker.state.alive:
+            raise PoolClosed(f"vGPU {vgpu_id} is dead: {worker.state.error}")
+        return worker
+
+    def _start(self, worker: _Worker, request: _Request) -> Future:
         request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:
             if self._closed:
@@ -217,7 +245,7 @@ class WorkerPool:
         self._wake_w.send(None)
         self._monitor.join(timeout)
         for worker in self._workers.values():
-            worker.send(("stop",))
+            worker.send(Stop())
             worker.retire()
         for worker in self._workers.values():
             worker.process.join(timeout)
@@ -248,81 +276,109 @@ class WorkerPool:
             self._finish(worker, request, exception=error)
             return request.future
         worker.inflight[request.req] = request
-        if request.message[0] == "run":
+        if not isinstance(request.message, Load):
             worker.state.inflight_runs += 1
         worker.send(request.message)
         return request.future
 
     def _monitor_loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed:
-                    return
-                by_handle = {}
-                for worker in self._workers.values():
-                    if worker.state.alive:
-                        by_handle[worker.conn] = worker
-                        by_handle[worker.process.sentinel] = worker
-            ready = wait([self._wake_r, *by_handle])
-            for handle in ready:
-                if handle is self._wake_r:
-                    self._wake_r.recv()
-                    continue
-                worker = by_handle[handle]
-                if handle is worker.conn:
-                    self._drain(worker)
-                elif not self._closed:
-                    self._drain(worker)  # replies sent just before dying still count
-                    if worker.state.alive:
-                        self._restart(worker)
-                    else:
-                        worker.process.join()  # reap it; it stays dead
+        # One selector for the pool's life (building one per wait, as connection.wait does, cost
+        # more than the replies it waited for), re-synced only when a worker's handles change.
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r.fileno(), selectors.EVENT_READ)
+        watched: dict[int, tuple] = {}
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    wanted = {}
+                    for worker in self._workers.values():
+                        if worker.state.alive:
+                            wanted[worker.conn.fileno()] = (worker, worker.conn)
+                            wanted[worker.process.sentinel] = (worker, worker.process)
+                for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
+                    selector.unregister(fd)
+                    del watched[fd]
+                for fd, data in wanted.items():
+                    if fd not in watched:
+                        selector.register(fd, selectors.EVENT_READ, data)
+                        watched[fd] = data
+                for key, _ in selector.select():  # handles of a worker restarted meanwhile are stale
+                    if key.data is None:
+                        self._wake_r.recv()
+                        continue
+                    worker, handle = key.data
+                    if handle is worker.conn:
+                        self._receive(worker)
+                    elif handle is worker.process and not self._closed:
+                        self._drain(worker)  # replies sent just before dying still count
+                        if worker.state.alive:
+                            self._restart(worker)
+                        else:
+                            worker.process.join()  # reap it; it stays dead
+        finally:
+            selector.close()
+
+    def _receive(self, worker: _Worker) -> None:
+        """One reply: the selector said there is one (Connection.poll builds a selector per call)."""
+        try:
+            self._on_reply(worker, worker.conn.recv())
+        except (EOFError, OSError):  # pipe closed: the sentinel reports the death
+            pass
 
     def _drain(self, worker: _Worker) -> None:
         try:
             while worker.conn.poll():
                 self._on_reply(worker, worker.conn.recv())
-        except (EOFError, OSError):  # pipe closed: the sentinel reports the death
+        except (EOFError, OSError):
             pass
 
-    def _on_reply(self, worker: _Worker, reply: tuple) -> None:
-        if reply[0] == "ready":
-            worker.state.ready = True
-            return
-        if reply[0] == "fatal":
-            with self._lock:
-                worker.state.alive = False
-                worker.state.error = reply[1]
-            self._fail_all(worker, WorkerError(f"{worker.state.info.id}: cannot start: {reply[1]}"))
-            return
+    def _on_reply(self, worker: _Worker, reply) -> None:
+        match reply:
+            case Ready():
+                worker.state.ready = True
+                return
+            case Fatal(reason=reason):
+                with self._lock:
+                    worker.state.alive = False
+                    worker.state.error = reason
+                self._fail_all(worker, WorkerError(f"{worker.state.info.id}: cannot start: {reason}"))
+                return
         with self._lock:
-            request = worker.inflight.pop(reply[1], None)
+            request = worker.inflight.pop(reply.req, None)
             if request is None:
                 return
-            is_run = request.message[0] == "run"
-            if is_run:
+            if not isinstance(request.message, Load):
                 worker.state.inflight_runs -= 1
-        if reply[0] == "error":
-            if not is_run:
-                worker.models.pop(request.message[2], None)  # don't replay a failed load
-            error = WorkerError(f"{worker.state.info.id}: {reply[2]}: {reply[3]}")
-            self._finish(worker, request, exception=error)
-        elif is_run:
-            self._finish(worker, request, result=self._outputs(worker, request, *reply[2]))
-        else:
-            worker.state.loaded[request.message[2]] = reply[2]
-            self._finish(worker, request, result=reply[2])
+        match reply:
+            case Failed(kind=kind, message=text):
+                if isinstance(request.message, Load):
+                    worker.models.pop(request.message.model, None)  # don't replay a failed load
+                self._finish(worker, request, exception=WorkerError(f"{worker.state.info.id}: {kind}: {text}"))
+            case Loaded(description=description):
+                worker.state.loaded[request.message.model] = description
+                self._finish(worker, request, result=description)
+            case Ran():
+                self._ran(worker, reply)
+                self._finish(worker, request, result=self._outputs(request, reply))
+            case RanRows(layouts=layouts):
+                self._ran(worker, reply)
+                self._finish(worker, request, result=layouts)
 
-    def _outputs(self, worker, request, layout, out_bytes, overflowed, seconds) -> dict:
-        worker.state.last_batch_seconds = seconds
-        out_name = request.message[5]
-        self._out_bytes[request.out_key] = out_bytes
-        if overflowed:
+    def _ran(self, worker: _Worker, reply: Ran | RanRows) -> None:
+        worker.state.last_batch_seconds = reply.seconds
+        worker.state.program_builds = worker.builds_before + reply.program_builds
+
+    def _outputs(self, request: _Request, reply: Ran) -> dict:
+        out_name = request.message.out_segment
+        self._out_bytes[request.out_key] = reply.out_bytes
+        if reply.overflowed:
             try:
-                return shm.read(out_name + "x", layout)
+                return shm.read(out_name + "x", reply.layout)
             finally:
                 shm.unlink(out_name + "x")
-        views = shm.views(request.segments[1].buf, layout)
+        views = shm.views(request.segments[1].buf, reply.layout)
         return {name: view.copy() for name, view in views.items()}
 
     def _finish(
@@ -331,7 +387,7 @@ class WorkerPool:
         evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
         request.segments = ()
         if evicted and not self._closed:
-            worker.send(("forget", evicted))
+            worker.send(Forget(tuple(evicted)))
         if request.future.done():
             return
         if exception is not None:
@@ -345,12 +401,13 @@ class WorkerPool:
             code = worker.process.exitcode
             worker.retire()
             worker.conn.close()
+            worker.builds_before = worker.state.program_builds
             pending = [worker.inflight[r] for r in sorted(worker.inflight)]
             worker.inflight.clear()
             worker.state.inflight_runs = 0
             for request in pending:
-                if request.message[0] == "run":
-                    shm.unlink(request.message[5] + "x")  # an overflow output of the dead worker
+                if isinstance(request.message, Run):
+                    shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker
             if code > 0 and not worker.state.ready:
                 # It exited by itself before serving (e.g. spawn could not import the parent's
                 # __main__): a restart would fail the same way.
@@ -367,17 +424,16 @@ class WorkerPool:
                 return
             worker.state.restarts += 1
             worker.start()
-            pending_loads = {r.message[2] for r in pending if r.message[0] == "load"}
+            pending_loads = {r.message.model for r in pending if isinstance(r.message, Load)}
             for name, message in worker.models.items():
                 if name not in pending_loads:
-                    req = next(self._ids)
-                    replay = ("load", req, *message[2:])
-                    self._dispatch(worker, _Request(req, Future(), replay))
+                    replay = dataclasses.replace(message, req=next(self._ids))
+                    self._dispatch(worker, _Request(replay.req, Future(), replay))
             for request in pending:
                 request.crashes += 1
                 if request.crashes > self.crash_retries:
-                    if request.message[0] == "load":
-                        worker.models.pop(request.message[2], None)
+                    if isinstance(request.message, Load):
+                        worker.models.pop(request.message.model, None)
                     self._finish(
                         worker,
                         request,

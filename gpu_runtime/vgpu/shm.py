@@ -10,6 +10,7 @@ every segment, including one a worker created just before dying.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from multiprocessing import shared_memory
@@ -35,7 +36,7 @@ def views(buf, layout: Layout) -> dict[str, np.ndarray]:
     """Zero-copy arrays over a mapped segment."""
     out = {}
     for name, dtype, shape, offset in layout:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         out[name] = np.frombuffer(buf, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
     return out
 

@@ -1,33 +1,39 @@
 """The vGPU worker process: one per vGPU, the same code for MIG, green contexts, GPUs and CPU.
 
-Control messages (small tuples) arrive through a pipe from the pool; tensors arrive and leave
-through shared-memory segments whose names the pool chose (see shm.py). Batches run on an engine
+Messages (`messages.py`) arrive through a pipe from the pool; tensors arrive and leave through
+shared memory: the pool's segments (`Run`) or the front ends' slot arenas (`RunRows`, whose rows
+`batches.BatchBuilder` stacks into the batch with one copy at most). Batches run on an engine
 (`serial_engine.SerialEngine` by default; the pool may name another, e.g. the REEF scheduler in
 `scheduler.vgpu_engine`), so several can be in flight and their replies may come in any order.
-The receiving thread only hands work to the engine; one reply thread stores outputs and sends every
-reply, so the engine's threads never wait on the pipe.
+The receiving thread only builds batches and hands them to the engine; one reply thread stores
+outputs and sends every reply, so the engine's threads never wait on the pipe.
 
-Messages from the pool:
-  ("load", req, model, onnx_path, executor, max_batch)
-  ("run", req, model, in_segment, in_layout, out_segment, out_capacity, priority)   "rt" or "be"
-  ("forget", [segment, ...])   the pool evicted these segments: unmap them
-  ("stop",)
-Replies:
-  ("ready", pid)
-  ("fatal", reason)      the vGPU cannot be set up (e.g. its green context); the worker exits
-  ("ok", req, payload)   load: the engine's description of the loaded model;
-                         run: (out_layout, out_bytes, overflowed, compute_seconds)
-  ("error", req, exception type name, message)
+A load with a `BatchSpec` builds and runs every shape the model will be asked for (each batch size
+of the engine times each padded length) before it is answered, so nothing is built while serving;
+a batch of any other shape is counted in `program_builds`, which a server treats as a bug.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from gpu_runtime.priority import Priority, favour_real_time_threads
+from gpu_runtime.vgpu import shm
+from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
+from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
+                                       RunRows, Stop)
 
 
 def worker_main(conn, info, engine=None) -> None:
+    # Ctrl-C reaches the whole process group; the pool stops its workers itself (Stop), in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    favour_real_time_threads()
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
     # any backend initialises CUDA or its thread pools, i.e. before any executor is imported.
     os.environ.update(info.env)
@@ -42,81 +48,143 @@ def worker_main(conn, info, engine=None) -> None:
             from gpu_runtime.vgpu.serial_engine import SerialEngine as engine
         runner = engine(info)
     except Exception as exc:  # restarting would fail the same way: say why and stop
-        conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
+        conn.send(Fatal(f"{type(exc).__name__}: {exc}"))
         return
-
-    from gpu_runtime.vgpu import shm
-
-    attachments = shm.Attachments()
-    outbox: queue.SimpleQueue = queue.SimpleQueue()
-    replier = threading.Thread(target=_reply_loop, args=(conn, outbox, attachments),
-                               name="vgpu-reply", daemon=True)
-    replier.start()
-    conn.send(("ready", os.getpid()))
+    worker = _Worker(conn, runner)
+    conn.send(Ready(os.getpid()))
     try:
-        _serve(conn, runner, attachments, outbox, info)
+        worker.serve()
     finally:
         runner.close()
-        outbox.put(None)
-        replier.join(10)
+        worker.close()
 
 
-def _serve(conn, runner, attachments, outbox, info) -> None:
-    from gpu_runtime.vgpu import shm
+class _Worker:
+    def __init__(self, conn, runner):
+        self.conn = conn
+        self.runner = runner
+        self.segments = shm.Attachments()
+        self.batches = BatchBuilder()
+        self.specs: dict[str, object] = {}  # model -> BatchSpec, for models loaded with one
+        self.sizes: dict[str, tuple[int, ...]] = {}  # model -> static batch sizes (empty: any)
+        self.warm: dict[str, set] = {}  # model -> the shapes built at load
+        self.program_builds = 0
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # callables making the next reply
+        self.replier = threading.Thread(target=self._reply_loop, name="vgpu-reply", daemon=True)
+        self.replier.start()
 
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):  # the pool is gone: nothing left to serve
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):  # the pool is gone: nothing left to serve
+                return
+            match message:
+                case Stop():
+                    return
+                case Forget(segments=names):
+                    for name in names:
+                        self.segments.forget(name)
+                case _:
+                    try:
+                        self._handle(message)
+                    except Exception as exc:  # reported to the caller's future; the worker keeps serving
+                        self._reply(lambda m=message, e=exc: Failed(m.req, type(e).__name__, str(e)))
+
+    def _handle(self, message) -> None:
+        match message:
+            case Load():
+                description = self._load(message)
+                self._reply(lambda: Loaded(message.req, description))
+            case Run():
+                inputs = shm.views(self.segments.buf(message.in_segment), message.in_layout)
+                self._note_shape(message.model, inputs)
+                future = self.runner.run(message.model, inputs, message.priority)
+                future.add_done_callback(lambda f: self._reply(lambda: self._ran(f, message)))
+            case RunRows():
+                spec = self.specs.get(message.model)
+                if spec is None:
+                    raise KeyError(f"model {message.model!r} was not loaded for rows (no BatchSpec)")
+                batch, release = self.batches.build(spec, message.rows, message.length,
+                                                    self.sizes[message.model])
+                inputs = {spec.input_name: batch}
+                self._note_shape(message.model, inputs)
+                future = self.runner.run(message.model, inputs, message.priority)
+                future.add_done_callback(lambda _: release())
+                future.add_done_callback(lambda f: self._reply(lambda: self._ran_rows(f, message, spec)))
+            case _:
+                raise ValueError(f"unknown message {type(message).__name__}")
+
+    def _load(self, message: Load) -> dict:
+        description = self.runner.load(message.model, message.onnx_path, message.executor,
+                                       message.max_batch, message.lengths)
+        spec = message.batch
+        if spec is None:
+            return description
+        sizes = tuple(description.get("batch_sizes") or ())
+        out_row_bytes = 0
+        warm = set()
+        for length in message.lengths or (None,):
+            shape = full_shape(spec.input_dims, length)
+            for batch in sizes or (1,):
+                x = np.zeros((batch, *shape), spec.dtype)
+                outputs, _ = self.runner.run(message.model, {spec.input_name: x}, Priority.BE).result()
+                out_row_bytes = max(out_row_bytes, shm.plan({k: v[0] for k, v in outputs.items()})[1])
+                warm.add(_shape_key(x.shape, sizes))
+        self.specs[message.model], self.sizes[message.model] = spec, sizes
+        self.warm[message.model] = warm
+        return {**description, "batch_sizes": list(sizes), "out_row_bytes": out_row_bytes}
+
+    def _note_shape(self, model: str, inputs: dict) -> None:
+        """Count a batch whose shape was not built at load (see the module docstring)."""
+        warm = self.warm.get(model)
+        spec = self.specs.get(model)
+        if warm is None or spec.input_name not in inputs:
             return
-        kind = message[0]
-        if kind == "stop":
-            return
-        if kind == "forget":
-            for name in message[1]:
-                attachments.forget(name)
-            continue
-        req = message[1]
+        key = _shape_key(inputs[spec.input_name].shape, self.sizes[model])
+        if key not in warm:
+            warm.add(key)
+            self.program_builds += 1
+
+    def _ran(self, future: Future, message: Run) -> Ran | Failed:
+        """Store a finished batch's outputs in the output segment, or in a one-off overflow segment
+        `<out_segment>x` when they do not fit, and say where they are."""
         try:
-            if kind == "load":
-                _, _, model, onnx_path, executor, max_batch = message
-                outbox.put(("send", ("ok", req, runner.load(model, onnx_path, executor, max_batch))))
-            elif kind == "run":
-                _, _, model, in_segment, in_layout, out_segment, out_capacity, priority = message
-                inputs = shm.views(attachments.buf(in_segment), in_layout)
-                future = runner.run(model, inputs, priority)
-                future.add_done_callback(
-                    lambda f, r=(req, out_segment, out_capacity): outbox.put(("ran", f, *r)))
-            else:
-                raise ValueError(f"unknown message {kind!r}")
-        except Exception as exc:  # reported to the caller's future; the worker keeps serving
-            outbox.put(("send", ("error", req, type(exc).__name__, str(exc))))
+            outputs, seconds = future.result()
+            outputs = {name: np.asarray(array) for name, array in outputs.items()}
+            _, size = shm.plan(outputs)
+            if size <= message.out_capacity:
+                layout = shm.store(self.segments.buf(message.out_segment), outputs)
+                return Ran(message.req, layout, size, False, seconds, self.program_builds)
+            layout = shm.write(message.out_segment + "x", outputs)
+            return Ran(message.req, layout, size, True, seconds, self.program_builds)
+        except Exception as exc:
+            return Failed(message.req, type(exc).__name__, str(exc))
 
-
-def _reply_loop(conn, outbox: queue.SimpleQueue, attachments) -> None:
-    while (item := outbox.get()) is not None:
-        message = item[1] if item[0] == "send" else _run_reply(attachments, *item[1:])
+    def _ran_rows(self, future: Future, message: RunRows, spec) -> RanRows | Failed:
         try:
-            conn.send(message)
-        except OSError:  # the pool is gone
-            return
+            outputs, seconds = future.result()
+            layouts = self.batches.scatter(spec, message.rows, outputs, message.length)
+            return RanRows(message.req, layouts, seconds, self.program_builds)
+        except Exception as exc:
+            return Failed(message.req, type(exc).__name__, str(exc))
+
+    def _reply(self, make) -> None:
+        self.outbox.put(make)
+
+    def _reply_loop(self) -> None:
+        while (make := self.outbox.get()) is not None:
+            try:
+                self.conn.send(make())
+            except OSError:  # the pool is gone
+                return
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        self.replier.join(10)
+        self.batches.close()
 
 
-def _run_reply(attachments, future, req, out_segment, out_capacity) -> tuple:
-    """Store a finished batch's outputs in the output segment, or in a one-off overflow segment
-    `<out_segment>x` when they do not fit, and say where they are."""
-    import numpy as np
-
-    from gpu_runtime.vgpu import shm
-
-    try:
-        outputs, seconds = future.result()
-        outputs = {name: np.asarray(array) for name, array in outputs.items()}
-        _, size = shm.plan(outputs)
-        if size <= out_capacity:
-            payload = shm.store(attachments.buf(out_segment), outputs), size, False, seconds
-        else:
-            payload = shm.write(out_segment + "x", outputs), size, True, seconds
-        return ("ok", req, payload)
-    except Exception as exc:
-        return ("error", req, type(exc).__name__, str(exc))
+def _shape_key(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple:
+    """What a built program is keyed by: the whole shape for static shapes, else all but the batch."""
+    return tuple(shape) if sizes else tuple(shape[1:])

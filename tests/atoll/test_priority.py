@@ -11,8 +11,9 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from atoll.front_end import priority_of
 from atoll.protocol import InferRequest, ProtocolError
-from atoll.pipeline import priority_class
+from gpu_runtime.priority import Priority
 from atoll.repository import load_model
 from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
@@ -43,15 +44,15 @@ def test_priority_levels_map_to_rt_and_be(tmp_path):
     be_model = load_model(_repository(tmp_path / "a") / "chain")
     rt_model = load_model(_repository(tmp_path / "b", "default_priority_level: 1") / "chain")
     assert (be_model.default_priority_level, rt_model.default_priority_level) == (0, 1)
-    assert priority_class(be_model, _request()) == "be"
-    assert priority_class(be_model, _request(priority=1)) == "rt"
-    assert priority_class(be_model, _request(priority=2)) == "be"
-    assert priority_class(rt_model, _request()) == "rt"  # 0: the model's default level
-    assert priority_class(rt_model, _request(priority=0)) == "rt"
-    assert priority_class(rt_model, _request(priority=3)) == "be"
+    assert priority_of(be_model, _request()) == Priority.BE
+    assert priority_of(be_model, _request(priority=1)) == Priority.RT
+    assert priority_of(be_model, _request(priority=2)) == Priority.BE
+    assert priority_of(rt_model, _request()) == Priority.RT  # 0: the model's default level
+    assert priority_of(rt_model, _request(priority=0)) == Priority.RT
+    assert priority_of(rt_model, _request(priority=3)) == Priority.BE
     for bad in (-1, "1", 1.5, True):
         with pytest.raises(ProtocolError, match="non-negative integer"):
-            priority_class(be_model, _request(priority=bad))
+            priority_of(be_model, _request(priority=bad))
 
 
 TRITON_CLIENT = r"""

@@ -5,7 +5,9 @@ model run directly in onnxruntime on an input preprocessed with OpenCV in the te
 from __future__ import annotations
 
 import json
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
 
@@ -15,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from atoll.bench.corpus import jpeg_bytes
-from atoll.loadgen import infer_body
+from atoll.bench.bodies import infer_body
 from atoll.protocol import HEADER_LENGTH
 from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
@@ -39,10 +41,12 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repository):
-    with ServerProcess(["--repository", str(repository), "--backend", "cpu",
+    with ServerProcess(["--repository", str(repository), "--backend", "cpu", "--front-ends", "2",
                         "--set", "batching.max_queue_delay_microseconds=2000"]) as s:  # fmt: skip
         yield s
     assert s.proc.returncode == 0, "\n".join(s.log[-20:])
+    # every slot arena and pool segment of the server is gone with it
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"atoll-{s.proc.pid}-")]
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -108,6 +112,23 @@ def test_jpeg_inference_matches_opencv_plus_onnxruntime(server, repository):
     logits = _decode_binary_response(rheaders, payload)
     assert logits.shape == (1, 1000)
     np.testing.assert_allclose(logits[0], _reference_logits(repository, jpeg), rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_clients_across_front_ends(server, repository):
+    """Many connections at once (spread over the front ends by the kernel): each answer is its own."""
+    jpegs = [jpeg_bytes(300 + 40 * i, 220 + 30 * i, seed=20 + i) for i in range(12)]
+
+    def one(jpeg):
+        body, headers = infer_body("image", [jpeg])
+        status, rheaders, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+        assert status == 200, payload[:300]
+        return _decode_binary_response(rheaders, payload)[0]
+
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(one, jpegs))
+    for jpeg, logits in zip(jpegs, got):
+        np.testing.assert_allclose(logits, _reference_logits(repository, jpeg), rtol=1e-4, atol=1e-4)
+    assert any("2 front end(s)" in line for line in server.log)
 
 
 def test_several_files_in_one_request_and_json_output(server):
@@ -183,13 +204,15 @@ def test_real_tritonclient(server, repository, tmp_path):
 
 
 def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
-    """The audio path end to end: WAV -> librosa features (ARCHITECTURE 4.2) -> CitriNet."""
+    """The audio path end to end: WAV -> librosa features (ARCHITECTURE 4.2) -> CitriNet, the
+    features zero-padded to the upper edge of their 2.5 s bucket (every batch is, so the model
+    only ever sees the bucket lengths) and the output cut back to the clip's share of it."""
     import io
 
     import librosa
     import soundfile
 
-    from atoll.loadgen import synthetic_wav
+    from atoll.bench.corpus import synthetic_wav
 
     wav = synthetic_wav(np.random.default_rng(7), 3.2, rate=22050)
     body, headers = infer_body("audio", [wav])
@@ -204,15 +227,18 @@ def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
                                        n_mels=80, fmin=0, fmax=8000, htk=False, norm="slaney")
     L = np.log(S + 2.0 ** -24)
     x = (L - L.mean(axis=1, keepdims=True)) / (L.std(axis=1, ddof=1, keepdims=True) + 1e-5)
+    padded = np.zeros((1, 80, 501), np.float32)  # 3.2 s lies in (2.5, 5] s: 5 s = 501 frames
+    padded[0, :, : x.shape[1]] = x
     session = ort.InferenceSession(str(repository / AUDIO_MODEL / "1" / "model.onnx"))
-    want = session.run(None, {"features": x[None].astype(np.float32)})[0]
+    full = session.run(None, {"features": padded})[0]
+    want = full[:, : int(np.ceil(full.shape[1] * x.shape[1] / 501))]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
 def test_audio_batches_are_bucketed_in_metrics(server):
     """PREBA buckets audio by 2.5 s: clips of 1 s and 6 s land in buckets 0 and 2."""
-    from atoll.loadgen import synthetic_wav
+    from atoll.bench.corpus import synthetic_wav
 
     rng = np.random.default_rng(8)
     for seconds in (1.0, 6.0):
@@ -222,3 +248,6 @@ def test_audio_batches_are_bucketed_in_metrics(server):
     buckets = {line.split('bucket="')[1].split('"')[0] for line in text.splitlines()
                if line.startswith("atoll_batch_size_count") and f'model="{AUDIO_MODEL}"' in line}
     assert {"0", "2"} <= buckets
+    # every shape those batches needed was built at load: nothing was built while serving
+    builds = [line for line in text.splitlines() if line.startswith("atoll_program_builds_total")]
+    assert builds and all(line.endswith(" 0.0") for line in builds)

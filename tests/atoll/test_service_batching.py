@@ -6,7 +6,7 @@ import pytest
 
 from atoll.config import load_config
 from atoll.repository import ModelSpec, TensorSpec
-from atoll.service import make_batcher, preba_policies
+from atoll.service import batcher_for, preba_policies
 
 PROFILE = Path(__file__).resolve().parents[2] / "batching" / "profiles" / "a100-1g.5gb.json"
 
@@ -49,12 +49,12 @@ def test_batcher_kinds_and_service_times():
     config = load_config(overrides={"batching.profile": str(PROFILE)})
     models = {"mobilenet_v3_small": _spec("mobilenet_v3_small", "image")}
     vgpus = {f"mig{i}": "a100-1g.5gb" for i in range(7)}
-    batcher = make_batcher(config, models, vgpus, latency=lambda *a: 1.0)
-    assert isinstance(batcher, PrebaBatcher)
+    batcher, _, largest = batcher_for(config, models, vgpus, latency=lambda *a: 1.0)
+    assert isinstance(batcher, PrebaBatcher) and largest == {"mobilenet_v3_small": 16}
     # Time_queue = Time_knee / 7 vGPUs: one item dispatches alone after 4 ms / 7
     batcher.add(Item(1, "mobilenet_v3_small", 1.0, arrival=0.0), 0.0)
     assert batcher.next_deadline() == pytest.approx(0.004 / 7)
     assert [len(d.items) for d in batcher.poll(0.004 / 7)] == [1]
-    triton = make_batcher(load_config(overrides={"batching.batcher": "triton"}), models, vgpus,
-                          latency=lambda *a: 1.0)  # fmt: skip
-    assert isinstance(triton, TritonBatcher)
+    triton, _, largest = batcher_for(load_config(overrides={"batching.batcher": "triton"}), models, vgpus,
+                                     latency=lambda *a: 1.0)  # fmt: skip
+    assert isinstance(triton, TritonBatcher) and largest == {"mobilenet_v3_small": 8}

@@ -222,3 +222,19 @@ def test_too_long_input_is_refused_and_not_queued():
     with pytest.raises(ValueError, match="exceeds the longest profiled bucket"):
         b.add(item(0, 9.0), now=0.0)
     assert b.pending() == 0 and b.next_deadline() is None
+
+
+def test_a_vgpu_with_two_slots_runs_two_batches_at_once():
+    """A CPU vGPU runs a batch per core: with two slots it takes a second (short) batch while the
+    first runs, and only a third one waits for a slot."""
+    b = PrebaBatcher({"asr": audio((2, 2, 2))}, {"g0": "k"}, service, slots={"g0": 2})
+    b.add(item(0, 1.0), 0.0)
+    [first] = b.poll(0.1)  # timed out, the vGPU idle: goes alone
+    b.add(item(1, 1.0, 0.1), 0.1)
+    [second] = b.poll(0.2)  # a slot is still free: goes too
+    b.add(item(2, 1.0, 0.2), 0.2)
+    assert b.poll(0.3) == [] and b.next_deadline() is None  # both slots busy: it waits
+    b.on_complete("g0", 0.35)
+    [third] = b.poll(0.35)
+    assert [len(d.items) for d in (first, second, third)] == [1, 1, 1]
+    assert {d.vgpu for d in (first, second, third)} == {"g0"}

@@ -49,6 +49,29 @@ def test_crop_and_normalize_match_torchvision_rule(jpeg):
     np.testing.assert_array_equal(half, ref.astype(np.float16))
 
 
+def test_normalize_writes_into_a_callers_buffer(jpeg):
+    """Into a slot-like float32 buffer, bit for bit the per-pixel expression (widened from float16
+    when asked for); every byte value checked through a synthetic 256 x 3 image."""
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    every = np.stack([np.arange(256, dtype=np.uint8)[:, None].repeat(3, 1)] * 2)  # HWC, 2 x 256
+    bgr = every.copy()
+    bgr[..., 0] = every[..., 0][::-1]  # a different byte in each channel
+    for fp16 in (False, True):
+        buf = np.full(3 * 2 * 256 + 5, -1.0, np.float32)
+        got = cpu_backend.normalize_bgr(bgr, fp16, out=buf)
+        want = ((bgr[..., ::-1].astype(np.float32) / np.float32(255) - mean) / std).transpose(2, 0, 1)
+        if fp16:
+            want = want.astype(np.float16).astype(np.float32)
+        assert np.shares_memory(got, buf) and got.shape == (3, 2, 256)
+        np.testing.assert_array_equal(got, want)
+        assert (buf[3 * 2 * 256:] == -1).all()  # nothing written past the result
+    slot = np.zeros(3 * 224 * 224, np.float32)
+    view = cpu_backend.image(jpeg, "normalize", out=slot)
+    assert np.shares_memory(view, slot)
+    np.testing.assert_array_equal(view, cpu_backend.image(jpeg, "normalize"))
+
+
 def test_corrupt_and_too_large():
     with pytest.raises(PreprocessError) as err:
         cpu_backend.image(b"\xff\xd8\xff\xe0 not a jpeg", "normalize")
@@ -84,6 +107,11 @@ def test_audio_matches_librosa(rate, dtype):
     ref = (L - L.mean(axis=1, keepdims=True)) / (L.std(axis=1, ddof=1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4)
     np.testing.assert_allclose(out.mean(axis=1), 0, atol=1e-4)
+    slot = np.zeros(80 * 200, np.float32)
+    for stage, want in (("mel", mel), ("normalize", out)):
+        view = cpu_backend.audio(pcm, rate, stage, out=slot)
+        assert np.shares_memory(view, slot)
+        np.testing.assert_array_equal(view, want)
 
 
 @pytest.mark.parametrize("pcm,rate,status", [
@@ -101,7 +129,7 @@ def test_audio_validation(pcm, rate, status):
     assert err.value.status == status and err.value.reason
 
 
-def test_pool_in_process_and_spawned(jpeg):
+def test_pool_in_the_callers_thread_and_spawned(jpeg):
     ref = cpu_backend.image(jpeg, "normalize")
     for workers in (0, 1):
         pool = cpu_backend.CpuPool(workers)
@@ -114,3 +142,17 @@ def test_pool_in_process_and_spawned(jpeg):
             assert err.value.status == Status.CORRUPT
         finally:
             pool.close()
+
+
+def test_spawned_workers_run_one_thread_per_native_pool():
+    """A worker is one core: BLAS and OpenMP pools of one thread each, or P workers oversubscribe
+    P cores with P x cores spinning threads (audio got slower with more processes)."""
+    from threadpoolctl import threadpool_info
+
+    pool = cpu_backend.CpuPool(1)
+    try:
+        pools = pool._executor.submit(threadpool_info).result(60)
+    finally:
+        pool.close()
+    assert {p["user_api"] for p in pools} >= {"blas"}
+    assert [p["num_threads"] for p in pools] == [1] * len(pools)

@@ -107,12 +107,16 @@ def test_forced_backend_that_cannot_open_fails_clearly():
 def test_emu_image_cu_equals_opencv(size):
     data = jpeg_bytes(*size, seed=7)
     rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    slot = np.zeros(3 * 224 * 224, np.float32)
     with Preprocessor("emu", cpu_workers=0, audio_mel_cus=0, audio_norm_cus=0) as pre:
         decoded = pre.submit_image(data, "decode").result(60)
         normalized = pre.submit_image(data, "normalize").result(60)
+        in_slot = pre.submit_image(data, "normalize", out=slot).result(60)
     assert decoded.backend == "emu" and normalized.backend == "emu"
     np.testing.assert_array_equal(decoded.array, rgb)  # libjpeg-turbo via cv2.imdecode
     np.testing.assert_array_equal(normalized.array, cpu_backend.image(data, "normalize"))
+    assert np.shares_memory(in_slot.array, slot)  # the CU's output read straight into the slot
+    np.testing.assert_array_equal(in_slot.array, normalized.array)
 
 
 # -- the emu backend over the real audio CUs, chained mel -> norm, against librosa ----------------

@@ -53,7 +53,8 @@ def test_numpy_executor_through_the_pool(conv1d):
     rng = np.random.default_rng(1)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool:
         described = pool.load_model("conv1d", conv1d)
-        assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": "serial"}
+        assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": "serial",
+                                     "batch_sizes": []}
         for batch, length in [(1, 10), (3, 10), (3, 17), (1, 10)]:
             x = rng.standard_normal((batch, 8, length)).astype(np.float32)
             out = pool.submit("cpu0", "conv1d", {"x": x}).result(60)

@@ -1,8 +1,11 @@
-"""SerialEngine: one batch at a time, RT batches before queued BE ones, loads first; results equal
-onnxruntime run directly (the reference)."""
+"""SerialEngine: RT batches on a lane of their own beside the BE batch running (onnxruntime), or
+before every queued BE batch (kernel programs, not reentrant); BE batches in order at a lowered OS
+priority; results equal onnxruntime run directly (the reference)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 import time
 
@@ -10,6 +13,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from gpu_runtime.priority import BE_NICE, Priority
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.serial_engine import SerialEngine
 from tests.gpu_runtime.chain_model import matmul_chain
@@ -22,52 +26,118 @@ def slow(tmp_path_factory):
     return matmul_chain(tmp_path_factory.mktemp("serial") / "slow.onnx", np.random.default_rng(5))
 
 
-def test_rt_batch_overtakes_queued_be_batches(slow):
+def one_core():
+    """A CPU vGPU of one core: one BE thread, whatever this machine has."""
+    return dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=1)
+
+
+def reference(path, x):
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def recorder():
+    order, lock = [], threading.Lock()
+
+    def record(tag):
+        def done(_):
+            with lock:
+                order.append(tag)
+        return done
+
+    return order, record
+
+
+def test_rt_batch_runs_beside_the_running_be_batch(slow):
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
     try:
-        assert engine.load("slow", slow, "onnxruntime", None)["scheduler"] == "serial"
+        described = engine.load("slow", slow, "onnxruntime", None)
+        assert described["scheduler"] == "serial" and described["batch_sizes"] == []
         rng = np.random.default_rng(6)
-        order, lock = [], threading.Lock()
+        be = rng.standard_normal((2048, 768)).astype(np.float32)  # seconds of BE work, not ms
+        rt = rng.standard_normal((2, 768)).astype(np.float32)
+        order, record = recorder()
+        be_future = engine.run("slow", {"x": be}, Priority.BE)
+        be_future.add_done_callback(record("be"))
+        rt_future = engine.run("slow", {"x": rt}, "rt")
+        rt_future.add_done_callback(record("rt"))
+        rt_out, seconds = rt_future.result(60)
+        np.testing.assert_allclose(rt_out["h24"], reference(slow, rt), rtol=1e-5, atol=1e-5)
+        assert seconds > 0
+        np.testing.assert_allclose(be_future.result(60)[0]["h24"], reference(slow, be), rtol=1e-4, atol=1e-4)
+        assert order == ["rt", "be"]
+    finally:
+        engine.close()
+
+
+def test_kernel_programs_run_rt_before_queued_be_batches(slow):
+    engine = SerialEngine(one_core())
+    try:
+        assert engine.load("slow", slow, "numpy", 4)["batch_sizes"] == [1, 2, 4]
+        rng = np.random.default_rng(7)
         gate = threading.Event()
-
-        def record(tag):
-            def done(_):
-                with lock:
-                    order.append(tag)
-            return done
-
-        # Hold the engine's thread so the three batches below are all queued behind it.
-        engine._put("load", gate.wait)
+        engine._lanes[Priority.BE].put(gate.wait)  # hold the BE lane: the batches below queue behind
+        order, record = recorder()
         inputs = {tag: rng.standard_normal((n, 768)).astype(np.float32)
-                  for tag, n in (("be1", 64), ("be2", 64), ("rt", 4))}  # fmt: skip
+                  for tag, n in (("be1", 4), ("be2", 4), ("rt", 2))}  # fmt: skip
         futures = {}
         for tag in ("be1", "be2", "rt"):
-            futures[tag] = engine.run("slow", {"x": inputs[tag]}, "be" if tag != "rt" else "rt")
+            futures[tag] = engine.run("slow", {"x": inputs[tag]}, "rt" if tag == "rt" else "be")
             futures[tag].add_done_callback(record(tag))
+        futures["rt"].result(60)
         gate.set()
-        session = onnxruntime.InferenceSession(slow, providers=["CPUExecutionProvider"])
         for tag, future in futures.items():
-            outputs, seconds = future.result(60)
-            np.testing.assert_allclose(outputs["h24"], session.run(None, {"x": inputs[tag]})[0],
-                                       rtol=1e-5, atol=1e-5)  # fmt: skip
-            assert seconds > 0
+            np.testing.assert_allclose(future.result(60)[0]["h24"], reference(slow, inputs[tag]),
+                                       rtol=1e-4, atol=1e-5)  # fmt: skip
         assert order == ["rt", "be1", "be2"]
     finally:
         engine.close()
 
 
-def test_errors_and_close(slow):
+def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow):
+    """Two cores: a second BE batch runs while the first is held, each session on one thread."""
+    info = dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=2)
+    engine = SerialEngine(info)
+    try:
+        engine.load("slow", slow, "onnxruntime", None)
+        assert engine.models["slow"].session.get_session_options().intra_op_num_threads == 1
+        gate = threading.Event()
+        held = engine._lanes[Priority.BE].put(gate.wait)
+        x = np.random.default_rng(8).standard_normal((3, 768)).astype(np.float32)
+        out, _ = engine.run("slow", {"x": x}, "be").result(60)  # would wait for the gate on one core
+        np.testing.assert_allclose(out["h24"], reference(slow, x), rtol=1e-5, atol=1e-5)
+        assert not held.done()
+        gate.set()
+        held.result(10)
+    finally:
+        gate.set()
+        engine.close()
+
+
+def test_be_lane_runs_at_a_lower_os_priority():
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no per-thread priorities here")
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
+    try:
+        nice = {p: engine._lanes[p].put(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+                for p in Priority}
+        rt, be = nice[Priority.RT].result(10), nice[Priority.BE].result(10)
+        assert be == min(19, rt + BE_NICE)
+    finally:
+        engine.close()
+
+
+def test_errors_and_close(slow):
+    engine = SerialEngine(one_core())
     with pytest.raises(KeyError, match="not loaded"):
         engine.run("nope", {}, "be").result(10)
     with pytest.raises(ValueError, match="priority"):
         engine.run("nope", {}, "urgent")
     gate = threading.Event()
-    engine._put("load", gate.wait)
+    engine._lanes[Priority.BE].put(gate.wait)
     queued = engine.run("nope", {}, "be")
     closer = threading.Thread(target=engine.close)
     closer.start()
-    while not engine._closed:  # close() has marked the engine before the held batch returns
+    while not engine._lanes[Priority.BE]._closed:  # close() marks the lane before the held batch returns
         time.sleep(0.001)
     gate.set()
     closer.join(10)

@@ -37,7 +37,8 @@ def test_rt_batch_and_a_running_be_batch(slow, policy):
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy",
                   engine=engine_for(policy)) as pool:  # fmt: skip
         described = pool.load_model("slow", slow, max_batch=2)
-        assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy}
+        assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy,
+                                     "batch_sizes": [1, 2]}
         alone = pool.submit("cpu0", "slow", {"x": be}).result(60)["h24"]  # also plans that shape
         be_future = pool.submit("cpu0", "slow", {"x": be})
         time.sleep(0.2)  # the BE batch is running

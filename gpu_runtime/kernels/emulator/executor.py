@@ -42,7 +42,8 @@ class EmulatedExecutor(HostArenaExecutor):
     name = "cuda-emu"
     preemptible = True
 
-    def __init__(self):
+    def __init__(self, blas_threads: int | None = None):
+        # `blas_threads` is the CPU-vGPU executor interface; emulated kernels use no BLAS.
         self._kernels: dict[str, EmulatedKernel] = {}
 
     def new_flag(self) -> HostFlag:

@@ -1,0 +1,324 @@
+"""`atoll bench serve`: end-to-end serving throughput and latency (PREBA Fig. 17/18), beside the
+servers users pick instead and beside "Ideal", in one run.
+
+It starts `atoll serve` (or drives `--url`) and, with `--baseline`, the plain Python server
+(`plain`) and Triton (`triton`) on the same cores, one after another, and sends each the same
+pre-encoded requests from load processes of their own (`atoll.bench.loadproc`): open-loop Poisson
+`--rate`s, a `--sweep` for the highest rate whose p99 meets `--slo-ms`, or closed-loop
+`--concurrency`. Before any server starts it measures `ideal_rps`, the executor alone on the same
+vGPUs at Batch_knee (`atoll.bench.ideal`). Every row reports who used the cores (server tree, load
+processes, everything else) and whether the load generator kept up.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from atoll.bench.harness import emit
+
+SYSTEMS = ("plain", "triton")
+DEFAULTS = {"duration": 10.0, "warmup": 3.0, "slo_ms": 100.0}
+PROBE_CONCURRENCY = 64  # closed-loop probe that sets the sweep's first rate
+
+
+def register(subparsers) -> None:
+    from atoll.commands.serve import add_config_options
+    from gpu_runtime.executors import EXECUTORS
+
+    p = subparsers.add_parser("serve", help="end-to-end serving throughput/latency vs baselines and Ideal")
+    p.add_argument("--url", help="drive this running server instead of starting `atoll serve`")
+    p.add_argument("--repository", help="model repository (default: the built-in demo)")
+    p.add_argument("--mix", help="models and shares, e.g. mobilenet_v3_small=0.8,citrinet=0.2 "
+                                 "(default: the first image model)")
+    p.add_argument("--rt-share", type=float, default=0.0,
+                   help="share of requests sent real-time (Triton priority 1; default 0)")
+    p.add_argument("--images", choices=("web", "camera"), default="web",
+                   help="JPEG sizes: web 0.1-0.5 MP, camera up to 12 MP (default web)")
+    p.add_argument("--input", choices=("media", "tensor", "both"), default="media",
+                   help="send JPEG/WAV files, ready FP32 tensors (no preprocessing), or both")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--rate", help="open-loop Poisson rates in req/s, comma-separated")
+    load.add_argument("--sweep", action="store_true",
+                      help="find the highest rate whose p99 meets --slo-ms (the default)")
+    load.add_argument("--concurrency", help="closed-loop connections, comma-separated")
+    p.add_argument("--slo-ms", type=float, default=DEFAULTS["slo_ms"], help="p99 SLO of --sweep (default 100)")
+    p.add_argument("--duration", type=float, default=DEFAULTS["duration"],
+                   help="measured seconds per load point (default 10)")
+    p.add_argument("--warmup", type=float, default=DEFAULTS["warmup"],
+                   help="seconds of load before the measurement window (default 3)")
+    p.add_argument("--baseline", action="append", default=[], choices=SYSTEMS,
+                   help="also drive this server with the same load: plain (one Python process per core, "
+                        "OpenCV + onnxruntime, no batching) or triton (nvidia-pytriton's tritonserver); repeatable")
+    p.add_argument("--rt-isolation", action="store_true",
+                   help="also measure real-time p99 alone and beside closed-loop best-effort load "
+                        f"({PROBE_CONCURRENCY} connections), real-time requests at --rt-rate")
+    p.add_argument("--rt-rate", type=float, default=5.0, help="real-time req/s of --rt-isolation (default 5)")
+    p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
+    p.add_argument("--loadgen-procs", type=int, help="load processes (default: 1 per 8 cores, at least 1)")
+    p.add_argument("--loadgen-cores", type=int,
+                   help="cores reserved for the load processes; the servers get the others "
+                        "(default 0 below 8 cores, where they share every core, else 1 per 8)")
+    p.add_argument("--executor", choices=("auto", *EXECUTORS), help="passed to `atoll serve`")
+    p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="passed to `atoll serve`")
+    p.add_argument("--batcher", choices=("preba", "triton", "static"), help="passed to `atoll serve`")
+    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"), help="passed to `atoll serve`")
+    add_config_options(p)
+    p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, s (default 60)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="name in the results file (default: the vGPU kind, e.g. cpu, h100)")
+    p.add_argument("--out", type=Path, help="results JSON (default bench/results/serve_<device>.json)")
+    p.add_argument("--plot", type=Path, help="PNG of throughput vs p99, one curve per configuration")
+    p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def _numbers(text: str, kind, flag: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"atoll bench serve: {flag} takes comma-separated numbers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise SystemExit(f"atoll bench serve: {flag} needs positive numbers, got {text!r}")
+    return values
+
+
+def _serve_args(args, repository: str) -> list[str]:
+    """`atoll serve` options from the bench's pass-through flags."""
+    out = ["--repository", repository]
+    for flag in ("executor", "backend", "batcher", "policy", "config"):
+        if getattr(args, flag):
+            out += [f"--{flag}", getattr(args, flag)]
+    for item in args.set:
+        out += ["--set", item]
+    return out
+
+
+def _cores(args) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(server cores, load cores, load processes): empty tuples where everything shares."""
+    cores = sorted(os.sched_getaffinity(0))
+    reserved = args.loadgen_cores if args.loadgen_cores is not None else (0 if len(cores) < 8 else len(cores) // 8)
+    if not 0 <= reserved < len(cores):
+        raise SystemExit(f"atoll bench serve: --loadgen-cores must be in 0..{len(cores) - 1}")
+    procs = args.loadgen_procs or max(1, reserved or len(cores) // 8)
+    if not reserved:
+        return (), (), procs
+    return tuple(cores[:-reserved]), tuple(cores[-reserved:]), procs
+
+
+class Bench:
+    """Drives one system with the load points of one traffic, and rows them."""
+
+    def __init__(self, args, load_cpus: tuple[int, ...], procs: int, ideal_rps: float | None):
+        self.args = args
+        self.load_cpus = load_cpus
+        self.procs = procs
+        self.ideal_rps = ideal_rps
+
+    def point(self, system, traffic, labels: dict, rate: float | None = None, concurrency: int = 0,
+              seconds: float | None = None, rt_rate: float | None = None) -> dict:
+        """One load point: open loop at `rate` or closed loop at `concurrency`. With `rt_rate`, the
+        real-time requests go as a Poisson stream of their own at that rate, beside best-effort
+        requests in closed loop at `concurrency` (or alone)."""
+        from tqdm import tqdm
+
+        from atoll.bench.cpustat import CpuMeter
+        from atoll.bench.loadproc import LoadPlan, LoadProcesses, split
+        from atoll.bench.serve_analysis import loadgen_saturated, summarise
+        from atoll.bench.servers import program_builds
+        from atoll.bench.traffic import weights_of
+
+        a = self.args
+        duration = seconds or a.duration
+
+        def plan(weights, rate, concurrency) -> LoadPlan:
+            return LoadPlan(system.url, traffic.requests, weights, a.warmup + duration, rate, concurrency,
+                            a.timeout, a.seed, self.load_cpus)  # fmt: skip
+
+        if rt_rate:
+            plans = split(plan(weights_of(traffic, "rt"), rt_rate, 0), 1)
+            if concurrency:
+                plans += split(plan(weights_of(traffic, "be"), None, concurrency), self.procs)
+            mode, rate = ("rt-loaded" if concurrency else "rt-idle"), rt_rate
+        else:
+            plans = split(plan(traffic.weights, rate, concurrency), self.procs)
+            mode = "open" if rate else "closed"
+        what = " + ".join(([f"{rate:.1f} req/s"] if rate else []) + ([f"{concurrency} conn"] if concurrency else []))
+        builds = program_builds(system.url)
+        with LoadProcesses(plans) as load:
+            meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
+            start = load.go()
+            window = (start + a.warmup, start + a.warmup + duration)
+            with tqdm(total=round(a.warmup + duration), desc=f"{system.name} {labels['input']} {what}",
+                      unit="s", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
+                for mark, action in ((window[0], meter.start), (window[1], None)):
+                    while (left := mark - time.monotonic()) > 0:
+                        time.sleep(min(0.5, left))
+                        bar.n = round(min(time.monotonic() - start, a.warmup + duration))
+                        bar.refresh()
+                    if action:
+                        action()
+                cpu = meter.stop()
+            records = load.records()
+        row = {"server": system.name, **labels, "mode": mode,
+               "concurrency": concurrency or None,
+               **summarise(records, traffic.classes, window, rate)}  # fmt: skip
+        row["cpu_cores"] = cpu
+        # answers per CPU-second of the server's own processes: comparable across runs when other
+        # tenants take a varying share of the machine
+        row["throughput_per_server_core"] = round(row["throughput_rps"] / cpu["server"], 1) if cpu["server"] else None
+        row["loadgen"]["processes"] = len(plans)
+        row["loadgen"]["saturated"] = loadgen_saturated(row, len(plans))
+        after = program_builds(system.url)
+        row["program_builds"] = None if builds is None or after is None else after - builds
+        row["ideal_rps"] = self.ideal_rps
+        row["ideal_ratio"] = round(row["throughput_rps"] / self.ideal_rps, 3) if self.ideal_rps else None
+        lat = row["latency_ms"]
+        tqdm.write(f"{system.name:>6} {labels['input']:>6} {what:>12}: {row['throughput_rps']:8.1f} req/s  "
+                   f"p50 {lat['p50']} p99 {lat['p99']} ms  errors {sum(row['errors'].values())}  "
+                   f"cores server {cpu['server']} load {cpu['load']} other {cpu['other']}"
+                   + ("  LOAD GENERATOR SATURATED" if row["loadgen"]["saturated"] else ""),
+                   file=sys.stderr)  # fmt: skip
+        return row
+
+    def rt_isolation(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
+        """Real-time p99 alone on the server, then beside saturating best-effort load (the
+        issue's "RT p99 under load <= 1.5 x idle")."""
+        a = self.args
+        idle = self.point(system, traffic, labels, rt_rate=a.rt_rate)
+        loaded = self.point(system, traffic, labels, concurrency=PROBE_CONCURRENCY, rt_rate=a.rt_rate)
+        rt = [name for name in idle["per_class"] if name.endswith("/rt")]
+        p99 = {row["mode"]: max((row["per_class"][n]["latency_ms"]["p99"] or 0.0) for n in rt)
+               for row in (idle, loaded)}  # fmt: skip
+        ratio = round(p99["rt-loaded"] / p99["rt-idle"], 3) if p99["rt-idle"] else None
+        return [idle, loaded], {"rt_p99_idle_ms": p99["rt-idle"], "rt_p99_loaded_ms": p99["rt-loaded"],
+                                "rt_p99_ratio": ratio,
+                                "be_rps_beside_rt": sum(c["throughput_rps"] for n, c in loaded["per_class"].items()
+                                                        if n.endswith("/be"))}  # fmt: skip
+
+    def drive(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
+        """Every load point the arguments ask for; (rows, summary of this configuration)."""
+        from atoll.bench.serve_analysis import sweep
+
+        a = self.args
+        if a.rate:
+            rows = [self.point(system, traffic, labels, rate=r) for r in _numbers(a.rate, float, "--rate")]
+            return rows, {}
+        if a.concurrency:
+            conns = _numbers(a.concurrency, int, "--concurrency")
+            return [self.point(system, traffic, labels, concurrency=c) for c in conns], {}
+        probe = self.point(system, traffic, labels, concurrency=PROBE_CONCURRENCY, seconds=a.duration / 2)
+        start = max(1.0, 0.6 * probe["throughput_rps"])
+        rows, best = sweep(lambda r: self.point(system, traffic, labels, rate=round(r, 1)), start, a.slo_ms)
+        at = next((r for r in rows if r["rate_rps"] == (round(best, 1) if best else None)), None)
+        return [probe, *rows], {
+            "max_rate_at_slo_rps": round(best, 1) if best else None,
+            "throughput_rps": at["throughput_rps"] if at else None,
+            "latency_ms": at["latency_ms"] if at else None,
+            "ideal_ratio": at["ideal_ratio"] if at else None,
+            "throughput_per_server_core": at["throughput_per_server_core"] if at else None,
+            "closed_loop_rps": probe["throughput_rps"],
+            "closed_loop_per_server_core": probe["throughput_per_server_core"],
+        }  # fmt: skip
+
+
+def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[int, ...]):
+    """(name, context manager factory) of every system to drive, Atoll first."""
+    from atoll.bench import servers
+
+    out = [("atoll", (lambda: servers.remote(args.url)) if args.url
+            else (lambda: servers.atoll(serve_args, server_cpus)))]  # fmt: skip
+    for name in dict.fromkeys(args.baseline):
+        if name == "plain":
+            out.append(("plain", lambda: servers.plain(repository, server_cpus)))
+        else:
+            from atoll.bench import triton_baseline
+
+            out.append(("triton", lambda: triton_baseline.server(repository, server_cpus)))
+    return out
+
+
+def run(args) -> int:
+    from atoll.bench import traffic as traffic_mod
+    from atoll.bench.ideal import measure_ideal, served_vgpus
+    from atoll.commands.serve import SERVE_FLAGS, config_from_args
+    from atoll.config import ConfigError
+    from atoll.repository import RepositoryError, load_repository
+
+    if not 0.0 <= args.rt_share <= 1.0:
+        print(f"atoll bench serve: --rt-share must be between 0 and 1, got {args.rt_share}", file=sys.stderr)
+        return 2
+    try:
+        config = config_from_args(args, SERVE_FLAGS)
+        repository = config.server.repository or args.repository
+        if not repository:
+            from atoll.demo_repository import demo_repository
+
+            repository = str(demo_repository())
+        models = load_repository(repository)
+        mix = traffic_mod.parse_mix(args.mix, models)
+    except (ConfigError, RepositoryError, ValueError) as exc:
+        print(f"atoll bench serve: {exc}", file=sys.stderr)
+        return 2
+    server_cpus, load_cpus, procs = _cores(args)
+    media = traffic_mod.Media(args.images, args.seed)
+    ideal = None if args.no_ideal else measure_ideal(config, models, mix, media.median_clip_s)
+    inputs = traffic_mod.INPUTS if args.input == "both" else (args.input,)
+    traffics = {kind: traffic_mod.build(models, mix, args.rt_share, media, kind) for kind in inputs}
+    mix_label = "+".join(f"{m}={s:g}" for m, s in mix.items())
+    serve_args = _serve_args(args, repository)
+    bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None)
+    rows, summary, skipped = [], [], {}
+    for name, start in _systems(args, serve_args, repository, server_cpus):
+        try:
+            with start() as system:
+                for kind, traffic in traffics.items():
+                    labels = {"input": kind, "mix": mix_label, "images": args.images, "rt_share": args.rt_share}
+                    mine, best = bench.drive(system, traffic, labels)
+                    if args.rt_isolation:  # both classes present; the point sends each on its own
+                        both = traffic_mod.build(models, mix, 0.5, media, kind)
+                        more, isolation = bench.rt_isolation(system, both, {**labels, "rt_share": None})
+                        mine, best = mine + more, {**best, **isolation}
+                    rows += mine
+                    if best:
+                        summary.append({"server": name, **labels, **best})
+        except RuntimeError as exc:  # a baseline that cannot run here is reported, not fatal
+            if name == "atoll":
+                print(f"atoll bench serve: {exc}", file=sys.stderr)
+                return 1
+            skipped[name] = str(exc)
+            print(f"atoll bench serve: {name} skipped: {exc}", file=sys.stderr)
+    device = args.device or served_vgpus(config)[0].profile_kind
+    doc = {
+        "bench": "serve", "device": device, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {"cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+                 "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
+        "config": {"repository": repository, "mix": mix, "rt_share": args.rt_share, "images": args.images,
+                   "inputs": list(inputs), "duration_s": args.duration, "warmup_s": args.warmup,
+                   "slo_ms": args.slo_ms, "atoll_serve_args": serve_args, "url": args.url,
+                   "server_cores": list(server_cpus) or "all", "loadgen_cores": list(load_cpus) or "all",
+                   "loadgen_processes": procs, "baselines": list(dict.fromkeys(args.baseline))},
+        "ideal": ideal, "summary": summary, "skipped": skipped, "results": rows,
+    }  # fmt: skip
+    out = args.out or Path("bench/results") / f"serve_{device}.json"
+    if args.plot:
+        from atoll.bench.serve_analysis import plot
+
+        plot(rows, args.slo_ms, f"atoll bench serve on {device} ({doc['host']['cores']} cores)", args.plot)
+    emit(doc, out, args.json, [_summary_line(s, args.slo_ms) for s in summary])
+    return 0
+
+
+def _summary_line(s: dict, slo_ms: float) -> str:
+    parts = []
+    if "max_rate_at_slo_rps" in s:
+        p99 = s["latency_ms"]["p99"] if s["latency_ms"] else None
+        parts.append(f"{s['max_rate_at_slo_rps']} req/s at p99 <= {slo_ms:g} ms (p99 {p99} ms, ideal_ratio "
+                     f"{s['ideal_ratio']}); closed loop {s['closed_loop_rps']} req/s")  # fmt: skip
+    if "rt_p99_ratio" in s:
+        parts.append(f"real-time p99 {s['rt_p99_idle_ms']} ms idle, {s['rt_p99_loaded_ms']} ms beside "
+                     f"best-effort load (x{s['rt_p99_ratio']})")  # fmt: skip
+    return f"{s['server']:>6} {s['input']:>6}: " + "; ".join(parts)

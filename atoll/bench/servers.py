@@ -1,0 +1,90 @@
+"""The servers `atoll bench serve` drives: Atoll (`atoll serve`, or one already running at a URL),
+the plain Python baseline, and Triton. Each is a context manager yielding a `System`: its URL and
+the root process whose tree the bench meters for CPU time."""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from atoll.server_process import ServerProcess
+
+
+@dataclass
+class System:
+    name: str  # "atoll" | "plain" | "triton"
+    url: str
+    pid: int | None  # None: not ours (a server at --url), its CPU time is not metered
+    about: dict = field(default_factory=dict)
+
+
+@contextmanager
+def pinned(cpus: tuple[int, ...]):
+    """Processes started inside inherit these cores (the calling thread's affinity)."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+class _Baseline(ServerProcess):
+    """The plain server as a child process, started and stopped like `atoll serve`."""
+
+    def __init__(self, repository: str, workers: int):
+        super().__init__()
+        self.args = [sys.executable, "-m", "atoll.bench.baseline_server", "--repository", repository,
+                     "--port", "0", "--workers", str(workers)]  # fmt: skip
+
+
+@contextmanager
+def atoll(serve_args: list[str], cpus: tuple[int, ...]):
+    with pinned(cpus):
+        server = ServerProcess(serve_args)
+        server.__enter__()
+    try:
+        yield System("atoll", server.url, server.proc.pid, {"args": serve_args})
+    finally:
+        server.stop()
+
+
+@contextmanager
+def remote(url: str):
+    yield System("atoll", url.rstrip("/"), None, {"url": url})
+
+
+@contextmanager
+def plain(repository: str, cpus: tuple[int, ...]):
+    workers = len(cpus) if cpus else len(os.sched_getaffinity(0))
+    with pinned(cpus):
+        server = _Baseline(repository, workers)
+        server.__enter__()
+    try:
+        yield System("plain", server.url, server.proc.pid,
+                     {"workers": workers, "server": "atoll.bench.baseline_server"})
+    finally:
+        server.stop()
+
+
+def program_builds(url: str) -> float | None:
+    """`atoll_program_builds_total` summed over its labels; None where the server has no such
+    metric (a baseline, or an Atoll before it counted builds)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    values = [s.value for family in text_string_to_metric_families(text)
+              if family.name == "atoll_program_builds" for s in family.samples
+              if s.name == "atoll_program_builds_total"]  # fmt: skip
+    return sum(values) if values else None

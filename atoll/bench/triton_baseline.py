@@ -1,0 +1,154 @@
+"""Real Triton as a baseline: `atoll bench serve --baseline triton`.
+
+The `tritonserver` binary (with its Python backend and a stub per Python version) ships inside the
+`nvidia-pytriton` PyPI package. Its Python backend is built against NumPy 1 (NumPy 2 arrays reach
+the stub as garbage), so it lives in a virtual environment of its own, which also holds what the
+model imports (INSTALL, at the repository root or where `ATOLL_TRITON_VENV` says); the model
+imports Atoll's own modules from this source tree. Nothing else needs it, and where it is missing
+(or cannot start) the bench skips Triton and says why.
+
+The bench writes a Triton model repository beside the served one: for each model a Python-backend
+model (`atoll.bench.triton_model`: OpenCV/librosa per request, onnxruntime per batch) under the same
+name and tensor names, so the same request bodies reach it; Triton's dynamic batcher in front; one
+instance per server core.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from atoll.bench.servers import System, pinned
+from atoll.repository import load_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_SOURCE = Path(__file__).with_name("triton_model.py")
+INSTALL = ("python -m venv .venv-triton && .venv-triton/bin/pip install nvidia-pytriton "
+           "opencv-python-headless onnxruntime librosa soundfile threadpoolctl 'numpy<2'")
+QUEUE_DELAY_US = 1000  # Triton's dynamic batcher: wait up to 1 ms for a fuller batch
+TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32"}
+
+
+class TritonUnavailable(RuntimeError):
+    pass
+
+
+def triton_home() -> Path:
+    """pytriton's `tritonserver` folder (bin/, backends/, python_backend_stubs/), in the site-packages
+    of the Triton environment."""
+    venv = Path(os.environ.get("ATOLL_TRITON_VENV") or ROOT / ".venv-triton")
+    found = sorted(venv.glob("lib/python3*/site-packages/pytriton/tritonserver/bin/tritonserver"))
+    if not found:
+        raise TritonUnavailable(f"no tritonserver in {venv}: {INSTALL}")
+    return found[0].parents[1]
+
+
+def _dims(dims) -> str:
+    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+
+
+def model_config(spec, instances: int, sys_path: str) -> str:
+    """config.pbtxt of the Python-backend twin of `spec`: the raw media input and the ready tensor
+    input both optional (a request carries one of them)."""
+    tensor = spec.inputs[0]
+    ragged = " allow_ragged_batch: true" if -1 in tensor.dims else ""
+    params = {"atoll_onnx": str(spec.path), "atoll_preprocess": spec.preprocess, "atoll_raw_input": spec.raw_input,
+              "atoll_input": tensor.name, "atoll_sys_path": sys_path}  # fmt: skip
+    lines = [
+        f'name: "{spec.name}"', 'backend: "python"', f"max_batch_size: {max(spec.max_batch_size, 1)}",
+        "input [",
+        f'  {{ name: "{spec.raw_input}" data_type: TYPE_STRING dims: [ 1 ] optional: true }},',
+        f'  {{ name: "{tensor.name}" data_type: {TYPES[tensor.datatype]} dims: {_dims(tensor.dims)} optional: true{ragged} }}',
+        "]",
+        "output [",
+        *(f'  {{ name: "{o.name}" data_type: {TYPES[o.datatype]} dims: {_dims(o.dims)} }}' for o in spec.outputs),
+        "]",
+        f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}",
+        f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]",
+        *(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in params.items()),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(repository: str, root: Path, instances: int, site_packages: Path) -> None:
+    sys_path = f"{ROOT}:{site_packages}"
+    for name, spec in load_repository(repository).items():
+        if spec.preprocess == "none":
+            continue
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(model_config(spec, instances, sys_path))
+        shutil.copy(MODEL_SOURCE, root / name / "1" / "model.py")
+
+
+def _backends(home: Path, root: Path) -> Path:
+    """A backend folder whose Python backend has the stub for the Triton environment's Python."""
+    version = home.parents[2].name.removeprefix("python")  # .../lib/python3.11/site-packages/pytriton
+    stub = home / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise TritonUnavailable(f"pytriton ships no Python backend stub for Python {version}")
+    python = root / "backends" / "python"
+    shutil.copytree(home / "backends" / "python", python)
+    shutil.copy(stub, python / "triton_python_backend_stub")
+    return root / "backends"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise TritonUnavailable(f"tritonserver exited with {proc.returncode}: "
+                                    + log.read_text()[-1500:])  # fmt: skip
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise TritonUnavailable(f"tritonserver not ready within {timeout_s:g} s: " + log.read_text()[-1500:])
+
+
+@contextmanager
+def server(repository: str, cpus: tuple[int, ...]):
+    home = triton_home()
+    instances = len(cpus) if cpus else len(os.sched_getaffinity(0))
+    site_packages = home.parents[1]
+    with tempfile.TemporaryDirectory(prefix="atoll-triton-") as tmp:
+        root = Path(tmp)
+        write_repository(repository, root / "models", instances, site_packages)
+        port = _free_port()
+        libs = site_packages / "nvidia_pytriton.libs"
+        env = {**os.environ, "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])),
+               "PATH": f"{site_packages.parents[2] / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+        command = [str(home / "bin" / "tritonserver"), f"--model-repository={root / 'models'}",
+                   f"--backend-directory={_backends(home, root)}", f"--http-port={port}",
+                   "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false", "--log-verbose=0"]  # fmt: skip
+        log = root / "tritonserver.log"
+        with pinned(cpus), log.open("w") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(url, proc, log)
+            yield System("triton", url, proc.pid, {"instances": instances, "queue_delay_us": QUEUE_DELAY_US,
+                                                   "tritonserver": str(home / "bin" / "tritonserver")})  # fmt: skip
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,69 @@
+"""The Triton Python-backend model of `atoll bench serve --baseline triton` (copied into the generated
+model repository as `<model>/1/model.py`; it runs inside Triton's Python stub, not in Atoll).
+
+What a Triton user writes for JPEG/WAV in, logits out without an FPGA: Triton's dynamic batcher
+hands `execute` the requests it gathered; each request's media is decoded and preprocessed with
+the same OpenCV/librosa code as Atoll's CPU path (the plain baseline's `media_rows`), or its ready
+FP32 tensor taken as is; the rows of all requests run as one onnxruntime batch on one thread (one
+model instance per core); each request gets its own rows of the outputs back.
+"""
+
+import json
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        # the stub's interpreter knows nothing of Atoll's environment: the bench names its paths
+        sys.path[:0] = [p for p in params["atoll_sys_path"].split(":") if p not in sys.path]
+        import onnxruntime as ort
+
+        from atoll.bench.baseline_server import media_rows
+        from atoll.pipeline import pad_stack
+        from fpga_host import cpu_backend
+
+        cpu_backend.init_worker()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(params["atoll_onnx"], options, providers=["CPUExecutionProvider"])
+        self.kind, self.raw, self.tensor = params["atoll_preprocess"], params["atoll_raw_input"], params["atoll_input"]
+        self.outputs = [o["name"] for o in config["output"]]
+        self.media_rows, self.pad_stack = media_rows, pad_stack
+
+    def _rows(self, request):
+        raw = pb_utils.get_input_tensor_by_name(request, self.raw)
+        if raw is not None:
+            return self.media_rows(self.kind, [bytes(b) for b in raw.as_numpy().reshape(-1)])
+        tensor = pb_utils.get_input_tensor_by_name(request, self.tensor)
+        if tensor is None:
+            raise ValueError(f"needs input {self.raw!r} or {self.tensor!r}")
+        return tensor.as_numpy().astype(np.float32, copy=False)
+
+    def execute(self, requests):
+        rows, errors = [], {}
+        for i, request in enumerate(requests):
+            try:
+                rows.append(self._rows(request))
+            except Exception as exc:  # one bad request fails alone, not its batch
+                errors[i] = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)  # HTTP 400
+                rows.append(None)
+        good = [r for r in rows if r is not None]
+        outputs = []
+        if good:  # audio rows pad to the batch's longest
+            batch = self.pad_stack([row for r in good for row in r])
+            outputs = self.session.run(self.outputs, {self.tensor: batch})
+        responses, start = [], 0
+        for i, r in enumerate(rows):
+            if r is None:
+                responses.append(pb_utils.InferenceResponse(error=errors[i]))
+                continue
+            mine = [pb_utils.Tensor(name, out[start:start + len(r)]) for name, out in zip(self.outputs, outputs)]
+            start += len(r)
+            responses.append(pb_utils.InferenceResponse(output_tensors=mine))
+        return responses

@@ -1,0 +1,75 @@
+"""The channel between a front-end process and the dispatcher: typed messages over a Unix socket.
+
+Each message is a frozen dataclass, pickled behind a 4-byte length. None carries a tensor: rows
+travel as slot references (`gpu_runtime.vgpu.messages.Row`), outputs are left in the rows' slots.
+The same socket carries the supervisor's control messages, so a front end has one thing to watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import struct
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.shm import Layout
+
+_LENGTH = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Front end -> supervisor: listening and ready to send work."""
+
+    front_end: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Front end -> dispatcher: a request's rows, made in its slots. Real-time rows go out at once
+    as their own batch; best-effort rows join the batcher one by one."""
+
+    model: str
+    priority: Priority
+    deadline: float  # time.monotonic() after which nobody waits for the answer
+    rows: tuple[Row, ...]
+
+
+class Failure(StrEnum):
+    EXPIRED = "expired"  # its deadline passed before it ran: dropped unexecuted
+    REJECTED = "rejected"  # the row itself cannot be batched (e.g. longer than any bucket)
+    BACKEND = "backend"  # the batch failed on its vGPU
+
+
+@dataclass(frozen=True)
+class Done:
+    """Dispatcher -> front end: rows finished. On success their outputs are in their slots at
+    `layouts`; otherwise `failure` says how and `reason` why. Either way the slots are free again."""
+
+    rows: tuple[Row, ...]
+    layouts: tuple[Layout, ...] | None = None
+    failure: Failure | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Supervisor -> front end: stop accepting, answer what is in flight, exit."""
+
+
+def encode(message) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+async def receive(reader: asyncio.StreamReader):
+    """The next message, or None once the other side has closed the socket."""
+    try:
+        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+        return pickle.loads(await reader.readexactly(length))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None

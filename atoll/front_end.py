@@ -1,0 +1,232 @@
+"""A front-end process: HTTP on the shared port, requests turned into rows in shared-memory slots.
+
+Several front ends serve one port (SO_REUSEPORT), each an asyncio process with its own slots per
+model. A request is parsed, admitted, and each of its inputs made into a slot row: JPEG/WAV files
+preprocessed on the front end's lanes (`lanes.Lanes`: real-time work on its own thread, best-effort
+work on lower-priority threads) straight into the slot, ready tensors copied in from the body. The
+rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that comes
+back says where each row's outputs are in its slot. A slot is given back once its outputs are read,
+or, for a request that gave up (timeout, client gone), when its `Done` arrives.
+
+Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
+for the CPU path, a second copy of every tensor), and a front end per core already gives it every
+core (see the README's "Serving" section for the measurements).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fpga_host import cpu_backend
+from fpga_host.preprocessor import Preprocessor
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu import shm
+from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.slots import SlotArena
+
+from atoll import channel
+from atoll.channel import Done, Failure, Submit
+from atoll.config import Config
+from atoll.lanes import Lanes
+from atoll.pipeline import pad_stack, read_wav
+from atoll.protocol import InferRequest, ProtocolError, Tensor
+from atoll.repository import ModelSpec
+from atoll.slot_allocator import SlotAllocator
+
+
+
+class RowFailed(RuntimeError):
+    """The dispatcher could not run a row (see `channel.Failure`)."""
+
+    def __init__(self, failure: Failure, reason: str):
+        super().__init__(reason)
+        self.failure = failure
+
+
+def priority_of(spec: ModelSpec, request: InferRequest) -> Priority:
+    """RT or BE from the request's Triton `priority` parameter: level 1 (the highest) is real-time,
+    any other level best-effort, and 0 or none takes the model's `default_priority_level`."""
+    level = request.parameters.get("priority", 0)
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {level!r}")
+    return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE
+
+
+@dataclass(frozen=True)
+class FrontEndSetup:
+    """Everything a front-end process needs, picklable for `spawn`."""
+
+    index: int
+    count: int  # front ends in all (DPU compute units are shared out among them)
+    config: Config
+    models: dict[str, ModelSpec]
+    arenas: dict[str, str]  # model -> its slot arena for this front end
+    rt_reserve: int  # slots per arena kept for real-time rows
+    port: int  # the shared HTTP port
+
+
+class FrontEnd:
+    """The protocol-independent core: `infer(spec, request)` for the HTTP (and later gRPC) server."""
+
+    def __init__(self, setup: FrontEndSetup, writer: asyncio.StreamWriter, metrics):
+        c = setup.config
+        p = c.preprocessing
+        self.metrics = metrics
+        self.timeout_s = c.server.request_timeout_s
+        self.writer = writer
+        self.pre = Preprocessor(
+            p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
+            audio_norm_cus=p.audio_norm_cus, manifest=p.manifest, cu_timeout_s=p.cu_timeout_ms / 1000,
+            max_image_dim=p.max_image_dim, resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
+            max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
+        cpu_backend.init_worker()  # the first requests must not pay for librosa's caches
+        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
+        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
+        self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
+        self.slots = {m: SlotAllocator(SlotArena.attach(name), setup.rt_reserve)
+                      for m, name in setup.arenas.items()}  # fmt: skip
+        self._by_arena = {s.arena.name: s for s in self.slots.values()}
+        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+
+    def close(self) -> None:
+        self.lanes.close()
+        self.pre.close()
+        for slots in self.slots.values():
+            slots.arena.close()
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
+        """The request's outputs by name; `priority` as `priority_of` tells it."""
+        deadline = time.monotonic() + self.timeout_s
+        make, sources = self._sources(spec, request)
+        slots = self.slots[spec.name]
+        try:
+            indices = await slots.acquire(len(sources), priority)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        rows = await self._make_rows(spec, priority, make, sources, slots, indices)
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in rows]
+        for row, future in zip(rows, futures):
+            self._waiting[(row.arena, row.index)] = future
+        self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
+        layouts = await _settled(futures, slots, indices)
+        try:
+            return self._outputs(spec, slots, indices, layouts)
+        finally:
+            slots.release(indices)
+
+    def _sources(self, spec: ModelSpec, request: InferRequest):
+        """How to make each row (a function for the lanes, or None to copy a tensor row in here)
+        and what from."""
+        by_name = {t.name: t for t in request.inputs}
+        limit = max(spec.max_batch_size, 1)
+        if spec.preprocess != "none" and spec.raw_input in by_name:
+            raw = by_name[spec.raw_input]
+            if raw.datatype != "BYTES":
+                raise ProtocolError(f"input {raw.name!r} must be BYTES (a {spec.preprocess} file)")
+            files = list(raw.data.reshape(-1))
+            if not 0 < len(files) <= limit:
+                raise ProtocolError(f"{len(files)} files in one request; model {spec.name!r} takes 1 to {limit}")
+            return (self._preprocess_image if spec.preprocess == "image" else self._preprocess_audio), files
+        model_input = spec.inputs[0]
+        if model_input.name not in by_name:
+            wanted = [spec.raw_input] if spec.preprocess != "none" else []
+            raise ProtocolError(f"model {spec.name!r} needs input {' or '.join(wanted + [model_input.name])!r}")
+        return None, self._split_tensor(spec, by_name[model_input.name])
+
+    @staticmethod
+    def _split_tensor(spec: ModelSpec, tensor: Tensor) -> list[np.ndarray]:
+        want = spec.inputs[0]
+        if tensor.datatype != want.datatype:
+            raise ProtocolError(f"input {tensor.name!r}: expected {want.datatype}, got {tensor.datatype}")
+        shape = tensor.data.shape
+        if len(shape) != len(want.dims) + 1 or any(
+            d != -1 and d != s for d, s in zip(want.dims, shape[1:])
+        ):
+            raise ProtocolError(f"input {tensor.name!r}: shape {list(shape)} does not match [-1, "
+                                f"{', '.join(map(str, want.dims))}]")  # fmt: skip
+        if not 0 < shape[0] <= max(spec.max_batch_size, 1):
+            raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to "
+                                f"{max(spec.max_batch_size, 1)}")  # fmt: skip
+        return list(tensor.data)
+
+    async def _make_rows(self, spec, priority, make, sources, slots, indices) -> tuple[Row, ...]:
+        arena = slots.arena
+        if make is None:
+            try:
+                shapes = [self._copy_row(arena, index, row) for index, row in zip(indices, sources)]
+            except BaseException:
+                slots.release(indices)
+                raise
+        else:
+            futures = [self.lanes.run(priority, make, spec, data, arena, index,
+                                      abandoned=functools.partial(slots.release, [index]))
+                       for data, index in zip(sources, indices)]  # fmt: skip
+            shapes = await _settled(futures, slots, indices)
+        return tuple(Row(arena.name, index, shape) for index, shape in zip(indices, shapes))
+
+    @staticmethod
+    def _copy_row(arena: SlotArena, index: int, row: np.ndarray) -> tuple[int, ...]:
+        if row.nbytes > arena.in_stride:
+            raise ProtocolError(f"an input row of {row.nbytes} bytes exceeds the largest this model "
+                                f"takes ({arena.in_stride})")  # fmt: skip
+        arena.input(index, row.shape)[...] = row
+        return row.shape
+
+    def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
+        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index)))
+
+    def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
+        pcm, rate = read_wav(bytes(data))
+        return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=self._slot(arena, index)))
+
+    @staticmethod
+    def _slot(arena: SlotArena, index: int) -> np.ndarray:
+        return arena.input(index, (arena.in_stride // 4,))
+
+    def _preprocessed(self, spec, future) -> tuple[int, ...]:
+        """Wait for the preprocessing (a DPU run; the CPU path has already finished) and account it."""
+        result = future.result()
+        self.metrics.preprocess_us.labels(spec.name, result.backend).inc(result.timings["total_ms"] * 1e3)
+        return result.array.shape
+
+    def _outputs(self, spec: ModelSpec, slots: SlotAllocator, indices, layouts) -> dict[str, np.ndarray]:
+        rows = [shm.views(slots.arena.output(index), layout) for index, layout in zip(indices, layouts)]
+        return {out.name: pad_stack([row[out.name] for row in rows]) for out in spec.outputs}
+
+    # -- the dispatcher's answers -------------------------------------------------------------------
+
+    def on_done(self, message: Done) -> None:
+        for k, row in enumerate(message.rows):
+            future = self._waiting.pop((row.arena, row.index), None)
+            if future is None:
+                continue
+            if future.cancelled():  # its request gave up: the slot is free only now
+                self._by_arena[row.arena].release([row.index])
+            elif message.failure is not None:
+                future.set_exception(RowFailed(message.failure, message.reason))
+            else:
+                future.set_result(message.layouts[k])
+
+
+async def _settled(futures: list[asyncio.Future], slots: SlotAllocator, indices: list[int]) -> list:
+    """The futures' results, one per slot. If any fails, or the request gives up, each slot whose
+    future has finished is given back here; the others are cancelled, and whoever finishes them
+    (a lane, `on_done`) gives their slot back when nothing writes into it any more."""
+    try:
+        return [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
+    except BaseException:
+        for future, index in zip(futures, indices):
+            if future.done() and not future.cancelled():
+                slots.release([index])
+            else:
+                future.cancel()
+        raise

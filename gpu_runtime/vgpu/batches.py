@@ -1,0 +1,138 @@
+"""Batches from slot rows, inside a vGPU worker: the one copy a row makes, and its outputs' way back.
+
+A batch is the rows of a `RunRows` message stacked along a new first axis, every row's variable
+dimension zero-padded to the message's length and, for executors with static shapes, zero rows
+added up to the next batch size the model was built for. Rows that already lie packed in
+consecutive slots of one arena at their full shape are run where they are, without a copy (a lone
+row of a fixed-shape model always is). Batch buffers are reused, since fresh pages cost a fault
+each. Each row's outputs are cut back to its own share of the padded length and stored in its slot.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from gpu_runtime.vgpu import shm
+from gpu_runtime.vgpu.messages import BatchSpec, Row
+from gpu_runtime.vgpu.slots import SlotArena
+
+
+def batch_sizes(max_batch: int | None) -> tuple[int, ...]:
+    """The batch sizes built for a model with static shapes: powers of two up to `max_batch`, and
+    `max_batch` itself (a smaller batch is padded up to the next one)."""
+    if not max_batch:
+        return ()
+    return tuple(sorted({1 << k for k in range(max_batch.bit_length()) if 1 << k <= max_batch} | {max_batch}))
+
+
+def padded_size(n: int, sizes: tuple[int, ...]) -> int:
+    """The batch size a batch of `n` rows runs at: the smallest built size that holds it."""
+    return next((s for s in sizes if s >= n), n)
+
+
+def variable_axis(dims: tuple[int, ...]) -> int | None:
+    axes = [i for i, d in enumerate(dims) if d == -1]
+    if len(axes) > 1:
+        raise ValueError(f"rows of {dims} have more than one variable dimension")
+    return axes[0] if axes else None
+
+
+def full_shape(dims: tuple[int, ...], length: int | None) -> tuple[int, ...]:
+    """A row's shape once padded: `dims` with the variable dimension set to `length`."""
+    axis = variable_axis(dims)
+    if axis is not None and length is None:
+        raise ValueError(f"rows of {dims} need a length to pad to")
+    return tuple(length if d == -1 else d for d in dims)
+
+
+class BatchBuilder:
+    def __init__(self):
+        self._arenas: dict[str, SlotArena] = {}
+        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._lock = threading.Lock()  # batches are built on one thread and given back on another
+
+    def arena(self, name: str) -> SlotArena:
+        arena = self._arenas.get(name)
+        if arena is None:
+            arena = self._arenas[name] = SlotArena.attach(name)
+        return arena
+
+    def build(self, spec: BatchSpec, rows: tuple[Row, ...], length: int | None,
+              sizes: tuple[int, ...]) -> tuple[np.ndarray, Callable[[], None]]:
+        """The batch input and a function that hands its buffer back once the batch has run."""
+        shape = full_shape(spec.input_dims, length)
+        dtype = np.dtype(spec.dtype)
+        n = len(rows)
+        batch = padded_size(n, sizes)
+        for row in rows:
+            self._check(row, spec.input_dims, shape)
+        first = rows[0]
+        if (batch == n and all(r.arena == first.arena and r.index == first.index + i and r.shape == shape
+                               for i, r in enumerate(rows))
+                and (n == 1 or self.arena(first.arena).packed(shape, dtype))):
+            return self.arena(first.arena).inputs(first.index, n, shape, dtype), _nothing
+        key = ((batch, *shape), dtype.str)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            buf = free.pop() if free else np.empty(key[0], dtype)
+        axis = variable_axis(spec.input_dims)
+        for i, row in enumerate(rows):
+            src = self.arena(row.arena).input(row.index, row.shape, dtype)
+            if row.shape == shape:
+                buf[i] = src
+            else:
+                buf[i][tuple(slice(0, s) for s in row.shape)] = src
+                tail = [slice(None)] * len(shape)
+                tail[axis] = slice(row.shape[axis], None)
+                buf[i][tuple(tail)] = 0
+        buf[n:] = 0
+
+        def release() -> None:
+            with self._lock:
+                self._free[key].append(buf)
+
+        return buf, release
+
+    @staticmethod
+    def _check(row: Row, dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
+        if len(row.shape) != len(dims) or any(
+                s > full if d == -1 else s != d for s, d, full in zip(row.shape, dims, shape)):
+            raise ValueError(f"row of shape {list(row.shape)} does not fit a batch of rows {list(shape)}")
+
+    def scatter(self, spec: BatchSpec, rows: tuple[Row, ...], outputs: dict[str, np.ndarray],
+                length: int | None) -> tuple[shm.Layout, ...]:
+        """Store each row's outputs in its slot's output region; returns their layouts."""
+        axis = variable_axis(spec.input_dims)
+        layouts = []
+        for i, row in enumerate(rows):
+            share = 1.0 if axis is None else row.shape[axis] / length
+            mine = {name: _trim(array[i], spec.output_dims.get(name, ()), share)
+                    for name, array in outputs.items()}
+            region = self.arena(row.arena).output(row.index)
+            _, size = shm.plan(mine)
+            if size > len(region):
+                raise ValueError(f"outputs of {size} bytes exceed the slot's {len(region)}")
+            layouts.append(shm.store(region, mine))
+        return tuple(layouts)
+
+    def close(self) -> None:
+        for arena in self._arenas.values():
+            arena.close()
+        self._arenas.clear()
+
+
+def _trim(out: np.ndarray, dims: tuple[int, ...], share: float) -> np.ndarray:
+    """A row's output cut back along its variable dimension to the row's share of the padding."""
+    axis = variable_axis(dims) if len(dims) == out.ndim else None
+    if axis is None or share >= 1.0:
+        return out
+    keep = math.ceil(out.shape[axis] * share)
+    return out[tuple(slice(0, keep) if a == axis else slice(None) for a in range(out.ndim))]
+
+
+def _nothing() -> None:
+    pass

@@ -1,0 +1,126 @@
+"""What the WorkerPool and its worker processes say to each other: frozen dataclasses, matched by
+type on arrival. Only these small descriptions cross the pipe (pickled); tensors never do: they stay
+in shared memory (`shm` segments of the pool, or `slots` arenas of the front ends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu.shm import Layout
+
+# ---- pool -> worker -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """A model's batched input and outputs, so a worker can build batches from slot rows, cut
+    each row's outputs back from the padding, and build and warm every shape at load."""
+
+    input_name: str
+    input_dims: tuple[int, ...]  # one row, without the batch dimension; -1 marks the variable length
+    output_dims: dict[str, tuple[int, ...]]  # the same for each output
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Load:
+    req: int
+    model: str
+    onnx_path: str
+    executor: str
+    max_batch: int | None  # the largest batch that will be sent; shapes are built up to it
+    batch: BatchSpec | None = None  # given: every shape is built and run once before Loaded
+    lengths: tuple[int, ...] = ()  # the sizes batches pad their variable dimension to
+
+
+@dataclass(frozen=True)
+class Run:
+    """A batch the pool copied into one of its segments (`WorkerPool.submit`)."""
+
+    req: int
+    model: str
+    priority: Priority
+    in_segment: str
+    in_layout: Layout
+    out_segment: str
+    out_capacity: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One input row in a front end's slot arena (`slots.SlotArena`), and its own shape."""
+
+    arena: str
+    index: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """A batch of rows in slots (`WorkerPool.submit_rows`); outputs go back to the rows' slots."""
+
+    req: int
+    model: str
+    priority: Priority
+    rows: tuple[Row, ...]
+    length: int | None = None  # every row's variable dimension is zero-padded to this
+
+
+@dataclass(frozen=True)
+class Forget:
+    """The pool evicted these segments: unmap them."""
+
+    segments: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+# ---- worker -> pool -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """The vGPU cannot be set up (e.g. its green context); the worker exits."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    req: int
+    description: dict  # the engine's description, plus what the warm-up learned (see worker.py)
+
+
+@dataclass(frozen=True)
+class Ran:
+    req: int
+    layout: Layout
+    out_bytes: int
+    overflowed: bool  # the outputs did not fit: they are in the one-off segment `<out_segment>x`
+    seconds: float  # compute time inside the worker
+    program_builds: int  # shapes built after their model's load, in this worker's lifetime
+
+
+@dataclass(frozen=True)
+class RanRows:
+    req: int
+    layouts: tuple[Layout, ...]  # each row's outputs, in its slot's output region
+    seconds: float
+    program_builds: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    req: int
+    kind: str  # the exception's type name
+    message: str

@@ -1,0 +1,127 @@
+"""The dispatcher over a stand-in worker pool: best-effort rows batched by PREBA and padded to their
+bucket's upper length, real-time rows sent at once (in chunks of the largest batch), rows whose
+deadline passed answered EXPIRED without running, one Done per front end per batch."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from atoll import lengths
+from atoll.channel import Done, Failure, Submit
+from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
+from atoll.latency_model import LatencyModel
+from atoll.metrics import Metrics
+from batching import BucketPolicy, ModelBatching, make_batcher
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu.messages import Row
+
+AUDIO = ModelPlan("asr", "1", max_batch=2, frame_axis=1, padded_frames=(251, 501))
+PLANS = {"asr": AUDIO}
+POLICY = {"asr": ModelBatching("audio", (BucketPolicy(2.5, 2, 0.001), BucketPolicy(5.0, 2, 0.001)))}
+
+
+@dataclass
+class _State:
+    inflight_runs: int = 0
+    program_builds: int = 0
+
+
+class StandInPool:
+    """Records each batch; the test decides when it finishes."""
+
+    def __init__(self):
+        self.workers = {"cpu0": _State()}
+        self.batches: list[tuple] = []
+
+    def submit_rows(self, vgpu, model, rows, length, priority) -> Future:
+        future = Future()
+        self.batches.append((vgpu, model, rows, length, priority, future))
+        return future
+
+
+class Writer:
+    def __init__(self):
+        self.messages = []
+
+    def is_closing(self):
+        return False
+
+    def write(self, data: bytes):
+        self.messages.append(pickle.loads(data[4:]))
+
+
+def row(index: int, frames: int, arena: str = "fe0-asr") -> Row:
+    return Row(arena, index, (80, frames))
+
+
+async def settle():
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+def test_batches_rt_rows_and_expiry():
+    async def main():
+        pool = StandInPool()
+        batcher = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01, policies=POLICY)
+        dispatcher = Dispatcher(PLANS, pool, batcher, Metrics(), LatencyModel(), {"cpu0": "cpu"})
+        dispatcher.start()
+        fe0, fe1 = Writer(), Writer()
+        far = dispatcher.now() + 60
+        # two BE rows from two front ends: one batch of 2, padded to the 5 s bucket (501 frames)
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, far, (row(0, 100),)))
+        dispatcher.submit(FrontEndLink(fe1), Submit("asr", Priority.BE, far, (row(3, 400, "fe1-asr"),)))
+        await settle()
+        [(vgpu, model, rows, length, priority, future)] = pool.batches
+        assert (vgpu, model, length, priority) == ("cpu0", "asr", 501, Priority.BE)
+        assert [r.index for r in rows] == [0, 3]
+        # three RT rows go out at once, in chunks of the largest batch, padded to their own bucket
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.RT, far, (row(1, 50), row(2, 60), row(4, 70))))
+        await settle()
+        rt = pool.batches[1:]
+        assert [(len(b[2]), b[3], b[4]) for b in rt] == [(2, 251, Priority.RT), (1, 251, Priority.RT)]
+        future.set_result(([("out", "<f4", (1,), 0)], [("out", "<f4", (2,), 0)]))
+        for b in rt:
+            b[5].set_result(tuple([("out", "<f4", (1,), 0)] for _ in b[2]))
+        await settle()
+        assert [type(m) for m in fe1.messages] == [Done]
+        assert fe1.messages[0].rows == (row(3, 400, "fe1-asr"),) and fe1.messages[0].layouts == ([("out", "<f4", (2,), 0)],)
+        assert sorted(r.index for m in fe0.messages for r in m.rows) == [0, 1, 2, 4]
+        # an expired row is answered without running; one longer than every bucket is rejected
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, dispatcher.now() - 1, (row(5, 10),)))
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, far, (row(6, lengths.frames(9.0)),)))
+        await settle()
+        assert len(pool.batches) == 3
+        failures = {m.rows[0].index: m.failure for m in fe0.messages[-2:]}
+        assert failures == {5: Failure.EXPIRED, 6: Failure.REJECTED}
+        await dispatcher.stop()
+
+    asyncio.run(main())
+
+
+def test_a_failed_batch_answers_every_row_and_program_builds_are_counted():
+    async def main():
+        pool = StandInPool()
+        batcher = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01, policies=POLICY)
+        metrics = Metrics()
+        dispatcher = Dispatcher(PLANS, pool, batcher, metrics, LatencyModel(), {"cpu0": "cpu"})
+        dispatcher.start()
+        fe0 = Writer()
+        far = dispatcher.now() + 60
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, far, (row(0, 100), row(1, 120))))
+        await settle()
+        pool.batches[0][5].set_exception(RuntimeError("vGPU on fire"))
+        await settle()
+        [done] = fe0.messages
+        assert done.failure == Failure.BACKEND and "on fire" in done.reason and len(done.rows) == 2
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.RT, far, (row(2, 100),)))
+        await settle()
+        pool.workers["cpu0"].program_builds = 1  # the worker built a shape it was not loaded with
+        pool.batches[1][5].set_result(([],))
+        await settle()
+        assert b'atoll_program_builds_total{vgpu="cpu0"} 1.0' in metrics.render()
+        await dispatcher.stop()
+
+    asyncio.run(main())
