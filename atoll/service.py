@@ -110,12 +110,14 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
     """The configured batcher over the given vGPUs ({id: profile kind}, running `slots` batches at
     once) and each model's largest batch under it. Service times come from the knee profile (`batching.profile`) where it covers a
     model, else from measured batches."""
-    from batching.profile import load_profile
+    from batching.profile import load_profile, shipped_profile
 
     b = config.batching
-    profile = load_profile(b.profile) if b.profile else None
+    # Without a configured profile, the one shipped for these vGPUs (batching/profiles/) if any.
+    path = b.profile or shipped_profile(dict.fromkeys(vgpus.values()))
+    profile = load_profile(path) if path else None
     if profile is not None and profile.kind not in vgpus.values():
-        log.warning("profile %s is for %r vGPUs; serving on %s", b.profile, profile.kind,
+        log.warning("profile %s is for %r vGPUs; serving on %s", path, profile.kind,
                     sorted(set(vgpus.values())))  # fmt: skip
 
     def service_time(model: str, batch: int, length: float, kind: str) -> float:
@@ -196,12 +198,9 @@ class Service:
         share_metrics(self._metrics_dir)
         self.metrics = Metrics()
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
-        executor = c.vgpus.executor
-        if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
-            from gpu_runtime.executors import probe_executors
+        from gpu_runtime.executors import resolve_executor
 
-            on_gpu = any(v.kind != "cpu" for v in vgpus)
-            executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
+        executor = resolve_executor(c.vgpus.executor, vgpus)
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
