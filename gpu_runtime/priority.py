@@ -47,6 +47,16 @@ def lower_this_thread(priority: Priority) -> None:
             pass
 
 
+def make_this_thread_background() -> None:
+    """The lowest OS priority for the calling thread (nice 19): for work such as model loads,
+    which may take whatever cycles serving leaves but must not take cycles from serving."""
+    if hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:  # not permitted here: the work then competes as an equal
+            pass
+
+
 # While another thread waits, the one holding the GIL keeps it up to the interpreter's switch
 # interval (5 ms by default), so in a process where real-time threads share the interpreter with
 # busy best-effort ones every GIL acquisition of an RT thread could wait that long. 0.5 ms cut RT

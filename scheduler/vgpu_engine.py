@@ -63,6 +63,14 @@ class ReefEngine:
         return {"executor": executor, "preemptible": True, "scheduler": self.policy,
                 "batch_sizes": list(sizes)}
 
+    def unload(self, model: str) -> None:
+        """The model can no longer run. Its REEF clients stay built until the worker stops: the
+        scheduler has no way to remove a client, and a reload under the same name replaces them."""
+        if model in self._serial_models:
+            self._serial_models.discard(model)
+            self._serial_engine().unload(model)
+        self._shapes.pop(model, None)
+
     def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         if model in self._serial_models:
             return self._serial_engine().run(model, inputs, priority)
