@@ -7,8 +7,9 @@ shared memory: the pool's segments (`Run`) or the front ends' slot arenas (`RunR
 `scheduler.vgpu_engine`), so several can be in flight and their replies may come in any order.
 The receiving thread only builds batches and hands them to the engine; one reply thread stores
 outputs and sends every reply, so the engine's threads never wait on the pipe. Loads and unloads
-run on a loader thread of the lowest OS priority, so a model loaded while others serve takes
-only the cycles they leave and never holds up the batches arriving meanwhile; a batch for a
+run on a loader thread of the lowest OS priority, warm-up batches included where the engine can run
+them there, so a model loaded while others serve takes only the cycles they leave and never holds
+up the batches arriving meanwhile; a batch for a
 model whose load is still running (a restarted worker's replayed load) waits for it.
 
 A load with a `BatchSpec` builds and runs every shape the model will be asked for (each batch size
@@ -26,7 +27,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from gpu_runtime.priority import Priority, favour_real_time_threads, make_this_thread_background
+from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
@@ -94,6 +95,12 @@ class _Worker:
                     for name in names:
                         self.segments.forget(name)
                 case Load() | Unload():
+                    try:
+                        if isinstance(message, Load):
+                            self.runner.prepare(message.executor)  # its threads are not the loader's
+                    except Exception as exc:  # the load fails with it; the worker keeps serving
+                        self._reply(lambda m=message, e=exc: Failed(m.req, type(e).__name__, str(e)))
+                        continue
                     with self.lock:
                         self.parked.setdefault(message.model, [])
                     self.loads.put(message)
@@ -161,7 +168,7 @@ class _Worker:
             shape = full_shape(spec.input_dims, length)
             for batch in sizes or (1,):
                 x = np.zeros((batch, *shape), spec.dtype)
-                outputs, _ = self.runner.run(message.model, {spec.input_name: x}, Priority.BE).result()
+                outputs, _ = self.runner.warm_up(message.model, {spec.input_name: x})
                 out_row_bytes = max(out_row_bytes, shm.plan({k: v[0] for k, v in outputs.items()})[1])
                 warm.add(_shape_key(x.shape, sizes))
         self.specs[message.model], self.sizes[message.model] = spec, sizes
