@@ -58,8 +58,8 @@ def atoll(serve_args: list[str], cpus: tuple[int, ...]):
 
 
 @contextmanager
-def remote(url: str):
-    yield System("atoll", url.rstrip("/"), None, {"url": url})
+def remote(url: str, grpc: str = ""):
+    yield System("atoll", url.rstrip("/"), None, {"url": url}, grpc)
 
 
 @contextmanager
