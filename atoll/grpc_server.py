@@ -160,10 +160,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         await self.endpoints.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
+    def _region_status(self, kind: str, name: str, response):
+        regions = self.endpoints.region_status(kind, name)
+        return json_format.ParseDict({"regions": {r["name"]: r for r in regions}}, response)
+
     @_answers
     async def SystemSharedMemoryStatus(self, request, context):
-        regions = self.endpoints.region_status("system", request.name)
-        return json_format.ParseDict({"regions": {r["name"]: r for r in regions}}, pb.SystemSharedMemoryStatusResponse())
+        return self._region_status("system", request.name, pb.SystemSharedMemoryStatusResponse())
 
     @_answers
     async def SystemSharedMemoryRegister(self, request, context):
@@ -177,8 +180,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def CudaSharedMemoryStatus(self, request, context):
-        regions = self.endpoints.region_status("cuda", request.name)
-        return json_format.ParseDict({"regions": {r["name"]: r for r in regions}}, pb.CudaSharedMemoryStatusResponse())
+        return self._region_status("cuda", request.name, pb.CudaSharedMemoryStatusResponse())
 
     @_answers
     async def CudaSharedMemoryRegister(self, request, context):
