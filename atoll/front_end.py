@@ -8,6 +8,9 @@ rows go to the dispatcher as one `Submit` (slot references, never tensors); the 
 back says where each row's outputs are in its slot. A slot is given back once its outputs are read,
 or, for a request that gave up (timeout, client gone), when its `Done` arrives.
 
+Models come and go while it serves (`add_model`, `retire_model`: see `model_control.py`); a model
+is retired once no request of it is left and every one of its slots is back.
+
 Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
 for the CPU path, a second copy of every tensor), and a front end per core already gives it every
 core (see the README's "Serving" section for the measurements).
@@ -19,6 +22,7 @@ import asyncio
 import functools
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +37,7 @@ from gpu_runtime.vgpu.slots import SlotArena
 from atoll import channel
 from atoll.channel import Done, Failure, Submit
 from atoll.config import Config
+from atoll.errors import ApiError, ErrorCode
 from atoll.lanes import Lanes
 from atoll.pipeline import pad_stack, read_wav
 from atoll.protocol import InferRequest, ProtocolError, Tensor
@@ -67,17 +72,19 @@ class FrontEndSetup:
     config: Config
     models: dict[str, ModelSpec]
     arenas: dict[str, str]  # model -> its slot arena for this front end
-    rt_reserve: int  # slots per arena kept for real-time rows
     port: int  # the shared HTTP port
+    grpc_port: int | None  # the shared gRPC port (None: no gRPC)
+    gpu_uuids: tuple[str, ...]  # the server's GPU vGPUs (GPU metrics, CUDA shared memory)
 
 
 class FrontEnd:
-    """The protocol-independent core: `infer(spec, request)` for the HTTP (and later gRPC) server."""
+    """The protocol-independent core: `infer(spec, request)` for the HTTP and gRPC servers."""
 
     def __init__(self, setup: FrontEndSetup, writer: asyncio.StreamWriter, metrics):
         c = setup.config
         p = c.preprocessing
         self.metrics = metrics
+        self.models = dict(setup.models)
         self.timeout_s = c.server.request_timeout_s
         self.writer = writer
         self.pre = Preprocessor(
@@ -89,10 +96,35 @@ class FrontEnd:
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
-        self.slots = {m: SlotAllocator(SlotArena.attach(name), setup.rt_reserve)
-                      for m, name in setup.arenas.items()}  # fmt: skip
-        self._by_arena = {s.arena.name: s for s in self.slots.values()}
+        self.slots: dict[str, SlotAllocator] = {}
+        self._by_arena: dict[str, SlotAllocator] = {}
+        for name, arena in setup.arenas.items():
+            self._attach(self.models[name], arena)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._active: Counter[str] = Counter()  # model -> requests inside `infer`
+
+    def _attach(self, spec: ModelSpec, arena: str) -> None:
+        # slots kept for real-time rows: one real-time request of the model always fits
+        slots = self.slots[spec.name] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
+        self._by_arena[slots.arena.name] = slots
+
+    def add_model(self, spec: ModelSpec, arena: str) -> None:
+        self._attach(spec, arena)
+        self.models[spec.name] = spec
+
+    async def retire_model(self, name: str, timeout_s: float) -> None:
+        """Admit no more requests of `name`, wait (up to `timeout_s`) until those inside are
+        answered and every slot of it is back, then let its slots go."""
+        self.models.pop(name, None)
+        slots = self.slots[name]
+        deadline = time.monotonic() + timeout_s
+        while self._active[name] or slots.free < slots.arena.count:
+            if time.monotonic() > deadline:
+                raise ApiError(ErrorCode.INTERNAL, f"model {name!r} still has requests in flight after "
+                                                   f"{timeout_s:g} s")  # fmt: skip
+            await asyncio.sleep(0.01)
+        del self._active[name], self.slots[name], self._by_arena[slots.arena.name]
+        slots.arena.close()
 
     def close(self) -> None:
         self.lanes.close()
@@ -104,6 +136,15 @@ class FrontEnd:
 
     async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
         """The request's outputs by name; `priority` as `priority_of` tells it."""
+        if self.models.get(spec.name) is not spec:  # retired (or replaced) since the caller looked
+            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{spec.name}' is not found")
+        self._active[spec.name] += 1
+        try:
+            return await self._infer(spec, request, priority)
+        finally:
+            self._active[spec.name] -= 1
+
+    async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
         deadline = time.monotonic() + self.timeout_s
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.name]
@@ -111,23 +152,31 @@ class FrontEnd:
             indices = await slots.acquire(len(sources), priority)
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
+        counters = self.metrics.of(spec.name, spec.version)
+        start = time.perf_counter()
         rows = await self._make_rows(spec, priority, make, sources, slots, indices)
+        counters.compute_input_us.inc((time.perf_counter() - start) * 1e6)
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
         self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
         layouts = await _settled(futures, slots, indices)
+        start = time.perf_counter()
         try:
             return self._outputs(spec, slots, indices, layouts)
         finally:
             slots.release(indices)
+            counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
         """How to make each row (a function for the lanes, or None to copy a tensor row in here)
         and what from."""
         by_name = {t.name: t for t in request.inputs}
         limit = max(spec.max_batch_size, 1)
+        if spec.preprocess != "none" and spec.raw_input in by_name and spec.inputs[0].name in by_name:
+            raise ProtocolError(f"inputs {spec.raw_input!r} and {spec.inputs[0].name!r} are alternatives "
+                                f"(a {spec.preprocess} file or its ready tensor): send one")  # fmt: skip
         if spec.preprocess != "none" and spec.raw_input in by_name:
             raw = by_name[spec.raw_input]
             if raw.datatype != "BYTES":

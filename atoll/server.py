@@ -1,126 +1,175 @@
-"""KServe v2 / Triton HTTP server (aiohttp) over a model repository, plus Prometheus metrics.
+"""KServe v2 / Triton HTTP server (aiohttp) over a front end's `endpoints.Endpoints`, plus metrics.
 
-Endpoints follow the KServe v2 inference protocol with Triton's binary tensor extension, so
-`tritonclient.http` works unchanged. Every front-end process runs one, on the shared port, over its
-`front_end.FrontEnd`. Every accepted request gets exactly one response: bad input is a 400 with a
-reason, an unknown model or version a 404, overload a 503 (never a silent drop). Real-time and
-best-effort requests are admitted against separate bounds, so best-effort overload never refuses a
-real-time request.
+Endpoints follow the KServe v2 inference protocol with Triton's extensions (binary tensors, system
+and CUDA shared memory, model repository and control, statistics, classification), so
+`tritonclient.http` works unchanged. Every front-end process runs one, on the shared port. Every
+failure, an unknown endpoint or an extension this server does not support included, is answered
+with JSON `{"error": ...}` and Triton's HTTP status for its kind (`errors.ErrorCode`).
 """
 
 from __future__ import annotations
 
-import asyncio
+import base64
+import binascii
 import json
-import logging
-import time
 
 from aiohttp import web
 
-from fpga_host.status import PreprocessError
-from gpu_runtime.priority import Priority
-
-from atoll import __version__
-from atoll.channel import Failure
-from atoll.front_end import RowFailed, priority_of
-from atoll.pipeline import MediaError
+from atoll.endpoints import Endpoints, unsupported
+from atoll.errors import ApiError, ErrorCode
 from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
-from atoll.repository import ModelSpec
+from atoll.shm_registry import CudaRegion, SystemRegion
 
-log = logging.getLogger("atoll.server")
-EXTENSIONS = ["binary_tensor_data", "model_repository"]
+SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-# How a row the dispatcher could not run is answered: (HTTP status, failure reason in metrics).
-FAILURES = {Failure.EXPIRED: (504, "TIMEOUT"), Failure.REJECTED: (400, "REJECTED"),
-            Failure.BACKEND: (500, "BACKEND")}  # fmt: skip
+@web.middleware
+async def _json_errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error(exc.code.http, exc.message)
+    except web.HTTPException as exc:  # aiohttp's own answers (unknown path, wrong method)
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+
+
+async def _json_body(request: web.Request) -> dict:
+    """A call's JSON object body (empty when there is none)."""
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(ErrorCode.INVALID_ARG, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ApiError(ErrorCode.INVALID_ARG, "request body must be a JSON object")
+    return doc
+
+
+def _fields(doc: dict, *names: str) -> list:
+    try:
+        return [doc[name] for name in names]
+    except KeyError as exc:
+        raise ApiError(ErrorCode.INVALID_ARG, f"missing field {exc}") from None
 
 
 class InferenceServer:
-    def __init__(self, front_end, models: dict[str, ModelSpec], metrics, max_pending: int = 1024,
-                 timeout_s: float = 120.0):
-        self.front_end = front_end
-        self.models = models
+    def __init__(self, endpoints: Endpoints, metrics):
+        self.endpoints = endpoints
         self.metrics = metrics
-        self.max_pending = max_pending  # per priority
-        self.timeout_s = timeout_s
-        self.pending = {priority: 0 for priority in Priority}
-        self.ready = False
         self.max_request_bytes = 0
-        self._counters: dict[str, tuple] = {}
 
     def app(self, max_request_bytes: int) -> web.Application:
         self.max_request_bytes = max_request_bytes
-        app = web.Application(client_max_size=max_request_bytes)
+        app = web.Application(client_max_size=max_request_bytes, middlewares=[_json_errors])
         r = app.router
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.health_ready)
         r.add_get("/v2", self.server_metadata)
         r.add_post("/v2/repository/index", self.repository_index)
+        r.add_post("/v2/repository/models/{model}/load", self.load)
+        r.add_post("/v2/repository/models/{model}/unload", self.unload)
+        r.add_get("/v2/models/stats", self.statistics)
         for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
             r.add_get(prefix, self.model_metadata)
             r.add_get(prefix + "/ready", self.model_ready)
             r.add_get(prefix + "/config", self.model_config)
+            r.add_get(prefix + "/stats", self.statistics)
             r.add_post(prefix + "/infer", self.infer)
+        for kind in SHM_KINDS:
+            r.add_get(f"/v2/{kind}/status", self.region_status)
+            r.add_get(f"/v2/{kind}/region/{{region}}/status", self.region_status)
+            r.add_post(f"/v2/{kind}/region/{{region}}/register", self.register)
+            r.add_post(f"/v2/{kind}/unregister", self.unregister)
+            r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.unregister)
+        for path in ("/v2/trace/setting", "/v2/models/{model}/trace/setting", "/v2/logging"):
+            r.add_route("*", path, self.unsupported)
         r.add_get("/metrics", self.metrics_text)
         return app
 
-    # -- health and metadata ----------------------------------------------------------------------
+    # -- health, metadata, statistics ---------------------------------------------------------------
 
     async def live(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def health_ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.ready else 503)
+        return web.Response(status=200 if self.endpoints.ready else 503)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
-        return web.json_response({"name": "atoll", "version": __version__, "extensions": EXTENSIONS})
-
-    async def repository_index(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            [{"name": m.name, "version": m.version, "state": "READY"} for m in self.models.values()]
-        )
-
-    def _model(self, request: web.Request) -> ModelSpec:
-        name = request.match_info["model"]
-        spec = self.models.get(name)
-        version = request.match_info.get("version")
-        if spec is None:
-            message = f"unknown model {name!r}"
-        elif version not in (None, "", spec.version):
-            message = f"model {name!r} has no version {version!r}"
-        else:
-            return spec
-        raise web.HTTPNotFound(text=json.dumps({"error": message}), content_type="application/json")
+        return web.json_response(self.endpoints.server_metadata())
 
     async def model_metadata(self, request: web.Request) -> web.Response:
         return web.json_response(self._model(request).metadata())
 
-    async def model_ready(self, request: web.Request) -> web.Response:
-        self._model(request)
-        return web.Response(status=200 if self.ready else 503)
-
     async def model_config(self, request: web.Request) -> web.Response:
-        spec = self._model(request)
+        return web.json_response(self._model(request).config())
 
-        def tensors(ts):
-            return [{"name": t.name, "data_type": "TYPE_" + t.datatype.replace("BYTES", "STRING"),
-                     "dims": list(t.dims)} for t in ts]  # fmt: skip
+    async def model_ready(self, request: web.Request) -> web.Response:
+        if self.endpoints.model_ready(request.match_info["model"], request.match_info.get("version")):
+            return web.Response(status=200)
+        return _error(400, "Model version not ready")
 
-        return web.json_response({
-            "name": spec.name, "platform": spec.platform, "max_batch_size": spec.max_batch_size,
-            "input": tensors(spec.inputs), "output": tensors(spec.outputs),
-            "parameters": {k: {"string_value": v} for k, v in spec.parameters.items()},
-        })  # fmt: skip
+    async def statistics(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        return web.json_response(self.endpoints.statistics(info.get("model", ""), info.get("version", "")))
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
-    # -- inference --------------------------------------------------------------------------------
+    async def unsupported(self, request: web.Request) -> web.Response:
+        unsupported(f"{request.path}")
+
+    def _model(self, request: web.Request):
+        return self.endpoints.model(request.match_info["model"], request.match_info.get("version"))
+
+    # -- repository and shared memory ---------------------------------------------------------------
+
+    async def repository_index(self, request: web.Request) -> web.Response:
+        ready = (await _json_body(request)).get("ready", False)
+        return web.json_response(await self.endpoints.repository_index(bool(ready)))
+
+    async def load(self, request: web.Request) -> web.Response:
+        parameters = (await _json_body(request)).get("parameters") or {}
+        await self.endpoints.load(request.match_info["model"], parameters)
+        return web.Response(status=200)
+
+    async def unload(self, request: web.Request) -> web.Response:
+        await self.endpoints.unload(request.match_info["model"])
+        return web.Response(status=200)
+
+    async def region_status(self, request: web.Request) -> web.Response:
+        kind = SHM_KINDS[request.path.split("/")[2]]
+        return web.json_response(self.endpoints.region_status(kind, request.match_info.get("region")))
+
+    async def register(self, request: web.Request) -> web.Response:
+        name, doc = request.match_info["region"], await _json_body(request)
+        if SHM_KINDS[request.path.split("/")[2]] == "system":
+            key, offset, size = _fields(doc, "key", "offset", "byte_size")
+            region = SystemRegion(name, key, offset, size)
+        else:
+            handle, device, size = _fields(doc, "raw_handle", "device_id", "byte_size")
+            try:
+                raw = base64.b64decode(handle["b64"], validate=True)
+            except (TypeError, KeyError, binascii.Error):
+                raise ApiError(ErrorCode.INVALID_ARG, "'raw_handle' must be a valid base64 encoded "
+                                                      "cudaIpcMemHandle_t") from None  # fmt: skip
+            region = CudaRegion(name, raw, device, size)
+        await self.endpoints.register(region)
+        return web.Response(status=200)
+
+    async def unregister(self, request: web.Request) -> web.Response:
+        kind = SHM_KINDS[request.path.split("/")[2]]
+        await self.endpoints.unregister(kind, request.match_info.get("region"))
+        return web.Response(status=200)
+
+    # -- inference ----------------------------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> bytes:
         """The request body, joined once (aiohttp's `read()` copies it three more times; a
@@ -129,63 +178,21 @@ class InferenceServer:
         if size is None:  # chunked: aiohttp joins it and applies client_max_size
             return await request.read()
         if size > self.max_request_bytes:
-            raise web.HTTPRequestEntityTooLarge(max_size=self.max_request_bytes, actual_size=size)
+            raise ApiError(ErrorCode.TOO_LARGE, f"request body of {size} bytes exceeds the "
+                                                f"{self.max_request_bytes} this server takes")  # fmt: skip
         return await request.content.readexactly(size)
 
     async def infer(self, request: web.Request) -> web.Response:
-        spec = self._model(request)
-        labels = (spec.name, spec.version)
-        if not self.ready:
-            return _error(503, "server is starting")
-        start = time.perf_counter()
-        try:
+        async def decode():
             body = await self._body(request)
             header = request.headers.get(HEADER_LENGTH)
-            req = decode_request(body, int(header) if header else None)
-            priority = priority_of(spec, req)
-        except (ProtocolError, ValueError) as exc:
-            self.metrics.failure.labels(*labels, "REJECTED").inc()
-            return _error(400, str(exc))
-        if self.pending[priority] >= self.max_pending:
-            self.metrics.refused.inc()
-            self.metrics.failure.labels(*labels, "OVERLOAD").inc()
-            return _error(503, f"overloaded: {self.pending[priority]} {priority} requests in flight")
-        self.pending[priority] += 1
-        self.metrics.in_flight.inc()
-        try:
-            outputs = await asyncio.wait_for(self.front_end.infer(spec, req, priority), self.timeout_s)
-            names, binary = binary_outputs(req, list(outputs))
-            payload, headers = encode_response(spec.name, spec.version, req.id,
-                                               {n: outputs[n] for n in names}, binary)  # fmt: skip
-        except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
-            self.metrics.failure.labels(*labels, "REJECTED").inc()
-            return _error(400, str(exc))
-        except RowFailed as exc:
-            status, reason = FAILURES[exc.failure]
-            self.metrics.failure.labels(*labels, reason).inc()
-            return _error(status, str(exc))
-        except TimeoutError:
-            self.metrics.failure.labels(*labels, "TIMEOUT").inc()
-            return _error(504, f"no answer within {self.timeout_s:g} s")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a batch or worker failure: reported, never swallowed
-            log.exception("inference failed for %s", spec.name)
-            self.metrics.failure.labels(*labels, "BACKEND").inc()
-            return _error(500, f"inference failed: {exc}")
-        finally:
-            self.pending[priority] -= 1
-            self.metrics.in_flight.dec()
-        success, request_us = self._per_model(spec)
-        success.inc()
-        request_us.inc((time.perf_counter() - start) * 1e6)
-        return web.Response(body=payload, headers=headers)
+            try:
+                length = int(header) if header else None
+            except ValueError:
+                raise ProtocolError(f"{HEADER_LENGTH} {header!r} is not a number") from None
+            return decode_request(body, length, self.endpoints.regions)
 
-    def _per_model(self, spec: ModelSpec):
-        """The model's per-request counters (a labels() lookup costs more than the increment)."""
-        counters = self._counters.get(spec.name)
-        if counters is None:
-            labels = (spec.name, spec.version)
-            counters = self._counters[spec.name] = (self.metrics.success.labels(*labels),
-                                                    self.metrics.request_us.labels(*labels))
-        return counters
+        info = request.match_info
+        spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), decode)
+        payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
+        return web.Response(body=payload, headers=headers)

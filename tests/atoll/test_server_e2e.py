@@ -173,7 +173,7 @@ def test_metrics_show_batches(server):
     status, body = _get(f"{server.url}/metrics")
     text = body.decode()
     assert status == 200
-    assert f'nv_inference_request_success_total{{model="{MODEL}",version="1"}}' in text
+    assert f'nv_inference_request_success{{model="{MODEL}",version="1"}}' in text
     assert "atoll_batch_size_bucket" in text and f'model="{MODEL}"' in text
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from atoll.endpoints import Endpoints
 from atoll.metrics import Metrics
 from atoll.repository import ModelSpec, TensorSpec
 from atoll.server import InferenceServer
+from atoll.shm_registry import Regions
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -20,13 +22,19 @@ RT_BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 
 class StuckFrontEnd:
     """A front end whose batches never come back (a hung vGPU)."""
 
+    models = {"m": SPEC}
+
     async def infer(self, spec, request, priority):
         await asyncio.sleep(3600)
 
 
-def _post(server: InferenceServer, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
+def _endpoints(**kw) -> Endpoints:
+    return Endpoints(StuckFrontEnd(), Metrics(), Regions(), **kw)
+
+
+def _post(server: Endpoints, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
     async def go():
-        async with TestClient(TestServer(server.app(1 << 20))) as client:
+        async with TestClient(TestServer(InferenceServer(server, server.metrics).app(1 << 20))) as client:
             responses = await asyncio.gather(
                 *(client.post("/v2/models/m/infer", data=body) for body in [BODY] * n + [RT_BODY] * rt))
             return [(r.status, await r.json()) for r in responses]
@@ -35,7 +43,7 @@ def _post(server: InferenceServer, n: int = 1, rt: int = 0) -> list[tuple[int, d
 
 
 def test_unanswered_request_times_out_with_504():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), timeout_s=0.2)
+    server = _endpoints(timeout_s=0.2)
     server.ready = True
     [(status, body)] = _post(server)
     assert status == 504 and "0.2 s" in body["error"]
@@ -44,14 +52,14 @@ def test_unanswered_request_times_out_with_504():
 
 
 def test_overload_is_refused_with_503():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), max_pending=2, timeout_s=0.5)
+    server = _endpoints(max_pending=2, timeout_s=0.5)
     server.ready = True
     statuses = sorted(status for status, _ in _post(server, n=4))
     assert statuses == [503, 503, 504, 504]  # two admitted (then timed out), two refused at once
 
 
 def test_best_effort_overload_never_refuses_real_time_requests():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), max_pending=2, timeout_s=0.5)
+    server = _endpoints(max_pending=2, timeout_s=0.5)
     server.ready = True
     *be, rt = _post(server, n=3, rt=1)
     assert sorted(status for status, _ in be) == [503, 504, 504]
@@ -59,6 +67,6 @@ def test_best_effort_overload_never_refuses_real_time_requests():
 
 
 def test_not_ready_is_503():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics())
+    server = _endpoints()
     [(status, body)] = _post(server)
     assert status == 503 and "starting" in body["error"]

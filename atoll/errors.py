@@ -1,0 +1,44 @@
+"""The errors every endpoint answers with, coded as Triton codes them.
+
+Triton gives each failure a kind (TRITONSERVER_Error_Code) and maps it to an HTTP status and a gRPC
+status code; `tritonclient` users and dashboards read those, so an error here names its kind and both
+transports answer with Triton's mapping. Two kinds are Atoll's own, where Triton has no answer of its
+own: a request not answered within the server's timeout, and a body over its size limit.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(Enum):
+    """(HTTP status, gRPC status code name) of each kind."""
+
+    INVALID_ARG = (400, "INVALID_ARGUMENT")
+    NOT_FOUND = (404, "NOT_FOUND")
+    ALREADY_EXISTS = (400, "ALREADY_EXISTS")
+    INTERNAL = (500, "INTERNAL")
+    UNAVAILABLE = (503, "UNAVAILABLE")
+    UNSUPPORTED = (501, "UNIMPLEMENTED")
+    TIMEOUT = (504, "DEADLINE_EXCEEDED")
+    TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
+
+    @property
+    def http(self) -> int:
+        return self.value[0]
+
+    @property
+    def grpc(self) -> str:
+        return self.value[1]
+
+
+class ApiError(Exception):
+    """A call answered with an error: its kind and the message the client sees."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __reduce__(self):  # crosses the control channel between processes
+        return ApiError, (self.code, self.message)
