@@ -236,10 +236,16 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
 
+# HTTP/2's initial stream window (64 KB) made a 600 KB tensor wait on ~10 window updates: gRPC
+# plateaued at 284 req/s with the server on 0.86 of 2 cores; with 8 MB, 417 req/s on 1.4 cores.
+STREAM_WINDOW_BYTES = 8 << 20
+
+
 async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int) -> grpc.aio.Server:
     """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT)."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
-                                      ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1)])  # fmt: skip
+                                      ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
+                                      ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])  # fmt: skip
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:

@@ -34,6 +34,7 @@ import numpy as np
 
 from atoll.bench.bodies import grpc_request, http_body
 from atoll.errors import ErrorCode
+from atoll.grpc_server import STREAM_WINDOW_BYTES
 
 TIMEOUT, CONNECTION = -1, -2
 CLIENT_ERRORS = {TIMEOUT: "timeout", CONNECTION: "connection"}
@@ -202,7 +203,8 @@ class _Grpc:
                         for r, region in zip(plan.requests, regions)]  # fmt: skip
         # a connection each (no shared subchannels), messages sent as the bytes encoded above
         self.channels = [grpc.aio.insecure_channel(plan.grpc, options=[("grpc.use_local_subchannel_pool", 1),
-                                                                       ("grpc.max_receive_message_length", -1)])
+                                                                       ("grpc.max_receive_message_length", -1),
+                                                                       ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])
                          for _ in range(GRPC_CHANNELS)]  # fmt: skip
         self.calls = itertools.cycle([channel.unary_unary(GRPC_INFER) for channel in self.channels])
 
