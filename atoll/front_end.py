@@ -6,7 +6,10 @@ preprocessed on the front end's lanes (`lanes.Lanes`: real-time work on its own 
 work on lower-priority threads) straight into the slot, ready tensors copied in from the body. The
 rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that comes
 back says where each row's outputs are in its slot. A slot is given back once its outputs are read,
-or, for a request that gave up (timeout, client gone), when its `Done` arrives.
+or, for a request that gave up (timeout, client gone), when its `Done` arrives; the dispatcher is
+told (`Cancel`), so rows of it still queued are dropped unexecuted. A front end started in place of
+one that died first holds the slots its predecessor left at the dispatcher (`FrontEndSetup.held`),
+until their `Done` arrives: a vGPU may still be writing into them.
 
 Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
 for the CPU path, a second copy of every tensor), and a front end per core already gives it every
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +33,10 @@ from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.slots import SlotArena
 
 from atoll import channel
-from atoll.channel import Done, Failure, Submit
+from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.config import Config
 from atoll.lanes import Lanes
+from atoll.limits import MediaLimits
 from atoll.pipeline import pad_stack, read_wav
 from atoll.protocol import InferRequest, ProtocolError, Tensor
 from atoll.repository import ModelSpec
@@ -69,6 +72,7 @@ class FrontEndSetup:
     arenas: dict[str, str]  # model -> its slot arena for this front end
     rt_reserve: int  # slots per arena kept for real-time rows
     port: int  # the shared HTTP port
+    held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
 
 
 class FrontEnd:
@@ -78,7 +82,7 @@ class FrontEnd:
         c = setup.config
         p = c.preprocessing
         self.metrics = metrics
-        self.timeout_s = c.server.request_timeout_s
+        self.limits = MediaLimits.of(p)
         self.writer = writer
         self.pre = Preprocessor(
             p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
@@ -93,6 +97,9 @@ class FrontEnd:
                       for m, name in setup.arenas.items()}  # fmt: skip
         self._by_arena = {s.arena.name: s for s in self.slots.values()}
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._held = set(setup.held)
+        for arena, index in self._held:
+            self._by_arena[arena].hold(index)
 
     def close(self) -> None:
         self.lanes.close()
@@ -102,9 +109,10 @@ class FrontEnd:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
-        """The request's outputs by name; `priority` as `priority_of` tells it."""
-        deadline = time.monotonic() + self.timeout_s
+    async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
+                    deadline: float) -> dict[str, np.ndarray]:
+        """The request's outputs by name; `priority` as `priority_of` tells it, `deadline` on the
+        `time.monotonic()` clock (no answer is waited for after it)."""
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.name]
         try:
@@ -117,7 +125,13 @@ class FrontEnd:
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
         self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
-        layouts = await _settled(futures, slots, indices)
+        try:
+            layouts = await _settled(futures, slots, indices)
+        except BaseException:  # it gave up or a row failed: its rows still queued are not wanted
+            dropped = tuple(row for row, future in zip(rows, futures) if future.cancelled())
+            if dropped:
+                self.writer.write(channel.encode(Cancel(dropped)))
+            raise
         try:
             return self._outputs(spec, slots, indices, layouts)
         finally:
@@ -135,6 +149,7 @@ class FrontEnd:
             files = list(raw.data.reshape(-1))
             if not 0 < len(files) <= limit:
                 raise ProtocolError(f"{len(files)} files in one request; model {spec.name!r} takes 1 to {limit}")
+            self.limits.check(spec.preprocess, files)
             return (self._preprocess_image if spec.preprocess == "image" else self._preprocess_audio), files
         model_input = spec.inputs[0]
         if model_input.name not in by_name:
@@ -185,7 +200,7 @@ class FrontEnd:
         return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index)))
 
     def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
-        pcm, rate = read_wav(bytes(data))
+        pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)
         return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=self._slot(arena, index)))
 
     @staticmethod
@@ -206,8 +221,12 @@ class FrontEnd:
 
     def on_done(self, message: Done) -> None:
         for k, row in enumerate(message.rows):
-            future = self._waiting.pop((row.arena, row.index), None)
+            key = (row.arena, row.index)
+            future = self._waiting.pop(key, None)
             if future is None:
+                if key in self._held:  # the predecessor's row: its slot is written no more
+                    self._held.discard(key)
+                    self._by_arena[row.arena].release([row.index])
                 continue
             if future.cancelled():  # its request gave up: the slot is free only now
                 self._by_arena[row.arena].release([row.index])

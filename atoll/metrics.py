@@ -2,8 +2,9 @@
 
 Triton exports durations as cumulative microsecond counters (`nv_inference_*_duration_us`), so
 dashboards divide by `nv_inference_request_success`; we do the same. Atoll's own series carry an
-`atoll_` prefix: batch sizes per model, bucket and vGPU, preprocessing time per backend, and
-programs built after load (a bug if it ever moves: every shape is built at load).
+`atoll_` prefix: batch sizes per model, bucket and vGPU, preprocessing time per backend,
+programs built after load (a bug if it ever moves: every shape is built at load), and child
+processes restarted after they died, by kind (vgpu, front_end).
 
 A server is several processes (front ends count requests, the supervisor's dispatcher counts
 batches), so its metrics live in prometheus_client's multiprocess files under one directory, and
@@ -52,6 +53,8 @@ class Metrics:
         self.refused = Counter("atoll_requests_refused", "Requests refused for overload", registry=r)
         self.program_builds = Counter("atoll_program_builds", "Programs built after load (a bug)",
                                       ("vgpu",), registry=r)  # fmt: skip
+        self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",
+                                       ("kind",), registry=r)  # fmt: skip
 
     def render(self) -> bytes:
         directory = os.environ.get(MULTIPROCESS_DIR)

@@ -6,6 +6,10 @@ event loop, reserves the HTTP port and starts the front ends on it, and reports 
 front end listens. `stop()` takes it down in reverse: front ends answer what they hold, then the
 dispatcher, workers and shared memory go, so nothing outlives the server.
 
+Children that die are started again: vGPU workers by their pool, front ends by their supervisors
+(`supervision.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
+models have a live worker (`Health`) at every change, and answer readiness from that.
+
 Processes and what runs where (ARCHITECTURE §1):
 - front ends (`server.front_ends`, one per core by default): HTTP, parsing, admission, CPU
   preprocessing or DPU hand-off straight into slots (`front_end.py`);
@@ -18,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import multiprocessing
 import os
 import secrets
 import shutil
@@ -33,15 +36,15 @@ from gpu_runtime.priority import BE_NICE_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import SlotArena
 
-from atoll import channel, lengths
-from atoll.channel import Hello, Stop, Submit
+from atoll import lengths
+from atoll.channel import Health
 from atoll.config import Config
-from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
+from atoll.dispatcher import Dispatcher, ModelPlan
 from atoll.front_end import FrontEndSetup
-from atoll.front_end_process import front_end_main
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics, share_metrics
 from atoll.repository import ModelSpec, load_repository
+from atoll.supervision import FrontEndSupervisor
 
 log = logging.getLogger("atoll.service")
 CORES_PER_FRONT_END = 4
@@ -50,7 +53,9 @@ CORES_PER_FRONT_END = 4
 # lanes (2-core VM: 3-4% more requests per second).
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
-HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
+# Rows of a model one front end can hold at once (in preprocessing, batching or running) when
+# server.max_pending_requests sets no bound: requests beyond wait for a slot, within their timeout.
+SLOTS_PER_FRONT_END = 1024
 
 
 def _clamped(policy, max_batch: int):
@@ -167,9 +172,9 @@ class Service:
         self.metrics: Metrics | None = None
         self.pool = None
         self.dispatcher: Dispatcher | None = None
-        self.front_ends: list = []
-        self._links: list[asyncio.Task] = []
-        self._writers: list[asyncio.StreamWriter] = []
+        self.front_ends: list[FrontEndSupervisor] = []
+        self._ready_models: frozenset[str] = frozenset()
+        self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
         self._arenas: list[SlotArena] = []
         self._port: socket.socket | None = None
         self._metrics_dir: str | None = None
@@ -205,7 +210,9 @@ class Service:
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
-        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
+        loop = asyncio.get_running_loop()
+        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels),
+                               on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         latency = LatencyModel()
         kinds = {v.id: v.profile_kind for v in vgpus}
         # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
@@ -222,6 +229,9 @@ class Service:
             out_row_bytes[name] = max(d["out_row_bytes"] for d in described.values())
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
+        for kind in ("vgpu", "front_end"):
+            self.metrics.worker_restarts.labels(kind).inc(0)
+        self._workers_changed()
         self.dispatcher = Dispatcher(plans, self.pool, batcher, self.metrics, latency, kinds)
         self.dispatcher.start()
         await self._start_front_ends(models, plans, out_row_bytes)
@@ -229,6 +239,18 @@ class Service:
             metrics_app = web.Application()
             metrics_app.router.add_get("/metrics", self._metrics_text)
             self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
+
+    def _workers_changed(self) -> None:
+        """A vGPU worker died, started or loaded a model: count restarts, tell the front ends."""
+        for vgpu, state in self.pool.workers.items():
+            if state.restarts > self._restarts.get(vgpu, 0):
+                self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - self._restarts.get(vgpu, 0))
+            self._restarts[vgpu] = state.restarts
+        ready = frozenset(self.pool.ready_models())
+        if ready != self._ready_models:
+            self._ready_models = ready
+            for front_end in self.front_ends:
+                front_end.send(Health(ready))
 
     async def _start_front_ends(self, models, plans, out_row_bytes) -> None:
         c = self.config
@@ -239,10 +261,9 @@ class Service:
         self._port = _reserve_port(c.server.host, c.server.http_port)
         port = self._port.getsockname()[1]
         prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
-        slots = max(c.server.max_pending_requests // count, 1)
+        pending = c.server.max_pending_requests
+        slots = max(pending // count, 1) if pending else SLOTS_PER_FRONT_END
         reserve = {name: max(spec.max_batch_size, 1) for name, spec in models.items()}
-        ctx = multiprocessing.get_context("spawn")
-        hellos = []
         for index in range(count):
             arenas = {}
             for name, spec in models.items():
@@ -253,35 +274,11 @@ class Service:
                 self._arenas.append(arena)
                 arenas[name] = arena.name
             setup = FrontEndSetup(index, count, c, models, arenas, max(reserve.values()), port)
-            ours, theirs = socket.socketpair()
-            process = ctx.Process(target=front_end_main, args=(setup, theirs), name=f"atoll-fe{index}", daemon=True)
-            process.start()
-            theirs.close()
-            self.front_ends.append(process)
-            reader, writer = await asyncio.open_unix_connection(sock=ours)
-            self._writers.append(writer)
-            hello = asyncio.get_running_loop().create_future()
-            hellos.append(hello)
-            self._links.append(asyncio.create_task(self._front_end_messages(index, reader, writer, hello)))
-        done, _ = await asyncio.wait(hellos, timeout=HELLO_TIMEOUT_S)
-        if len(done) < count:
-            raise RuntimeError(f"{count - len(done)} front end(s) did not start within {HELLO_TIMEOUT_S:g} s")
+            self.front_ends.append(FrontEndSupervisor(setup, self.dispatcher, self.metrics, lambda: self._ready_models))
+        await asyncio.gather(*(front_end.start() for front_end in self.front_ends))
         host = f"[{c.server.host}]" if ":" in c.server.host else c.server.host
         self.http_url = f"http://{host}:{port}"
         log.info("%d front end(s) on port %d", count, port)
-
-    async def _front_end_messages(self, index: int, reader, writer, hello: asyncio.Future) -> None:
-        link = FrontEndLink(writer)
-        while (message := await channel.receive(reader)) is not None:
-            match message:
-                case Submit():
-                    self.dispatcher.submit(link, message)
-                case Hello():
-                    hello.set_result(message.pid)
-        if not hello.done():
-            hello.set_exception(RuntimeError(f"front end {index} exited during start-up (see its log)"))
-        elif self.http_url:
-            log.warning("front end %d exited", index)
 
     async def _metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -296,19 +293,11 @@ class Service:
         return f"http://{host}:{bound}"
 
     async def stop(self) -> None:
-        for writer in self._writers:  # front ends first: they answer what they hold
-            if not writer.is_closing():
-                writer.write(channel.encode(Stop()))
+        for front_end in self.front_ends:  # front ends first: they answer what they hold
+            front_end.stop()
         timeout = self.config.server.request_timeout_s + 10
-        for process in self.front_ends:
-            await asyncio.to_thread(process.join, timeout)
-            if process.is_alive():
-                process.kill()
-                await asyncio.to_thread(process.join)
-        for task in self._links:
-            task.cancel()
-        for writer in self._writers:
-            writer.close()
+        for front_end in self.front_ends:
+            await front_end.join(timeout)
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self.dispatcher:
