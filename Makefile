@@ -23,10 +23,11 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# A separate environment for the real Triton client: the server is tested by a client we did not write.
-$(CLIENT_VENV)/.installed:
+# A separate environment for the real Triton client (HTTP and gRPC): the server is tested by a
+# client we did not write. Re-installed when this file changes.
+$(CLIENT_VENV)/.installed: Makefile
 	@[ -x $(CLIENT_VENV)/bin/python ] || $(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) 'tritonclient[http]' numpy pillow
+	$(CLIENT_VENV)/bin/python -m pip install $(PIP_FLAGS) 'tritonclient[http,grpc]' numpy pillow
 	@touch $@
 
 # Debian tools for the RTL testbenches and synthesis (Icarus Verilog, Yosys); installed only where missing.

@@ -2,7 +2,9 @@
 
 Each message is a frozen dataclass, pickled behind a 4-byte length. None carries a tensor: rows
 travel as slot references (`gpu_runtime.vgpu.messages.Row`), outputs are left in the rows' slots.
-The same socket carries the supervisor's control messages, so a front end has one thing to watch.
+The same socket carries the supervisor's control messages, so a front end has one thing to watch:
+calls only the supervisor can answer (`Control`/`Reply`: model loads, the repository index,
+shared-memory registrations) and the changes it then makes every front end apply (`Apply`/`Applied`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from enum import StrEnum
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.shm import Layout
+
+from atoll.errors import ApiError
 
 _LENGTH = struct.Struct("<I")
 
@@ -70,6 +74,36 @@ class Health:
     """Supervisor -> front end: the models some vGPU worker can run now (sent at every change)."""
 
     ready_models: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Control:
+    """Front end -> supervisor: an action of `model_control` or `shm_registry`, answered by a Reply."""
+
+    id: int
+    action: object
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: int
+    result: object = None
+    error: ApiError | None = None
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Supervisor -> every front end: a change to make (a model added or retired, a region
+    registered or dropped), answered by an Applied once made."""
+
+    id: int
+    change: object
+
+
+@dataclass(frozen=True)
+class Applied:
+    id: int
+    error: ApiError | None = None
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,14 @@ def _num(default: float | int, minimum: float | int | None = None, doc: str = ""
 class ServerConfig:
     host: str = "127.0.0.1"
     http_port: int = _num(8000, 0, "KServe v2 / Triton HTTP port (0 = any free port)")
-    grpc_port: int = _num(8001, 0, "reserved for the gRPC endpoint")
-    front_ends: int = _num(0, 0, "front-end processes serving the HTTP port (0 = one per 4 cores)")
+    grpc_port: int = _num(8001, -1, "KServe v2 / Triton gRPC port (0 = any free port, -1 = off)")
+    front_ends: int = _num(0, 0, "front-end processes serving the HTTP and gRPC ports (0 = one per 4 cores)")
     metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
+    model_control_mode: str = _choice("none", "explicit", "poll",
+                                      doc="which models are served: all (none, poll) or those loaded on request")
+    load_model: str = field(default="", metadata={"doc": "explicit mode: models loaded at start, comma-separated (* = all)"})
+    repository_poll_secs: float = _num(15.0, 0.1, "poll mode: seconds between scans of the repository")
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body (after decompression; HTTP 413)")
     max_pending_requests: int = _num(0, 0, "fixed bound on requests in flight per priority (HTTP 503; 0 = none: "
                                            "the bound follows from request_timeout_s)")

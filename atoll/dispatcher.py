@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from batching import Item, RtPlacement
+from batching import Item, ModelSettings, RtPlacement
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 
@@ -122,6 +122,18 @@ class Dispatcher:
                 await asyncio.wait_for(self._drained.wait(), timeout_s)
             except TimeoutError:
                 log.warning("%d batch(es) still running at shutdown", self._in_flight)
+
+    # -- models -------------------------------------------------------------------------------------
+
+    def add_model(self, plan: ModelPlan, settings: ModelSettings) -> None:
+        """Batch `plan.name` from now on (its vGPU workers have loaded it)."""
+        self.batcher.add_model(plan.name, settings)
+        self.plans[plan.name] = plan
+
+    def remove_model(self, name: str) -> None:
+        """Stop batching `name`; none of its rows may be anywhere (its front ends drained them)."""
+        self.batcher.remove_model(name)
+        del self.plans[name]
 
     # -- front ends ---------------------------------------------------------------------------------
 
@@ -241,7 +253,9 @@ class Dispatcher:
         self.latency.observe(plan.name, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
         m.exec_count.labels(*labels).inc()
         m.count.labels(*labels).inc(rows)
-        m.compute_us.labels(*labels).inc(elapsed * 1e6)
+        m.compute_us.labels(*labels).inc(elapsed * rows * 1e6)  # Triton's: each inference's batch time
+        m.batch_runs.labels(*labels, rows).inc()
+        m.batch_compute_us.labels(*labels, rows).inc(elapsed * 1e6)
         builds = self.pool.workers[vgpu].program_builds
         if builds > self._builds[vgpu]:
             log.error("vGPU %s built %d program(s) after load (model %s): a shape was not prepared",

@@ -11,6 +11,9 @@ told (`Cancel`), so rows of it still queued are dropped unexecuted. A front end 
 one that died first holds the slots its predecessor left at the dispatcher (`FrontEndSetup.held`),
 until their `Done` arrives: a vGPU may still be writing into them.
 
+Models come and go while it serves (`add_model`, `retire_model`: see `model_control.py`); a model
+is retired once no request of it is left and every one of its slots is back.
+
 Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
 for the CPU path, a second copy of every tensor), and a front end per core already gives it every
 core (see the README's "Serving" section for the measurements).
@@ -21,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +40,7 @@ from gpu_runtime.vgpu.slots import SlotArena
 from atoll import channel
 from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.config import Config
+from atoll.errors import ApiError, ErrorCode
 from atoll.lanes import Lanes
 from atoll.limits import MediaLimits
 from atoll.pipeline import pad_stack, read_wav
@@ -70,19 +76,22 @@ class FrontEndSetup:
     config: Config
     models: dict[str, ModelSpec]
     arenas: dict[str, str]  # model -> its slot arena for this front end
-    rt_reserve: int  # slots per arena kept for real-time rows
     port: int  # the shared HTTP port
+    grpc_port: int | None  # the shared gRPC port (None: no gRPC)
+    gpu_uuids: tuple[str, ...]  # the server's GPU vGPUs (GPU metrics, CUDA shared memory)
     held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
+    regions: tuple = ()  # shared-memory regions registered before it started (shm_registry.Register)
 
 
 class FrontEnd:
-    """The protocol-independent core: `infer(spec, request)` for the HTTP (and later gRPC) server."""
+    """The protocol-independent core: `infer(spec, request)` for the HTTP and gRPC servers."""
 
     def __init__(self, setup: FrontEndSetup, writer: asyncio.StreamWriter, metrics):
         c = setup.config
         p = c.preprocessing
         self.metrics = metrics
         self.limits = MediaLimits.of(p)
+        self.models = dict(setup.models)
         self.writer = writer
         self.pre = Preprocessor(
             p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
@@ -93,13 +102,38 @@ class FrontEnd:
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
-        self.slots = {m: SlotAllocator(SlotArena.attach(name), setup.rt_reserve)
-                      for m, name in setup.arenas.items()}  # fmt: skip
-        self._by_arena = {s.arena.name: s for s in self.slots.values()}
+        self.slots: dict[str, SlotAllocator] = {}
+        self._by_arena: dict[str, SlotAllocator] = {}
+        for name, arena in setup.arenas.items():
+            self._attach(self.models[name], arena)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
-        self._held = set(setup.held)
+        self._active: Counter[str] = Counter()  # model -> requests inside `infer`
+        self._held = {key for key in setup.held if key[0] in self._by_arena}
         for arena, index in self._held:
             self._by_arena[arena].hold(index)
+
+    def _attach(self, spec: ModelSpec, arena: str) -> None:
+        # slots kept for real-time rows: one real-time request of the model always fits
+        slots = self.slots[spec.name] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
+        self._by_arena[slots.arena.name] = slots
+
+    def add_model(self, spec: ModelSpec, arena: str) -> None:
+        self._attach(spec, arena)
+        self.models[spec.name] = spec
+
+    async def retire_model(self, name: str, timeout_s: float) -> None:
+        """Admit no more requests of `name`, wait (up to `timeout_s`) until those inside are
+        answered and every slot of it is back, then let its slots go."""
+        self.models.pop(name, None)
+        slots = self.slots[name]
+        deadline = time.monotonic() + timeout_s
+        while self._active[name] or slots.free < slots.arena.count:
+            if time.monotonic() > deadline:
+                raise ApiError(ErrorCode.INTERNAL, f"model {name!r} still has requests in flight after "
+                                                   f"{timeout_s:g} s")  # fmt: skip
+            await asyncio.sleep(0.01)
+        del self._active[name], self.slots[name], self._by_arena[slots.arena.name]
+        slots.arena.close()
 
     def close(self) -> None:
         self.lanes.close()
@@ -113,13 +147,26 @@ class FrontEnd:
                     deadline: float) -> dict[str, np.ndarray]:
         """The request's outputs by name; `priority` as `priority_of` tells it, `deadline` on the
         `time.monotonic()` clock (no answer is waited for after it)."""
+        if self.models.get(spec.name) is not spec:  # retired (or replaced) since the caller looked
+            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{spec.name}' is not found")
+        self._active[spec.name] += 1
+        try:
+            return await self._infer(spec, request, priority, deadline)
+        finally:
+            self._active[spec.name] -= 1
+
+    async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
+                     deadline: float) -> dict[str, np.ndarray]:
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.name]
         try:
             indices = await slots.acquire(len(sources), priority)
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
+        counters = self.metrics.of(spec.name, spec.version)
+        start = time.perf_counter()
         rows = await self._make_rows(spec, priority, make, sources, slots, indices)
+        counters.compute_input_us.inc((time.perf_counter() - start) * 1e6)
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
@@ -132,16 +179,21 @@ class FrontEnd:
             if dropped:
                 self.writer.write(channel.encode(Cancel(dropped)))
             raise
+        start = time.perf_counter()
         try:
             return self._outputs(spec, slots, indices, layouts)
         finally:
             slots.release(indices)
+            counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
         """How to make each row (a function for the lanes, or None to copy a tensor row in here)
         and what from."""
         by_name = {t.name: t for t in request.inputs}
         limit = max(spec.max_batch_size, 1)
+        if spec.preprocess != "none" and spec.raw_input in by_name and spec.inputs[0].name in by_name:
+            raise ProtocolError(f"inputs {spec.raw_input!r} and {spec.inputs[0].name!r} are alternatives "
+                                f"(a {spec.preprocess} file or its ready tensor): send one")  # fmt: skip
         if spec.preprocess != "none" and spec.raw_input in by_name:
             raw = by_name[spec.raw_input]
             if raw.datatype != "BYTES":

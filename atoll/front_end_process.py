@@ -1,5 +1,7 @@
-"""A front-end process's life: serve HTTP on the shared port over a `FrontEnd`, until the
-supervisor says stop (or goes away), then answer what is in flight and exit."""
+"""A front-end process's life: serve HTTP and gRPC on the shared ports over one `Endpoints` (and
+its `FrontEnd`), make the changes the supervisor hands out (models added or retired, shared-memory
+regions registered or dropped), until the supervisor says stop (or goes away), then answer what is
+in flight and exit."""
 
 from __future__ import annotations
 
@@ -12,11 +14,18 @@ from aiohttp import web
 
 from gpu_runtime.priority import favour_real_time_threads
 
-from atoll import channel
-from atoll.channel import Done, Health, Hello, Stop
+from atoll import channel, grpc_server
+from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
+from atoll.control import SupervisorLink
+from atoll.endpoints import Endpoints
+from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEnd, FrontEndSetup
 from atoll.metrics import Metrics
+from atoll.model_control import AddModel, RetireModel
 from atoll.server import InferenceServer
+from atoll.shm_registry import CudaIpc, Register, Regions
+
+log = logging.getLogger("atoll.front_end")
 
 
 def front_end_main(setup: FrontEndSetup, sock) -> None:
@@ -31,38 +40,86 @@ def front_end_main(setup: FrontEndSetup, sock) -> None:
 async def _serve(setup: FrontEndSetup, sock) -> None:
     c = setup.config
     reader, writer = await asyncio.open_unix_connection(sock=sock)
-    metrics = Metrics()
+    metrics = Metrics(setup.gpu_uuids)
     front_end = FrontEnd(setup, writer, metrics)
+    regions = Regions(CudaIpc() if setup.gpu_uuids else None)
+    for region in setup.regions:  # registered before this process started (it replaces one that died)
+        regions.apply(Register(region))
     share = -(-c.server.max_pending_requests // setup.count)  # 0 stays 0: no fixed bound
-    server = InferenceServer(front_end, setup.models, metrics, share, c.server.request_timeout_s,
-                             c.server.body_timeout_s)  # fmt: skip
+    supervisor = SupervisorLink(writer)
+    endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
+    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s)
     # handler_cancellation: a client that goes away cancels its request (aiohttp would run it on)
     runner = web.AppRunner(server.app(c.server.max_request_bytes), access_log=None, handler_cancellation=True,
                            shutdown_timeout=c.server.request_timeout_s)  # fmt: skip
     await runner.setup()
     await web.TCPSite(runner, c.server.host, setup.port, reuse_port=True).start()
+    grpc = None
+    if setup.grpc_port is not None:
+        grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes)
     writer.write(channel.encode(Hello(setup.index, os.getpid())))
-    server.ready = True
+    endpoints.ready = True
     stopping = asyncio.Event()
-    listener = asyncio.create_task(_listen(reader, front_end, server, stopping))
+    changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
+    listener = asyncio.create_task(_listen(reader, front_end, endpoints, supervisor, changes, stopping))
     try:
         await stopping.wait()
-        server.ready = False
+        endpoints.ready = False
+        if grpc is not None:
+            await grpc.stop(c.server.request_timeout_s)
         await runner.cleanup()  # answers what is in flight: Done messages still arrive meanwhile
     finally:
         listener.cancel()
         writer.close()
         front_end.close()
+        regions.close()
 
 
-async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, server: InferenceServer,
-                  stopping: asyncio.Event) -> None:
+class _Changes:
+    """Makes the supervisor's changes (`channel.Apply`) and says when each is made."""
+
+    def __init__(self, index: int, writer, front_end: FrontEnd, regions: Regions, timeout_s: float):
+        self.index, self.writer, self.front_end, self.regions = index, writer, front_end, regions
+        self.timeout_s = timeout_s
+        self._running: set[asyncio.Task] = set()
+
+    def start(self, message: Apply) -> None:
+        task = asyncio.create_task(self._apply(message))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _apply(self, message: Apply) -> None:
+        error = None
+        try:
+            match message.change:
+                case AddModel(spec=spec, arenas=arenas):
+                    self.front_end.add_model(spec, arenas[self.index])
+                case RetireModel(name=name):
+                    await self.front_end.retire_model(name, self.timeout_s)
+                case change:
+                    self.regions.apply(change)
+        except ApiError as exc:
+            error = exc
+        except Exception as exc:  # a bug: the supervisor's caller gets it
+            log.exception("change %r failed", message.change)
+            error = ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if not self.writer.is_closing():
+            self.writer.write(channel.encode(Applied(message.id, error)))
+
+
+async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: Endpoints,
+                  supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event) -> None:
     while (message := await channel.receive(reader)) is not None:
         match message:
             case Done():
                 front_end.on_done(message)
             case Health(ready_models=models):
-                server.set_ready_models(models)
+                endpoints.ready_models = models
+            case Reply():
+                supervisor.answered(message)
+            case Apply():
+                changes.start(message)
             case Stop():
                 stopping.set()
+    supervisor.gone()
     stopping.set()  # the supervisor is gone

@@ -1,10 +1,11 @@
 """The HTTP edge of a front end: request bodies read within bounds, and every error as JSON.
 
-A body is read whole before a request counts as pending (a client sending it slowly holds only its
-own connection), at most `max_bytes` of it after any Content-Encoding is undone (413 beyond), within
-`timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. Every error the
-server answers, from a handler or from aiohttp itself (unknown endpoint, wrong method), is Triton's
-`{"error": "..."}`; an exception nobody expected is logged and answered 500, never a traceback page.
+A body is read whole before its request counts as pending (a client sending it slowly holds only
+its own connection), at most `max_bytes` of it after any Content-Encoding is undone (413 beyond),
+within `timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. Every
+error the server answers, an `ApiError` from a handler or aiohttp's own (unknown endpoint, wrong
+method), is Triton's `{"error": "..."}` with its kind's status; an exception nobody expected is
+logged and answered 500, never a traceback page.
 """
 
 from __future__ import annotations
@@ -16,21 +17,14 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from atoll.errors import ApiError, ErrorCode
+
 log = logging.getLogger("atoll.server")
 
 
-class BodyError(Exception):
-    """A request body the server will not take: `status` is its HTTP answer."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-    def response(self) -> web.Response:
-        """The answer, after which the connection closes: what is left of the body is not read."""
-        response = error(self.status, str(self))
-        response.force_close()
-        return response
+class BodyError(ApiError):
+    """A request body the server will not take; the connection closes after the answer, since
+    what is left of the body is not read."""
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -45,23 +39,23 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> b
         async with asyncio.timeout(timeout_s):
             return await _read(request, max_bytes)
     except TimeoutError:
-        failure = BodyError(408, f"the request body did not arrive within {timeout_s:g} s")
+        failure = BodyError(ErrorCode.BODY_TIMEOUT, f"the request body did not arrive within {timeout_s:g} s")
     except (RequestPayloadError, HttpProcessingError) as exc:  # bad encoding or framing
         cause = exc.__cause__ or exc  # aiohttp wraps the parser's error, whose message says what
-        failure = BodyError(400, f"unreadable request body: {getattr(cause, 'message', None) or cause}")
+        failure = BodyError(ErrorCode.INVALID_ARG, f"unreadable request body: {getattr(cause, 'message', None) or cause}")
     request.content.feed_eof()
     raise failure
 
 
 async def _read(request: web.Request, max_bytes: int) -> bytes:
-    too_large = BodyError(413, f"request body larger than {max_bytes} bytes")
+    too_large = BodyError(ErrorCode.TOO_LARGE, f"request body larger than {max_bytes} bytes")
     size = request.content_length
     if size is not None and "Content-Encoding" not in request.headers:
         # Joined once: aiohttp's `read()` copies it three more times (a 600 KB tensor body cost
         # 0.7 instead of ~0.3 CPU-ms per request).
         if size > max_bytes:
             raise too_large
-        return await request.content.readexactly(size)
+        return await request.content.readexactly(size) if size else b""  # (aiohttp's empty stream refuses 0)
     chunks, total = [], 0  # chunked, or compressed: only the decoded size counts
     while chunk := await request.content.readany():
         total += len(chunk)
@@ -75,12 +69,18 @@ async def _read(request: web.Request, max_bytes: int) -> bytes:
 async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except web.HTTPException as exc:
-        if exc.content_type == "application/json" or exc.status < 400:
+    except ApiError as exc:
+        retry = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+        response = error(exc.code.http, exc.message, retry)
+        if isinstance(exc, BodyError):
+            response.force_close()
+        return response
+    except web.HTTPException as exc:  # aiohttp's own answers (unknown path, wrong method)
+        if exc.status < 400:
             raise
         message = {404: f"no endpoint {request.path}",
                    405: f"{request.method} is not allowed on {request.path}"}.get(exc.status, exc.reason)  # fmt: skip
-        headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+        headers = {k: v for k, v in exc.headers.items() if k == "Allow"}
         return error(exc.status, message, headers)
     except asyncio.CancelledError:
         raise

@@ -1,10 +1,17 @@
-"""Prometheus metrics, named as Triton names them where the meaning is the same.
+"""Prometheus metrics, named and typed as Triton names them where the meaning is the same.
 
 Triton exports durations as cumulative microsecond counters (`nv_inference_*_duration_us`), so
-dashboards divide by `nv_inference_request_success`; we do the same. Atoll's own series carry an
-`atoll_` prefix: batch sizes per model, bucket and vGPU, preprocessing time per backend,
-programs built after load (a bug if it ever moves: every shape is built at load), and child
-processes restarted after they died, by kind (vgpu, front_end).
+dashboards divide by `nv_inference_request_success`; we do the same, and write Triton's counters
+as Triton does, without the `_total` suffix prometheus_client would add. The per-request durations
+are Triton's: queue (in the batcher), compute input (making the request's rows in their slots:
+copying a tensor in, or preprocessing a file), compute infer (the batch each row ran in) and
+compute output (taking the outputs out of the slots). Atoll's own series carry an `atoll_` prefix
+(and `_total` on counters): batch sizes per model, bucket and vGPU, batches and their compute time
+per exact size (the statistics endpoint's batch_stats), preprocessing time per backend, programs
+built after load (a bug if it ever moves: every shape is built at load), what the statistics
+endpoint needs beyond Triton's series, and child processes restarted after they died, by kind
+(vgpu, front_end). GPU utilisation, memory and power come from NVML
+(`gpu_metrics.py`) on servers with GPU vGPUs.
 
 A server is several processes (front ends count requests, the supervisor's dispatcher counts
 batches), so its metrics live in prometheus_client's multiprocess files under one directory, and
@@ -14,9 +21,13 @@ whichever process is asked renders the sum over all of them.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.utils import floatToGoString
+
+from atoll.gpu_metrics import GpuMetrics
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
@@ -29,8 +40,22 @@ def share_metrics(directory: str) -> None:
     values.ValueClass = values.get_value_class()
 
 
+@dataclass(frozen=True)
+class ModelMetrics:
+    success: Counter
+    request_us: Counter
+    failure_us: Counter
+    pending: Gauge
+    last_inference: Gauge
+    compute_input_us: Counter
+    compute_output_us: Counter
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, gpu_uuids=()) -> None:
+        """`gpu_uuids`: the server's GPU vGPUs, whose GPUs' NVML readings are rendered too."""
+        self.gpus = GpuMetrics(gpu_uuids) if gpu_uuids else None
+        self._models: dict[tuple[str, str], ModelMetrics] = {}
         self.registry = CollectorRegistry()
         r, mv = self.registry, ("model", "version")
         self.success = Counter("nv_inference_request_success", "Successful requests", mv, registry=r)
@@ -44,6 +69,22 @@ class Metrics:
                                 "Cumulative time items waited in the batcher", mv, registry=r)  # fmt: skip
         self.compute_us = Counter("nv_inference_compute_infer_duration_us",
                                   "Cumulative model execution time", mv, registry=r)  # fmt: skip
+        self.compute_input_us = Counter("nv_inference_compute_input_duration_us",
+                                        "Cumulative compute input duration in microseconds", mv, registry=r)  # fmt: skip
+        self.compute_output_us = Counter("nv_inference_compute_output_duration_us",
+                                         "Cumulative compute output duration in microseconds", mv, registry=r)  # fmt: skip
+        self.pending = Gauge("nv_inference_pending_request_count",
+                             "Instantaneous number of pending requests awaiting execution per-model.", mv,
+                             registry=r, multiprocess_mode="livesum")  # fmt: skip
+        self.failure_us = Counter("atoll_inference_fail_duration_us",
+                                  "Cumulative time of failed requests", mv, registry=r)  # fmt: skip
+        self.last_inference = Gauge("atoll_last_inference_timestamp_ms", "When the last request succeeded, "
+                                    "in ms since the epoch", mv, registry=r, multiprocess_mode="max")  # fmt: skip
+        self.batch_runs = Counter("atoll_batch_executions", "Batches executed, by size",
+                                  (*mv, "batch_size"), registry=r)  # fmt: skip
+        self.batch_compute_us = Counter("atoll_batch_compute_infer_duration_us",
+                                        "Cumulative execution time of batches, by size", (*mv, "batch_size"),
+                                        registry=r)  # fmt: skip
         self.preprocess_us = Counter("atoll_preprocess_duration_us",
                                      "Cumulative preprocessing time", ("model", "backend"), registry=r)  # fmt: skip
         self.batch_size = Histogram("atoll_batch_size", "Batch sizes formed by the batcher",
@@ -56,10 +97,47 @@ class Metrics:
         self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",
                                        ("kind",), registry=r)  # fmt: skip
 
-    def render(self) -> bytes:
+    def of(self, model: str, version: str) -> ModelMetrics:
+        """A model's per-request series (a labels() lookup costs more than an increment)."""
+        found = self._models.get((model, version))
+        if found is None:
+            labels = (model, version)
+            found = self._models[labels] = ModelMetrics(
+                *(m.labels(*labels) for m in (self.success, self.request_us, self.failure_us, self.pending,
+                                              self.last_inference, self.compute_input_us, self.compute_output_us)))
+        return found
+
+    def families(self) -> list:
+        """Every metric family, summed over the server's processes where it has several."""
         directory = os.environ.get(MULTIPROCESS_DIR)
         if directory is None:
-            return generate_latest(self.registry)
+            return list(self.registry.collect())
         merged = CollectorRegistry()
         MultiProcessCollector(merged, directory)
-        return generate_latest(merged)
+        return list(merged.collect())
+
+    def render(self) -> bytes:
+        return exposition([*self.families(), *(self.gpus.families() if self.gpus else ())])
+
+
+def exposition(families) -> bytes:
+    """Prometheus's text format, with Triton's counters (`nv_*`) named as Triton writes them: no
+    `_total` on the family or its samples."""
+    lines = []
+    for family in families:
+        triton = family.name.startswith("nv_")
+        name = family.name + ("_total" if family.type == "counter" and not triton else "")
+        lines.append(f"# HELP {name} {family.documentation}")
+        lines.append(f"# TYPE {name} {family.type}")
+        for sample in family.samples:
+            if sample.name.endswith("_created"):  # OpenMetrics only
+                continue
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
+            sample_name = sample.name.removesuffix("_total") if triton else sample.name
+            lines.append(f"{sample_name}{{{labels}}} {floatToGoString(sample.value)}" if labels
+                         else f"{sample_name} {floatToGoString(sample.value)}")  # fmt: skip
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

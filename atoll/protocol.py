@@ -98,7 +98,41 @@ def _element_count(shape: list[int], name: str) -> int:
     return math.prod(shape)
 
 
-def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tuple[Tensor, int]:
+def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw) -> np.ndarray:
+    """A tensor's elements from its raw bytes (binary extension, gRPC raw contents, shared memory),
+    without a copy where the datatype allows; BYTES elements are length-prefixed."""
+    count = _element_count(shape, name)
+    if datatype == "BYTES":
+        return _split_bytes(raw, count, name).reshape(shape)
+    dt = DTYPES[datatype]
+    if len(raw) != count * dt.itemsize:
+        raise ProtocolError(f"input {name!r}: {len(raw)} bytes for {count} {datatype} elements")
+    return np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt, copy=False).reshape(shape)
+
+
+@dataclass(frozen=True)
+class SharedMemoryRef:
+    """Where a tensor lies in a registered shared-memory region (Triton's shared-memory extension)."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
+def shared_memory_of(parameters: dict[str, Any], what: str) -> SharedMemoryRef | None:
+    """The shared-memory parameters of an input or requested output, if it has them."""
+    region, size = parameters.get("shared_memory_region"), parameters.get("shared_memory_byte_size")
+    if region is None and size is None:
+        return None
+    offset = parameters.get("shared_memory_offset", 0)
+    if region is None or size is None:
+        raise ProtocolError(f"{what}: shared_memory_region and shared_memory_byte_size go together")
+    if not isinstance(region, str) or not all(isinstance(v, int) and v >= 0 for v in (size, offset)):
+        raise ProtocolError(f"{what}: bad shared-memory parameters")
+    return SharedMemoryRef(region, offset, size)
+
+
+def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int, regions) -> tuple[Tensor, int]:
     try:
         name, datatype, shape = spec["name"], spec["datatype"], spec["shape"]
     except (KeyError, TypeError):
@@ -108,20 +142,17 @@ def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tup
     count = _element_count(shape, name)
     params = spec.get("parameters") or {}
     size = params.get("binary_data_size")
-    if size is not None:
+    shm = shared_memory_of(params, f"input {name!r}")
+    if shm is not None:
+        if "data" in spec or size is not None:
+            raise ProtocolError(f"input {name!r}: data given beside shared memory")
+        data = tensor_from_bytes(name, datatype, shape, regions.read(shm))
+    elif size is not None:
         if binary is None or offset + size > len(binary):
             raise ProtocolError(f"input {name!r}: binary_data_size {size} exceeds the request body")
-        raw = binary[offset : offset + size]  # a view: the tensor is copied once, into its slot
+        # a view: the tensor is copied once, into its slot
+        data = tensor_from_bytes(name, datatype, shape, binary[offset : offset + size])
         offset += size
-        if datatype == "BYTES":
-            data = _split_bytes(raw, count, name)
-        else:
-            dt = DTYPES[datatype]
-            if len(raw) != count * dt.itemsize:
-                raise ProtocolError(
-                    f"input {name!r}: {len(raw)} bytes for {count} {datatype} elements"
-                )
-            data = np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt, copy=False)
     else:
         if "data" not in spec:
             raise ProtocolError(f"input {name!r}: neither data nor binary_data_size given")
@@ -136,10 +167,12 @@ def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int) -> tup
                 data = flat.astype(DTYPES[datatype])
             except (TypeError, ValueError):
                 raise ProtocolError(f"input {name!r}: data is not {datatype}") from None
-    return Tensor(name, datatype, list(shape), data.reshape(shape), params), offset
+        data = data.reshape(shape)
+    return Tensor(name, datatype, list(shape), data, params), offset
 
 
-def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:
+def decode_request(body: bytes, header_length: int | None = None, regions=None) -> InferRequest:
+    """`regions` (`shm_registry.Regions`) supplies inputs that lie in shared memory."""
     view = memoryview(body)
     head = view if header_length is None else view[:header_length]
     binary = None if header_length is None else view[header_length:]
@@ -151,30 +184,57 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
     offset, inputs = 0, []
     for spec in doc["inputs"]:
-        tensor, offset = _tensor_from_json(spec, binary, offset)
+        tensor, offset = _tensor_from_json(spec, binary, offset, regions)
         inputs.append(tensor)
     outputs = doc.get("outputs") or []
     return InferRequest(doc.get("id"), inputs, outputs, doc.get("parameters") or {})
 
 
-def encode_response(
-    model: str,
-    version: str,
-    request_id: str | None,
-    outputs: dict[str, np.ndarray],
-    binary: set[str],
-    parameters: dict[str, Any] | None = None,
-) -> tuple[bytes, dict[str, str]]:
-    """Body and headers; outputs named in `binary` go in the binary extension."""
+@dataclass
+class Output:
+    """One output of an answer: its tensor, or None where it was written to shared memory, and the
+    parameters it was requested with (empty for outputs returned unasked)."""
+
+    name: str
+    data: np.ndarray | None
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, array: np.ndarray, parameters: dict[str, Any] | None = None) -> Output:
+        return cls(name, array, datatype_of(array), list(array.shape), parameters or {})
+
+
+def requested_outputs(request: InferRequest, available: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The outputs to return, each with the parameters it was asked for with: those the request
+    names, in its order, else every output."""
+    if not request.outputs:
+        return [(name, {}) for name in available]
+    wanted = []
+    for spec in request.outputs:
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if name not in available:
+            raise ProtocolError(f"unknown output {name!r} (model has {', '.join(available)})")
+        wanted.append((name, spec.get("parameters") or {}))
+    return wanted
+
+
+def encode_response(model: str, version: str, request_id: str | None, outputs: list[Output],
+                    binary: set[str]) -> tuple[bytes, dict[str, str]]:
+    """Body and headers; outputs named in `binary` go in the binary extension, outputs in shared
+    memory carry no data."""
     specs, blobs = [], []
-    for name, array in outputs.items():
-        datatype = datatype_of(array)
-        spec: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if name in binary:
-            blob = join_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
+    for out in outputs:
+        spec: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
+        array = out.data
+        if array is None:
+            pass
+        elif out.name in binary:
+            blob = join_bytes(array) if out.datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
             spec["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
-        elif datatype == "BYTES":
+        elif out.datatype == "BYTES":
             spec["data"] = [b.decode(errors="replace") for b in array.reshape(-1)]
         else:
             spec["data"] = array.reshape(-1).tolist()
@@ -182,8 +242,6 @@ def encode_response(
     doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": specs}
     if request_id is not None:
         doc["id"] = request_id
-    if parameters:
-        doc["parameters"] = parameters
     header = json.dumps(doc, separators=(",", ":")).encode()
     if not blobs:
         return header, {"Content-Type": "application/json"}
@@ -191,17 +249,7 @@ def encode_response(
     return header + b"".join(blobs), headers
 
 
-def binary_outputs(request: InferRequest, available: list[str]) -> tuple[list[str], set[str]]:
-    """Which outputs to return and which of them in binary form (request or request-wide default)."""
-    default_binary = bool(request.parameters.get("binary_data_output", False))
-    if not request.outputs:
-        return available, set(available) if default_binary else set()
-    names, binary = [], set()
-    for spec in request.outputs:
-        name = spec.get("name")
-        if name not in available:
-            raise ProtocolError(f"unknown output {name!r} (model has {', '.join(available)})")
-        names.append(name)
-        if (spec.get("parameters") or {}).get("binary_data", default_binary):
-            binary.add(name)
-    return names, binary
+def binary_outputs(request: InferRequest, outputs: list[Output]) -> set[str]:
+    """Which outputs go in binary form: as each was requested, else the request-wide default."""
+    default = bool(request.parameters.get("binary_data_output", False))
+    return {out.name for out in outputs if out.parameters.get("binary_data", default)}

@@ -5,7 +5,8 @@ Atoll reads its own settings from the config's `parameters`:
   preprocessed by the DPU) or `none` (only ready tensors). Default `none`.
 - `atoll.raw_input`: name of that BYTES input (default: the value of `atoll.preprocess`).
 
-From Triton's own fields it reads `max_batch_size`, `input`/`output`, and in `dynamic_batching`
+From Triton's own fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename`
+names a file of class labels beside config.pbtxt, for classification), and in `dynamic_batching`
 `max_queue_delay_microseconds`, `preferred_batch_size` and `default_priority_level` (the priority of
 requests that name none; level 1 runs as real-time work, see `atoll.pipeline.priority_class`).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atoll import pbtxt
+from atoll.classification import load_labels
 
 TYPES = {
     "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
@@ -35,6 +37,7 @@ class TensorSpec:
     name: str
     datatype: str  # protocol name, e.g. FP32
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
+    label_filename: str | None = None  # outputs: class labels, one per line, beside config.pbtxt
 
 
 @dataclass
@@ -52,6 +55,7 @@ class ModelSpec:
     max_queue_delay_microseconds: int | None = None
     preferred_batch_sizes: tuple[int, ...] = ()
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -72,12 +76,36 @@ class ModelSpec:
             ],
         }
 
+    def config(self) -> dict:
+        """The model configuration as Triton's config endpoint returns it (ModelConfig in JSON).
+        A model that preprocesses takes its media file or its ready tensor: both are optional."""
+
+        def tensor(t: TensorSpec, optional: bool = False) -> dict:
+            out = {"name": t.name, "data_type": "TYPE_" + t.datatype.replace("BYTES", "STRING"), "dims": list(t.dims)}
+            if t.label_filename:
+                out["label_filename"] = t.label_filename
+            return out | ({"optional": True} if optional else {})
+
+        preprocess = self.preprocess != "none"
+        raw = [tensor(TensorSpec(self.raw_input, "BYTES", (1,)), optional=True)] if preprocess else []
+        batching = {"preferred_batch_size": list(self.preferred_batch_sizes),
+                    "default_priority_level": self.default_priority_level}
+        if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
+            batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
+        return {
+            "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
+            "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
+            "output": [tensor(t) for t in self.outputs], "dynamic_batching": batching,
+            "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
+        }  # fmt: skip
+
 
 def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
     out = []
     for e in pbtxt.as_list(entries):
         try:
-            out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(pbtxt.as_list(e["dims"]))))
+            out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(pbtxt.as_list(e["dims"])),
+                                  e.get("label_filename")))
         except KeyError as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
     if not out:
@@ -107,6 +135,11 @@ def load_model(directory: Path) -> ModelSpec:
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
         raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
+    outputs = _tensors(cfg.get("output"), name, "output")
+    try:
+        labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
+    except OSError as exc:
+        raise RepositoryError(f"{name}: label_filename: {exc}") from None
     batching = cfg.get("dynamic_batching") or {}
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:
@@ -118,13 +151,14 @@ def load_model(directory: Path) -> ModelSpec:
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
         max_batch_size=int(cfg.get("max_batch_size", 0)),
         inputs=_tensors(cfg.get("input"), name, "input"),
-        outputs=_tensors(cfg.get("output"), name, "output"),
+        outputs=outputs,
         preprocess=preprocess,
         raw_input=params.get("atoll.raw_input", preprocess),
         parameters=params,
         max_queue_delay_microseconds=batching.get("max_queue_delay_microseconds"),
         preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
         default_priority_level=default_priority,
+        labels=labels,
     )
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 
-READY = re.compile(r"atoll: serving on (http://\S+)")
+READY = re.compile(r"atoll: serving on (http://\S+)(?: and grpc://(\S+))?")
 
 
 class ServerStartError(RuntimeError):
@@ -17,16 +17,18 @@ class ServerStartError(RuntimeError):
 
 
 class ServerProcess:
-    """Starts `atoll serve --http-port 0`, waits for its ready line, and stops it with SIGINT."""
+    """Starts `atoll serve` on free HTTP and gRPC ports, waits for its ready line, and stops it with
+    SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port."""
 
     def __init__(self, extra_args: list[str] | None = None, start_timeout_s: float = 600.0,
                  env: dict[str, str] | None = None):  # fmt: skip
-        self.args = [sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--metrics-port", "-1",
-                     *(extra_args or [])]  # fmt: skip
+        self.args = [sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
+                     "--metrics-port", "-1", *(extra_args or [])]  # fmt: skip
         self.start_timeout_s = start_timeout_s
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.grpc_address = ""
         self.log: list[str] = []
 
     def __enter__(self) -> "ServerProcess":
@@ -39,7 +41,7 @@ class ServerProcess:
                 self.log.append(line.rstrip())
                 m = READY.search(line)
                 if m and not found.is_set():
-                    self.url = m.group(1)
+                    self.url, self.grpc_address = m.group(1), m.group(2) or ""
                     found.set()
                 if os.environ.get("ATOLL_SERVER_LOG"):  # show the server's log while debugging
                     sys.stderr.write(line)

@@ -1,25 +1,30 @@
 """The supervisor of one server: repository, vGPU workers, dispatcher, front-end processes, metrics.
 
-`Service.start()` loads every model on every vGPU worker (building and warming every shape the
-batcher can ask for), creates each front end's slot arenas, starts the dispatcher on this process's
-event loop, reserves the HTTP port and starts the front ends on it, and reports ready once every
-front end listens. `stop()` takes it down in reverse: front ends answer what they hold, then the
-dispatcher, workers and shared memory go, so nothing outlives the server.
+`Service.start()` starts the vGPU workers and the dispatcher on this process's event loop, loads
+the models the model-control mode serves at start (`add_model`: every model built and warmed on
+every vGPU worker, in every shape the batcher can ask for, and given a slot arena in each front
+end), reserves the HTTP and gRPC ports and starts the front ends on them, and reports ready once
+every front end listens. Models are loaded and unloaded while serving through the same
+`add_model`/`remove_model` (`model_control.py`). `stop()` takes it down in reverse: front ends
+answer what they hold, then the dispatcher, workers and shared memory go, so nothing outlives the
+server.
+
+Processes and what runs where (ARCHITECTURE §1):
+- front ends (`server.front_ends`, one per 4 cores by default): HTTP and gRPC, parsing, admission,
+  CPU preprocessing or DPU hand-off straight into slots (`front_end.py`);
+- this process: the dispatcher (batcher, placement; `dispatcher.py`), model control, the registry
+  of shared-memory regions, and the metrics port;
+- one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
 
 Children that die are started again: vGPU workers by their pool, front ends by their supervisors
 (`supervision.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
-models have a live worker (`Health`) at every change, and answer readiness from that.
-
-Processes and what runs where (ARCHITECTURE §1):
-- front ends (`server.front_ends`, one per core by default): HTTP, parsing, admission, CPU
-  preprocessing or DPU hand-off straight into slots (`front_end.py`);
-- this process: the dispatcher (batcher, placement; `dispatcher.py`) and the metrics port;
-- one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
+models have a live worker (`channel.Health`) at every change, and answer readiness from that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -31,19 +36,24 @@ from pathlib import Path
 
 from aiohttp import web
 
-from batching import BucketPolicy, ModelBatching, TritonConfig, audio_bucket_edges, image_model, make_batcher
+from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, audio_bucket_edges, image_model,
+                      make_batcher)
 from gpu_runtime.priority import BE_NICE_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import SlotArena
 
 from atoll import lengths
-from atoll.channel import Health
+from atoll.channel import Applied, Control, Health, Hello
 from atoll.config import Config
+from atoll.control import FrontEnds, reply
 from atoll.dispatcher import Dispatcher, ModelPlan
+from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEndSetup
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics, share_metrics
-from atoll.repository import ModelSpec, load_repository
+from atoll.model_control import AddModel, ModelControl, RetireModel
+from atoll.repository import ModelSpec
+from atoll.shm_registry import RegionBook, Register, Unregister
 from atoll.supervision import FrontEndSupervisor
 
 log = logging.getLogger("atoll.service")
@@ -54,7 +64,7 @@ CORES_PER_FRONT_END = 4
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
 # Rows of a model one front end can hold at once (in preprocessing, batching or running) when
-# server.max_pending_requests sets no bound: requests beyond wait for a slot, within their timeout.
+# server.max_pending_requests sets no bound: admission keeps far fewer in flight under overload.
 SLOTS_PER_FRONT_END = 1024
 
 
@@ -110,36 +120,53 @@ def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int)
     }
 
 
+class Batching:
+    """The configured batcher over the server's vGPUs ({id: profile kind}, running `slots` batches
+    at once), and how it batches each model: its PREBA policy, its Triton-style config and its
+    largest batch. Service times come from the knee profile (`batching.profile`) where it covers a
+    model, else from measured batches (`latency`)."""
+
+    def __init__(self, config: Config, vgpus: dict[str, str], latency, slots: dict[str, int] | None = None):
+        from batching.profile import load_profile, shipped_profile
+
+        b = config.batching
+        self.config = config
+        # Without a configured profile, the one shipped for these vGPUs (batching/profiles/) if any.
+        path = b.profile or shipped_profile(dict.fromkeys(vgpus.values()))
+        self.profile = load_profile(path) if path else None
+        if self.profile is not None and self.profile.kind not in vgpus.values():
+            log.warning("profile %s is for %r vGPUs; serving on %s", path, self.profile.kind,
+                        sorted(set(vgpus.values())))  # fmt: skip
+
+        def service_time(model: str, batch: int, length: float, kind: str) -> float:
+            if self.profile is not None and model in self.profile.models:
+                return self.profile.service_time(model, batch, length)
+            return latency(model, batch, length, kind)
+
+        self.batch_max = batch_max_default(config, vgpus.values())
+        self.batcher = make_batcher(b.batcher, vgpus, service_time, static_batch=self.batch_max,
+                                    static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
+
+    def settings(self, spec: ModelSpec) -> tuple[ModelSettings, int]:
+        """How `spec` is batched, and its largest batch under the configured batcher."""
+        models = {spec.name: spec}
+        policy = preba_policies(self.config, models, self.profile, self.batch_max)[spec.name]
+        triton = triton_configs(self.config, models, self.batch_max)[spec.name]
+        largest = {"preba": max(bucket.batch_max for bucket in policy.buckets), "triton": triton.max_batch_size,
+                   "static": self.batch_max}[self.config.batching.batcher]  # fmt: skip
+        return ModelSettings(policy, triton), largest
+
+
 def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency,
                 slots: dict[str, int] | None = None):
-    """The configured batcher over the given vGPUs ({id: profile kind}, running `slots` batches at
-    once) and each model's largest batch under it. Service times come from the knee profile (`batching.profile`) where it covers a
-    model, else from measured batches."""
-    from batching.profile import load_profile
-
-    b = config.batching
-    profile = load_profile(b.profile) if b.profile else None
-    if profile is not None and profile.kind not in vgpus.values():
-        log.warning("profile %s is for %r vGPUs; serving on %s", b.profile, profile.kind,
-                    sorted(set(vgpus.values())))  # fmt: skip
-
-    def service_time(model: str, batch: int, length: float, kind: str) -> float:
-        if profile is not None and model in profile.models:
-            return profile.service_time(model, batch, length)
-        return latency(model, batch, length, kind)
-
-    batch_max = batch_max_default(config, vgpus.values())
-    policies = preba_policies(config, models, profile, batch_max)
-    triton = triton_configs(config, models, batch_max)
-    batcher = make_batcher(b.batcher, vgpus, service_time, policies=policies, triton=triton,
-                           static_batch=batch_max,
-                           static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
-    largest = {
-        "preba": {m: max(bucket.batch_max for bucket in p.buckets) for m, p in policies.items()},
-        "triton": {m: t.max_batch_size for m, t in triton.items()},
-        "static": {m: batch_max for m in models},
-    }[b.batcher]
-    return batcher, policies, largest
+    """`Batching`'s batcher serving `models`, with each model's PREBA policy and largest batch."""
+    batching = Batching(config, vgpus, latency, slots)
+    policies, largest = {}, {}
+    for name, spec in models.items():
+        settings, largest[name] = batching.settings(spec)
+        batching.batcher.add_model(name, settings)
+        policies[name] = settings.batching
+    return batching.batcher, policies, largest
 
 
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
@@ -172,14 +199,24 @@ class Service:
         self.metrics: Metrics | None = None
         self.pool = None
         self.dispatcher: Dispatcher | None = None
+        self.model_control: ModelControl | None = None
+        self.models: dict[str, ModelSpec] = {}
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
-        self._arenas: list[SlotArena] = []
-        self._port: socket.socket | None = None
+        self._front_end_count = 0
+        self._batching: Batching | None = None
+        self._channels = FrontEnds()
+        self._regions = RegionBook()
+        self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
+        self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
+        self._arena_prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
+        self._gpu_uuids: tuple[str, ...] = ()
+        self._ports: list[socket.socket] = []
         self._metrics_dir: str | None = None
         self._runners: list[web.AppRunner] = []
         self.http_url = ""
+        self.grpc_address = ""
         self.metrics_url = ""
 
     async def start(self) -> None:
@@ -196,17 +233,14 @@ class Service:
             from atoll.demo_repository import demo_repository
 
             self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
-        models = load_repository(self.repository)
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
         share_metrics(self._metrics_dir)
-        self.metrics = Metrics()
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
-        executor = c.vgpus.executor
-        if executor == "auto":  # our guarded CUDA kernels on GPUs, onnxruntime on CPU vGPUs
-            from gpu_runtime.executors import probe_executors
+        self._gpu_uuids = tuple(v.uuid for v in vgpus if v.kind != "cpu" and v.uuid)
+        self.metrics = Metrics(self._gpu_uuids)
+        from gpu_runtime.executors import resolve_executor
 
-            on_gpu = any(v.kind != "cpu" for v in vgpus)
-            executor = "cupy" if on_gpu and probe_executors()["cupy"]["available"] else "onnxruntime"
+        executor = resolve_executor(c.vgpus.executor, vgpus)
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
@@ -217,34 +251,68 @@ class Service:
         kinds = {v.id: v.profile_kind for v in vgpus}
         # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
         slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
-        batcher, policies, largest = batcher_for(c, models, kinds, latency, slots)
-        plans = {name: plan_for(spec, policies[name], largest[name]) for name, spec in models.items()}
-        out_row_bytes = {}
-        for name, spec in models.items():
-            plan = plans[name]
-            log.info("loading %s on %d vGPU(s): batches up to %d%s", name, len(vgpus), plan.max_batch,
-                     f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")
-            described = await asyncio.to_thread(self.pool.load_model, name, spec.path, None, plan.max_batch,
-                                                None, batch_spec(spec), plan.padded_frames)  # fmt: skip
-            out_row_bytes[name] = max(d["out_row_bytes"] for d in described.values())
+        self._batching = Batching(c, kinds, latency, slots)
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
         for kind in ("vgpu", "front_end"):
             self.metrics.worker_restarts.labels(kind).inc(0)
-        self._workers_changed()
-        self.dispatcher = Dispatcher(plans, self.pool, batcher, self.metrics, latency, kinds)
+        self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds)
         self.dispatcher.start()
-        await self._start_front_ends(models, plans, out_row_bytes)
+        # One front end per few cores, each with a preprocessing thread per core of its share: on
+        # 2 cores one front end with two threads answered 8% more requests per core than two with
+        # one each (fewer processes to wake, and Done messages shared by more rows).
+        self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
+        self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
+                                          c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
+        await self.model_control.start([m for m in c.server.load_model.split(",") if m])
+        await self._start_front_ends()
+        if c.server.model_control_mode == "poll":
+            self._spawn(self.model_control.poll_forever())
         if c.server.metrics_port >= 0:
             metrics_app = web.Application()
             metrics_app.router.add_get("/metrics", self._metrics_text)
             self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
 
+    # -- models (see model_control.py) --------------------------------------------------------------
+
+    async def add_model(self, spec: ModelSpec) -> None:
+        """Build `spec` on every vGPU worker, give every front end slots for it, and batch it."""
+        settings, largest = self._batching.settings(spec)
+        plan = plan_for(spec, settings.batching, largest)
+        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
+                 f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
+        described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, None, plan.max_batch,
+                                            None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+        out_row_bytes = max(d["out_row_bytes"] for d in described.values())
+        frames = plan.padded_frames[-1] if plan.padded_frames else None
+        in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
+        pending = self.config.server.max_pending_requests
+        count = (max(pending // self._front_end_count, 1) if pending else SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
+        arenas = self._arenas[spec.name] = [
+            SlotArena.create(f"{self._arena_prefix}-fe{index}-{spec.name}", count, in_bytes, out_row_bytes)
+            for index in range(self._front_end_count)]  # fmt: skip
+        self.dispatcher.add_model(plan, settings)
+        self.models[spec.name] = spec
+        await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
+
+    async def remove_model(self, name: str) -> None:
+        """Retire `name` in every front end (they answer its requests first), then everywhere else."""
+        await self._channels.apply(RetireModel(name))
+        del self.models[name]
+        self.dispatcher.remove_model(name)
+        await asyncio.to_thread(self.pool.unload_model, name)
+        for arena in self._arenas.pop(name):
+            arena.close()
+
+    # -- vGPU workers -------------------------------------------------------------------------------
+
     def _workers_changed(self) -> None:
-        """A vGPU worker died, started or loaded a model: count restarts, tell the front ends."""
+        """A vGPU worker died, started, or loaded or unloaded a model: count restarts, tell the
+        front ends which models can run now."""
         for vgpu, state in self.pool.workers.items():
-            if state.restarts > self._restarts.get(vgpu, 0):
-                self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - self._restarts.get(vgpu, 0))
+            before = self._restarts.get(vgpu, 0)
+            if state.restarts > before:
+                self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - before)
             self._restarts[vgpu] = state.restarts
         ready = frozenset(self.pool.ready_models())
         if ready != self._ready_models:
@@ -252,33 +320,62 @@ class Service:
             for front_end in self.front_ends:
                 front_end.send(Health(ready))
 
-    async def _start_front_ends(self, models, plans, out_row_bytes) -> None:
+    # -- front ends ---------------------------------------------------------------------------------
+
+    async def _start_front_ends(self) -> None:
         c = self.config
-        # One front end per few cores, each with a preprocessing thread per core of its share: on
-        # 2 cores one front end with two threads answered 8% more requests per core than two with
-        # one each (fewer processes to wake, and Done messages shared by more rows).
-        count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
-        self._port = _reserve_port(c.server.host, c.server.http_port)
-        port = self._port.getsockname()[1]
-        prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
-        pending = c.server.max_pending_requests
-        slots = max(pending // count, 1) if pending else SLOTS_PER_FRONT_END
-        reserve = {name: max(spec.max_batch_size, 1) for name, spec in models.items()}
+        count = self._front_end_count
+        http = _reserve_port(c.server.host, c.server.http_port)
+        self._ports.append(http)
+        port = http.getsockname()[1]
+        grpc_port = None
+        if c.server.grpc_port >= 0:
+            self._ports.append(_reserve_port(c.server.host, c.server.grpc_port))
+            grpc_port = self._ports[-1].getsockname()[1]
+
+        def setup_of(index: int, held: frozenset) -> FrontEndSetup:
+            arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
+            return FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids,
+                                 held, self._regions.all())  # fmt: skip
+
         for index in range(count):
-            arenas = {}
-            for name, spec in models.items():
-                frames = plans[name].padded_frames[-1] if plans[name].padded_frames else None
-                in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
-                arena = SlotArena.create(f"{prefix}-fe{index}-{name}", slots + 2 * reserve[name], in_bytes,
-                                         out_row_bytes[name])  # fmt: skip
-                self._arenas.append(arena)
-                arenas[name] = arena.name
-            setup = FrontEndSetup(index, count, c, models, arenas, max(reserve.values()), port)
-            self.front_ends.append(FrontEndSupervisor(setup, self.dispatcher, self.metrics, lambda: self._ready_models))
+            self.front_ends.append(FrontEndSupervisor(
+                index, functools.partial(setup_of, index), self.dispatcher, self.metrics,
+                lambda: self._ready_models, self._front_end_message, self._channels.gone))  # fmt: skip
         await asyncio.gather(*(front_end.start() for front_end in self.front_ends))
         host = f"[{c.server.host}]" if ":" in c.server.host else c.server.host
         self.http_url = f"http://{host}:{port}"
-        log.info("%d front end(s) on port %d", count, port)
+        self.grpc_address = f"{host}:{grpc_port}" if grpc_port is not None else ""
+        log.info("%d front end(s) on port %d%s", count, port, f", gRPC on {grpc_port}" if grpc_port else "")
+
+    def _front_end_message(self, index: int, writer, message) -> None:
+        match message:
+            case Control():
+                self._spawn(self._control(writer, message))
+            case Applied():
+                self._channels.applied(index, message)
+            case Hello():
+                self._channels.writers[index] = writer
+
+    async def _control(self, writer, message: Control) -> None:
+        """Answer a front end's call (see control.py)."""
+        try:
+            if isinstance(message.action, (Register, Unregister)):
+                result = await self._regions.handle(message.action, self._channels.apply)
+            else:
+                result = await self.model_control.handle(message.action)
+        except ApiError as exc:
+            reply(writer, message, error=exc)
+        except Exception as exc:  # a bug: the caller gets it, the server goes on
+            log.exception("control call %r failed", message.action)
+            reply(writer, message, error=ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"))
+        else:
+            reply(writer, message, result)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
@@ -293,6 +390,8 @@ class Service:
         return f"http://{host}:{bound}"
 
     async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
         for front_end in self.front_ends:  # front ends first: they answer what they hold
             front_end.stop()
         timeout = self.config.server.request_timeout_s + 10
@@ -304,9 +403,10 @@ class Service:
             await self.dispatcher.stop()
         if self.pool:
             await asyncio.to_thread(self.pool.close)
-        for arena in self._arenas:
-            arena.close()
-        if self._port is not None:
-            self._port.close()
+        for arenas in self._arenas.values():
+            for arena in arenas:
+                arena.close()
+        for port in self._ports:
+            port.close()
         if self._metrics_dir:
             shutil.rmtree(self._metrics_dir, ignore_errors=True)

@@ -4,14 +4,15 @@ started again (at once, or after a `Backoff` delay when it keeps dying; no lifet
 The requests a dead front end held die with its connections (their clients see the connection
 close). What it left at the dispatcher is dropped if still queued, and its successor takes over
 its `FrontEndLink` and its slot arenas, holding the slots of rows a vGPU may still be writing
-(`Dispatcher.forget`) until their answers arrive. Every death is logged at WARNING and counted in
-`atoll_worker_restarts_total{kind="front_end"}`.
+(`Dispatcher.forget`) until their answers arrive; it starts with the models and shared-memory
+regions served now (`make_setup`). Every death is logged at WARNING and counted in
+`atoll_worker_restarts_total{kind="front_end"}`. Submissions go to the dispatcher; every other
+message (hello, control calls) to the service (`on_message`), and `on_gone` says a channel closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import multiprocessing
 import signal
@@ -33,12 +34,17 @@ HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours 
 
 
 class FrontEndSupervisor:
-    def __init__(self, setup: FrontEndSetup, dispatcher: Dispatcher, metrics,
-                 ready_models: Callable[[], frozenset[str]]):
-        self.setup = setup
+    def __init__(self, index: int, make_setup: Callable[[frozenset], FrontEndSetup], dispatcher: Dispatcher,
+                 metrics, ready_models: Callable[[], frozenset[str]], on_message: Callable, on_gone: Callable):
+        """`make_setup(held)`: the setup of the next incarnation; `on_message(index, writer,
+        message)` and `on_gone(index)`: the service's side of the channel."""
+        self.index = index
+        self.make_setup = make_setup
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.ready_models = ready_models
+        self.on_message = on_message
+        self.on_gone = on_gone
         self.backoff = Backoff()
         self.link: FrontEndLink | None = None
         self.process = None
@@ -56,10 +62,11 @@ class FrontEndSupervisor:
         try:
             await asyncio.wait_for(asyncio.shield(self._hello), HELLO_TIMEOUT_S)
         except TimeoutError:
-            raise RuntimeError(f"front end {self.setup.index} did not start within {HELLO_TIMEOUT_S:g} s") from None
+            raise RuntimeError(f"front end {self.index} did not start within {HELLO_TIMEOUT_S:g} s") from None
 
     def send(self, message) -> None:
-        self.link.send(message)
+        if self.link is not None:  # none before it starts, whose channel opens with the news
+            self.link.send(message)
 
     def stop(self) -> None:
         """Ask it to answer what it holds and exit (`join` waits for that)."""
@@ -92,7 +99,7 @@ class FrontEndSupervisor:
         return reader, theirs, held
 
     def _spawn(self, theirs: socket.socket, held: frozenset) -> None:
-        setup = dataclasses.replace(self.setup, held=held)
+        setup = self.make_setup(held)
         self.process = self._ctx.Process(target=front_end_main, args=(setup, theirs),
                                          name=f"atoll-fe{setup.index}", daemon=True)  # fmt: skip
         self.process.start()
@@ -100,9 +107,10 @@ class FrontEndSupervisor:
         self.backoff.started(time.monotonic())
 
     async def _run(self, reader: asyncio.StreamReader) -> None:
-        index = self.setup.index
+        index = self.index
         while True:
             await self._serve(reader)
+            self.on_gone(index)
             if self._stopping:
                 return
             if not self._hello.done():
@@ -133,5 +141,9 @@ class FrontEndSupervisor:
                 case Hello(pid=pid):
                     if not self._hello.done():
                         self._hello.set_result(pid)
+                        log.info("front end %d listening (pid %d)", self.index, pid)
                     else:
-                        log.info("front end %d is back (pid %d)", self.setup.index, pid)
+                        log.info("front end %d is back (pid %d)", self.index, pid)
+                    self.on_message(self.index, self.link.writer, message)
+                case _:
+                    self.on_message(self.index, self.link.writer, message)

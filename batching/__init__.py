@@ -3,7 +3,7 @@
 Pure policy: imports nothing else of Atoll, reads no clock (time is passed in by the caller).
 """
 
-from batching.api import Batcher, Dispatch, Item
+from batching.api import Batcher, Dispatch, Item, ModelSettings
 from batching.buckets import BucketPolicy, ModelBatching, audio_bucket_edges, image_model
 from batching.factory import BATCHERS, make_batcher
 from batching.preba import PrebaBatcher
@@ -12,7 +12,7 @@ from batching.static import StaticBatcher
 from batching.triton import TritonBatcher, TritonConfig
 
 __all__ = [
-    "BATCHERS", "Batcher", "BucketPolicy", "Dispatch", "Item", "ModelBatching", "PrebaBatcher",
+    "BATCHERS", "Batcher", "BucketPolicy", "Dispatch", "Item", "ModelBatching", "ModelSettings", "PrebaBatcher",
     "RtPlacement", "StaticBatcher", "TritonBatcher", "TritonConfig", "audio_bucket_edges", "image_model",
     "make_batcher",
 ]

@@ -8,7 +8,11 @@ object runs on asyncio time in the server and on simulated time in `atoll simula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from batching.buckets import ModelBatching
+    from batching.triton import TritonConfig
 
 
 @dataclass
@@ -37,7 +41,22 @@ class Dispatch:
     batch_max: int
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """What a batcher may need of a model added while it runs (`Batcher.add_model`): PREBA reads
+    its buckets, the Triton-style baseline its config, static batching neither."""
+
+    batching: ModelBatching
+    triton: TritonConfig
+
+
 class Batcher(Protocol):
+    def add_model(self, name: str, settings: ModelSettings) -> None:
+        """Batch `name` from now on (replacing its settings if it is known)."""
+
+    def remove_model(self, name: str) -> None:
+        """Forget `name`; ValueError (nothing changed) while any of its items is queued."""
+
     def add(self, item: Item, now: float) -> None:
         """Accept an item; raises ValueError (nothing queued) for an unknown model or length."""
 
@@ -52,3 +71,10 @@ class Batcher(Protocol):
 
     def pending(self) -> int:
         """Items accepted but not yet dispatched."""
+
+
+def drop_queue(queues: dict[str, Any], model: str) -> None:
+    """`remove_model` of the batchers with one queue per model."""
+    if queues.get(model):
+        raise ValueError(f"model {model!r} still has items queued")
+    queues.pop(model, None)

@@ -20,16 +20,19 @@ def make_batcher(kind: str, vgpus: Mapping[str, str], service_time: ServiceTime,
                  static_batch: int | None = None, static_timeout_s: float | None = None,
                  short_batches_wait_for_idle: bool = True, slots: Mapping[str, int] | None = None) -> Batcher:
     """`preba` batches by `policies` (per model: buckets, Batch_max, Time_knee); `triton` by one
-    `TritonConfig` per model; `static` in batches of `static_batch`, flushing a partial one after
-    `static_timeout_s`. `vgpus` maps vGPU id -> kind; `service_time` estimates batch run times;
+    `TritonConfig` per model (models without one as the first, or with none given as `static_batch`
+    and `static_timeout_s` say); `static` in batches of `static_batch`, flushing a partial one after
+    `static_timeout_s`. Models can be added later (`Batcher.add_model`). `vgpus` maps vGPU id -> kind; `service_time` estimates batch run times;
     `slots` says how many batches a vGPU runs at once (default 1)."""
     if kind == "preba":
         return PrebaBatcher(policies or {}, vgpus, service_time,
                             short_batches_wait_for_idle=short_batches_wait_for_idle, slots=slots)  # fmt: skip
     if kind == "triton":
-        if not triton:
-            raise ValueError("the triton batcher needs a TritonConfig per model")
-        first = next(iter(triton.values()))
+        first = next(iter(triton.values()), None) if triton else None
+        if first is None:
+            if static_batch is None:
+                raise ValueError("the triton batcher needs a TritonConfig per model or a static_batch default")
+            first = TritonConfig(static_batch, round((static_timeout_s or 0.0) * 1e6))
         return TritonBatcher(vgpus, service_time, first.max_batch_size, first.max_queue_delay_microseconds,
                              first.preferred_batch_sizes, per_model=triton, slots=slots)  # fmt: skip
     if kind == "static":

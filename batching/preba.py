@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from batching.api import Dispatch, Item
+from batching.api import Dispatch, Item, ModelSettings
 from batching.buckets import ModelBatching
 from batching.placement import ServiceTime, VgpuPlacement
 
@@ -64,14 +64,27 @@ class PrebaBatcher:
         self._pool = VgpuPlacement(vgpus, service_time, slots)
         self._models: dict[str, _ModelQueues] = {}
         for name, policy in models.items():
-            serving = list(policy.vgpus) if policy.vgpus is not None else self._pool.names
-            unknown = set(serving) - set(self._pool.names)
-            if unknown or not serving:
-                raise ValueError(f"model {name!r}: vGPUs {sorted(unknown) or '[]'} are not in the pool")
-            self._models[name] = _ModelQueues(policy, serving)
+            self._add(name, policy)
         self._merge_distance = merge_distance
         self._short_wait = short_batches_wait_for_idle
         self._pending = 0
+
+    def _add(self, name: str, policy: ModelBatching) -> None:
+        serving = list(policy.vgpus) if policy.vgpus is not None else self._pool.names
+        unknown = set(serving) - set(self._pool.names)
+        if unknown or not serving:
+            raise ValueError(f"model {name!r}: vGPUs {sorted(unknown) or '[]'} are not in the pool")
+        self._models[name] = _ModelQueues(policy, serving)
+
+    def add_model(self, name: str, settings: ModelSettings) -> None:
+        self.remove_model(name)  # refused while it has items queued
+        self._add(name, settings.batching)
+
+    def remove_model(self, name: str) -> None:
+        queues = self._models.get(name)
+        if queues is not None and any(queues.fifos):
+            raise ValueError(f"model {name!r} still has items queued")
+        self._models.pop(name, None)
 
     def time_queue(self, model: str, bucket: int) -> float:
         return self._models[model].time_queue[bucket]

@@ -123,6 +123,16 @@ def service_time_from(profiles: Mapping[str, Profile]) -> ServiceTime:
     return service_time
 
 
+SHIPPED = Path(__file__).with_name("profiles")  # <vGPU kind>.json, measured or synthesised
+
+
+def shipped_profile(kinds) -> Path | None:
+    """The shipped knee profile for the first of these vGPU kinds that has one (each file says
+    whether it was measured), or None."""
+    return next((SHIPPED / f"{kind}.json" for kind in kinds if (SHIPPED / f"{kind}.json").is_file()),
+                None)
+
+
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
     try:

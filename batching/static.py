@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from batching.api import Dispatch, Item
+from batching.api import Dispatch, Item, ModelSettings, drop_queue
 from batching.placement import ServiceTime, VgpuPlacement
 
 
@@ -24,6 +24,12 @@ class StaticBatcher:
         self._batch_size = batch_size
         self._timeout = timeout
         self._queues: dict[str, deque[Item]] = {}
+
+    def add_model(self, name: str, settings: ModelSettings) -> None:
+        """Nothing to learn: every model is batched alike."""
+
+    def remove_model(self, name: str) -> None:
+        drop_queue(self._queues, name)
 
     def add(self, item: Item, now: float) -> None:
         self._queues.setdefault(item.model, deque()).append(item)

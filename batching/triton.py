@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from batching.api import Dispatch, Item
+from batching.api import Dispatch, Item, ModelSettings, drop_queue
 from batching.placement import ServiceTime, VgpuPlacement
 
 
@@ -59,6 +59,14 @@ class TritonBatcher:
                                      tuple(preferred_batch_sizes))
         self._configs = dict(per_model or {})
         self._queues: dict[str, deque[Item]] = {}
+
+    def add_model(self, name: str, settings: ModelSettings) -> None:
+        self.remove_model(name)  # refused while it has items queued
+        self._configs[name] = settings.triton
+
+    def remove_model(self, name: str) -> None:
+        drop_queue(self._queues, name)
+        self._configs.pop(name, None)
 
     def add(self, item: Item, now: float) -> None:
         self._queues.setdefault(item.model, deque()).append(item)

@@ -47,6 +47,21 @@ def lower_this_thread(priority: Priority) -> None:
             pass
 
 
+def make_this_thread_background() -> None:
+    """Linux's idle scheduling class for the calling thread (SCHED_IDLE; elsewhere nice 19): for
+    work such as model loads, which may take the cycles serving leaves but none it needs. A waking
+    thread of any other class preempts it at once, where nice 19 still shares a core for a
+    scheduler slice (2-core VM, MobileNetV3 at 250 req/s while CitriNet loads: p99 26 vs 55 ms);
+    on a saturated machine it waits. Threads it starts inherit its class (and an unprivileged
+    process cannot raise it again), so serving threads must be started elsewhere."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: the lowest nice value instead
+        if hasattr(os, "setpriority"):
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
+
+
 # While another thread waits, the one holding the GIL keeps it up to the interpreter's switch
 # interval (5 ms by default), so in a process where real-time threads share the interpreter with
 # busy best-effort ones every GIL acquisition of an RT thread could wait that long. 0.5 ms cut RT

@@ -43,10 +43,17 @@ class ReefEngine:
         self._serial_models: set[str] = set()
 
     # ---- the engine contract (gpu_runtime.vgpu.serial_engine) -------------------------------------
+    def prepare(self, executor: str) -> None:
+        if executor not in EXECUTORS:  # the load names the choices
+            return
+        if self._runs_serially(executor):
+            self._serial_engine()
+        else:
+            self._scheduler(executor)
+
     def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None,
              lengths: tuple[int, ...] = ()) -> dict:
-        spec = EXECUTORS[executor]
-        if not spec.preemptible or (spec.gpu and self.info.green_context):
+        if self._runs_serially(executor):
             described = self._serial_engine().load(model, onnx_path, executor, max_batch, lengths)
             self._serial_models.add(model)
             self._shapes.pop(model, None)
@@ -62,6 +69,20 @@ class ReefEngine:
         reef.prepare_padding()
         return {"executor": executor, "preemptible": True, "scheduler": self.policy,
                 "batch_sizes": list(sizes)}
+
+    def warm_up(self, model: str, inputs: dict):
+        """Serial models run in the calling thread; REEF's only run on the scheduler's streams."""
+        if model in self._serial_models:
+            return self._serial_engine().warm_up(model, inputs)
+        return self.run(model, inputs, Priority.BE).result()
+
+    def unload(self, model: str) -> None:
+        """The model can no longer run. Its REEF clients stay built until the worker stops: the
+        scheduler has no way to remove a client, and a reload under the same name replaces them."""
+        if model in self._serial_models:
+            self._serial_models.discard(model)
+            self._serial_engine().unload(model)
+        self._shapes.pop(model, None)
 
     def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         if model in self._serial_models:
@@ -87,6 +108,11 @@ class ReefEngine:
             self._serial.close()
 
     # ---- internals ------------------------------------------------------------------------------
+    def _runs_serially(self, executor: str) -> bool:
+        """Whether `executor`'s models run beside the scheduler (see the module docstring)."""
+        spec = EXECUTORS[executor]
+        return not spec.preemptible or bool(spec.gpu and self.info.green_context)
+
     def _serial_engine(self) -> SerialEngine:
         if self._serial is None:
             self._serial = SerialEngine(self.info)

@@ -29,7 +29,8 @@ import sys
 import numpy as np
 
 from atoll.pipeline import pad_stack, read_wav
-from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
+from atoll.protocol import (HEADER_LENGTH, Output, ProtocolError, binary_outputs, decode_request, encode_response,
+                            requested_outputs)
 from atoll.repository import load_repository
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError
@@ -81,10 +82,10 @@ class Model:
         request = decode_request(body, header_length)
         batch = self.rows(request)
         arrays = self.session.run(self.outputs, {self.spec.inputs[0].name: batch})
-        names, binary = binary_outputs(request, self.outputs)
-        outputs = dict(zip(self.outputs, arrays))
-        return encode_response(self.spec.name, self.spec.version, request.id,
-                               {n: outputs[n] for n in names}, binary)  # fmt: skip
+        by_name = dict(zip(self.outputs, arrays))
+        outputs = [Output.of(name, by_name[name], params) for name, params in requested_outputs(request, self.outputs)]
+        return encode_response(self.spec.name, self.spec.version, request.id, outputs,
+                               binary_outputs(request, outputs))  # fmt: skip
 
 
 def read_request(stream) -> tuple[str, str, dict[str, str], bytes]:

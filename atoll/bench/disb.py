@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("disb", help="REEF DISB workloads: RT latency and throughput per policy")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     parser.add_argument("--policy", default=None,
-                        help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all, side by side)")
+                        help=f"comma-separated, from {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all, side by side)")
     parser.add_argument("--duration", type=float, default=None,
                         help="seconds per policy (default 20 on cpu, 5 on cuda)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -79,11 +79,15 @@ def random_inputs(program, seed: int) -> dict:
 # ---- policies, models and devices ----------------------------------------------------------------
 
 def policies_from(arg: str | None) -> list[str]:
+    """The policies a `--policy` argument names (comma-separated; None: all, side by side)."""
     if arg is None:
         return [RT_ONLY, *POLICY_ORDER]
-    if arg not in (RT_ONLY, *POLICY_ORDER):
-        raise SystemExit(f"atoll bench: unknown policy {arg!r}; choose from {', '.join((RT_ONLY,) + POLICY_ORDER)}")
-    return [arg]
+    names = [a.strip() for a in arg.split(",") if a.strip()]
+    unknown = [n for n in names if n not in (RT_ONLY, *POLICY_ORDER)]
+    if unknown or not names:
+        raise SystemExit(f"atoll bench: unknown policy {', '.join(unknown) or arg!r}; "
+                         f"choose from {', '.join((RT_ONLY,) + POLICY_ORDER)}")
+    return names
 
 
 def zoo_model(name: str, device: str, seed: int):

@@ -17,21 +17,11 @@ import threading
 import time
 
 from atoll.commands.profile import measure, pool_runner
+from gpu_runtime.executors import resolve_executor
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 BUCKET_S = 2.5
 REPEATS = 20  # per batch size: the knee rule reads p95, which a few batches leave to chance
-
-
-def served_executor(executor: str, vgpus) -> str:
-    """The executor `atoll serve` resolves `auto` to: our CUDA kernels on GPUs where cupy works,
-    onnxruntime on CPU vGPUs."""
-    if executor != "auto":
-        return executor
-    from gpu_runtime.executors import preemptible_executor, probe_executors
-
-    gpu = preemptible_executor(gpu=True)
-    return gpu if any(v.kind != "cpu" for v in vgpus) and probe_executors()[gpu]["available"] else "onnxruntime"
 
 
 def mix_rate(shares: dict[str, float], rates: dict[str, float]) -> float:
@@ -75,7 +65,7 @@ def measure_ideal(config, models: dict, shares: dict[str, float], audio_median_s
     from gpu_runtime.vgpu.pool import WorkerPool
 
     vgpus = served_vgpus(config)
-    executor = served_executor(config.vgpus.executor, vgpus)
+    executor = resolve_executor(config.vgpus.executor, vgpus)
     per_model = {}
     with WorkerPool(vgpus, executor=executor) as pool:
         for name in shares:

@@ -1,39 +1,61 @@
-"""Load-generator processes for `atoll bench serve`: pre-encoded requests over keep-alive HTTP.
+"""Load-generator processes for `atoll bench serve`: pre-encoded requests over keep-alive HTTP or gRPC.
 
 The load runs in processes of its own (never in the server's, never in the bench's), each an asyncio
-loop with one aiohttp session, so the client's cost is visible (the bench meters their CPU) and
-cannot hide inside the server's. Bodies are encoded once, before the clock starts. Open loop: each
+loop with one aiohttp session or a few gRPC channels, so the client's cost is visible (the bench
+meters their CPU) and cannot hide inside the server's. Requests are encoded once, when the process
+starts, before the clock does (`bodies.py`). With `shm`, each request's input lies in a system
+shared-memory region the process creates and registers with the server at its start (unregistered
+at its end), and the request only names it. Open loop: each
 process sends a Poisson stream of `rate / processes`; latency counts from the *scheduled* send
 time, so a late client shows up as latency and as lateness instead of silently sending less
 (coordinated omission). Closed loop: `concurrency` connections in all, each sending its next
 request when the previous answer arrives.
 
 Every request leaves one record: (class, scheduled, sent, done, status), with status the HTTP code
-or one of CLIENT_ERRORS.
+(for gRPC: the HTTP status Triton gives the error's kind) or one of CLIENT_ERRORS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import multiprocessing
 import os
 import resource
 import time
+import urllib.request
 from dataclasses import dataclass, replace
+from multiprocessing import shared_memory
 
+import aiohttp
+import grpc
 import numpy as np
+
+from atoll.bench.bodies import grpc_request, http_body
+from atoll.errors import ErrorCode
 
 TIMEOUT, CONNECTION = -1, -2
 CLIENT_ERRORS = {TIMEOUT: "timeout", CONNECTION: "connection"}
 RECORD = np.dtype([("cls", "i4"), ("scheduled", "f8"), ("sent", "f8"), ("done", "f8"), ("status", "i4")])
 
 
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_CHANNELS = 4  # a load process's gRPC connections (the kernel spreads them over the front ends)
+GRPC_TO_HTTP = {code.grpc: code.http for code in ErrorCode}
+
+
 @dataclass(frozen=True)
 class Request:
+    """One inference request with one input, whatever the protocol it goes by."""
+
     cls: int  # index of its traffic class (model x priority) in the bench's class list
-    path: str  # /v2/models/<model>/infer
-    body: bytes
-    headers: dict[str, str]
+    model: str
+    input_name: str
+    datatype: str  # BYTES (media files) or FP32 (a ready tensor)
+    shape: tuple[int, ...]
+    data: bytes  # the input as the binary extension carries it
+    priority: int  # Triton's: 1 = real-time, 0 = the model's default
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,9 @@ class LoadPlan:
     timeout_s: float = 60.0
     seed: int = 0
     cpus: tuple[int, ...] = ()  # pin the load processes here (empty: wherever the OS puts them)
+    protocol: str = "http"  # http | grpc
+    grpc: str = ""  # the server's gRPC host:port
+    shm: bool = False  # inputs in system shared memory
 
 
 def split(plan: LoadPlan, processes: int) -> list[LoadPlan]:
@@ -117,41 +142,110 @@ def _main(plan: LoadPlan, conn) -> None:
     conn.send(asyncio.run(_drive(plan, conn)))
 
 
-async def _drive(plan: LoadPlan, conn) -> np.ndarray:
-    import aiohttp
+class _Regions:
+    """A shared-memory region per request holding its input, registered with the server."""
 
+    def __init__(self, url: str, requests: tuple[Request, ...]):
+        self.url = url
+        self.names = [f"atoll_bench_{os.getpid()}_{i}" for i in range(len(requests))]
+        self._segments = []
+        for name, request in zip(self.names, requests):
+            segment = shared_memory.SharedMemory(create=True, size=len(request.data))
+            segment.buf[: len(request.data)] = request.data
+            self._segments.append(segment)
+            self._call(f"region/{name}/register", {"key": "/" + segment.name, "offset": 0,
+                                                   "byte_size": len(request.data)})  # fmt: skip
+
+    def _call(self, path: str, doc: dict | None = None) -> None:
+        body = json.dumps(doc).encode() if doc else b""
+        with urllib.request.urlopen(urllib.request.Request(f"{self.url}/v2/systemsharedmemory/{path}", body),
+                                    timeout=60):  # fmt: skip
+            pass
+
+    def close(self) -> None:
+        for name in self.names:
+            self._call(f"region/{name}/unregister")
+        for segment in self._segments:
+            segment.close()
+            segment.unlink()
+
+
+class _Http:
+    def __init__(self, plan: LoadPlan, regions: list[str | None]):
+        self.encoded = [(f"/v2/models/{r.model}/infer",
+                         *http_body(r.input_name, r.datatype, list(r.shape), r.data, r.priority, region))
+                        for r, region in zip(plan.requests, regions)]  # fmt: skip
+        # an open loop may need a connection per request in flight; a closed loop one per client
+        self.session = aiohttp.ClientSession(plan.url, timeout=aiohttp.ClientTimeout(total=plan.timeout_s),
+                                             skip_auto_headers=("User-Agent",),
+                                             connector=aiohttp.TCPConnector(limit=plan.concurrency or 4096))  # fmt: skip
+
+    async def send(self, index: int) -> int:
+        path, body, headers = self.encoded[index]
+        try:
+            async with self.session.post(path, data=body, headers=headers) as resp:
+                await resp.read()
+                return resp.status
+        except asyncio.TimeoutError:
+            return TIMEOUT
+        except aiohttp.ClientError:
+            return CONNECTION
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class _Grpc:
+    def __init__(self, plan: LoadPlan, regions: list[str | None]):
+        self.timeout_s = plan.timeout_s
+        self.encoded = [grpc_request(r.model, r.input_name, r.datatype, list(r.shape), r.data, r.priority, region)
+                        for r, region in zip(plan.requests, regions)]  # fmt: skip
+        # a connection each (no shared subchannels), messages sent as the bytes encoded above
+        self.channels = [grpc.aio.insecure_channel(plan.grpc, options=[("grpc.use_local_subchannel_pool", 1),
+                                                                       ("grpc.max_receive_message_length", -1)])
+                         for _ in range(GRPC_CHANNELS)]  # fmt: skip
+        self.calls = itertools.cycle([channel.unary_unary(GRPC_INFER) for channel in self.channels])
+
+    async def send(self, index: int) -> int:
+        try:
+            await next(self.calls)(self.encoded[index], timeout=self.timeout_s)
+            return 200
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return TIMEOUT
+            return GRPC_TO_HTTP.get(exc.code().name, 500)
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
+
+
+TRANSPORTS = {"http": _Http, "grpc": _Grpc}
+
+
+async def _drive(plan: LoadPlan, conn) -> np.ndarray:
     rng = np.random.default_rng(plan.seed)
     p = np.asarray(plan.weights, dtype=float)
     p /= p.sum()
     records: list[tuple] = []
-    timeout = aiohttp.ClientTimeout(total=plan.timeout_s)
-    # an open loop may need a connection per request in flight; a closed loop one per client
-    limit = plan.concurrency or 4096
-    async with aiohttp.ClientSession(plan.url, timeout=timeout, skip_auto_headers=("User-Agent",),
-                                     connector=aiohttp.TCPConnector(limit=limit)) as session:
+    regions = _Regions(plan.url, plan.requests) if plan.shm else None
+    transport = TRANSPORTS[plan.protocol](plan, regions.names if regions else [None] * len(plan.requests))
+    try:
         conn.send("ready")
         start = await asyncio.to_thread(conn.recv)
         end = start + plan.seconds
 
-        async def one(request: Request, scheduled: float) -> None:
+        async def one(index: int, scheduled: float) -> None:
             sent = time.monotonic()
-            try:
-                async with session.post(request.path, data=request.body,
-                                        headers=request.headers) as resp:
-                    await resp.read()
-                    status = resp.status
-            except asyncio.TimeoutError:
-                status = TIMEOUT
-            except aiohttp.ClientError:
-                status = CONNECTION
-            records.append((request.cls, scheduled, sent, time.monotonic(), status))
+            status = await transport.send(index)
+            records.append((plan.requests[index].cls, scheduled, sent, time.monotonic(), status))
 
         picks: list[int] = []
 
-        def pick() -> Request:  # drawn in bulk: a weighted draw costs tens of microseconds
+        def pick() -> int:  # drawn in bulk: a weighted draw costs tens of microseconds
             if not picks:
                 picks.extend(rng.choice(len(plan.requests), size=4096, p=p).tolist())
-            return plan.requests[picks.pop()]
+            return picks.pop()
 
         if plan.rate:
             tasks = set()
@@ -172,4 +266,8 @@ async def _drive(plan: LoadPlan, conn) -> np.ndarray:
                     await one(pick(), now)
 
             await asyncio.gather(*(client() for _ in range(plan.concurrency)))
+    finally:
+        await transport.close()
+        if regions is not None:
+            regions.close()
     return np.array(records, dtype=RECORD)

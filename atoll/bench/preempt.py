@@ -27,7 +27,7 @@ DEFAULT_N = {"cpu": 100, "cuda": 300}
 def register(subparsers) -> None:
     parser = subparsers.add_parser("preempt", help="preemption latency and restore overhead per policy")
     parser.add_argument("--policy", default=None,
-                        help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
+                        help=f"comma-separated, from {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--n", type=int, default=None, help="RT requests per policy")
     parser.add_argument("--cpu-cores", type=int, default=1, help="cores the CPU vGPU owns (see disb)")

@@ -3,7 +3,8 @@ servers users pick instead and beside "Ideal", in one run.
 
 It starts `atoll serve` (or drives `--url`) and, with `--baseline`, the plain Python server
 (`plain`) and Triton (`triton`) on the same cores, one after another, and sends each the same
-pre-encoded requests from load processes of their own (`atoll.bench.loadproc`): open-loop Poisson
+pre-encoded requests from load processes of their own (`atoll.bench.loadproc`), over HTTP or gRPC
+(`--protocol`), the inputs in the requests or in system shared memory (`--shm`): open-loop Poisson
 `--rate`s, a `--sweep` for the highest rate whose p99 meets `--slo-ms`, or closed-loop
 `--concurrency`. Before any server starts it measures `ideal_rps`, the executor alone on the same
 vGPUs at Batch_knee (`atoll.bench.ideal`). Every row reports who used the cores (server tree, load
@@ -12,10 +13,13 @@ processes, everything else) and whether the load generator kept up.
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from atoll.bench.harness import emit
@@ -40,6 +44,12 @@ def register(subparsers) -> None:
                    help="JPEG sizes: web 0.1-0.5 MP, camera up to 12 MP (default web)")
     p.add_argument("--input", choices=("media", "tensor", "both"), default="media",
                    help="send JPEG/WAV files, ready FP32 tensors (no preprocessing), or both")
+    p.add_argument("--protocol", default="http",
+                   help="http, grpc, or both as http,grpc: each is measured (default http)")
+    p.add_argument("--shm", nargs="?", const="on", default="off", choices=("off", "on", "both"),
+                   help="inputs in system shared memory (Triton's extension; the load processes register "
+                        "a region per request): on, or both with and without (default off)")
+    p.add_argument("--grpc-address", help="the gRPC host:port of the server at --url")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", help="open-loop Poisson rates in req/s, comma-separated")
     load.add_argument("--sweep", action="store_true",
@@ -57,6 +67,10 @@ def register(subparsers) -> None:
                    help="also measure real-time p99 alone and beside closed-loop best-effort load "
                         f"({PROBE_CONCURRENCY} connections), real-time requests at --rt-rate")
     p.add_argument("--rt-rate", type=float, default=5.0, help="real-time req/s of --rt-isolation (default 5)")
+    p.add_argument("--load-during", metavar="MODEL",
+                   help="also measure p99 at half the closed-loop capacity, alone and while MODEL (a model "
+                        "of the repository not in --mix) is loaded and unloaded over and over; Atoll runs "
+                        "in explicit model-control mode")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
     p.add_argument("--loadgen-procs", type=int, help="load processes (default: 1 per 8 cores, at least 1)")
     p.add_argument("--loadgen-cores", type=int,
@@ -86,14 +100,17 @@ def _numbers(text: str, kind, flag: str) -> list:
     return values
 
 
-def _serve_args(args, repository: str) -> list[str]:
-    """`atoll serve` options from the bench's pass-through flags."""
+def _serve_args(args, repository: str, mix: dict[str, float]) -> list[str]:
+    """`atoll serve` options from the bench's pass-through flags; with --load-during, explicit
+    model control serving the --mix models from the start."""
     out = ["--repository", repository]
     for flag in ("executor", "backend", "batcher", "policy", "config"):
         if getattr(args, flag):
             out += [f"--{flag}", getattr(args, flag)]
     for item in args.set:
         out += ["--set", item]
+    if args.load_during:
+        out += ["--model-control-mode", "explicit", *(arg for model in mix for arg in ("--load-model", model))]
     return out
 
 
@@ -119,10 +136,11 @@ class Bench:
         self.ideal_rps = ideal_rps
 
     def point(self, system, traffic, labels: dict, rate: float | None = None, concurrency: int = 0,
-              seconds: float | None = None, rt_rate: float | None = None) -> dict:
+              seconds: float | None = None, rt_rate: float | None = None, during=None) -> dict:
         """One load point: open loop at `rate` or closed loop at `concurrency`. With `rt_rate`, the
         real-time requests go as a Poisson stream of their own at that rate, beside best-effort
-        requests in closed loop at `concurrency` (or alone)."""
+        requests in closed loop at `concurrency` (or alone). `during(stop)` runs on a thread of its
+        own through the measurement window, until the `stop` event is set."""
         from tqdm import tqdm
 
         from atoll.bench.cpustat import CpuMeter
@@ -136,7 +154,8 @@ class Bench:
 
         def plan(weights, rate, concurrency) -> LoadPlan:
             return LoadPlan(system.url, traffic.requests, weights, a.warmup + duration, rate, concurrency,
-                            a.timeout, a.seed, self.load_cpus)  # fmt: skip
+                            a.timeout, a.seed, self.load_cpus, labels["protocol"], system.grpc,
+                            labels["shm"])  # fmt: skip
 
         if rt_rate:
             plans = split(plan(weights_of(traffic, "rt"), rt_rate, 0), 1)
@@ -152,7 +171,9 @@ class Bench:
             meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
             start = load.go()
             window = (start + a.warmup, start + a.warmup + duration)
-            with tqdm(total=round(a.warmup + duration), desc=f"{system.name} {labels['input']} {what}",
+            stop = threading.Event()
+            beside = threading.Thread(target=during, args=(stop,), daemon=True) if during else None
+            with tqdm(total=round(a.warmup + duration), desc=f"{system.name} {_variant(labels)} {what}",
                       unit="s", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
                 for mark, action in ((window[0], meter.start), (window[1], None)):
                     while (left := mark - time.monotonic()) > 0:
@@ -161,7 +182,12 @@ class Bench:
                         bar.refresh()
                     if action:
                         action()
+                        if beside:
+                            beside.start()
                 cpu = meter.stop()
+            stop.set()
+            if beside:
+                beside.join()
             records = load.records()
         row = {"server": system.name, **labels, "mode": mode,
                "concurrency": concurrency or None,
@@ -177,7 +203,7 @@ class Bench:
         row["ideal_rps"] = self.ideal_rps
         row["ideal_ratio"] = round(row["throughput_rps"] / self.ideal_rps, 3) if self.ideal_rps else None
         lat = row["latency_ms"]
-        tqdm.write(f"{system.name:>6} {labels['input']:>6} {what:>12}: {row['throughput_rps']:8.1f} req/s  "
+        tqdm.write(f"{system.name:>6} {_variant(labels):>15} {what:>12}: {row['throughput_rps']:8.1f} req/s  "
                    f"p50 {lat['p50']} p99 {lat['p99']} ms  errors {sum(row['errors'].values())}  "
                    f"cores server {cpu['server']} load {cpu['load']} other {cpu['other']}"
                    + ("  LOAD GENERATOR SATURATED" if row["loadgen"]["saturated"] else ""),
@@ -198,6 +224,22 @@ class Bench:
                                 "rt_p99_ratio": ratio,
                                 "be_rps_beside_rt": sum(c["throughput_rps"] for n, c in loaded["per_class"].items()
                                                         if n.endswith("/be"))}  # fmt: skip
+
+    def model_load(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
+        """p99 at half the closed-loop capacity, alone and while `--load-during` is loaded and
+        unloaded over and over (the issue's "p99 during a load <= 1.5 x without")."""
+        a = self.args
+        probe = self.point(system, traffic, labels, concurrency=PROBE_CONCURRENCY, seconds=a.duration / 2)
+        rate = round(0.5 * probe["throughput_rps"], 1)
+        alone = self.point(system, traffic, labels, rate=rate)
+        swaps: list[dict] = []
+        during = self.point(system, traffic, {**labels, "model_load": a.load_during}, rate=rate,
+                            during=lambda stop: _load_and_unload(system.url, a.load_during, stop, swaps))  # fmt: skip
+        p99 = (alone["latency_ms"]["p99"], during["latency_ms"]["p99"])
+        return [probe, alone, during], {
+            "model_load": a.load_during, "load_rate_rps": rate, "p99_alone_ms": p99[0], "p99_during_load_ms": p99[1],
+            "p99_load_ratio": round(p99[1] / p99[0], 3) if p99[0] else None, "swaps": swaps,
+        }  # fmt: skip
 
     def drive(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
         """Every load point the arguments ask for; (rows, summary of this configuration)."""
@@ -229,7 +271,7 @@ def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[in
     """(name, context manager factory) of every system to drive, Atoll first."""
     from atoll.bench import servers
 
-    out = [("atoll", (lambda: servers.remote(args.url)) if args.url
+    out = [("atoll", (lambda: servers.remote(args.url, args.grpc_address or "")) if args.url
             else (lambda: servers.atoll(serve_args, server_cpus)))]  # fmt: skip
     for name in dict.fromkeys(args.baseline):
         if name == "plain":
@@ -267,17 +309,35 @@ def run(args) -> int:
     media = traffic_mod.Media(args.images, args.seed)
     ideal = None if args.no_ideal else measure_ideal(config, models, mix, media.median_clip_s)
     inputs = traffic_mod.INPUTS if args.input == "both" else (args.input,)
+    protocols = [p.strip() for p in args.protocol.split(",") if p.strip()]
+    if not protocols or set(protocols) - {"http", "grpc"}:
+        print(f"atoll bench serve: --protocol takes http, grpc or http,grpc; got {args.protocol!r}", file=sys.stderr)
+        return 2
+    variants = [(protocol, shm) for protocol in protocols for shm in {"off": (False,), "on": (True,),
+                                                                      "both": (False, True)}[args.shm]]  # fmt: skip
     traffics = {kind: traffic_mod.build(models, mix, args.rt_share, media, kind) for kind in inputs}
     mix_label = "+".join(f"{m}={s:g}" for m, s in mix.items())
-    serve_args = _serve_args(args, repository)
+    if args.load_during and (args.load_during not in models or args.load_during in mix):
+        print(f"atoll bench serve: --load-during needs a model of the repository outside --mix; got "
+              f"{args.load_during!r}", file=sys.stderr)  # fmt: skip
+        return 2
+    serve_args = _serve_args(args, repository, mix)
     bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None)
     rows, summary, skipped = [], [], {}
     for name, start in _systems(args, serve_args, repository, server_cpus):
         try:
             with start() as system:
-                for kind, traffic in traffics.items():
-                    labels = {"input": kind, "mix": mix_label, "images": args.images, "rt_share": args.rt_share}
+                for (kind, traffic), (protocol, shm) in itertools.product(traffics.items(), variants):
+                    labels = {"input": kind, "protocol": protocol, "shm": shm, "mix": mix_label,
+                              "images": args.images, "rt_share": args.rt_share}  # fmt: skip
+                    why = _unsupported(system, protocol, shm)
+                    if why:
+                        skipped[f"{name} {_variant(labels)}"] = why
+                        continue
                     mine, best = bench.drive(system, traffic, labels)
+                    if args.load_during and name == "atoll":
+                        more, loading = bench.model_load(system, traffic, labels)
+                        mine, best = mine + more, {**best, **loading}
                     if args.rt_isolation:  # both classes present; the point sends each on its own
                         both = traffic_mod.build(models, mix, 0.5, media, kind)
                         more, isolation = bench.rt_isolation(system, both, {**labels, "rt_share": None})
@@ -297,7 +357,7 @@ def run(args) -> int:
         "host": {"cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
                  "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
         "config": {"repository": repository, "mix": mix, "rt_share": args.rt_share, "images": args.images,
-                   "inputs": list(inputs), "duration_s": args.duration, "warmup_s": args.warmup,
+                   "inputs": list(inputs), "protocols": protocols, "shm": args.shm, "duration_s": args.duration, "warmup_s": args.warmup,
                    "slo_ms": args.slo_ms, "atoll_serve_args": serve_args, "url": args.url,
                    "server_cores": list(server_cpus) or "all", "loadgen_cores": list(load_cpus) or "all",
                    "loadgen_processes": procs, "baselines": list(dict.fromkeys(args.baseline))},
@@ -318,7 +378,37 @@ def _summary_line(s: dict, slo_ms: float) -> str:
         p99 = s["latency_ms"]["p99"] if s["latency_ms"] else None
         parts.append(f"{s['max_rate_at_slo_rps']} req/s at p99 <= {slo_ms:g} ms (p99 {p99} ms, ideal_ratio "
                      f"{s['ideal_ratio']}); closed loop {s['closed_loop_rps']} req/s")  # fmt: skip
+    if "p99_load_ratio" in s:
+        parts.append(f"p99 at {s['load_rate_rps']} req/s {s['p99_alone_ms']} ms alone, {s['p99_during_load_ms']} ms "
+                     f"while {s['model_load']} loads and unloads (x{s['p99_load_ratio']}, {len(s['swaps'])} swaps)")
     if "rt_p99_ratio" in s:
         parts.append(f"real-time p99 {s['rt_p99_idle_ms']} ms idle, {s['rt_p99_loaded_ms']} ms beside "
                      f"best-effort load (x{s['rt_p99_ratio']})")  # fmt: skip
-    return f"{s['server']:>6} {s['input']:>6}: " + "; ".join(parts)
+    return f"{s['server']:>6} {_variant(s):>15}: " + "; ".join(parts)
+
+
+def _load_and_unload(url: str, model: str, stop: threading.Event, swaps: list[dict]) -> None:
+    """Load `model`, unload it, again, until `stop`; each cycle's seconds in `swaps`."""
+    while not stop.is_set():
+        swap = {}
+        for action in ("load", "unload"):
+            start = time.monotonic()
+            request = urllib.request.Request(f"{url}/v2/repository/models/{model}/{action}", b"", method="POST")
+            with urllib.request.urlopen(request, timeout=300):
+                pass
+            swap[f"{action}_s"] = round(time.monotonic() - start, 3)
+        swaps.append(swap)
+
+
+def _variant(labels: dict) -> str:
+    """e.g. "tensor grpc+shm": the input kind and how it travels."""
+    return f"{labels['input']} {labels['protocol']}" + ("+shm" if labels["shm"] else "")
+
+
+def _unsupported(system, protocol: str, shm: bool) -> str:
+    """Why `system` cannot take this variant ("" if it can)."""
+    if protocol == "grpc" and not system.grpc:
+        return "no gRPC endpoint (give --grpc-address with --url)" if system.name == "atoll" else "no gRPC endpoint"
+    if shm and system.name == "plain":
+        return "no shared-memory extension"
+    return ""

@@ -1,6 +1,6 @@
 """The servers `atoll bench serve` drives: Atoll (`atoll serve`, or one already running at a URL),
-the plain Python baseline, and Triton. Each is a context manager yielding a `System`: its URL and
-the root process whose tree the bench meters for CPU time."""
+the plain Python baseline, and Triton. Each is a context manager yielding a `System`: its URL (and
+gRPC address, where it serves gRPC) and the root process whose tree the bench meters for CPU time."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ class System:
     url: str
     pid: int | None  # None: not ours (a server at --url), its CPU time is not metered
     about: dict = field(default_factory=dict)
+    grpc: str = ""  # host:port of its gRPC service ("" for none)
 
 
 @contextmanager
@@ -51,14 +52,14 @@ def atoll(serve_args: list[str], cpus: tuple[int, ...]):
         server = ServerProcess(serve_args)
         server.__enter__()
     try:
-        yield System("atoll", server.url, server.proc.pid, {"args": serve_args})
+        yield System("atoll", server.url, server.proc.pid, {"args": serve_args}, server.grpc_address)
     finally:
         server.stop()
 
 
 @contextmanager
-def remote(url: str):
-    yield System("atoll", url.rstrip("/"), None, {"url": url})
+def remote(url: str, grpc: str = ""):
+    yield System("atoll", url.rstrip("/"), None, {"url": url}, grpc)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from atoll.bench.bodies import infer_body, tensor_body
+from atoll.bench.bodies import media_bytes
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes, synthetic_wav
 from atoll.bench.loadproc import Request
 from atoll.pipeline import read_wav
@@ -82,18 +82,18 @@ def build(models: dict, mix: dict[str, float], rt_share: float, media: Media, in
         spec = models[name]
         files = media.files(spec.preprocess)
         if input_kind == "media":
-            payloads = [(infer_body, spec.raw_input, f) for f in files]
+            inputs = [(spec.raw_input, "BYTES", (1, 1), media_bytes([f])) for f in files]
         else:
-            payloads = [(tensor_body, spec.inputs[0].name, _tensor(spec.preprocess, f)) for f in files]
+            tensors = [_tensor(spec.preprocess, f) for f in files]
+            inputs = [(spec.inputs[0].name, "FP32", t.shape, t.astype("<f4").tobytes()) for t in tensors]
         for priority, label, part in ((0, "be", 1.0 - rt_share), (1, "rt", rt_share)):
             if share * part <= 0:
                 continue
             cls = len(classes)
             classes.append(f"{name}/{label}")
-            for make, input_name, payload in payloads:
-                body, headers = make(input_name, [payload] if make is infer_body else payload, priority)
-                requests.append(Request(cls, f"/v2/models/{name}/infer", body, headers))
-                weights.append(share * part / len(payloads))
+            for input_name, datatype, shape, data in inputs:
+                requests.append(Request(cls, name, input_name, datatype, tuple(shape), data, priority))
+                weights.append(share * part / len(inputs))
     return Traffic(tuple(classes), tuple(requests), tuple(weights))
 
 

@@ -69,7 +69,8 @@ def model_config(spec, instances: int, sys_path: str) -> str:
         f'  {{ name: "{tensor.name}" data_type: {TYPES[tensor.datatype]} dims: {_dims(tensor.dims)} optional: true{ragged} }}',
         "]",
         "output [",
-        *(f'  {{ name: "{o.name}" data_type: {TYPES[o.datatype]} dims: {_dims(o.dims)} }}' for o in spec.outputs),
+        *(f'  {{ name: "{o.name}" data_type: {TYPES[o.datatype]} dims: {_dims(o.dims)}'
+          + (f' label_filename: "{o.label_filename}"' if o.label_filename else "") + " }" for o in spec.outputs),
         "]",
         f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}",
         f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]",
@@ -86,6 +87,9 @@ def write_repository(repository: str, root: Path, instances: int, site_packages:
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(model_config(spec, instances, sys_path))
         shutil.copy(MODEL_SOURCE, root / name / "1" / "model.py")
+        for output in spec.outputs:  # class labels, for classification
+            if output.label_filename:
+                shutil.copy(spec.path.parents[1] / output.label_filename, root / name / output.label_filename)
 
 
 def _backends(home: Path, root: Path) -> Path:
@@ -123,20 +127,23 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 
 
 
 @contextmanager
-def server(repository: str, cpus: tuple[int, ...]):
+def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()):
+    """Triton serving the twins of `repository` over HTTP and gRPC (`System.grpc`), with
+    tritonserver's `options` (e.g. its model-control flags) added."""
     home = triton_home()
     instances = len(cpus) if cpus else len(os.sched_getaffinity(0))
     site_packages = home.parents[1]
     with tempfile.TemporaryDirectory(prefix="atoll-triton-") as tmp:
         root = Path(tmp)
         write_repository(repository, root / "models", instances, site_packages)
-        port = _free_port()
+        port, grpc_port = _free_port(), _free_port()
         libs = site_packages / "nvidia_pytriton.libs"
         env = {**os.environ, "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])),
                "PATH": f"{site_packages.parents[2] / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
         command = [str(home / "bin" / "tritonserver"), f"--model-repository={root / 'models'}",
                    f"--backend-directory={_backends(home, root)}", f"--http-port={port}",
-                   "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false", "--log-verbose=0"]  # fmt: skip
+                   "--http-address=127.0.0.1", f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1",
+                   "--allow-metrics=false", "--log-verbose=0", *options]  # fmt: skip
         log = root / "tritonserver.log"
         with pinned(cpus), log.open("w") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -144,7 +151,8 @@ def server(repository: str, cpus: tuple[int, ...]):
         try:
             _wait_ready(url, proc, log)
             yield System("triton", url, proc.pid, {"instances": instances, "queue_delay_us": QUEUE_DELAY_US,
-                                                   "tritonserver": str(home / "bin" / "tritonserver")})  # fmt: skip
+                                                   "tritonserver": str(home / "bin" / "tritonserver")},
+                         f"127.0.0.1:{grpc_port}")  # fmt: skip
         finally:
             proc.terminate()
             try:

@@ -26,7 +26,7 @@ DEFAULTS = {"cpu": {"n": 40, "be_batch": 8}, "cuda": {"n": 300, "be_batch": 64}}
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("worker", help="RT latency through a vGPU worker process under BE load")
-    p.add_argument("--policy", default=None, help=f"one of {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
+    p.add_argument("--policy", default=None, help=f"comma-separated, from {', '.join((RT_ONLY,) + POLICY_ORDER)} (default: all)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--n", type=int, default=None, help="RT requests per policy (cpu 40, cuda 300)")
     p.add_argument("--be-batch", type=int, default=None, help="rows per BE batch (cpu 8, cuda 64)")

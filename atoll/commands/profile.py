@@ -31,6 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed batches per point (>= 1: the first also builds the input)")
     p.add_argument("--percentile", type=float, default=95.0, help="tail latency percentile")
+    p.add_argument("--executor", default="auto",
+                   help="model executor, as `atoll serve` takes it (default auto: cupy on GPUs, "
+                        "onnxruntime on CPU vGPUs)")
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.set_defaults(func=run)
 
@@ -121,7 +124,9 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
     if spec.max_batch_size and batches[-1] > spec.max_batch_size:
         raise ValueError(f"{spec.name} accepts batches up to {spec.max_batch_size} (config.pbtxt)")
 
-    with WorkerPool([info]) as pool:
+    from gpu_runtime.executors import resolve_executor
+
+    with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
         pool.load_model(spec.name, spec.path, max_batch=batches[-1])
         runner = pool_runner(pool, info.id, spec)
         measured = measure(runner, spec.name, modality, lengths, batches, args.repeats,

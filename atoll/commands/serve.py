@@ -1,4 +1,4 @@
-"""`atoll serve`: the KServe v2 / Triton-protocol HTTP server over a model repository."""
+"""`atoll serve`: the KServe v2 / Triton-protocol HTTP and gRPC server over a model repository."""
 
 from __future__ import annotations
 
@@ -15,12 +15,21 @@ def add_config_options(p) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="serve a model repository over KServe v2 HTTP")
+    p = subparsers.add_parser("serve", help="serve a model repository over KServe v2 HTTP and gRPC")
     p.add_argument("--repository", help="Triton-layout model repository (default: built-in demo)")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8000; 0 = any free port)")
+    p.add_argument("--grpc-port", type=int, help="gRPC port (default 8001; 0 = any free port, -1 = off)")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default 8002; -1 = off)")
-    p.add_argument("--front-ends", type=int, help="HTTP front-end processes sharing the port (default: one per 4 cores)")
+    p.add_argument("--front-ends", type=int,
+                   help="front-end processes sharing the HTTP and gRPC ports (default: one per 4 cores)")
+    p.add_argument("--model-control-mode", choices=("none", "explicit", "poll"),
+                   help="none (default): serve every model, refuse load/unload; explicit: serve the "
+                        "--load-model models, load/unload on request; poll: serve every model, "
+                        "follow the repository's changes")
+    p.add_argument("--load-model", action="append", metavar="MODEL",
+                   help="explicit mode: a model to load at start (repeatable; * = all)")
+    p.add_argument("--repository-poll-secs", type=float, help="poll mode: seconds between scans (default 15)")
     p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
     p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
     p.add_argument("--executor", choices=("auto", *EXECUTORS),
@@ -40,13 +49,15 @@ def config_from_args(args, flags: dict[str, str]):
     for attr, key in flags.items():
         value = getattr(args, attr, None)
         if value is not None:
-            overrides[key] = value
+            overrides[key] = ",".join(value) if isinstance(value, list) else value
     return load_config(args.config, overrides)
 
 
 SERVE_FLAGS = {
     "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
-    "metrics_port": "server.metrics_port", "front_ends": "server.front_ends", "backend": "preprocessing.backend",
+    "grpc_port": "server.grpc_port", "metrics_port": "server.metrics_port", "front_ends": "server.front_ends",
+    "model_control_mode": "server.model_control_mode", "load_model": "server.load_model",
+    "repository_poll_secs": "server.repository_poll_secs", "backend": "preprocessing.backend",
     "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
 }  # fmt: skip
 
@@ -62,6 +73,7 @@ async def serve_forever(service) -> None:
     try:
         await service.start()
         print(f"atoll: serving on {service.http_url}"
+              + (f" and grpc://{service.grpc_address}" if service.grpc_address else "")
               + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),
               flush=True)  # fmt: skip
         await stop.wait()

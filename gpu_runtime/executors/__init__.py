@@ -86,6 +86,16 @@ def preemptible_executor(gpu: bool) -> str:
     return next(n for n, s in EXECUTORS.items() if s.preemptible and s.gpu == gpu)
 
 
+def resolve_executor(executor: str, vgpus) -> str:
+    """What `auto` means on these vGPUs: our CUDA kernels on GPUs where CuPy works, onnxruntime
+    (the fast whole-graph CPU path) on CPU vGPUs; any other name as given."""
+    if executor != "auto":
+        return executor
+    gpu = preemptible_executor(gpu=True)
+    on_gpu = any(v.kind != "cpu" for v in vgpus)
+    return gpu if on_gpu and probe_executors()[gpu]["available"] else "onnxruntime"
+
+
 def probe_executors() -> dict[str, dict]:
     """What each executor can use here: {"numpy": {"available": True, "version": ...}, ...}.
     Never raises: a missing or broken backend is reported with its reason."""

@@ -36,6 +36,14 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Unload:
+    """Forget a model; no batch of it is in flight (the caller drained them first)."""
+
+    req: int
+    model: str
+
+
+@dataclass(frozen=True)
 class Run:
     """A batch the pool copied into one of its segments (`WorkerPool.submit`)."""
 
@@ -99,6 +107,11 @@ class Fatal:
 class Loaded:
     req: int
     description: dict  # the engine's description, plus what the warm-up learned (see worker.py)
+
+
+@dataclass(frozen=True)
+class Unloaded:
+    req: int
 
 
 @dataclass(frozen=True)

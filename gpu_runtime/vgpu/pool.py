@@ -36,7 +36,7 @@ from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
 from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
-                                       Ready, Row, Run, RunRows, Stop)
+                                       Ready, Row, Run, RunRows, Stop, Unload, Unloaded)
 from gpu_runtime.vgpu.worker import worker_main
 
 log = logging.getLogger("atoll.vgpu")
@@ -59,7 +59,7 @@ class PoolClosed(RuntimeError):
 class _Request:
     req: int
     future: Future
-    message: Load | Run | RunRows
+    message: Load | Unload | Run | RunRows
     segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for Run
     out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
     crashes: int = 0
@@ -220,6 +220,20 @@ class WorkerPool:
                 futures[vid] = self._dispatch(worker, _Request(message.req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
 
+    def unload_model(self, name: str, timeout: float | None = 300.0) -> None:
+        """Unload a model from every worker (none of its batches may be in flight); it is no
+        longer reloaded when a worker restarts."""
+        futures = []
+        with self._lock:
+            self._check_open()
+            for worker in self._workers.values():
+                worker.models.pop(name, None)
+                worker.state.loaded.pop(name, None)
+                message = Unload(next(self._ids), name)
+                futures.append(self._dispatch(worker, _Request(message.req, Future(), message)))
+        for future in futures:
+            future.result(timeout)
+
     def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray],
                priority: str = Priority.BE) -> Future:
         """Run one batch of `model` on vGPU `vgpu_id`, as real-time ("rt") or best-effort ("be")
@@ -312,7 +326,7 @@ class WorkerPool:
             self._finish(worker, request, exception=error)
             return request.future
         worker.inflight[request.req] = request
-        if not isinstance(request.message, Load):
+        if not isinstance(request.message, (Load, Unload)):
             worker.state.inflight_runs += 1
         worker.send(request.message)
         return request.future
@@ -390,7 +404,7 @@ class WorkerPool:
             request = worker.inflight.pop(reply.req, None)
             if request is None:
                 return
-            if not isinstance(request.message, Load):
+            if not isinstance(request.message, (Load, Unload)):
                 worker.state.inflight_runs -= 1
         match reply:
             case Failed(kind=kind, message=text):
@@ -400,6 +414,9 @@ class WorkerPool:
             case Loaded(description=description):
                 worker.state.loaded[request.message.model] = description
                 self._finish(worker, request, result=description)
+                self.on_change()
+            case Unloaded():
+                self._finish(worker, request)
                 self.on_change()
             case Ran():
                 self._ran(worker, reply)

@@ -10,12 +10,18 @@ a session with several intra-op threads waits on whichever lost its core (2-core
 while serving: 3.0 vs 1.5 CPU-ms per image). Executors that are not reentrant (kernel programs keep
 their buffers in a per-shape state) run one batch of a model at a time: there an RT batch overtakes
 every queued BE batch and waits only for the running one. Loads run in the caller's thread (the
-worker's receiver), so a model is in place before any batch sent after its load.
+worker's loader), so a model is in place before any batch sent after its load.
 
-An engine, for the worker: built as `engine(info)` in the worker process; `load(model, onnx_path,
-executor, max_batch, lengths) -> describe()` (with `batch_sizes`: the static batch sizes it built,
-empty when any size runs); `run(model, inputs, priority) -> Future of (outputs, compute seconds)`,
-resolved from any thread; `close()`, which fails whatever has not run.
+An engine, for the worker: built as `engine(info)` in the worker process; `prepare(executor)`,
+called on the worker's receiving thread before each load, starts whatever threads that executor's
+models will run on (threads inherit their creator's OS priority, and loads run on a thread of the
+lowest); `load(model, onnx_path, executor, max_batch, lengths) -> describe()` (with `batch_sizes`: the static batch sizes it built,
+empty when any size runs), called beside running batches of other models; `warm_up(model, inputs) -> (outputs, compute
+seconds)`, a batch of a model being loaded, run in the calling thread where the engine can (the
+worker's loader: warm-ups never queue among served batches); `unload(model)`, called once none of
+its batches is in flight (a model it does not know is no error); `run(model, inputs, priority) ->
+Future of (outputs, compute seconds)`, resolved from any thread; `close()`, which fails whatever
+has not run.
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ class SerialEngine:
         self._guards[model] = threading.Lock() if static else contextlib.nullcontext()
         return {**self.models[model].describe(), "scheduler": self.name,
                 "batch_sizes": list(batch_sizes(max_batch) if static else ())}
+
+    def prepare(self, executor: str) -> None:
+        """Nothing: the lanes started with the engine."""
+
+    def warm_up(self, model: str, inputs: dict):
+        return self._run(model, inputs)
+
+    def unload(self, model: str) -> None:
+        self.models.pop(model, None)
+        self._guards.pop(model, None)
 
     def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         return self._lanes[Priority.of(priority)].put(self._run, model, inputs)

@@ -6,7 +6,11 @@ shared memory: the pool's segments (`Run`) or the front ends' slot arenas (`RunR
 (`serial_engine.SerialEngine` by default; the pool may name another, e.g. the REEF scheduler in
 `scheduler.vgpu_engine`), so several can be in flight and their replies may come in any order.
 The receiving thread only builds batches and hands them to the engine; one reply thread stores
-outputs and sends every reply, so the engine's threads never wait on the pipe.
+outputs and sends every reply, so the engine's threads never wait on the pipe. Loads and unloads
+run on a loader thread of the lowest OS priority, warm-up batches included where the engine can run
+them there, so a model loaded while others serve takes only the cycles they leave and never holds
+up the batches arriving meanwhile; a batch for a
+model whose load is still running (a restarted worker's replayed load) waits for it.
 
 A load with a `BatchSpec` builds and runs every shape the model will be asked for (each batch size
 of the engine times each padded length) before it is answered, so nothing is built while serving;
@@ -23,11 +27,11 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from gpu_runtime.priority import Priority, favour_real_time_threads
+from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
-                                       RunRows, Stop)
+                                       RunRows, Stop, Unload, Unloaded)
 
 
 def worker_main(conn, info, engine=None) -> None:
@@ -72,6 +76,11 @@ class _Worker:
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # callables making the next reply
         self.replier = threading.Thread(target=self._reply_loop, name="vgpu-reply", daemon=True)
         self.replier.start()
+        self.loads: queue.SimpleQueue = queue.SimpleQueue()  # Load and Unload messages, in order
+        self.parked: dict[str, list] = {}  # model being loaded -> batches that wait for it
+        self.lock = threading.Lock()  # the receiver and the loader both hand batches to the engine
+        self.loader = threading.Thread(target=self._load_loop, name="vgpu-load", daemon=True)
+        self.loader.start()
 
     def serve(self) -> None:
         while True:
@@ -85,17 +94,48 @@ class _Worker:
                 case Forget(segments=names):
                     for name in names:
                         self.segments.forget(name)
-                case _:
+                case Load() | Unload():
                     try:
-                        self._handle(message)
-                    except Exception as exc:  # reported to the caller's future; the worker keeps serving
+                        if isinstance(message, Load):
+                            self.runner.prepare(message.executor)  # its threads are not the loader's
+                    except Exception as exc:  # the load fails with it; the worker keeps serving
                         self._reply(lambda m=message, e=exc: Failed(m.req, type(e).__name__, str(e)))
+                        continue
+                    with self.lock:
+                        self.parked.setdefault(message.model, [])
+                    self.loads.put(message)
+                case _:
+                    with self.lock:
+                        parked = self.parked.get(getattr(message, "model", None))
+                        if parked is not None:
+                            parked.append(message)
+                        else:
+                            self._handle(message)
 
     def _handle(self, message) -> None:
+        try:
+            self._start(message)
+        except Exception as exc:  # reported to the caller's future; the worker keeps serving
+            self._reply(lambda m=message, e=exc: Failed(m.req, type(e).__name__, str(e)))
+
+    def _load_loop(self) -> None:
+        make_this_thread_background()
+        while (message := self.loads.get()) is not None:
+            try:
+                if isinstance(message, Load):
+                    reply = Loaded(message.req, self._load(message))
+                else:
+                    self._unload(message.model)
+                    reply = Unloaded(message.req)
+            except Exception as exc:
+                reply = Failed(message.req, type(exc).__name__, str(exc))
+            self._reply(lambda r=reply: r)
+            with self.lock:
+                for waiting in self.parked.pop(message.model, []):
+                    self._handle(waiting)
+
+    def _start(self, message) -> None:
         match message:
-            case Load():
-                description = self._load(message)
-                self._reply(lambda: Loaded(message.req, description))
             case Run():
                 inputs = shm.views(self.segments.buf(message.in_segment), message.in_layout)
                 self._note_shape(message.model, inputs)
@@ -128,12 +168,17 @@ class _Worker:
             shape = full_shape(spec.input_dims, length)
             for batch in sizes or (1,):
                 x = np.zeros((batch, *shape), spec.dtype)
-                outputs, _ = self.runner.run(message.model, {spec.input_name: x}, Priority.BE).result()
+                outputs, _ = self.runner.warm_up(message.model, {spec.input_name: x})
                 out_row_bytes = max(out_row_bytes, shm.plan({k: v[0] for k, v in outputs.items()})[1])
                 warm.add(_shape_key(x.shape, sizes))
         self.specs[message.model], self.sizes[message.model] = spec, sizes
         self.warm[message.model] = warm
         return {**description, "batch_sizes": list(sizes), "out_row_bytes": out_row_bytes}
+
+    def _unload(self, model: str) -> None:
+        self.runner.unload(model)
+        for table in (self.specs, self.sizes, self.warm):
+            table.pop(model, None)
 
     def _note_shape(self, model: str, inputs: dict) -> None:
         """Count a batch whose shape was not built at load (see the module docstring)."""
@@ -180,6 +225,8 @@ class _Worker:
                 return
 
     def close(self) -> None:
+        self.loads.put(None)
+        self.loader.join(10)
         self.outbox.put(None)
         self.replier.join(10)
         self.batches.close()

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
 
 from atoll.bench import serve_analysis as analysis
 from atoll.bench import traffic as traffic_mod
+from atoll.bench.bodies import http_body
 from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, split
 from atoll.protocol import HEADER_LENGTH, decode_request
 from atoll.repository import load_repository
@@ -117,12 +120,34 @@ def test_mix_and_traffic(repository):
         rt = sum(w for w, r in zip(t.weights, t.requests) if r.cls == 1)
         assert rt == pytest.approx(0.25)
         req = t.requests[-1]
-        parsed = decode_request(req.body, int(req.headers[HEADER_LENGTH]))
-        assert parsed.parameters["priority"] == 1 and req.path == f"/v2/models/{MODEL}/infer"
+        body, headers = http_body(req.input_name, req.datatype, list(req.shape), req.data, req.priority)
+        parsed = decode_request(body, int(headers[HEADER_LENGTH]))
+        assert parsed.parameters["priority"] == 1 and req.model == MODEL
         if kind == "tensor":
             assert parsed.inputs[0].datatype == "FP32" and parsed.inputs[0].shape == [1, 3, 224, 224]
         else:
             assert parsed.inputs[0].datatype == "BYTES" and parsed.inputs[0].data[0] in media.jpegs
+
+
+def test_load_processes_speak_grpc_and_shared_memory(repository):
+    """Every transport of the load processes against `atoll serve`: all answered, and the
+    processes' shared-memory regions unregistered when they end."""
+    from atoll.bench.loadproc import LoadProcesses
+    from atoll.server_process import ServerProcess
+
+    models = load_repository(repository)
+    traffic = traffic_mod.build(models, {MODEL: 1.0}, 0.5, traffic_mod.Media("web", seed=1), "tensor")
+    with ServerProcess(["--repository", str(repository), "--backend", "cpu"]) as server:
+        for protocol, shm in (("grpc", False), ("grpc", True), ("http", True)):
+            plan = LoadPlan(server.url, traffic.requests, traffic.weights, 1.0, concurrency=2,
+                            protocol=protocol, grpc=server.grpc_address, shm=shm)  # fmt: skip
+            with LoadProcesses([plan]) as load:
+                load.go()
+                records = load.records()
+            assert records.size > 0 and set(records["status"].tolist()) == {200}, (protocol, shm)
+            assert set(records["cls"].tolist()) == {0, 1}
+        with urllib.request.urlopen(f"{server.url}/v2/systemsharedmemory/status", timeout=30) as r:
+            assert json.loads(r.read()) == []
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +159,6 @@ def plain_server(repository):
 
 
 def _post(url: str, body: bytes, headers: dict) -> tuple[int, bytes, dict]:
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=60) as r:
             return r.status, r.read(), dict(r.headers)

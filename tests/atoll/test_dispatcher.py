@@ -15,7 +15,7 @@ from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics
-from batching import BucketPolicy, ModelBatching, make_batcher
+from batching import BucketPolicy, ModelBatching, ModelSettings, TritonConfig, make_batcher
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 
@@ -160,6 +160,7 @@ def test_cancelled_rows_leave_the_queue_unexecuted_and_late_cancels_change_nothi
         await settle()
         assert [r.index for r in pool.batches[1][2]] == [2, 1]
         assert link.outstanding == {("fe0-asr", 2), ("fe0-asr", 1)}
+        pool.batches[1][5].set_result(([], []))
         await dispatcher.stop()
 
     asyncio.run(main())
@@ -184,6 +185,34 @@ def test_a_dead_front_ends_rows_are_dropped_and_its_successor_hears_of_the_runni
         answered = {r.index: m.failure for m in new.messages for r in m.rows}
         assert answered == {0: None, 1: None, 2: Failure.CANCELLED} and not old.messages
         assert not link.outstanding
+        pool.batches[1][5].set_result(([],))
+        await dispatcher.stop()
+
+    asyncio.run(main())
+
+
+def test_models_added_and_removed_while_it_runs():
+    async def main():
+        pool = StandInPool()
+        batcher = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01)
+        dispatcher = Dispatcher({}, pool, batcher, Metrics(), LatencyModel(), {"cpu0": "cpu"})
+        dispatcher.start()
+        fe0 = Writer()
+        far = dispatcher.now() + 60
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, far, (row(0, 100),)))
+        await settle()
+        assert fe0.messages[-1].failure == Failure.REJECTED  # not served yet
+        dispatcher.add_model(AUDIO, ModelSettings(POLICY["asr"], TritonConfig(2)))
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.BE, far, (row(1, 100), row(2, 100))))
+        await settle()
+        [(_, model, rows, _, _, future)] = pool.batches
+        assert model == "asr" and len(rows) == 2
+        future.set_result(([], []))
+        await settle()
+        dispatcher.remove_model("asr")
+        dispatcher.submit(FrontEndLink(fe0), Submit("asr", Priority.RT, far, (row(3, 100),)))
+        await settle()
+        assert fe0.messages[-1].failure == Failure.REJECTED and len(pool.batches) == 1
         await dispatcher.stop()
 
     asyncio.run(main())

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from atoll.protocol import (HEADER_LENGTH, ProtocolError, binary_outputs, decode_request,
-                            encode_response, join_bytes)
+from atoll.protocol import (HEADER_LENGTH, Output, ProtocolError, binary_outputs, decode_request,
+                            encode_response, join_bytes, requested_outputs)
 from tests.atoll.client_env import run_client
 
 MAKE_REQUEST = r"""
@@ -43,14 +43,17 @@ def test_decodes_what_tritonclient_sends(tmp_path):
     assert list(image.data.reshape(-1)) == [b"\xff\xd8first", b"", b"third\x00\xff"]
     np.testing.assert_array_equal(x.data, np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7)
     assert ids.data.dtype == np.int64 and ids.data.tolist() == [5, -9]
-    names, binary = binary_outputs(req, ["logits", "names"])
-    assert names == ["logits", "names"] and binary == {"logits"}
+    wanted = requested_outputs(req, ["names", "logits"])
+    assert [name for name, _ in wanted] == ["logits", "names"]
+    outputs = [Output.of(name, np.zeros(1, np.float32), params) for name, params in wanted]
+    assert binary_outputs(req, outputs) == {"logits"}
 
 
 def test_tritonclient_parses_our_response(tmp_path):
     logits = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     names = np.array([b"cat", b"dog"], dtype=object)
-    body, headers = encode_response("m", "1", "r9", {"logits": logits, "names": names}, {"logits"})
+    body, headers = encode_response("m", "1", "r9", [Output.of("logits", logits), Output.of("names", names)],
+                                    {"logits"})
     path = tmp_path / "response.bin"
     path.write_bytes(body)
     out = json.loads(run_client(PARSE_RESPONSE, str(path), headers.get(HEADER_LENGTH, "-")))
@@ -66,7 +69,7 @@ def test_json_only_round_trip():
     req = decode_request(body)
     assert req.inputs[0].data.tolist() == [[1.0, 2.0], [3.0, 4.5]]
     assert req.inputs[1].data[0] == "héllo".encode()
-    payload, headers = encode_response("m", "1", None, {"y": req.inputs[0].data * 2}, set())
+    payload, headers = encode_response("m", "1", None, [Output.of("y", req.inputs[0].data * 2)], set())
     assert headers["Content-Type"] == "application/json"
     assert json.loads(payload)["outputs"][0] == {"name": "y", "datatype": "FP32", "shape": [2, 2],
                                                  "data": [2.0, 4.0, 6.0, 9.0]}

@@ -12,9 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from atoll.endpoints import Endpoints
 from atoll.metrics import Metrics
+from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec
 from atoll.server import InferenceServer
+from atoll.shm_registry import Regions
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -26,6 +29,8 @@ RT_BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 
 class StuckFrontEnd:
     """A front end whose batches never come back (a hung vGPU)."""
 
+    models = {"m": SPEC}
+
     async def infer(self, spec, request, priority, deadline):
         await asyncio.sleep(3600)
 
@@ -33,26 +38,40 @@ class StuckFrontEnd:
 class EchoFrontEnd:
     """A front end that answers at once: y = x."""
 
+    models = {"m": SPEC}
+
     async def infer(self, spec, request, priority, deadline):
         return {"y": request.inputs[0].data.astype(np.float32)}
 
 
-def _serving(front_end, **options) -> InferenceServer:
-    server = InferenceServer(front_end, {"m": SPEC}, Metrics(), **options)
-    server.ready = True
-    server.set_ready_models({"m"})
-    return server
+class Supervisor:
+    """The supervisor's repository index: every model loaded."""
+
+    async def ask(self, action):
+        assert isinstance(action, IndexModels)
+        return [{"name": "m", "version": "1", "state": "READY"}]
 
 
-async def _client(server: InferenceServer, max_bytes: int = 1 << 20) -> TestClient:
-    client = TestClient(TestServer(server.app(max_bytes)))
+def _endpoints(front_end=None, **kw) -> Endpoints:
+    return Endpoints(front_end or StuckFrontEnd(), Metrics(), Regions(), Supervisor(), **kw)
+
+
+def _serving(front_end, **kw) -> Endpoints:
+    endpoints = _endpoints(front_end, **kw)
+    endpoints.ready = True
+    endpoints.ready_models = frozenset({"m"})
+    return endpoints
+
+
+async def _client(endpoints: Endpoints, max_bytes: int = 1 << 20, body_timeout_s: float = 30.0) -> TestClient:
+    client = TestClient(TestServer(InferenceServer(endpoints, endpoints.metrics, body_timeout_s).app(max_bytes)))
     await client.start_server()
     return client
 
 
-def _post(server: InferenceServer, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
+def _post(server: Endpoints, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
     async def go():
-        async with TestClient(TestServer(server.app(1 << 20))) as client:
+        async with TestClient(TestServer(InferenceServer(server, server.metrics).app(1 << 20))) as client:
             responses = await asyncio.gather(
                 *(client.post("/v2/models/m/infer", data=body) for body in [BODY] * n + [RT_BODY] * rt))
             return [(r.status, await r.json()) for r in responses]
@@ -61,7 +80,7 @@ def _post(server: InferenceServer, n: int = 1, rt: int = 0) -> list[tuple[int, d
 
 
 def test_unanswered_request_times_out_with_504():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), timeout_s=0.2)
+    server = _endpoints(timeout_s=0.2)
     server.ready = True
     [(status, body)] = _post(server)
     assert status == 504 and "0.2 s" in body["error"]
@@ -70,14 +89,14 @@ def test_unanswered_request_times_out_with_504():
 
 
 def test_a_fixed_bound_refuses_with_503_and_retry_after():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), max_pending=2, timeout_s=0.5)
+    server = _endpoints(max_pending=2, timeout_s=0.5)
     server.ready = True
     statuses = sorted(status for status, _ in _post(server, n=4))
     assert statuses == [503, 503, 504, 504]  # two admitted (then timed out), two refused at once
 
 
 def test_best_effort_overload_never_refuses_real_time_requests():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics(), max_pending=2, timeout_s=0.5)
+    server = _endpoints(max_pending=2, timeout_s=0.5)
     server.ready = True
     *be, rt = _post(server, n=3, rt=1)
     assert sorted(status for status, _ in be) == [503, 504, 504]
@@ -85,7 +104,7 @@ def test_best_effort_overload_never_refuses_real_time_requests():
 
 
 def test_not_ready_is_503():
-    server = InferenceServer(StuckFrontEnd(), {"m": SPEC}, Metrics())
+    server = _endpoints()
     [(status, body)] = _post(server)
     assert status == 503 and "starting" in body["error"]
 
@@ -104,7 +123,7 @@ def test_every_error_is_json_even_for_unknown_endpoints_and_methods():
             await client.close()
 
     results = asyncio.run(go())
-    assert [status for status, _, _ in results] == [404, 405, 404, 404]
+    assert [status for status, _, _ in results] == [404, 405, 404, 400]  # an unknown version's readiness: Triton's 400
     assert all(kind.startswith("application/json") and message for _, kind, message in results)
     assert "/v2/nope" in results[0][2] and "POST" in results[1][2]
 
@@ -171,10 +190,10 @@ def test_compressed_bodies_are_decoded_and_garbage_labelled_gzip_is_a_400():
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_408_and_never_counts_as_pending():
-    server = _serving(EchoFrontEnd(), body_timeout_s=0.3)
+    server = _serving(EchoFrontEnd())
 
     async def go():
-        client = await _client(server)
+        client = await _client(server, body_timeout_s=0.3)
         try:
             reader, writer = await asyncio.open_connection(client.host, client.port)
             writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
@@ -200,7 +219,7 @@ def test_readiness_follows_which_models_have_a_live_worker():
         try:
             out = []
             for models in ({"m"}, set()):
-                server.set_ready_models(models)
+                server.ready_models = frozenset(models)
                 health = await client.get("/v2/health/ready")
                 model = await client.get("/v2/models/m/ready")
                 index = await (await client.post("/v2/repository/index")).json()
@@ -209,4 +228,4 @@ def test_readiness_follows_which_models_have_a_live_worker():
         finally:
             await client.close()
 
-    assert asyncio.run(go()) == [(200, 200, "READY"), (503, 503, "UNAVAILABLE")]
+    assert asyncio.run(go()) == [(200, 200, "READY"), (503, 400, "UNAVAILABLE")]  # 400: Triton's

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from batching import Item, StaticBatcher, TritonBatcher, TritonConfig
+from batching import (Item, ModelSettings, StaticBatcher, TritonBatcher, TritonConfig, image_model,
+                      make_batcher)
 
 
 def service(model, batch, length, kind):
@@ -112,3 +113,24 @@ def test_static_places_on_idle_then_earliest_completion():
     b = StaticBatcher(vgpus(2), service, batch_size=1)
     add(b, 3)
     assert [d.vgpu for d in b.poll(0.0)] == ["g0", "g1", "g0"]
+
+
+def test_single_queue_batchers_add_and_remove_models():
+    settings = ModelSettings(image_model(2, 0.01), TritonConfig(2, 0))
+    triton = TritonBatcher(vgpus(1), service, max_batch_size=8, max_queue_delay_microseconds=5000)
+    static = StaticBatcher(vgpus(1), service, batch_size=2)
+    for b in (triton, static):
+        b.add_model("m", settings)
+        add(b, 2)
+        with pytest.raises(ValueError, match="queued"):
+            b.remove_model("m")
+        [d] = b.poll(0.0)
+        assert len(d.items) == 2  # triton: the added model's max_batch_size, not the default 8
+        b.remove_model("m")
+        assert b.pending() == 0
+
+
+def test_triton_factory_defaults_to_the_static_settings_without_models():
+    b = make_batcher("triton", vgpus(1), service, static_batch=3, static_timeout_s=0.002)
+    add(b, 2)
+    assert b.poll(0.0) == [] and b.next_deadline() == pytest.approx(0.002)

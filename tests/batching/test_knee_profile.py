@@ -142,3 +142,11 @@ def test_load_profile_errors_are_one_line(tmp_path):
     bad.write_text("{nope")
     with pytest.raises(ProfileError, match="not valid JSON"):
         load_profile(bad)
+
+
+def test_shipped_profiles_are_found_by_vgpu_kind():
+    from batching.profile import shipped_profile
+
+    assert shipped_profile(["cpu"]) is None
+    path = shipped_profile(["cpu", "a100-1g.5gb"])
+    assert path is not None and load_profile(path).kind == "a100-1g.5gb"

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from batching import BucketPolicy, Item, ModelBatching, PrebaBatcher, audio_bucket_edges, image_model
+from batching import (BucketPolicy, Item, ModelBatching, ModelSettings, PrebaBatcher, TritonConfig,
+                      audio_bucket_edges, image_model)
 
 
 def service(model, batch, length, kind):
@@ -238,3 +239,19 @@ def test_a_vgpu_with_two_slots_runs_two_batches_at_once():
     [third] = b.poll(0.35)
     assert [len(d.items) for d in (first, second, third)] == [1, 1, 1]
     assert {d.vgpu for d in (first, second, third)} == {"g0"}
+
+
+def test_models_come_and_go_while_it_runs():
+    b = PrebaBatcher({}, {"g0": "k"}, service)
+    with pytest.raises(ValueError, match="unknown model"):
+        b.add(item(0, 1.0), 0.0)
+    b.add_model("asr", ModelSettings(audio((2,)), TritonConfig(2)))
+    b.add(item(1, 1.0), 0.0)
+    with pytest.raises(ValueError, match="queued"):
+        b.remove_model("asr")  # its item would be lost
+    b.add(item(2, 1.0), 0.0)
+    [d] = b.poll(0.0)
+    assert [it.id for it in d.items] == [1, 2]
+    b.remove_model("asr")
+    with pytest.raises(ValueError, match="unknown model"):
+        b.add(item(3, 1.0), 0.0)

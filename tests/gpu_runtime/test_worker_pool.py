@@ -25,6 +25,7 @@ from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo, discover_vgpus
 from gpu_runtime.vgpu.pool import PoolClosed, WorkerPool, WorkerCrashed, WorkerError, _send_loop
 from tests.gpu_runtime.chain_model import matmul_chain, save
+from tests.gpu_runtime.gated_engine import GatedEngine
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -399,3 +400,28 @@ def test_a_worker_that_cannot_start_under_spawn_is_not_restarted(models):
     )  # fmt: skip
     assert "FAILED: cpu0: worker exited with code 1 during startup" in done.stdout
     assert done.stdout.strip().endswith("restarts 0")
+
+
+def test_a_load_never_holds_up_batches_of_other_models(models, tmp_path):
+    """The load of `gated` cannot finish before its gate file exists: batches of the loaded model
+    still come back meanwhile, and once unloaded a model is refused (and can be loaded again)."""
+    gated = tmp_path / "gated.onnx"
+    gated.write_bytes(Path(models["mlp"]).read_bytes())
+    x = np.random.default_rng(6).standard_normal((2, 16)).astype(np.float32)
+    expected = reference(models["mlp"], {"x": x})["relu"]
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=GatedEngine) as pool, \
+            ThreadPoolExecutor(1) as threads:  # fmt: skip
+        pool.load_model("mlp", models["mlp"])
+        loading = threads.submit(pool.load_model, "gated", gated)
+        for _ in range(3):
+            np.testing.assert_array_equal(pool.submit("cpu0", "mlp", {"x": x}).result(30)["relu"], expected)
+        assert not loading.done()
+        gated.with_suffix(".gate").touch()
+        assert loading.result(30)["cpu0"]["providers"] == ["CPUExecutionProvider"]
+        np.testing.assert_array_equal(pool.submit("cpu0", "gated", {"x": x}).result(30)["relu"], expected)
+        pool.unload_model("gated")
+        assert "gated" not in pool.workers["cpu0"].loaded
+        with pytest.raises(WorkerError, match="not loaded"):
+            pool.submit("cpu0", "gated", {"x": x}).result(30)
+        pool.load_model("gated", gated)
+        np.testing.assert_array_equal(pool.submit("cpu0", "gated", {"x": x}).result(30)["relu"], expected)

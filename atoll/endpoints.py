@@ -1,0 +1,238 @@
+"""What each KServe v2 / Triton endpoint answers, whatever the transport.
+
+The HTTP server (`server.py`) and the gRPC server (`grpc_server.py`) of a front end decode their
+calls and encode the answers; everything between is here, once: the model table, readiness,
+admission, the request timeout, outputs (classification, shared memory), the per-model metrics, and
+the errors, raised as `ApiError`s with Triton's codes. Every accepted request gets exactly one
+answer: bad input is INVALID_ARG, an unknown model NOT_FOUND, overload UNAVAILABLE with a time to
+retry (never a silent drop), no answer in time TIMEOUT, a failed batch INTERNAL. Calls only the
+supervisor can answer (repository index, model load and unload, shared-memory registration) are
+passed to it (`control.SupervisorLink`).
+
+A request counts as pending once its body is decoded (a client sending it slowly holds only its own
+connection). It is admitted by its priority's `admission.Admission` (real-time and best-effort
+apart, so best-effort overload never refuses a real-time request) and carries its deadline to every
+queue. A client that goes away (HTTP connection closed, gRPC call cancelled) cancels its request:
+rows of it not yet run leave the dispatcher's queues, and it is counted as CANCELED and logged at
+INFO, not as a failure of the server. Readiness, of the server, a model and in the repository
+index, holds only while this front end serves and some vGPU worker can run the model (the
+supervisor's `channel.Health`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from fpga_host.status import PreprocessError
+from gpu_runtime.priority import Priority
+
+from atoll import __version__
+from atoll.admission import Admission
+from atoll.channel import Failure
+from atoll.classification import classify
+from atoll.errors import ApiError, ErrorCode
+from atoll.front_end import RowFailed, priority_of
+from atoll.model_control import IndexModels, LoadModel, UnloadModel
+from atoll.pipeline import MediaError
+from atoll.protocol import (InferRequest, Output, ProtocolError, join_bytes, requested_outputs,
+                            shared_memory_of)
+from atoll.repository import ModelSpec
+from atoll.shm_registry import CudaRegion, Register, SystemRegion, Unregister
+from atoll.statistics import model_statistics
+
+log = logging.getLogger("atoll.endpoints")
+EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
+              "binary_tensor_data", "parameters", "statistics"]  # fmt: skip
+
+# How a row the dispatcher could not run is answered: (error kind, failure reason in metrics).
+FAILURES = {Failure.EXPIRED: (ErrorCode.TIMEOUT, "TIMEOUT"), Failure.REJECTED: (ErrorCode.INVALID_ARG, "REJECTED"),
+            Failure.BACKEND: (ErrorCode.INTERNAL, "BACKEND"),
+            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED")}  # fmt: skip
+
+
+class Endpoints:
+    def __init__(self, front_end, metrics, regions, supervisor=None, max_pending: int = 0,
+                 timeout_s: float = 120.0):
+        """`front_end` (`front_end.FrontEnd`) holds the models and runs requests; `regions`
+        (`shm_registry.Regions`) the mapped shared-memory regions; `supervisor` passes calls on;
+        `max_pending` (> 0) is a fixed bound per priority on top of admission's."""
+        self.front_end = front_end
+        self.metrics = metrics
+        self.regions = regions
+        self.supervisor = supervisor
+        self.timeout_s = timeout_s
+        self.admission = {priority: Admission(timeout_s, max_pending) for priority in Priority}
+        self.ready = False  # listening, and not stopping
+        self.ready_models: frozenset[str] = frozenset()  # those some vGPU worker can run now
+
+    # -- server and models --------------------------------------------------------------------------
+
+    def server_metadata(self) -> dict:
+        cuda = ["cuda_shared_memory"] if self.regions.cuda is not None else []
+        return {"name": "atoll", "version": __version__, "extensions": EXTENSIONS + cuda}
+
+    def model(self, name: str, version: str | None = None) -> ModelSpec:
+        spec = self.front_end.models.get(name)
+        if spec is None:
+            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
+        if version not in (None, "", spec.version):
+            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {version} is not found")
+        return spec
+
+    def serving(self, name: str) -> bool:
+        return self.ready and name in self.ready_models
+
+    def server_ready(self) -> bool:
+        return self.ready and all(map(self.serving, self.front_end.models))
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        try:
+            self.model(name, version)
+        except ApiError:
+            return False
+        return self.serving(name)
+
+    def statistics(self, name: str = "", version: str = "") -> dict:
+        if not name:
+            models = [(s.name, s.version) for s in self.front_end.models.values()]
+        else:
+            spec = self.front_end.models.get(name)
+            if spec is None:
+                raise ApiError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
+            if version not in ("", spec.version):
+                raise ApiError(ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'")
+            models = [(spec.name, spec.version)]
+        return model_statistics(self.metrics.families(), models)
+
+    # -- calls the supervisor answers ---------------------------------------------------------------
+
+    async def repository_index(self, ready: bool = False) -> list[dict]:
+        index = []
+        for entry in await self.supervisor.ask(IndexModels(ready)):
+            if entry.get("state") == "READY" and not self.serving(entry["name"]):
+                if ready:
+                    continue
+                entry = {**entry, "state": "UNAVAILABLE", "reason": "no live vGPU worker"}
+            index.append(entry)
+        return index
+
+    async def load(self, name: str, parameters: dict) -> None:
+        if parameters:
+            raise ApiError(ErrorCode.INVALID_ARG, f"load parameters ({', '.join(parameters)}) are not supported: "
+                                                  "Atoll loads a model from its folder in the repository")  # fmt: skip
+        await self.supervisor.ask(LoadModel(name))
+
+    async def unload(self, name: str) -> None:
+        await self.supervisor.ask(UnloadModel(name))
+
+    async def register(self, region: SystemRegion | CudaRegion) -> None:
+        self._check_kind(region.kind)
+        await self.supervisor.ask(Register(region))
+
+    async def unregister(self, kind: str, name: str | None) -> None:
+        self._check_kind(kind)
+        await self.supervisor.ask(Unregister(kind, name or None))
+
+    def region_status(self, kind: str, name: str | None) -> list[dict]:
+        self._check_kind(kind)
+        return self.regions.status(kind, name or None)
+
+    def _check_kind(self, kind: str) -> None:
+        if kind == "cuda" and self.regions.cuda is None:
+            unsupported("CUDA shared memory (this server has no GPU vGPUs)")
+
+    # -- inference ----------------------------------------------------------------------------------
+
+    async def infer(self, name: str, version: str | None,
+                    decode: Callable[[], Awaitable[InferRequest]]) -> tuple[ModelSpec, InferRequest, list[Output]]:
+        """Run one request of model `name`, whose body `decode` reads; its outputs as requested."""
+        spec = self.model(name, version)
+        if not self.ready:
+            raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
+        counters = self.metrics.of(spec.name, spec.version)
+        start = time.perf_counter()
+        try:
+            request = await decode()
+            priority = priority_of(spec, request)
+            wanted = self._wanted(spec, request)
+        except ProtocolError as exc:
+            raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
+        except ApiError as exc:
+            raise self._failed(spec, start, "REJECTED", exc) from None
+        admission = self.admission[priority]
+        if (refusal := admission.refuse(time.monotonic())) is not None:
+            self.metrics.refused.inc()
+            raise self._failed(spec, start, "OVERLOAD", ApiError(ErrorCode.UNAVAILABLE, refusal.reason,
+                                                                 refusal.retry_after_s))  # fmt: skip
+        admission.started(time.monotonic())
+        self.metrics.in_flight.inc()
+        counters.pending.inc()
+        answered = True  # the server did the request's work (admission's rate counts it)
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline), self.timeout_s)
+            answer = [self._output(spec, out, params, outputs[out]) for out, params in wanted]
+        except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
+            raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
+        except ApiError as exc:
+            raise self._failed(spec, start, "REJECTED", exc) from None
+        except RowFailed as exc:
+            code, reason = FAILURES[exc.failure]
+            raise self._failed(spec, start, reason, ApiError(code, str(exc))) from None
+        except TimeoutError:
+            answered = False
+            raise self._failed(spec, start, "TIMEOUT", ApiError(
+                ErrorCode.TIMEOUT, f"no answer within {self.timeout_s:g} s")) from None
+        except asyncio.CancelledError:  # the client went away: nobody to answer, nothing wrong here
+            answered = False
+            self._failed(spec, start, "CANCELED", None)
+            log.info("%s request cancelled: the client went away", spec.name)
+            raise
+        except Exception as exc:  # a batch or worker failure: reported, never swallowed
+            log.exception("inference failed for %s", spec.name)
+            raise self._failed(spec, start, "BACKEND", ApiError(ErrorCode.INTERNAL, f"inference failed: {exc}")) from None
+        finally:
+            admission.finished(time.monotonic(), answered)
+            self.metrics.in_flight.dec()
+            counters.pending.dec()
+        counters.success.inc()
+        counters.request_us.inc((time.perf_counter() - start) * 1e6)
+        counters.last_inference.set(time.time() * 1e3)
+        return spec, request, answer
+
+    def _failed(self, spec: ModelSpec, start: float, reason: str, error: ApiError | None) -> ApiError | None:
+        self.metrics.failure.labels(spec.name, spec.version, reason).inc()
+        self.metrics.of(spec.name, spec.version).failure_us.inc((time.perf_counter() - start) * 1e6)
+        return error
+
+    def _wanted(self, spec: ModelSpec, request: InferRequest) -> list[tuple[str, dict]]:
+        """The outputs to answer with, checked before any work is done."""
+        wanted = requested_outputs(request, [t.name for t in spec.outputs])
+        for name, params in wanted:
+            count = params.get("classification", 0)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ProtocolError(f"output {name!r}: classification must be a non-negative integer")
+            ref = shared_memory_of(params, f"output {name!r}")
+            if ref is not None:
+                self.regions.check(ref)
+        return wanted
+
+    def _output(self, spec: ModelSpec, name: str, params: dict, array: np.ndarray) -> Output:
+        if params.get("classification"):
+            array = classify(array, params["classification"], spec.labels.get(name, ()), spec.max_batch_size > 0)
+        out = Output.of(name, array, params)
+        ref = shared_memory_of(params, f"output {name!r}")
+        if ref is not None:
+            data = np.frombuffer(join_bytes(array), np.uint8) if out.datatype == "BYTES" else array
+            self.regions.write(ref, np.ascontiguousarray(data), name)
+            out.data = None
+        return out
+
+
+def unsupported(what: str):
+    raise ApiError(ErrorCode.UNSUPPORTED, f"{what} is not supported")

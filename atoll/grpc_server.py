@@ -1,0 +1,248 @@
+"""KServe v2 / Triton gRPC server (`inference.GRPCInferenceService`, grpc.aio) over a front end's
+`endpoints.Endpoints`: the same models, request path, limits and errors as HTTP.
+
+Every front-end process serves the gRPC port beside the HTTP one (SO_REUSEPORT, on its event loop).
+The messages and the service stub are those `tritonclient[grpc]` ships, generated from Triton's
+protos. Tensors arrive as `raw_input_contents` (what `tritonclient.grpc` sends), typed `contents`,
+or shared-memory references, and leave as `raw_output_contents` (an empty entry for an output written
+to shared memory, as Triton does). `ModelStreamInfer` answers each request of the stream as soon as
+it is done, in any order, with a failure as the response's `error_message`. Errors carry the gRPC
+status code Triton gives their kind (`errors.ErrorCode`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_grpc
+
+from atoll.endpoints import Endpoints, unsupported
+from atoll.errors import ApiError
+from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, join_bytes, shared_memory_of,
+                            tensor_from_bytes)
+from atoll.shm_registry import CudaRegion, SystemRegion
+
+CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+            "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+            "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+            "FP64": "fp64_contents", "BYTES": "bytes_contents"}  # fmt: skip
+
+
+def _parameters(entries) -> dict:
+    return {key: getattr(value, value.WhichOneof("parameter_choice")) for key, value in entries.items()
+            if value.WhichOneof("parameter_choice")}  # fmt: skip
+
+
+def _tensor(t, raw_contents, regions) -> Tensor:
+    params, shape = _parameters(t.parameters), list(t.shape)
+    if t.datatype not in DTYPES:
+        raise ProtocolError(f"input {t.name!r}: unknown datatype {t.datatype!r}")
+    ref = shared_memory_of(params, f"input {t.name!r}")
+    if ref is not None:
+        data = tensor_from_bytes(t.name, t.datatype, shape, regions.read(ref))
+    elif raw_contents is not None:
+        raw = next(raw_contents, None)
+        if raw is None:
+            raise ProtocolError(f"input {t.name!r}: no raw_input_contents left for it")
+        data = tensor_from_bytes(t.name, t.datatype, shape, raw)
+    else:
+        field = CONTENTS.get(t.datatype)
+        if field is None:
+            raise ProtocolError(f"input {t.name!r}: {t.datatype} needs raw_input_contents")
+        values = list(getattr(t.contents, field))
+        if len(values) != int(np.prod(shape)):
+            raise ProtocolError(f"input {t.name!r}: {len(values)} values for shape {shape}")
+        if t.datatype == "BYTES":
+            data = np.empty(len(values), object)
+            data[:] = values
+        else:
+            data = np.asarray(values, DTYPES[t.datatype])
+        data = data.reshape(shape)
+    return Tensor(t.name, t.datatype, shape, data, params)
+
+
+def request_from_proto(msg: pb.ModelInferRequest, regions) -> InferRequest:
+    raw_contents = iter(msg.raw_input_contents) if len(msg.raw_input_contents) else None
+    inputs = [_tensor(t, raw_contents, regions) for t in msg.inputs]
+    outputs = [{"name": o.name, "parameters": _parameters(o.parameters)} for o in msg.outputs]
+    return InferRequest(msg.id or None, inputs, outputs, _parameters(msg.parameters))
+
+
+def response_to_proto(name: str, version: str, request_id: str | None, outputs: list[Output]) -> pb.ModelInferResponse:
+    response = pb.ModelInferResponse(model_name=name, model_version=version, id=request_id or "")
+    for out in outputs:
+        response.outputs.add(name=out.name, datatype=out.datatype, shape=out.shape)
+        if out.data is None:
+            response.raw_output_contents.append(b"")
+        elif out.datatype == "BYTES":
+            response.raw_output_contents.append(join_bytes(out.data))
+        else:
+            response.raw_output_contents.append(np.ascontiguousarray(out.data).tobytes())
+    return response
+
+
+def _answers(method):
+    """An ApiError ends the call with its gRPC status code and message."""
+
+    @functools.wraps(method)
+    async def call(self, request, context):
+        try:
+            return await method(self, request, context)
+        except ApiError as exc:
+            await context.abort(grpc.StatusCode[exc.code.grpc], exc.message)
+
+    return call
+
+
+class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, endpoints: Endpoints):
+        self.endpoints = endpoints
+
+    # -- health, metadata, statistics ---------------------------------------------------------------
+
+    @_answers
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=True)
+
+    @_answers
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.endpoints.server_ready())
+
+    @_answers
+    async def ModelReady(self, request, context):
+        return pb.ModelReadyResponse(ready=self.endpoints.model_ready(request.name, request.version))
+
+    @_answers
+    async def ServerMetadata(self, request, context):
+        return json_format.ParseDict(self.endpoints.server_metadata(), pb.ServerMetadataResponse())
+
+    @_answers
+    async def ModelMetadata(self, request, context):
+        spec = self.endpoints.model(request.name, request.version)
+        return json_format.ParseDict(spec.metadata(), pb.ModelMetadataResponse())
+
+    @_answers
+    async def ModelConfig(self, request, context):
+        spec = self.endpoints.model(request.name, request.version)
+        return pb.ModelConfigResponse(config=json_format.ParseDict(spec.config(), model_config_pb2.ModelConfig()))
+
+    @_answers
+    async def ModelStatistics(self, request, context):
+        stats = self.endpoints.statistics(request.name, request.version)
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    @_answers
+    async def TraceSetting(self, request, context):
+        unsupported("trace settings")
+
+    @_answers
+    async def LogSettings(self, request, context):
+        unsupported("log settings")
+
+    # -- repository and shared memory ---------------------------------------------------------------
+
+    @_answers
+    async def RepositoryIndex(self, request, context):
+        index = await self.endpoints.repository_index(request.ready)
+        return json_format.ParseDict({"models": index}, pb.RepositoryIndexResponse())
+
+    @_answers
+    async def RepositoryModelLoad(self, request, context):
+        await self.endpoints.load(request.model_name, _parameters(request.parameters))
+        return pb.RepositoryModelLoadResponse()
+
+    @_answers
+    async def RepositoryModelUnload(self, request, context):
+        await self.endpoints.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _region_status(self, kind: str, name: str, response):
+        regions = self.endpoints.region_status(kind, name)
+        return json_format.ParseDict({"regions": {r["name"]: r for r in regions}}, response)
+
+    @_answers
+    async def SystemSharedMemoryStatus(self, request, context):
+        return self._region_status("system", request.name, pb.SystemSharedMemoryStatusResponse())
+
+    @_answers
+    async def SystemSharedMemoryRegister(self, request, context):
+        await self.endpoints.register(SystemRegion(request.name, request.key, request.offset, request.byte_size))
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_answers
+    async def SystemSharedMemoryUnregister(self, request, context):
+        await self.endpoints.unregister("system", request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_answers
+    async def CudaSharedMemoryStatus(self, request, context):
+        return self._region_status("cuda", request.name, pb.CudaSharedMemoryStatusResponse())
+
+    @_answers
+    async def CudaSharedMemoryRegister(self, request, context):
+        region = CudaRegion(request.name, request.raw_handle, request.device_id, request.byte_size)
+        await self.endpoints.register(region)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_answers
+    async def CudaSharedMemoryUnregister(self, request, context):
+        await self.endpoints.unregister("cuda", request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # -- inference ----------------------------------------------------------------------------------
+
+    async def _infer(self, msg: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        async def decode():
+            return request_from_proto(msg, self.endpoints.regions)
+
+        spec, request, outputs = await self.endpoints.infer(msg.model_name, msg.model_version, decode)
+        return response_to_proto(spec.name, spec.version, request.id, outputs)
+
+    @_answers
+    async def ModelInfer(self, request, context):
+        return await self._infer(request)
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        answers: asyncio.Queue = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+
+        async def one(msg) -> None:
+            try:
+                answer = pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
+            except ApiError as exc:
+                answer = pb.ModelStreamInferResponse(error_message=exc.message, infer_response=pb.ModelInferResponse(
+                    model_name=msg.model_name, model_version=msg.model_version, id=msg.id))
+            answers.put_nowait(answer)
+
+        async def read() -> None:
+            async for msg in request_iterator:
+                task = asyncio.create_task(one(msg))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            await asyncio.gather(*running)
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+        finally:
+            reader.cancel()
+            for task in running:
+                task.cancel()
+
+
+async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int) -> grpc.aio.Server:
+    """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT)."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
+                                      ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1)])  # fmt: skip
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"gRPC cannot listen on {address}")
+    await server.start()
+    return server

@@ -1,0 +1,180 @@
+"""Triton's model control: which models of the repository a server serves, and their states.
+
+Modes (`--model-control-mode`), as Triton's: `none` serves every model of the repository from the
+start and refuses load/unload calls; `explicit` starts with the models named by `--load-model` (`*`
+for all) and loads and unloads on request; `poll` serves every model and rescans the repository
+every `--repository-poll-secs`, loading new or changed models and unloading removed ones. Loading
+an already served model whose files are unchanged does nothing; a changed one is unloaded and
+loaded again, unless its new config cannot be read (the served version then goes on).
+
+The supervisor does the work (`Service.add_model` / `remove_model`): a load builds the model on
+every vGPU worker (on their loader threads, so models already served keep their latency), then its
+slots are given to every front end; an unload first retires the model in every front end, which
+stop admitting its requests and answer those they hold. One load or unload runs at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from atoll.errors import ApiError, ErrorCode
+from atoll.repository import ModelSpec, RepositoryError, load_model
+
+log = logging.getLogger("atoll.model_control")
+MODES = ("none", "explicit", "poll")
+
+
+# ---- what a front end asks the supervisor (`channel.Control`) -----------------------------------
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    name: str
+
+
+@dataclass(frozen=True)
+class UnloadModel:
+    name: str
+
+
+@dataclass(frozen=True)
+class IndexModels:
+    ready: bool = False  # only the models ready to serve
+
+
+# ---- what the supervisor has every front end do (`channel.Apply`) -------------------------------
+
+
+@dataclass(frozen=True)
+class AddModel:
+    spec: ModelSpec
+    arenas: dict[int, str]  # front-end index -> the model's slot arena there
+
+
+@dataclass(frozen=True)
+class RetireModel:
+    name: str
+
+
+def model_folders(repository: Path) -> list[str]:
+    return sorted(d.name for d in repository.iterdir() if (d / "config.pbtxt").is_file())
+
+
+def _signature(folder: Path) -> tuple:
+    """What changes when a model's files do (poll mode)."""
+    return tuple(sorted((str(p.relative_to(folder)), p.stat().st_mtime_ns, p.stat().st_size)
+                        for p in folder.rglob("*") if p.is_file()))  # fmt: skip
+
+
+class ModelControl:
+    def __init__(self, repository: Path, mode: str, poll_s: float, add, remove):
+        """`add(spec)` and `remove(name)`: the supervisor's coroutines serving and dropping a model."""
+        if mode not in MODES:
+            raise ValueError(f"model control mode must be one of {', '.join(MODES)}; got {mode!r}")
+        self.repository = repository
+        self.mode = mode
+        self.poll_s = poll_s
+        self._add, self._remove = add, remove
+        self._lock = asyncio.Lock()
+        self._states: dict[str, dict] = {}  # model -> its index entry, once it was asked for
+        self._served: dict[str, tuple[ModelSpec, tuple]] = {}  # model -> (spec, files' signature)
+
+    async def start(self, names: list[str]) -> None:
+        """Serve the models of the start: `names` in explicit mode (`*` for all), else every one.
+        A model that fails to load stops the start."""
+        every = await asyncio.to_thread(model_folders, self.repository)
+        if self.mode == "explicit" and names != ["*"]:
+            every = names
+        for name in every:
+            await self._load(name)
+
+    async def handle(self, action):
+        match action:
+            case LoadModel(name=name):
+                self._check_mode()
+                return await self._load(name)
+            case UnloadModel(name=name):
+                self._check_mode()
+                return await self._unload(name)
+            case IndexModels(ready=ready):
+                return await self.index(ready)
+        raise ValueError(f"unknown model-control action {action!r}")
+
+    async def index(self, ready: bool = False) -> list[dict]:
+        """Triton's repository index: every model of the repository; its version and state once it
+        was loaded or asked for (READY, LOADING, UNLOADING, UNAVAILABLE with a reason)."""
+        out = []
+        for name in sorted({*await asyncio.to_thread(model_folders, self.repository), *self._states}):
+            entry = {"name": name, **self._states.get(name, {})}
+            if not ready or entry.get("state") == "READY":
+                out.append(entry)
+        return out
+
+    def _state(self, name: str, state: str, reason: str = "", version: str | None = None) -> None:
+        version = version or self._states.get(name, {}).get("version")
+        self._states[name] = ({"version": version} if version else {}) | {"state": state} | (
+            {"reason": reason} if reason else {})
+
+    async def poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            try:
+                present = set(await asyncio.to_thread(model_folders, self.repository))
+            except OSError as exc:
+                log.warning("cannot scan the repository: %s", exc)
+                continue
+            for name in sorted(set(self._served) - present):
+                await self._unload(name)
+            for name in sorted(present):
+                try:
+                    await self._load(name)
+                except ApiError as exc:  # reported in the index; the other models go on
+                    log.warning("poll: %s", exc.message)
+
+    def _check_mode(self) -> None:
+        if self.mode != "explicit":
+            raise ApiError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed in "
+                                                  f"model control mode {self.mode!r}")  # fmt: skip
+
+    async def _load(self, name: str) -> None:
+        async with self._lock:
+            folder = self.repository / name
+            if not (folder / "config.pbtxt").is_file():
+                raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}', no model folder with a "
+                                                   f"config.pbtxt in the repository")  # fmt: skip
+            try:
+                spec, signature = await asyncio.to_thread(lambda: (load_model(folder), _signature(folder)))
+            except RepositoryError as exc:
+                if name not in self._served:  # else its served version goes on
+                    self._state(name, "UNAVAILABLE", str(exc))
+                raise ApiError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {exc}") from None
+            served = self._served.get(name)
+            if served is not None and served[1] == signature:
+                return
+            if served is not None:
+                await self._drop(name)
+            self._state(name, "LOADING", version=spec.version)
+            try:
+                await self._add(spec)
+            except Exception as exc:
+                self._state(name, "UNAVAILABLE", str(exc))
+                log.exception("loading %s failed", name)
+                raise ApiError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {exc}") from None
+            self._served[name] = (spec, signature)
+            self._state(name, "READY")
+            log.info("model %s version %s is ready", name, spec.version)
+
+    async def _unload(self, name: str) -> None:
+        async with self._lock:
+            if name in self._served:
+                await self._drop(name)
+
+    async def _drop(self, name: str) -> None:
+        self._state(name, "UNLOADING")
+        await self._remove(name)
+        del self._served[name]
+        self._state(name, "UNAVAILABLE", "unloaded")
+        log.info("model %s is unloaded", name)

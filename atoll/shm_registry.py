@@ -1,0 +1,249 @@
+"""Shared-memory regions that clients register (Triton's system and CUDA shared-memory extensions).
+
+A client on the same machine puts a tensor in a region it registered once, and names the region,
+offset and size in place of the tensor's bytes: the front end reads the input straight out of the
+region into its slot (one copy, no socket), and writes a requested output into a region instead of
+the response. A server is several front-end processes and any of them may receive the next request,
+so a registration goes through the supervisor (`RegionBook`, which keeps names unique across both
+kinds, as Triton does) to every front end (`Regions`, which maps the region), and is answered once
+all of them hold it.
+
+System regions are POSIX shared-memory objects (`/dev/shm/<key>`), mapped with mmap rather than
+`multiprocessing.shared_memory`, whose resource tracker would unlink the client's object when the
+server exits. CUDA regions are cudaIpcMemHandle_t handles opened with CuPy on the region's device
+(`CudaIpc`); only a server with GPU vGPUs takes them. Inputs in a CUDA region are copied to the host
+(the slots are host memory), outputs copied back to the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from atoll.errors import ApiError, ErrorCode
+from atoll.protocol import SharedMemoryRef
+
+CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+
+
+@dataclass(frozen=True)
+class SystemRegion:
+    name: str
+    key: str  # the shared-memory object, as the client named it for shm_open ("/name")
+    offset: int  # where the region starts in the object
+    byte_size: int
+    kind = "system"
+
+    def status(self) -> dict:
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+
+@dataclass(frozen=True)
+class CudaRegion:
+    name: str
+    raw_handle: bytes  # the cudaIpcMemHandle_t's bytes
+    device_id: int
+    byte_size: int
+    kind = "cuda"
+
+    def __post_init__(self):
+        if len(self.raw_handle) != CUDA_IPC_HANDLE_BYTES:
+            raise ApiError(ErrorCode.INVALID_ARG, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+
+    def status(self) -> dict:
+        return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
+
+
+# ---- changes the supervisor hands every front end (`channel.Apply`) ------------------------------
+
+
+@dataclass(frozen=True)
+class Register:
+    region: SystemRegion | CudaRegion
+
+
+@dataclass(frozen=True)
+class Unregister:
+    kind: str  # "system" | "cuda"
+    name: str | None  # None: every region of the kind
+
+
+class RegionBook:
+    """The supervisor's list of registered regions: one namespace for both kinds."""
+
+    def __init__(self):
+        self._regions: dict[str, SystemRegion | CudaRegion] = {}
+
+    def all(self) -> tuple[SystemRegion | CudaRegion, ...]:
+        return tuple(self._regions.values())
+
+    def add(self, region: SystemRegion | CudaRegion) -> None:
+        if region.name in self._regions:
+            raise ApiError(ErrorCode.ALREADY_EXISTS, f"shared memory region '{region.name}' already in manager")
+        self._regions[region.name] = region
+
+    def remove(self, change: Unregister) -> None:
+        for name in _names(self._regions, change):
+            del self._regions[name]
+
+    async def handle(self, action: Register | Unregister, apply) -> None:
+        """Register or unregister in every front end (`apply`: `control.FrontEnds.apply`); a region
+        that some front end cannot map is unregistered again everywhere."""
+        if isinstance(action, Unregister):
+            self.remove(action)
+            await apply(action)
+            return
+        self.add(action.region)
+        try:
+            await apply(action)
+        except ApiError:
+            undo = Unregister(action.region.kind, action.region.name)
+            self.remove(undo)
+            await apply(undo)
+            raise
+
+
+def _names(regions: dict, change: Unregister) -> list[str]:
+    return [name for name, region in regions.items()
+            if region.kind == change.kind and change.name in (None, name)]  # fmt: skip
+
+
+class _SystemMapping:
+    def __init__(self, region: SystemRegion):
+        try:
+            fd = os.open(f"/dev/shm/{region.key.lstrip('/')}", os.O_RDWR)
+        except OSError:
+            raise ApiError(ErrorCode.INTERNAL, f"Unable to open shared memory region: '{region.key}'") from None
+        try:
+            size = os.fstat(fd).st_size
+            if region.offset + region.byte_size > size:
+                raise ApiError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{region.key}'")
+            self._mmap = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._view = memoryview(self._mmap)[region.offset : region.offset + region.byte_size]
+
+    def read(self, offset: int, size: int):
+        return self._view[offset : offset + size]
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self._view[offset : offset + data.nbytes] = data.reshape(-1).view(np.uint8)
+
+    def close(self) -> None:
+        self._view.release()
+        try:
+            self._mmap.close()
+        except BufferError:  # a request still reads from it; the mapping goes with its last array
+            pass
+
+
+class CudaIpc:
+    """CUDA IPC through CuPy, imported on the first CUDA region (a GPU server's front ends only)."""
+
+    @functools.cached_property
+    def cupy(self):
+        import cupy
+
+        return cupy
+
+    def open(self, handle: bytes, device_id: int) -> int:
+        with self.cupy.cuda.Device(device_id):
+            return self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
+
+    def close(self, pointer: int, device_id: int) -> None:
+        with self.cupy.cuda.Device(device_id):
+            self.cupy.cuda.runtime.ipcCloseMemHandle(pointer)
+
+    def to_host(self, pointer: int, device_id: int, out: np.ndarray) -> None:
+        runtime = self.cupy.cuda.runtime
+        with self.cupy.cuda.Device(device_id):
+            runtime.memcpy(out.ctypes.data, pointer, out.nbytes, runtime.memcpyDeviceToHost)
+
+    def from_host(self, pointer: int, device_id: int, data: np.ndarray) -> None:
+        runtime = self.cupy.cuda.runtime
+        with self.cupy.cuda.Device(device_id):
+            runtime.memcpy(pointer, data.ctypes.data, data.nbytes, runtime.memcpyHostToDevice)
+
+
+class _CudaMapping:
+    def __init__(self, region: CudaRegion, ipc: CudaIpc):
+        self.ipc, self.device = ipc, region.device_id
+        try:
+            self.pointer = ipc.open(region.raw_handle, region.device_id)
+        except Exception as exc:  # CuPy's CUDARuntimeError names the cause
+            raise ApiError(ErrorCode.INVALID_ARG, f"failed to register CUDA shared memory region "
+                                                  f"'{region.name}': {exc}") from None  # fmt: skip
+
+    def read(self, offset: int, size: int) -> np.ndarray:
+        out = np.empty(size, np.uint8)
+        self.ipc.to_host(self.pointer + offset, self.device, out)
+        return out
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self.ipc.from_host(self.pointer + offset, self.device, np.ascontiguousarray(data).reshape(-1))
+
+    def close(self) -> None:
+        self.ipc.close(self.pointer, self.device)
+
+
+class Regions:
+    """A front end's registered regions, mapped. `cuda` is None on a server without GPU vGPUs,
+    which then refuses CUDA regions."""
+
+    def __init__(self, cuda=None):
+        self.cuda = cuda
+        self._regions: dict[str, SystemRegion | CudaRegion] = {}
+        self._maps: dict[str, _SystemMapping | _CudaMapping] = {}
+
+    def apply(self, change: Register | Unregister) -> None:
+        if isinstance(change, Unregister):
+            for name in _names(self._regions, change):
+                del self._regions[name]
+                self._maps.pop(name).close()
+            return
+        region = change.region
+        if isinstance(region, CudaRegion):
+            if self.cuda is None:
+                raise ApiError(ErrorCode.UNSUPPORTED, "CUDA shared memory needs GPU vGPUs; this server has none")
+            mapping = _CudaMapping(region, self.cuda)
+        else:
+            mapping = _SystemMapping(region)
+        self._regions[region.name], self._maps[region.name] = region, mapping
+
+    def status(self, kind: str, name: str | None) -> list[dict]:
+        found = [r.status() for r in self._regions.values() if r.kind == kind and name in (None, r.name)]
+        if name is not None and not found:
+            what = "system" if kind == "system" else "CUDA"
+            raise ApiError(ErrorCode.NOT_FOUND, f"Unable to find {what} shared memory region: '{name}'")
+        return found
+
+    def read(self, ref: SharedMemoryRef):
+        """An input's bytes (a view into a system region, a host copy of a CUDA one)."""
+        return self.check(ref).read(ref.offset, ref.byte_size)
+
+    def write(self, ref: SharedMemoryRef, data: np.ndarray, output: str) -> None:
+        if data.nbytes > ref.byte_size:
+            raise ApiError(ErrorCode.INTERNAL, f"shared memory size specified with the request for output "
+                                               f"'{output}' ({ref.byte_size} bytes) should be at least "
+                                               f"{data.nbytes} bytes to hold the results")  # fmt: skip
+        self.check(ref).write(ref.offset, data)
+
+    def check(self, ref: SharedMemoryRef):
+        """The mapping `ref` lies in; an ApiError for an unknown region or a range outside it."""
+        region = self._regions.get(ref.region)
+        if region is None:
+            raise ApiError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{ref.region}'")
+        if ref.offset + ref.byte_size > region.byte_size:
+            raise ApiError(ErrorCode.INVALID_ARG, f"Invalid offset + byte size for shared memory region: "
+                                                  f"'{ref.region}'")  # fmt: skip
+        return self._maps[ref.region]
+
+    def close(self) -> None:
+        for mapping in self._maps.values():
+            mapping.close()
+        self._regions.clear()
+        self._maps.clear()

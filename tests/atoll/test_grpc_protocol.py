@@ -1,0 +1,52 @@
+"""gRPC messages to and from Atoll's requests: typed contents, raw contents, shared memory (what
+`tritonclient.grpc` sends is raw contents; test_triton_protocol.py drives it end to end)."""
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from atoll.grpc_server import request_from_proto, response_to_proto
+from atoll.protocol import Output, ProtocolError
+
+
+class Regions:
+    def read(self, ref):
+        assert (ref.region, ref.offset, ref.byte_size) == ("r", 8, 8)
+        return np.array([5, 6], np.int32).tobytes()
+
+
+def test_typed_raw_and_shared_memory_inputs():
+    msg = pb.ModelInferRequest(model_name="m", id="q1")
+    msg.parameters["priority"].uint64_param = 1
+    typed = msg.inputs.add(name="x", datatype="FP32", shape=[2, 2])
+    typed.contents.fp32_contents.extend([1, 2, 3, 4.5])
+    text = msg.inputs.add(name="s", datatype="BYTES", shape=[1])
+    text.contents.bytes_contents.append(b"abc")
+    shm = msg.inputs.add(name="z", datatype="INT32", shape=[2])
+    shm.parameters["shared_memory_region"].string_param = "r"
+    shm.parameters["shared_memory_offset"].int64_param = 8
+    shm.parameters["shared_memory_byte_size"].int64_param = 8
+    wanted = msg.outputs.add(name="y")
+    wanted.parameters["classification"].int64_param = 2
+    req = request_from_proto(msg, Regions())
+    assert req.id == "q1" and req.parameters == {"priority": 1}
+    assert req.inputs[0].data.tolist() == [[1, 2], [3, 4.5]] and req.inputs[0].data.dtype == np.float32
+    assert req.inputs[1].data.tolist() == [b"abc"] and req.inputs[2].data.tolist() == [5, 6]
+    assert req.outputs == [{"name": "y", "parameters": {"classification": 2}}]
+
+    raw = pb.ModelInferRequest(model_name="m")
+    raw.inputs.add(name="x", datatype="INT64", shape=[3])
+    raw.raw_input_contents.append(np.array([1, -2, 3], np.int64).tobytes())
+    assert request_from_proto(raw, Regions()).inputs[0].data.tolist() == [1, -2, 3]
+    raw.inputs.add(name="w", datatype="INT64", shape=[1])  # more inputs than raw contents
+    with pytest.raises(ProtocolError, match="raw_input_contents"):
+        request_from_proto(raw, Regions())
+
+
+def test_response_has_an_empty_raw_entry_for_an_output_in_shared_memory():
+    outputs = [Output.of("y", np.array([[1.5, 2.5]], np.float32)), Output("z", None, "FP32", [1, 2]),
+               Output.of("c", np.array([[b"0.5:1"]], dtype=object))]  # fmt: skip
+    response = response_to_proto("m", "1", None, outputs)
+    assert [o.name for o in response.outputs] == ["y", "z", "c"] and list(response.outputs[1].shape) == [1, 2]
+    assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1.5, 2.5]
+    assert response.raw_output_contents[1] == b"" and response.raw_output_contents[2] == b"\x05\x00\x00\x000.5:1"

@@ -1,0 +1,124 @@
+"""Model control in its three modes, over a repository on disk and stand-ins for the supervisor's
+add/remove (the real ones run in test_triton_protocol.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from atoll.errors import ApiError, ErrorCode
+from atoll.model_control import IndexModels, LoadModel, ModelControl, UnloadModel
+
+CONFIG = """name: "{name}"
+max_batch_size: 4
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+"""
+
+
+def write(root, name, version="1"):
+    (root / name / version).mkdir(parents=True, exist_ok=True)
+    (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
+    (root / name / version / "model.onnx").write_bytes(b"not read by the stand-ins")
+
+
+class Supervisor:
+    def __init__(self):
+        self.log = []
+
+    async def add(self, spec):
+        self.log.append(("add", spec.name, spec.version))
+
+    async def remove(self, name):
+        self.log.append(("remove", name))
+
+
+def control(root, mode, poll_s=0.05):
+    supervisor = Supervisor()
+    return ModelControl(root, mode, poll_s, supervisor.add, supervisor.remove), supervisor.log
+
+
+def test_explicit_mode_loads_on_request(tmp_path):
+    for name in ("a", "b"):
+        write(tmp_path, name)
+
+    async def go():
+        mc, log = control(tmp_path, "explicit")
+        await mc.start(["a"])
+        assert log == [("add", "a", "1")]
+        assert await mc.handle(IndexModels()) == [{"name": "a", "version": "1", "state": "READY"}, {"name": "b"}]
+        await mc.handle(LoadModel("a"))  # unchanged: nothing to do
+        await mc.handle(LoadModel("b"))
+        await mc.handle(UnloadModel("a"))
+        await mc.handle(UnloadModel("a"))  # not served: nothing to do, no error
+        assert log == [("add", "a", "1"), ("add", "b", "1"), ("remove", "a")]
+        index = await mc.handle(IndexModels())
+        assert index[0] == {"name": "a", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        assert await mc.handle(IndexModels(ready=True)) == [{"name": "b", "version": "1", "state": "READY"}]
+        write(tmp_path, "b", "2")  # a new version: the model is replaced
+        await mc.handle(LoadModel("b"))
+        assert log[-2:] == [("remove", "b"), ("add", "b", "2")]
+        with pytest.raises(ApiError) as missing:
+            await mc.handle(LoadModel("nope"))
+        assert missing.value.code == ErrorCode.INTERNAL
+
+    asyncio.run(go())
+
+
+def test_explicit_star_loads_everything_and_none_mode_refuses_calls(tmp_path):
+    for name in ("a", "b"):
+        write(tmp_path, name)
+
+    async def go():
+        mc, log = control(tmp_path, "explicit")
+        await mc.start(["*"])
+        assert [entry[1] for entry in log] == ["a", "b"]
+        mc, log = control(tmp_path, "none")
+        await mc.start([])
+        assert [entry[1] for entry in log] == ["a", "b"]
+        for action in (LoadModel("a"), UnloadModel("a")):
+            with pytest.raises(ApiError) as refused:
+                await mc.handle(action)
+            assert refused.value.code == ErrorCode.UNAVAILABLE
+
+    asyncio.run(go())
+
+
+def test_poll_mode_follows_the_repository(tmp_path):
+    write(tmp_path, "a")
+
+    async def go():
+        mc, log = control(tmp_path, "poll")
+        await mc.start([])
+        poll = asyncio.create_task(mc.poll_forever())
+
+        async def settles(expected):
+            for _ in range(200):
+                if log[-len(expected):] == expected:
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"{log} does not end with {expected}")
+
+        write(tmp_path, "b")
+        await settles([("add", "b", "1")])
+        shutil.rmtree(tmp_path / "a")
+        await settles([("remove", "a")])
+        write(tmp_path, "c")
+        (tmp_path / "c" / "config.pbtxt").write_text("max_batch_size: {")  # a broken new model
+        (tmp_path / "b" / "config.pbtxt").write_text("max_batch_size: {")  # a broken change
+        for _ in range(200):
+            index = {m["name"]: m for m in await mc.index()}
+            if index.get("c", {}).get("state") == "UNAVAILABLE":
+                break
+            await asyncio.sleep(0.02)
+        assert index["c"]["state"] == "UNAVAILABLE" and "config.pbtxt" in index["c"]["reason"]
+        assert index["b"]["state"] == "READY" and ("remove", "b") not in log  # its served version goes on
+        poll.cancel()
+        with pytest.raises(ApiError) as refused:
+            await mc.handle(LoadModel("b"))
+        assert refused.value.code == ErrorCode.UNAVAILABLE
+
+    asyncio.run(go())
