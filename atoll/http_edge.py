@@ -78,10 +78,8 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as exc:  # aiohttp's own answers (unknown path, wrong method)
         if exc.status < 400:
             raise
-        message = {404: f"no endpoint {request.path}",
-                   405: f"{request.method} is not allowed on {request.path}"}.get(exc.status, exc.reason)  # fmt: skip
         headers = {k: v for k, v in exc.headers.items() if k == "Allow"}
-        return error(exc.status, message, headers)
+        return error(exc.status, exc.reason, headers)  # Triton's words: "Not Found"
     except asyncio.CancelledError:
         raise
     except (ConnectionError, EOFError):  # the client went away (mid-body): nobody to answer

@@ -12,7 +12,6 @@ waits (with a generous bound) for the condition it needs.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import threading
@@ -75,32 +74,6 @@ def _metric(server, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
-def _front_end_pids(server) -> set[int]:
-    pids = {}
-    for line in server.log:
-        if m := re.search(r"front end (\d+) (?:listening|is back) \(pid (\d+)\)", line):
-            pids[int(m.group(1))] = int(m.group(2))
-    return set(pids.values())
-
-
-def _vgpu_worker_pids(server) -> set[int]:
-    """The server's children that are neither front ends nor multiprocessing's resource tracker."""
-    pid = server.proc.pid
-    children = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            children.update(map(int, f.read().split()))
-    workers = set()
-    for child in children - _front_end_pids(server):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"resource_tracker" not in f.read():
-                    workers.add(child)
-        except FileNotFoundError:
-            pass
-    return workers
-
-
 def test_slow_bodies_hold_only_their_own_connections(server):
     infer = f"{server.url}/v2/models/{MODEL}/infer"
     host, port = server.url.removeprefix("http://").split(":")
@@ -141,15 +114,15 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
         for _ in range(4):
             load.submit(client)
         _until(lambda: sum(o == 200 for _, o in outcomes) >= 8, "requests succeed before the kill")
-        victims = _vgpu_worker_pids(server) if kind == "vgpu" else _front_end_pids(server)
+        victims = server.children()[kind]
         victim = min(victims)
         os.kill(victim, signal.SIGKILL)
         killed_at[0] = time.monotonic()
         # service is back: several successes answered after the kill, and the death is counted
         _until(lambda: sum(t > killed_at[0] and o == 200 for t, o in outcomes) >= 8, "requests succeed again")
         _until(lambda: _metric(server, restarts) == before + 1, f"{restarts} counts the restart")
-        pids = _vgpu_worker_pids if kind == "vgpu" else _front_end_pids
-        _until(lambda: len(pids(server)) == len(victims) and victim not in pids(server), "its successor runs")
+        _until(lambda: (now := server.children()[kind]) and len(now) == len(victims) and victim not in now,
+               "its successor runs")
         stop.set()
     assert len(outcomes) == sent[0]  # every request sent got exactly one answer
     kinds = Counter(o for _, o in outcomes)
