@@ -4,12 +4,10 @@ bodies too large, badly encoded or too slow, unknown endpoints, readiness (aioht
 import asyncio
 import gzip
 import json
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from atoll.endpoints import Endpoints
@@ -18,6 +16,7 @@ from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec
 from atoll.server import InferenceServer
 from atoll.shm_registry import Regions
+from gpu_runtime.priority import Priority
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -229,3 +228,22 @@ def test_readiness_follows_which_models_have_a_live_worker():
             await client.close()
 
     assert asyncio.run(go()) == [(200, 200, "READY"), (503, 400, "UNAVAILABLE")]  # 400: Triton's
+
+
+def test_an_overload_refusal_says_when_to_retry():
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+
+    async def go():
+        client = await _client(server)
+        try:
+            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))
+            while not server.admission[Priority.BE].in_flight:  # the first is admitted (and stuck)
+                await asyncio.sleep(0.01)
+            refused = await client.post("/v2/models/m/infer", data=BODY)
+            held.cancel()
+            return refused.status, refused.headers.get("Retry-After"), (await refused.json())["error"]
+        finally:
+            await client.close()
+
+    status, retry_after, reason = asyncio.run(go())
+    assert status == 503 and int(retry_after) >= 1 and "overloaded" in reason
