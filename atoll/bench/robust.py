@@ -30,6 +30,7 @@ import numpy as np
 
 from atoll.bench.bodies import infer_body, media_bytes
 from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
+from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
 from atoll.server_process import ServerProcess
@@ -46,7 +47,8 @@ def register(subparsers) -> None:
     p.add_argument("--overload", type=float, default=3.0, help="open-loop rate over capacity (default 3)")
     p.add_argument("--overload-s", type=float, default=60.0, help="seconds of overload (default 60)")
     p.add_argument("--request-timeout", type=float, default=2.0, help="the server's request_timeout_s (default 2)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"))
+    p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"),
+                   help="results JSON (default bench/results/robust_cpu.json)")
     p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
     p.set_defaults(func=run)
 
@@ -62,8 +64,9 @@ def run(args) -> int:
             doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "bomb": _bomb(server)}
             alone = _closed_loop(server, args.concurrency, args.duration)
             slow = _with_slow_connections(server, args.slow, lambda: _closed_loop(server, args.concurrency, args.duration))
-            doc["slow"] = {"connections": args.slow, "alone_rps": alone, "with_slow_rps": slow["rps"],
-                           "ratio": round(slow["rps"] / alone, 3), "slow_answers": slow["answers"]}  # fmt: skip
+            doc["slow"] = {"connections": args.slow, "alone_rps": alone["rps"], "alone_cores": alone["cores"],
+                           "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
+                           "ratio": round(slow["rps"]["rps"] / alone["rps"], 3), "slow_answers": slow["answers"]}  # fmt: skip
             doc["overload"] = _overload(server, alone, args.overload, args.overload_s)
             doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
     b, s, o = doc["bomb"], doc["slow"], doc["overload"]
@@ -72,7 +75,9 @@ def run(args) -> int:
                f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
                f"({s['ratio']:.0%})",
                f"overload {o['factor']:g}x for {o['seconds']:g} s: goodput {o['goodput_rps']} req/s = "
-               f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']}; unanswered {o['unanswered']}",
+               f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} ({o['goodput_per_server_core_over_capacity']} per "
+               f"server core; the server had {o['cores']['server']} cores against {o['capacity_cores']['server']}); "
+               f"unanswered {o['unanswered']}",
                *(f"kill {kind}: requests succeed again after {k['recovered_s']} s, successor after {k['successor_s']} s, "
                  f"readiness false meanwhile: {k['readiness_false_seen']}" for kind, k in doc["kill"].items())]  # fmt: skip
     emit(doc, args.out, args.json, summary)
@@ -134,12 +139,23 @@ def _plan(server: ServerProcess, seconds: float, **load) -> LoadPlan:
     return LoadPlan(server.url, (request,), (1.0,), seconds, timeout_s=60.0, **load)
 
 
-def _closed_loop(server: ServerProcess, concurrency: int, seconds: float) -> float:
-    with LoadProcesses([_plan(server, seconds, concurrency=concurrency)]) as load:
+def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, dict]:
+    """The load's records, its start, and the cores the server and the load used meanwhile."""
+    with LoadProcesses([plan]) as load:
+        meter = CpuMeter({"server": [server.proc.pid], "load": load.pids})
+        meter.start()
         start = load.go()
+        while time.monotonic() < start + plan.seconds:
+            time.sleep(0.05)
+        cores = meter.stop()
         records = load.records()
+    return records, start, cores
+
+
+def _closed_loop(server: ServerProcess, concurrency: int, seconds: float) -> dict:
+    records, start, cores = _drive(server, _plan(server, seconds, concurrency=concurrency))
     ok = records[(records["status"] == 200) & (records["done"] <= start + seconds)]
-    return round(len(ok) / seconds, 1)
+    return {"rps": round(len(ok) / seconds, 1), "cores": cores}
 
 
 def _with_slow_connections(server: ServerProcess, count: int, measure) -> dict:
@@ -167,11 +183,12 @@ def _with_slow_connections(server: ServerProcess, count: int, measure) -> dict:
     return {"rps": rps, "answers": answers}
 
 
-def _overload(server: ServerProcess, capacity: float, factor: float, seconds: float) -> dict:
+def _overload(server: ServerProcess, alone: dict, factor: float, seconds: float) -> dict:
+    """`alone` (the closed loop's throughput and cores) is the capacity. The server's cores are
+    reported beside it: on a small machine the open loop's client takes cores from the server."""
+    capacity = alone["rps"]
     rate = factor * capacity
-    with LoadProcesses([_plan(server, seconds, rate=rate)]) as load:
-        start = load.go()
-        records = load.records()
+    records, start, cores = _drive(server, _plan(server, seconds, rate=rate))
     statuses, counts = np.unique(records["status"], return_counts=True)
     ok = records["status"] == 200
     span = float(records["done"].max()) - start  # until the last answer: the tail counts, as its time does
@@ -180,6 +197,9 @@ def _overload(server: ServerProcess, capacity: float, factor: float, seconds: fl
             "sent": int(len(records)), "statuses": {str(s): int(c) for s, c in zip(statuses, counts)},
             "unanswered": int((records["status"] < 0).sum()),
             "goodput_rps": round(goodput, 1), "goodput_over_capacity": round(goodput / capacity, 3),
+            "cores": cores, "capacity_cores": alone["cores"],
+            "goodput_per_server_core_over_capacity": round(goodput / cores["server"] / (capacity / alone["cores"]["server"]), 3)
+            if cores["server"] and alone["cores"]["server"] else None,
             "p99_ok_ms": round(float(np.percentile(records["done"][ok] - records["scheduled"][ok], 99)) * 1e3, 1)
             if ok.any() else None}  # fmt: skip
 
