@@ -43,8 +43,17 @@ class Submit:
     rows: tuple[Row, ...]
 
 
+@dataclass(frozen=True)
+class Cancel:
+    """Front end -> dispatcher: these rows' request gave up (timeout, client gone, another row of
+    it failed); any of them still queued is dropped unexecuted (and answered CANCELLED)."""
+
+    rows: tuple[Row, ...]
+
+
 class Failure(StrEnum):
     EXPIRED = "expired"  # its deadline passed before it ran: dropped unexecuted
+    CANCELLED = "cancelled"  # its request gave up before it ran: dropped unexecuted
     REJECTED = "rejected"  # the row itself cannot be batched (e.g. longer than any bucket)
     BACKEND = "backend"  # the batch failed on its vGPU
 
@@ -58,6 +67,13 @@ class Done:
     layouts: tuple[Layout, ...] | None = None
     failure: Failure | None = None
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class Health:
+    """Supervisor -> front end: the models some vGPU worker can run now (sent at every change)."""
+
+    ready_models: frozenset[str]
 
 
 @dataclass(frozen=True)

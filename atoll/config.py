@@ -40,9 +40,12 @@ class ServerConfig:
                                       doc="which models are served: all (none, poll) or those loaded on request")
     load_model: str = field(default="", metadata={"doc": "explicit mode: models loaded at start, comma-separated (* = all)"})
     repository_poll_secs: float = _num(15.0, 0.1, "poll mode: seconds between scans of the repository")
-    max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body")
-    max_pending_requests: int = _num(1024, 1, "requests in flight per priority before new ones get HTTP 503")
-    request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504")
+    max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body (after decompression; HTTP 413)")
+    max_pending_requests: int = _num(0, 0, "fixed bound on requests in flight per priority (HTTP 503; 0 = none: "
+                                           "the bound follows from request_timeout_s)")
+    request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504; one that would "
+                                                "wait more than half of it is refused at once (HTTP 503)")
+    body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
 
 
@@ -55,11 +58,13 @@ class PreprocessingConfig:
     audio_norm_cus: int = _num(2, 1, "audio_norm_cu compute units (emulated XRT)")
     manifest: str = field(default="bitstreams/atoll_dpu.json", metadata={"doc": "DPU manifest"})
     cu_timeout_ms: int = _num(2000, 1, "a CU run longer than this is failed over to the CPU")
-    max_image_dim: int = _num(8192, 16, "larger images are refused as TOO_LARGE")
+    max_image_dim: int = _num(8192, 16, "larger images are refused as TOO_LARGE (from the header, before decoding)")
+    max_request_pixels: int = _num(1 << 26, 1, "decoded pixels of all a request's images together")
     resize_short: int = _num(256, 1, "shorter side after resize")
     crop: int = _num(224, 1, "centre crop size")
     fp16: bool = False
     max_audio_seconds: float = _num(30.0, 0.1, "longer clips are refused")
+    max_request_audio_seconds: float = _num(120.0, 0.1, "seconds of all a request's clips together")
 
 
 @dataclass

@@ -5,8 +5,9 @@ in their slots. Best-effort rows join the batcher (a pure policy on the loop's c
 polled on every arrival and completion and, with a timer, at its next deadline. Real-time
 rows skip it: they go out at once as their own batch (`batching.RtPlacement`), in chunks no larger
 than the model's largest batch, and run as RT work in the worker. A batch is a list of slot rows,
-padded on the worker to the bucket's upper length; rows whose deadline passed are dropped before
-their batch is sent. When a batch finishes, each front end that owns rows of it gets one `Done`.
+padded on the worker to the bucket's upper length; rows whose deadline passed, or whose request gave
+up (`Cancel`; its front end died), are dropped unexecuted before their batch is sent. When a batch
+finishes, each front end that owns rows of it gets one `Done`; every row submitted gets exactly one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 
 from atoll import channel, lengths
-from atoll.channel import Done, Failure, Submit
+from atoll.channel import Cancel, Done, Failure, Submit
 
 log = logging.getLogger("atoll.dispatcher")
 
@@ -54,7 +55,7 @@ class ModelPlan:
 
 @dataclass(frozen=True)
 class _Ticket:
-    """One best-effort row waiting in the batcher."""
+    """One row, from its submission to its answer."""
 
     link: FrontEndLink
     row: Row
@@ -62,11 +63,18 @@ class _Ticket:
     arrival: float
 
 
+def _key(row: Row) -> tuple[str, int]:
+    return row.arena, row.index
+
+
 class FrontEndLink:
-    """The dispatcher's end of one front end's channel."""
+    """The dispatcher's end of one front end's channel, with the rows it holds here (submitted, not
+    yet answered). It outlives its process: a restarted front end takes it over (`writer`), so the
+    answers for what its predecessor left here tell the successor when those slots are free."""
 
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = writer
+        self.outstanding: set[tuple[str, int]] = set()
 
     def send(self, message) -> None:
         if not self.writer.is_closing():
@@ -92,6 +100,8 @@ class Dispatcher:
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
+        self._queued: dict[tuple[str, int], _Ticket] = {}  # best-effort rows in the batcher, by slot
+        self._dropped: set[tuple[str, int]] = set()  # queued rows whose request gave up
 
     @staticmethod
     def now() -> float:
@@ -128,27 +138,40 @@ class Dispatcher:
     # -- front ends ---------------------------------------------------------------------------------
 
     def submit(self, link: FrontEndLink, message: Submit) -> None:
+        now = self.now()
+        tickets = [_Ticket(link, row, message.deadline, now) for row in message.rows]
+        link.outstanding.update(_key(row) for row in message.rows)
         plan = self.plans.get(message.model)
         if plan is None:
-            link.send(Done(message.rows, failure=Failure.REJECTED, reason=f"unknown model {message.model!r}"))
+            self._answer(tickets, None, Failure.REJECTED, f"unknown model {message.model!r}")
             return
-        now = self.now()
         if message.priority == Priority.RT:
-            for start in range(0, len(message.rows), plan.max_batch):
-                tickets = [_Ticket(link, row, message.deadline, now)
-                           for row in message.rows[start : start + plan.max_batch]]  # fmt: skip
+            for start in range(0, len(tickets), plan.max_batch):
                 load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
                 vgpu = self.rt_placement.place(load=load)
-                self._send(plan, vgpu, Priority.RT, tickets, "rt", lambda v=vgpu: self.rt_placement.complete(v))
+                self._send(plan, vgpu, Priority.RT, tickets[start : start + plan.max_batch], "rt",
+                           lambda v=vgpu: self.rt_placement.complete(v))  # fmt: skip
             return
-        for row in message.rows:
-            ticket = _Ticket(link, row, message.deadline, now)
+        for ticket in tickets:
             try:
-                self.batcher.add(Item(next(self._ids), plan.name, lengths.seconds(plan.frames(row)), now,
+                self.batcher.add(Item(next(self._ids), plan.name, lengths.seconds(plan.frames(ticket.row)), now,
                                       ticket), now)  # fmt: skip
             except ValueError as exc:  # e.g. longer than every bucket
-                link.send(Done((row,), failure=Failure.REJECTED, reason=str(exc)))
+                self._answer([ticket], None, Failure.REJECTED, str(exc))
+                continue
+            self._queued[_key(ticket.row)] = ticket
         self._poll()
+
+    def cancel(self, message: Cancel) -> None:
+        """Drop the rows still queued (when their batch forms): a slot is in one request at a time,
+        so a row not queued now has run or is running, and its answer is on its way."""
+        self._dropped.update(key for row in message.rows if (key := _key(row)) in self._queued)
+
+    def forget(self, link: FrontEndLink) -> frozenset[tuple[str, int]]:
+        """The link's front end died: drop its queued rows; returns every row it still holds here,
+        whose slots its successor must not use before their answers arrive."""
+        self._dropped.update(key for key, ticket in self._queued.items() if ticket.link is link)
+        return frozenset(link.outstanding)
 
     # -- batches ------------------------------------------------------------------------------------
 
@@ -180,10 +203,19 @@ class Dispatcher:
               finished) -> None:
         """Run the tickets' rows as one batch on `vgpu`; `finished` runs on the loop once it is over."""
         start = self.now()
-        live = [t for t in tickets if t.deadline > start]
-        if len(live) < len(tickets):
-            self._answer([t for t in tickets if t.deadline <= start], None, Failure.EXPIRED,
-                         "its deadline passed before a vGPU took it")  # fmt: skip
+        gone, expired, live = [], [], []
+        for t in tickets:
+            key = _key(t.row)
+            self._queued.pop(key, None)
+            if key in self._dropped:
+                self._dropped.discard(key)
+                gone.append(t)
+            else:
+                (live if t.deadline > start else expired).append(t)
+        if gone:
+            self._answer(gone, None, Failure.CANCELLED, "its request gave up before a vGPU took it")
+        if expired:
+            self._answer(expired, None, Failure.EXPIRED, "its deadline passed before a vGPU took it")
         if not live:
             asyncio.get_running_loop().call_soon(finished)  # not from inside the poll that sent it
             return
@@ -239,6 +271,7 @@ class Dispatcher:
             by_link[ticket.link].append(i)
         for link, mine in by_link.items():
             rows = tuple(tickets[i].row for i in mine)
+            link.outstanding.difference_update(map(_key, rows))
             if failure is None:
                 link.send(Done(rows, tuple(layouts[i] for i in mine)))
             else:

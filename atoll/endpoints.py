@@ -1,14 +1,22 @@
 """What each KServe v2 / Triton endpoint answers, whatever the transport.
 
 The HTTP server (`server.py`) and the gRPC server (`grpc_server.py`) of a front end decode their
-calls and encode the answers; everything between is here, once: the model table, admission
-(real-time and best-effort requests against separate bounds, so best-effort overload never
-refuses a real-time request), the request timeout, outputs (classification, shared memory), the
-per-model metrics, and the errors, raised as `ApiError`s with Triton's codes. Every accepted
-request gets exactly one answer: bad input is INVALID_ARG, an unknown model NOT_FOUND, overload
-UNAVAILABLE (never a silent drop), no answer in time TIMEOUT, a failed batch INTERNAL. Calls only
-the supervisor can answer (repository index, model load and unload, shared-memory registration)
-are passed to it (`control.SupervisorLink`).
+calls and encode the answers; everything between is here, once: the model table, readiness,
+admission, the request timeout, outputs (classification, shared memory), the per-model metrics, and
+the errors, raised as `ApiError`s with Triton's codes. Every accepted request gets exactly one
+answer: bad input is INVALID_ARG, an unknown model NOT_FOUND, overload UNAVAILABLE with a time to
+retry (never a silent drop), no answer in time TIMEOUT, a failed batch INTERNAL. Calls only the
+supervisor can answer (repository index, model load and unload, shared-memory registration) are
+passed to it (`control.SupervisorLink`).
+
+A request counts as pending once its body is decoded (a client sending it slowly holds only its own
+connection). It is admitted by its priority's `admission.Admission` (real-time and best-effort
+apart, so best-effort overload never refuses a real-time request) and carries its deadline to every
+queue. A client that goes away (HTTP connection closed, gRPC call cancelled) cancels its request:
+rows of it not yet run leave the dispatcher's queues, and it is counted as CANCELED and logged at
+INFO, not as a failure of the server. Readiness, of the server, a model and in the repository
+index, holds only while this front end serves and some vGPU worker can run the model (the
+supervisor's `channel.Health`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from fpga_host.status import PreprocessError
 from gpu_runtime.priority import Priority
 
 from atoll import __version__
+from atoll.admission import Admission
 from atoll.channel import Failure
 from atoll.classification import classify
 from atoll.errors import ApiError, ErrorCode
@@ -42,22 +51,24 @@ EXTENSIONS = ["classification", "model_repository", "model_configuration", "syst
 
 # How a row the dispatcher could not run is answered: (error kind, failure reason in metrics).
 FAILURES = {Failure.EXPIRED: (ErrorCode.TIMEOUT, "TIMEOUT"), Failure.REJECTED: (ErrorCode.INVALID_ARG, "REJECTED"),
-            Failure.BACKEND: (ErrorCode.INTERNAL, "BACKEND")}  # fmt: skip
+            Failure.BACKEND: (ErrorCode.INTERNAL, "BACKEND"),
+            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED")}  # fmt: skip
 
 
 class Endpoints:
-    def __init__(self, front_end, metrics, regions, supervisor=None, max_pending: int = 1024,
+    def __init__(self, front_end, metrics, regions, supervisor=None, max_pending: int = 0,
                  timeout_s: float = 120.0):
         """`front_end` (`front_end.FrontEnd`) holds the models and runs requests; `regions`
-        (`shm_registry.Regions`) the mapped shared-memory regions; `supervisor` passes calls on."""
+        (`shm_registry.Regions`) the mapped shared-memory regions; `supervisor` passes calls on;
+        `max_pending` (> 0) is a fixed bound per priority on top of admission's."""
         self.front_end = front_end
         self.metrics = metrics
         self.regions = regions
         self.supervisor = supervisor
-        self.max_pending = max_pending  # per priority
         self.timeout_s = timeout_s
-        self.pending = {priority: 0 for priority in Priority}
-        self.ready = False
+        self.admission = {priority: Admission(timeout_s, max_pending) for priority in Priority}
+        self.ready = False  # listening, and not stopping
+        self.ready_models: frozenset[str] = frozenset()  # those some vGPU worker can run now
 
     # -- server and models --------------------------------------------------------------------------
 
@@ -73,12 +84,18 @@ class Endpoints:
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {version} is not found")
         return spec
 
+    def serving(self, name: str) -> bool:
+        return self.ready and name in self.ready_models
+
+    def server_ready(self) -> bool:
+        return self.ready and all(map(self.serving, self.front_end.models))
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         try:
             self.model(name, version)
         except ApiError:
             return False
-        return self.ready
+        return self.serving(name)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         if not name:
@@ -95,7 +112,14 @@ class Endpoints:
     # -- calls the supervisor answers ---------------------------------------------------------------
 
     async def repository_index(self, ready: bool = False) -> list[dict]:
-        return await self.supervisor.ask(IndexModels(ready))
+        index = []
+        for entry in await self.supervisor.ask(IndexModels(ready)):
+            if entry.get("state") == "READY" and not self.serving(entry["name"]):
+                if ready:
+                    continue
+                entry = {**entry, "state": "UNAVAILABLE", "reason": "no live vGPU worker"}
+            index.append(entry)
+        return index
 
     async def load(self, name: str, parameters: dict) -> None:
         if parameters:
@@ -140,15 +164,18 @@ class Endpoints:
             raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
         except ApiError as exc:
             raise self._failed(spec, start, "REJECTED", exc) from None
-        if self.pending[priority] >= self.max_pending:
+        admission = self.admission[priority]
+        if (refusal := admission.refuse(time.monotonic())) is not None:
             self.metrics.refused.inc()
-            raise self._failed(spec, start, "OVERLOAD", ApiError(
-                ErrorCode.UNAVAILABLE, f"overloaded: {self.pending[priority]} {priority} requests in flight"))
-        self.pending[priority] += 1
+            raise self._failed(spec, start, "OVERLOAD", ApiError(ErrorCode.UNAVAILABLE, refusal.reason,
+                                                                 refusal.retry_after_s))  # fmt: skip
+        admission.started(time.monotonic())
         self.metrics.in_flight.inc()
         counters.pending.inc()
+        answered = True  # the server did the request's work (admission's rate counts it)
         try:
-            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority), self.timeout_s)
+            deadline = time.monotonic() + self.timeout_s
+            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline), self.timeout_s)
             answer = [self._output(spec, out, params, outputs[out]) for out, params in wanted]
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
             raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
@@ -158,15 +185,19 @@ class Endpoints:
             code, reason = FAILURES[exc.failure]
             raise self._failed(spec, start, reason, ApiError(code, str(exc))) from None
         except TimeoutError:
+            answered = False
             raise self._failed(spec, start, "TIMEOUT", ApiError(
                 ErrorCode.TIMEOUT, f"no answer within {self.timeout_s:g} s")) from None
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the client went away: nobody to answer, nothing wrong here
+            answered = False
+            self._failed(spec, start, "CANCELED", None)
+            log.info("%s request cancelled: the client went away", spec.name)
             raise
         except Exception as exc:  # a batch or worker failure: reported, never swallowed
             log.exception("inference failed for %s", spec.name)
             raise self._failed(spec, start, "BACKEND", ApiError(ErrorCode.INTERNAL, f"inference failed: {exc}")) from None
         finally:
-            self.pending[priority] -= 1
+            admission.finished(time.monotonic(), answered)
             self.metrics.in_flight.dec()
             counters.pending.dec()
         counters.success.inc()
@@ -174,7 +205,7 @@ class Endpoints:
         counters.last_inference.set(time.time() * 1e3)
         return spec, request, answer
 
-    def _failed(self, spec: ModelSpec, start: float, reason: str, error: ApiError) -> ApiError:
+    def _failed(self, spec: ModelSpec, start: float, reason: str, error: ApiError | None) -> ApiError | None:
         self.metrics.failure.labels(spec.name, spec.version, reason).inc()
         self.metrics.of(spec.name, spec.version).failure_us.inc((time.perf_counter() - start) * 1e6)
         return error

@@ -2,8 +2,10 @@
 
 Triton gives each failure a kind (TRITONSERVER_Error_Code) and maps it to an HTTP status and a gRPC
 status code; `tritonclient` users and dashboards read those, so an error here names its kind and both
-transports answer with Triton's mapping. Two kinds are Atoll's own, where Triton has no answer of its
-own: a request not answered within the server's timeout, and a body over its size limit.
+transports answer with Triton's mapping. Three kinds are Atoll's own, where Triton has no answer of
+its own: a request not answered within the server's timeout, a body over its size limit, and a body
+that did not arrive in time. An overload refusal says when to try again (`retry_after_s`: HTTP's
+Retry-After; gRPC has no such field, its message says it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class ErrorCode(Enum):
     UNSUPPORTED = (501, "UNIMPLEMENTED")
     TIMEOUT = (504, "DEADLINE_EXCEEDED")
     TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
+    BODY_TIMEOUT = (408, "DEADLINE_EXCEEDED")
 
     @property
     def http(self) -> int:
@@ -35,10 +38,11 @@ class ErrorCode(Enum):
 class ApiError(Exception):
     """A call answered with an error: its kind and the message the client sees."""
 
-    def __init__(self, code: ErrorCode, message: str):
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: int | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after_s = retry_after_s
 
     def __reduce__(self):  # crosses the control channel between processes
-        return ApiError, (self.code, self.message)
+        return ApiError, (self.code, self.message, self.retry_after_s)

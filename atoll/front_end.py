@@ -6,7 +6,10 @@ preprocessed on the front end's lanes (`lanes.Lanes`: real-time work on its own 
 work on lower-priority threads) straight into the slot, ready tensors copied in from the body. The
 rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that comes
 back says where each row's outputs are in its slot. A slot is given back once its outputs are read,
-or, for a request that gave up (timeout, client gone), when its `Done` arrives.
+or, for a request that gave up (timeout, client gone), when its `Done` arrives; the dispatcher is
+told (`Cancel`), so rows of it still queued are dropped unexecuted. A front end started in place of
+one that died first holds the slots its predecessor left at the dispatcher (`FrontEndSetup.held`),
+until their `Done` arrives: a vGPU may still be writing into them.
 
 Models come and go while it serves (`add_model`, `retire_model`: see `model_control.py`); a model
 is retired once no request of it is left and every one of its slots is back.
@@ -35,10 +38,11 @@ from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.slots import SlotArena
 
 from atoll import channel
-from atoll.channel import Done, Failure, Submit
+from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.config import Config
 from atoll.errors import ApiError, ErrorCode
 from atoll.lanes import Lanes
+from atoll.limits import MediaLimits
 from atoll.pipeline import pad_stack, read_wav
 from atoll.protocol import InferRequest, ProtocolError, Tensor
 from atoll.repository import ModelSpec
@@ -75,6 +79,8 @@ class FrontEndSetup:
     port: int  # the shared HTTP port
     grpc_port: int | None  # the shared gRPC port (None: no gRPC)
     gpu_uuids: tuple[str, ...]  # the server's GPU vGPUs (GPU metrics, CUDA shared memory)
+    held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
+    regions: tuple = ()  # shared-memory regions registered before it started (shm_registry.Register)
 
 
 class FrontEnd:
@@ -84,8 +90,8 @@ class FrontEnd:
         c = setup.config
         p = c.preprocessing
         self.metrics = metrics
+        self.limits = MediaLimits.of(p)
         self.models = dict(setup.models)
-        self.timeout_s = c.server.request_timeout_s
         self.writer = writer
         self.pre = Preprocessor(
             p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
@@ -102,6 +108,9 @@ class FrontEnd:
             self._attach(self.models[name], arena)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._active: Counter[str] = Counter()  # model -> requests inside `infer`
+        self._held = {key for key in setup.held if key[0] in self._by_arena}
+        for arena, index in self._held:
+            self._by_arena[arena].hold(index)
 
     def _attach(self, spec: ModelSpec, arena: str) -> None:
         # slots kept for real-time rows: one real-time request of the model always fits
@@ -134,18 +143,20 @@ class FrontEnd:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
-        """The request's outputs by name; `priority` as `priority_of` tells it."""
+    async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
+                    deadline: float) -> dict[str, np.ndarray]:
+        """The request's outputs by name; `priority` as `priority_of` tells it, `deadline` on the
+        `time.monotonic()` clock (no answer is waited for after it)."""
         if self.models.get(spec.name) is not spec:  # retired (or replaced) since the caller looked
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{spec.name}' is not found")
         self._active[spec.name] += 1
         try:
-            return await self._infer(spec, request, priority)
+            return await self._infer(spec, request, priority, deadline)
         finally:
             self._active[spec.name] -= 1
 
-    async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority) -> dict[str, np.ndarray]:
-        deadline = time.monotonic() + self.timeout_s
+    async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
+                     deadline: float) -> dict[str, np.ndarray]:
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.name]
         try:
@@ -161,7 +172,13 @@ class FrontEnd:
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
         self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
-        layouts = await _settled(futures, slots, indices)
+        try:
+            layouts = await _settled(futures, slots, indices)
+        except BaseException:  # it gave up or a row failed: its rows still queued are not wanted
+            dropped = tuple(row for row, future in zip(rows, futures) if future.cancelled())
+            if dropped:
+                self.writer.write(channel.encode(Cancel(dropped)))
+            raise
         start = time.perf_counter()
         try:
             return self._outputs(spec, slots, indices, layouts)
@@ -184,6 +201,7 @@ class FrontEnd:
             files = list(raw.data.reshape(-1))
             if not 0 < len(files) <= limit:
                 raise ProtocolError(f"{len(files)} files in one request; model {spec.name!r} takes 1 to {limit}")
+            self.limits.check(spec.preprocess, files)
             return (self._preprocess_image if spec.preprocess == "image" else self._preprocess_audio), files
         model_input = spec.inputs[0]
         if model_input.name not in by_name:
@@ -234,7 +252,7 @@ class FrontEnd:
         return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index)))
 
     def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
-        pcm, rate = read_wav(bytes(data))
+        pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)
         return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=self._slot(arena, index)))
 
     @staticmethod
@@ -255,8 +273,12 @@ class FrontEnd:
 
     def on_done(self, message: Done) -> None:
         for k, row in enumerate(message.rows):
-            future = self._waiting.pop((row.arena, row.index), None)
+            key = (row.arena, row.index)
+            future = self._waiting.pop(key, None)
             if future is None:
+                if key in self._held:  # the predecessor's row: its slot is written no more
+                    self._held.discard(key)
+                    self._by_arena[row.arena].release([row.index])
                 continue
             if future.cancelled():  # its request gave up: the slot is free only now
                 self._by_arena[row.arena].release([row.index])

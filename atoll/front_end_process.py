@@ -15,7 +15,7 @@ from aiohttp import web
 from gpu_runtime.priority import favour_real_time_threads
 
 from atoll import channel, grpc_server
-from atoll.channel import Applied, Apply, Done, Hello, Reply, Stop
+from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.control import SupervisorLink
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
@@ -23,7 +23,7 @@ from atoll.front_end import FrontEnd, FrontEndSetup
 from atoll.metrics import Metrics
 from atoll.model_control import AddModel, RetireModel
 from atoll.server import InferenceServer
-from atoll.shm_registry import CudaIpc, Regions
+from atoll.shm_registry import CudaIpc, Register, Regions
 
 log = logging.getLogger("atoll.front_end")
 
@@ -43,10 +43,14 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     metrics = Metrics(setup.gpu_uuids)
     front_end = FrontEnd(setup, writer, metrics)
     regions = Regions(CudaIpc() if setup.gpu_uuids else None)
-    share = max(1, c.server.max_pending_requests // setup.count)
+    for region in setup.regions:  # registered before this process started (it replaces one that died)
+        regions.apply(Register(region))
+    share = -(-c.server.max_pending_requests // setup.count)  # 0 stays 0: no fixed bound
     supervisor = SupervisorLink(writer)
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
-    runner = web.AppRunner(InferenceServer(endpoints, metrics).app(c.server.max_request_bytes), access_log=None,
+    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s)
+    # handler_cancellation: a client that goes away cancels its request (aiohttp would run it on)
+    runner = web.AppRunner(server.app(c.server.max_request_bytes), access_log=None, handler_cancellation=True,
                            shutdown_timeout=c.server.request_timeout_s)  # fmt: skip
     await runner.setup()
     await web.TCPSite(runner, c.server.host, setup.port, reuse_port=True).start()
@@ -57,7 +61,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     endpoints.ready = True
     stopping = asyncio.Event()
     changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
-    listener = asyncio.create_task(_listen(reader, front_end, supervisor, changes, stopping))
+    listener = asyncio.create_task(_listen(reader, front_end, endpoints, supervisor, changes, stopping))
     try:
         await stopping.wait()
         endpoints.ready = False
@@ -103,12 +107,14 @@ class _Changes:
             self.writer.write(channel.encode(Applied(message.id, error)))
 
 
-async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, supervisor: SupervisorLink,
-                  changes: _Changes, stopping: asyncio.Event) -> None:
+async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: Endpoints,
+                  supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event) -> None:
     while (message := await channel.receive(reader)) is not None:
         match message:
             case Done():
                 front_end.on_done(message)
+            case Health(ready_models=models):
+                endpoints.ready_models = models
             case Reply():
                 supervisor.answered(message)
             case Apply():

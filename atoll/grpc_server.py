@@ -110,7 +110,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def ServerReady(self, request, context):
-        return pb.ServerReadyResponse(ready=self.endpoints.ready)
+        return pb.ServerReadyResponse(ready=self.endpoints.server_ready())
 
     @_answers
     async def ModelReady(self, request, context):

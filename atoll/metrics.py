@@ -8,8 +8,9 @@ copying a tensor in, or preprocessing a file), compute infer (the batch each row
 compute output (taking the outputs out of the slots). Atoll's own series carry an `atoll_` prefix
 (and `_total` on counters): batch sizes per model, bucket and vGPU, batches and their compute time
 per exact size (the statistics endpoint's batch_stats), preprocessing time per backend, programs
-built after load (a bug if it ever moves: every shape is built at load), and what the statistics
-endpoint needs beyond Triton's series. GPU utilisation, memory and power come from NVML
+built after load (a bug if it ever moves: every shape is built at load), what the statistics
+endpoint needs beyond Triton's series, and child processes restarted after they died, by kind
+(vgpu, front_end). GPU utilisation, memory and power come from NVML
 (`gpu_metrics.py`) on servers with GPU vGPUs.
 
 A server is several processes (front ends count requests, the supervisor's dispatcher counts
@@ -93,6 +94,8 @@ class Metrics:
         self.refused = Counter("atoll_requests_refused", "Requests refused for overload", registry=r)
         self.program_builds = Counter("atoll_program_builds", "Programs built after load (a bug)",
                                       ("vgpu",), registry=r)  # fmt: skip
+        self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",
+                                       ("kind",), registry=r)  # fmt: skip
 
     def of(self, model: str, version: str) -> ModelMetrics:
         """A model's per-request series (a labels() lookup costs more than an increment)."""

@@ -5,23 +5,65 @@ back into one output (or input) tensor."""
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import numpy as np
+
+from fpga_host.cpu_backend import validate_length
+
+MAX_CHANNELS = 8  # FLAC's most; more would only multiply what a lying header makes us allocate
 
 
 class MediaError(ValueError):
     """Unreadable or unsupported media in a request (answered with HTTP 400)."""
 
 
-def read_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """WAV/FLAC bytes -> (mono float32 PCM, sample rate); stereo is averaged to mono."""
+@dataclass(frozen=True)
+class AudioHeader:
+    frames: int
+    rate: int
+    channels: int
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.rate
+
+
+def _open(data: bytes):
+    """An audio file open for reading; MediaError (with libsndfile's reason, never the repr of the
+    buffer it was read from) when it cannot be."""
     import soundfile
 
     try:
-        pcm, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except Exception as exc:  # soundfile raises several types for bad files
-        raise MediaError(f"not a readable audio file: {exc}") from None
-    return pcm.mean(axis=1, dtype=np.float32), int(rate)
+        return soundfile.SoundFile(io.BytesIO(data))
+    except soundfile.LibsndfileError as exc:
+        raise MediaError(f"not a readable audio file: {exc.error_string}") from None
+    except (RuntimeError, TypeError, ValueError) as exc:  # what else soundfile raises on odd headers
+        raise MediaError(f"not a readable audio file ({type(exc).__name__})") from None
+
+
+def audio_header(data: bytes) -> AudioHeader:
+    """Frames, rate and channels as the WAV/FLAC header states them, nothing decoded."""
+    with _open(data) as f:
+        return AudioHeader(f.frames, f.samplerate, f.channels)
+
+
+def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
+    """WAV/FLAC bytes -> (mono float32 PCM, sample rate); stereo is averaged to mono. The header
+    is checked before any sample is decoded: the decoder allocates what it claims (`max_seconds`
+    defaults to `cpu_backend.audio`'s)."""
+    import soundfile
+
+    with _open(data) as f:
+        header = AudioHeader(f.frames, f.samplerate, f.channels)
+        validate_length(header.frames, header.rate, max_seconds)
+        if header.channels > MAX_CHANNELS:
+            raise MediaError(f"{header.channels} channels; at most {MAX_CHANNELS} are accepted")
+        try:
+            pcm = f.read(dtype="float32", always_2d=True)
+        except soundfile.LibsndfileError as exc:
+            raise MediaError(f"unreadable audio data: {exc.error_string}") from None
+    return pcm.mean(axis=1, dtype=np.float32), header.rate
 
 
 def pad_stack(arrays: list[np.ndarray]) -> np.ndarray:

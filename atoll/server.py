@@ -4,7 +4,8 @@ Endpoints follow the KServe v2 inference protocol with Triton's extensions (bina
 and CUDA shared memory, model repository and control, statistics, classification), so
 `tritonclient.http` works unchanged. Every front-end process runs one, on the shared port. Every
 failure, an unknown endpoint or an extension this server does not support included, is answered
-with JSON `{"error": ...}` and Triton's HTTP status for its kind (`errors.ErrorCode`).
+with JSON `{"error": ...}` and Triton's HTTP status for its kind (`errors.ErrorCode`); bodies are
+read within a size and a time limit (`http_edge.py`).
 """
 
 from __future__ import annotations
@@ -17,40 +18,11 @@ from aiohttp import web
 
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError, ErrorCode
+from atoll.http_edge import error, json_errors, read_body
 from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
 from atoll.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
-@web.middleware
-async def _json_errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        return _error(exc.code.http, exc.message)
-    except web.HTTPException as exc:  # aiohttp's own answers (unknown path, wrong method)
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason)
-
-
-async def _json_body(request: web.Request) -> dict:
-    """A call's JSON object body (empty when there is none)."""
-    raw = await request.read()
-    if not raw:
-        return {}
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(ErrorCode.INVALID_ARG, f"request body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ApiError(ErrorCode.INVALID_ARG, "request body must be a JSON object")
-    return doc
 
 
 def _fields(doc: dict, *names: str) -> list:
@@ -61,14 +33,15 @@ def _fields(doc: dict, *names: str) -> list:
 
 
 class InferenceServer:
-    def __init__(self, endpoints: Endpoints, metrics):
+    def __init__(self, endpoints: Endpoints, metrics, body_timeout_s: float = 30.0):
         self.endpoints = endpoints
         self.metrics = metrics
+        self.body_timeout_s = body_timeout_s
         self.max_request_bytes = 0
 
     def app(self, max_request_bytes: int) -> web.Application:
         self.max_request_bytes = max_request_bytes
-        app = web.Application(client_max_size=max_request_bytes, middlewares=[_json_errors])
+        app = web.Application(client_max_size=max_request_bytes, middlewares=[json_errors])
         r = app.router
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.health_ready)
@@ -100,7 +73,7 @@ class InferenceServer:
         return web.Response(status=200)
 
     async def health_ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.endpoints.ready else 503)
+        return web.Response(status=200 if self.endpoints.server_ready() else 503)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
         return web.json_response(self.endpoints.server_metadata())
@@ -114,7 +87,7 @@ class InferenceServer:
     async def model_ready(self, request: web.Request) -> web.Response:
         if self.endpoints.model_ready(request.match_info["model"], request.match_info.get("version")):
             return web.Response(status=200)
-        return _error(400, "Model version not ready")
+        return error(400, "Model version not ready")
 
     async def statistics(self, request: web.Request) -> web.Response:
         info = request.match_info
@@ -129,14 +102,27 @@ class InferenceServer:
     def _model(self, request: web.Request):
         return self.endpoints.model(request.match_info["model"], request.match_info.get("version"))
 
+    async def _json_body(self, request: web.Request) -> dict:
+        """A call's JSON object body (empty when there is none)."""
+        raw = await read_body(request, self.max_request_bytes, self.body_timeout_s)
+        if not raw:
+            return {}
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ApiError(ErrorCode.INVALID_ARG, f"request body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ApiError(ErrorCode.INVALID_ARG, "request body must be a JSON object")
+        return doc
+
     # -- repository and shared memory ---------------------------------------------------------------
 
     async def repository_index(self, request: web.Request) -> web.Response:
-        ready = (await _json_body(request)).get("ready", False)
+        ready = (await self._json_body(request)).get("ready", False)
         return web.json_response(await self.endpoints.repository_index(bool(ready)))
 
     async def load(self, request: web.Request) -> web.Response:
-        parameters = (await _json_body(request)).get("parameters") or {}
+        parameters = (await self._json_body(request)).get("parameters") or {}
         await self.endpoints.load(request.match_info["model"], parameters)
         return web.Response(status=200)
 
@@ -149,7 +135,7 @@ class InferenceServer:
         return web.json_response(self.endpoints.region_status(kind, request.match_info.get("region")))
 
     async def register(self, request: web.Request) -> web.Response:
-        name, doc = request.match_info["region"], await _json_body(request)
+        name, doc = request.match_info["region"], await self._json_body(request)
         if SHM_KINDS[request.path.split("/")[2]] == "system":
             key, offset, size = _fields(doc, "key", "offset", "byte_size")
             region = SystemRegion(name, key, offset, size)
@@ -171,20 +157,9 @@ class InferenceServer:
 
     # -- inference ----------------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> bytes:
-        """The request body, joined once (aiohttp's `read()` copies it three more times; a
-        600 KB tensor body cost 0.7 instead of ~0.3 CPU-ms per request)."""
-        size = request.content_length
-        if size is None:  # chunked: aiohttp joins it and applies client_max_size
-            return await request.read()
-        if size > self.max_request_bytes:
-            raise ApiError(ErrorCode.TOO_LARGE, f"request body of {size} bytes exceeds the "
-                                                f"{self.max_request_bytes} this server takes")  # fmt: skip
-        return await request.content.readexactly(size)
-
     async def infer(self, request: web.Request) -> web.Response:
         async def decode():
-            body = await self._body(request)
+            body = await read_body(request, self.max_request_bytes, self.body_timeout_s)
             header = request.headers.get(HEADER_LENGTH)
             try:
                 length = int(header) if header else None

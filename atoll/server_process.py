@@ -10,6 +10,7 @@ import sys
 import threading
 
 READY = re.compile(r"atoll: serving on (http://\S+)(?: and grpc://(\S+))?")
+FRONT_END = re.compile(r"front end (\d+) (?:listening|is back) \(pid (\d+)\)")
 
 
 class ServerStartError(RuntimeError):
@@ -53,6 +54,27 @@ class ServerProcess:
             tail = "\n".join(self.log[-20:])
             raise ServerStartError(f"atoll serve did not become ready:\n{tail}")
         return self
+
+    def children(self) -> dict[str, set[int]]:
+        """The server's child processes by kind: front ends (as their supervisor logs them) and
+        vGPU workers (every other child but multiprocessing's resource tracker)."""
+        front_ends = {}
+        for line in list(self.log):
+            if m := FRONT_END.search(line):
+                front_ends[int(m.group(1))] = int(m.group(2))
+        pid, children = self.proc.pid, set()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children.update(map(int, f.read().split()))
+        workers = set()
+        for child in children - set(front_ends.values()):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if b"resource_tracker" not in f.read():
+                        workers.add(child)
+            except FileNotFoundError:  # it exited meanwhile
+                pass
+        return {"front_end": set(front_ends.values()), "vgpu": workers}
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

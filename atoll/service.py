@@ -15,14 +15,18 @@ Processes and what runs where (ARCHITECTURE §1):
 - this process: the dispatcher (batcher, placement; `dispatcher.py`), model control, the registry
   of shared-memory regions, and the metrics port;
 - one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
+
+Children that die are started again: vGPU workers by their pool, front ends by their supervisors
+(`supervision.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
+models have a live worker (`channel.Health`) at every change, and answer readiness from that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
-import multiprocessing
 import os
 import secrets
 import shutil
@@ -38,19 +42,19 @@ from gpu_runtime.priority import BE_NICE_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import SlotArena
 
-from atoll import channel, lengths
-from atoll.channel import Applied, Control, Hello, Stop, Submit
+from atoll import lengths
+from atoll.channel import Applied, Control, Health, Hello
 from atoll.config import Config
 from atoll.control import FrontEnds, reply
-from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
+from atoll.dispatcher import Dispatcher, ModelPlan
 from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEndSetup
-from atoll.front_end_process import front_end_main
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics, share_metrics
 from atoll.model_control import AddModel, ModelControl, RetireModel
 from atoll.repository import ModelSpec
 from atoll.shm_registry import RegionBook, Register, Unregister
+from atoll.supervision import FrontEndSupervisor
 
 log = logging.getLogger("atoll.service")
 CORES_PER_FRONT_END = 4
@@ -59,7 +63,9 @@ CORES_PER_FRONT_END = 4
 # lanes (2-core VM: 3-4% more requests per second).
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
-HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
+# Rows of a model one front end can hold at once (in preprocessing, batching or running) when
+# server.max_pending_requests sets no bound: admission keeps far fewer in flight under overload.
+SLOTS_PER_FRONT_END = 1024
 
 
 def _clamped(policy, max_batch: int):
@@ -195,14 +201,14 @@ class Service:
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
         self.models: dict[str, ModelSpec] = {}
-        self.front_ends: list = []
+        self.front_ends: list[FrontEndSupervisor] = []
+        self._ready_models: frozenset[str] = frozenset()
+        self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
         self._front_end_count = 0
         self._batching: Batching | None = None
         self._channels = FrontEnds()
         self._regions = RegionBook()
-        self._links: list[asyncio.Task] = []
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
-        self._writers: list[asyncio.StreamWriter] = []
         self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
         self._arena_prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
         self._gpu_uuids: tuple[str, ...] = ()
@@ -238,7 +244,9 @@ class Service:
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
-        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels))
+        loop = asyncio.get_running_loop()
+        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels),
+                               on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         latency = LatencyModel()
         kinds = {v.id: v.profile_kind for v in vgpus}
         # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
@@ -246,6 +254,8 @@ class Service:
         self._batching = Batching(c, kinds, latency, slots)
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
+        for kind in ("vgpu", "front_end"):
+            self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds)
         self.dispatcher.start()
         # One front end per few cores, each with a preprocessing thread per core of its share: on
@@ -276,7 +286,8 @@ class Service:
         out_row_bytes = max(d["out_row_bytes"] for d in described.values())
         frames = plan.padded_frames[-1] if plan.padded_frames else None
         in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
-        count = max(self.config.server.max_pending_requests // self._front_end_count, 1) + 2 * max(spec.max_batch_size, 1)
+        pending = self.config.server.max_pending_requests
+        count = (max(pending // self._front_end_count, 1) if pending else SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
         arenas = self._arenas[spec.name] = [
             SlotArena.create(f"{self._arena_prefix}-fe{index}-{spec.name}", count, in_bytes, out_row_bytes)
             for index in range(self._front_end_count)]  # fmt: skip
@@ -293,6 +304,22 @@ class Service:
         for arena in self._arenas.pop(name):
             arena.close()
 
+    # -- vGPU workers -------------------------------------------------------------------------------
+
+    def _workers_changed(self) -> None:
+        """A vGPU worker died, started, or loaded or unloaded a model: count restarts, tell the
+        front ends which models can run now."""
+        for vgpu, state in self.pool.workers.items():
+            before = self._restarts.get(vgpu, 0)
+            if state.restarts > before:
+                self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - before)
+            self._restarts[vgpu] = state.restarts
+        ready = frozenset(self.pool.ready_models())
+        if ready != self._ready_models:
+            self._ready_models = ready
+            for front_end in self.front_ends:
+                front_end.send(Health(ready))
+
     # -- front ends ---------------------------------------------------------------------------------
 
     async def _start_front_ends(self) -> None:
@@ -305,47 +332,30 @@ class Service:
         if c.server.grpc_port >= 0:
             self._ports.append(_reserve_port(c.server.host, c.server.grpc_port))
             grpc_port = self._ports[-1].getsockname()[1]
-        ctx = multiprocessing.get_context("spawn")
-        hellos = []
-        for index in range(count):
+
+        def setup_of(index: int, held: frozenset) -> FrontEndSetup:
             arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
-            setup = FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids)
-            ours, theirs = socket.socketpair()
-            process = ctx.Process(target=front_end_main, args=(setup, theirs), name=f"atoll-fe{index}", daemon=True)
-            process.start()
-            theirs.close()
-            self.front_ends.append(process)
-            reader, writer = await asyncio.open_unix_connection(sock=ours)
-            self._writers.append(writer)
-            hello = asyncio.get_running_loop().create_future()
-            hellos.append(hello)
-            self._links.append(asyncio.create_task(self._front_end_messages(index, reader, writer, hello)))
-        done, _ = await asyncio.wait(hellos, timeout=HELLO_TIMEOUT_S)
-        if len(done) < count:
-            raise RuntimeError(f"{count - len(done)} front end(s) did not start within {HELLO_TIMEOUT_S:g} s")
+            return FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids,
+                                 held, self._regions.all())  # fmt: skip
+
+        for index in range(count):
+            self.front_ends.append(FrontEndSupervisor(
+                index, functools.partial(setup_of, index), self.dispatcher, self.metrics,
+                lambda: self._ready_models, self._front_end_message, self._channels.gone))  # fmt: skip
+        await asyncio.gather(*(front_end.start() for front_end in self.front_ends))
         host = f"[{c.server.host}]" if ":" in c.server.host else c.server.host
         self.http_url = f"http://{host}:{port}"
         self.grpc_address = f"{host}:{grpc_port}" if grpc_port is not None else ""
         log.info("%d front end(s) on port %d%s", count, port, f", gRPC on {grpc_port}" if grpc_port else "")
 
-    async def _front_end_messages(self, index: int, reader, writer, hello: asyncio.Future) -> None:
-        link = FrontEndLink(writer)
-        while (message := await channel.receive(reader)) is not None:
-            match message:
-                case Submit():
-                    self.dispatcher.submit(link, message)
-                case Control():
-                    self._spawn(self._control(writer, message))
-                case Applied():
-                    self._channels.applied(index, message)
-                case Hello():
-                    self._channels.writers[index] = writer
-                    hello.set_result(message.pid)
-        self._channels.gone(index)
-        if not hello.done():
-            hello.set_exception(RuntimeError(f"front end {index} exited during start-up (see its log)"))
-        elif self.http_url:
-            log.warning("front end %d exited", index)
+    def _front_end_message(self, index: int, writer, message) -> None:
+        match message:
+            case Control():
+                self._spawn(self._control(writer, message))
+            case Applied():
+                self._channels.applied(index, message)
+            case Hello():
+                self._channels.writers[index] = writer
 
     async def _control(self, writer, message: Control) -> None:
         """Answer a front end's call (see control.py)."""
@@ -382,19 +392,11 @@ class Service:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for writer in self._writers:  # front ends first: they answer what they hold
-            if not writer.is_closing():
-                writer.write(channel.encode(Stop()))
+        for front_end in self.front_ends:  # front ends first: they answer what they hold
+            front_end.stop()
         timeout = self.config.server.request_timeout_s + 10
-        for process in self.front_ends:
-            await asyncio.to_thread(process.join, timeout)
-            if process.is_alive():
-                process.kill()
-                await asyncio.to_thread(process.join)
-        for task in self._links:
-            task.cancel()
-        for writer in self._writers:
-            writer.close()
+        for front_end in self.front_ends:
+            await front_end.join(timeout)
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self.dispatcher:

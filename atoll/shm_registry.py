@@ -78,6 +78,9 @@ class RegionBook:
     def __init__(self):
         self._regions: dict[str, SystemRegion | CudaRegion] = {}
 
+    def all(self) -> tuple[SystemRegion | CudaRegion, ...]:
+        return tuple(self._regions.values())
+
     def add(self, region: SystemRegion | CudaRegion) -> None:
         if region.name in self._regions:
             raise ApiError(ErrorCode.ALREADY_EXISTS, f"shared memory region '{region.name}' already in manager")

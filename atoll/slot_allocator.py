@@ -32,6 +32,10 @@ class SlotAllocator:
         """The most slots one request of `priority` can ever hold."""
         return self.arena.count - (0 if priority == Priority.RT else self.rt_reserve)
 
+    def hold(self, index: int) -> None:
+        """Take slot `index` out of use until it is released (before any request is served)."""
+        self._free.remove(index)
+
     async def acquire(self, n: int, priority: Priority) -> list[int]:
         if not 0 < n <= self.most(priority):
             raise ValueError(f"a request of {n} rows cannot fit the front end's "

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import logging
 import multiprocessing
+import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
 
+from fpga_host import jpeg_header
 from fpga_host.status import PreprocessError, Status
 
+log = logging.getLogger("atoll.preprocess")
 IMAGE_STAGES = ("decode", "resize", "crop", "normalize")
 AUDIO_STAGES = ("mel", "normalize")
 
@@ -51,9 +56,23 @@ def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
     return int(round((h - crop) / 2)), int(round((w - crop) / 2))
 
 
+def image_size(data: bytes, max_dim: int) -> tuple[int, int]:
+    """(height, width) of a JPEG from its frame header, refusing what no decode should start on:
+    a file without a readable header (CORRUPT) or over `max_dim` (TOO_LARGE). Checked before any
+    decode, since a 1 KB file can claim 30000x30000 (OpenCV then took 10 s and 5 GB to refuse it)."""
+    size = jpeg_header.frame_size(data)
+    if size is None:
+        raise PreprocessError(Status.CORRUPT, "not a JPEG file with a readable frame header")
+    h, w = size
+    if max(h, w) > max_dim:
+        raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {max_dim} pixel limit")
+    return size
+
+
 def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams(),
           out: np.ndarray | None = None) -> np.ndarray:
-    """JPEG (or any OpenCV-decodable) bytes -> the array after `stage` (see IMAGE_STAGES).
+    """JPEG bytes -> the array after `stage` (see IMAGE_STAGES); the size is checked from the
+    header first (`image_size`), as the DPU does, so no input makes the decode a bomb.
 
     With `out` (a float32 buffer at least as large as the result, e.g. a shared-memory slot) the
     normalised image is written into its start and that view is returned; float16 values are then
@@ -64,13 +83,11 @@ def image(data: bytes, stage: str = "normalize", params: ImageParams = ImagePara
 
     if stage not in IMAGE_STAGES:
         raise ValueError(f"unknown image stage {stage!r}; expected one of {IMAGE_STAGES}")
-    buf = np.frombuffer(data, dtype=np.uint8)
-    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION) if buf.size else None
+    image_size(data, params.max_dim)
+    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None:
         raise PreprocessError(Status.CORRUPT, "OpenCV could not decode the image")
     h, w = bgr.shape[:2]
-    if max(h, w) > params.max_dim:
-        raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {params.max_dim} pixel limit")
     if stage == "decode":
         return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     rh, rw = resized_shape(h, w, params.resize_short)
@@ -120,15 +137,21 @@ def pcm_to_float(pcm: np.ndarray) -> np.ndarray:
     raise PreprocessError(Status.BAD_ARGS, f"audio samples must be int16 or float32, got {pcm.dtype}")
 
 
-def validate_audio(y: np.ndarray, sample_rate: int, max_seconds: float) -> None:
+def validate_length(samples: int, sample_rate: int, max_seconds: float) -> None:
+    """Refuse a rate outside 8-48 kHz, no samples, or more than `max_seconds` (callers with a file
+    header check it before decoding: the decoder allocates what the header claims)."""
     if not MIN_RATE <= sample_rate <= MAX_RATE:
         raise PreprocessError(Status.BAD_RATE,
                               f"sample rate {sample_rate} Hz outside {MIN_RATE}..{MAX_RATE} Hz")
-    if y.size == 0:
+    if samples == 0:
         raise PreprocessError(Status.EMPTY, "audio has no samples")
-    if y.size > max_seconds * sample_rate:
+    if samples > max_seconds * sample_rate:
         raise PreprocessError(Status.TOO_LONG,
-                              f"{y.size / sample_rate:.2f} s exceeds the {max_seconds:g} s limit")
+                              f"{samples / sample_rate:.2f} s exceeds the {max_seconds:g} s limit")
+
+
+def validate_audio(y: np.ndarray, sample_rate: int, max_seconds: float) -> None:
+    validate_length(y.size, sample_rate, max_seconds)
     if not np.isfinite(y).all():
         raise PreprocessError(Status.NON_FINITE, "audio contains NaN or infinite samples")
 
@@ -190,20 +213,25 @@ def init_worker() -> None:
 
 class CpuPool:
     """The CPU path: a `spawn` process pool of `workers` processes, or, with 0, the caller's own
-    thread (the server's front ends call it from their preprocessing lanes)."""
+    thread (the server's front ends call it from their preprocessing lanes). A pool broken by a
+    worker's death (SIGKILL, OOM) is replaced, and the requests it lost run once more on the new
+    one: one dead process must not fail every later request."""
 
     def __init__(self, workers: int):
         self.workers = workers
         self._executor: cf.Executor | None = None
+        self._lock = threading.Lock()
         self.warming: list[cf.Future] = []
         if workers > 0:
-            self._executor = cf.ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=init_worker)
+            self._executor = self._start()
             # Start (and warm) every worker now, in the background, so the first request, often
             # a fallback from the DPU, does not pay for process start-up and librosa's first call.
             # A server waits on `warming` before it reports ready.
             self.warming = [self._executor.submit(int) for _ in range(workers)]
+
+    def _start(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=init_worker)  # fmt: skip
 
     def image(self, data: bytes, stage: str, params: ImageParams, out: np.ndarray | None = None) -> cf.Future:
         """Future of (array, compute seconds); `out` only in the caller's thread (workers=0)."""
@@ -214,16 +242,45 @@ class CpuPool:
         return self._submit(audio, pcm, sample_rate, stage, max_seconds, out)
 
     def _submit(self, fn, *args) -> cf.Future:
-        if self._executor is not None:
-            if args[-1] is not None:
-                raise ValueError("a process pool cannot write into the caller's buffer")
-            return self._executor.submit(timed, fn, *args[:-1])
         future: cf.Future = cf.Future()
-        try:
-            future.set_result(timed(fn, *args))
-        except Exception as exc:  # PreprocessError and the like reach the caller through the future
-            future.set_exception(exc)
+        if self._executor is None:
+            try:
+                future.set_result(timed(fn, *args))
+            except Exception as exc:  # PreprocessError and the like reach the caller through the future
+                future.set_exception(exc)
+            return future
+        if args[-1] is not None:
+            raise ValueError("a process pool cannot write into the caller's buffer")
+        self._run(future, fn, args[:-1], retries=1)
         return future
+
+    def _run(self, outer: cf.Future, fn, args: tuple, retries: int) -> None:
+        executor = self._executor
+        try:
+            inner = executor.submit(timed, fn, *args)
+        except BrokenProcessPool:
+            inner = self._replace(executor).submit(timed, fn, *args)
+
+        def done(f: cf.Future) -> None:
+            error = f.exception()
+            if isinstance(error, BrokenProcessPool) and retries:
+                self._replace(executor)
+                self._run(outer, fn, args, retries - 1)
+            elif error is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(f.result())
+
+        inner.add_done_callback(done)
+
+    def _replace(self, broken: cf.Executor) -> cf.Executor:
+        """A new pool in place of `broken` (once, however many of its requests notice)."""
+        with self._lock:
+            if self._executor is broken:
+                log.warning("a CPU preprocessing process died; starting a new pool of %d", self.workers)
+                broken.shutdown(wait=False)
+                self._executor = self._start()
+            return self._executor
 
     def close(self) -> None:
         if self._executor is not None:

@@ -38,6 +38,15 @@ def jpeg_bytes(width: int, height: int, seed: int = 0, progressive: bool = False
     return buf.tobytes()
 
 
+def jpeg_bomb(width: int = 30000, height: int = 30000) -> bytes:
+    """A tiny (< 1 KB) valid JPEG whose frame header claims `width` x `height`: what a decoder
+    would allocate for before it finds the data missing."""
+    data = bytearray(jpeg_bytes(16, 16, quality=50))
+    sof = data.index(b"\xff\xc0")  # baseline frame header: marker, length, precision, height, width
+    data[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
 def tone(seconds: float, rate: int, freq: float = 440.0, dtype=np.int16, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(int(seconds * rate)) / rate

@@ -15,6 +15,7 @@ BENCHES: dict[str, str] = {
     "preempt": "atoll.bench.preempt",
     "worker": "atoll.bench.worker",
     "serve": "atoll.bench.serve",
+    "robust": "atoll.bench.robust",
 }
 
 

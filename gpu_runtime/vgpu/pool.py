@@ -3,22 +3,29 @@
 `submit` (arrays, copied into the pool's segments) and `submit_rows` (rows already in front-end slot
 arenas) return a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
 One monitor thread waits on every worker's pipe and process sentinel at once: replies resolve
-futures, and a sentinel firing means the worker died. A dead worker is restarted, its models are
+futures, and a sentinel firing means the worker died. A dead worker is restarted (at once, or after
+a `backoff.Backoff` delay when it keeps dying; there is no lifetime budget), its models are
 reloaded, and the requests it had in flight are re-sent, each at most `crash_retries` times; after
-that (or after `max_restarts` restarts of that worker) they fail with WorkerCrashed. Every request
-therefore ends in a result or an exception, never a hang.
+that they fail with WorkerCrashed. Every request therefore ends in a result or an exception, never a
+hang. Deaths are logged at WARNING; `on_change` (if given) is called from the monitor thread
+whenever a worker dies, starts or finishes loading a model, so a server can say which models have a
+worker that can run them (`ready_models`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import multiprocessing
 import os
 import queue
 import secrets
 import selectors
+import signal
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -26,14 +33,18 @@ import numpy as np
 
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
+from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
 from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
                                        Ready, Row, Run, RunRows, Stop, Unload, Unloaded)
 from gpu_runtime.vgpu.worker import worker_main
 
+log = logging.getLogger("atoll.vgpu")
+
 
 class WorkerCrashed(RuntimeError):
-    """The worker died while the request was in flight, more often than the retry budget allows."""
+    """The worker died while the request was in flight, more often than the retry budget allows
+    (or it could not start at all)."""
 
 
 class WorkerError(RuntimeError):
@@ -60,12 +71,12 @@ class WorkerState:
 
     info: VGpuInfo
     pid: int | None = None
-    ready: bool = False
+    ready: bool = False  # this incarnation is up (False from its death until its successor says Ready)
     restarts: int = 0
-    alive: bool = True  # False once the worker exhausted its restarts or could not start
+    alive: bool = True  # False once the worker could not start (it would fail the same way again)
     error: str | None = None  # why it is not alive
     last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
-    loaded: dict[str, dict] = field(default_factory=dict)  # model -> executor description
+    loaded: dict[str, dict] = field(default_factory=dict)  # model -> description, this incarnation
     inflight_runs: int = 0
     program_builds: int = 0  # shapes built after their model's load (see worker.py), all lifetimes
 
@@ -80,14 +91,17 @@ class WorkerState:
 
 
 class _Worker:
-    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine):
+    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine, backoff: Backoff):
         self.state = WorkerState(info)
         self.ctx = ctx
         self.engine = engine
+        self.backoff = backoff
         self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, _Request] = {}
         self.models: dict[str, Load] = {}  # model -> its load message, replayed after a restart
         self.builds_before = 0  # program builds of the incarnations before this one
+        self.conn = None  # None from a death until the restart
+        self.restart_at: float | None = None  # when a dead worker is started again
         self.start()
 
     def start(self) -> None:
@@ -100,28 +114,41 @@ class _Worker:
         )
         self.process.start()
         child.close()
+        self.backoff.started(time.monotonic())
         self.state.pid = self.process.pid
         self.state.ready = False
+        self.state.loaded = {}
+        self.restart_at = None
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(
+        self.sender = threading.Thread(
             target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
-        ).start()
+        )
+        self.sender.start()
 
     def send(self, message) -> None:
         """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
         self.outbox.put(message)
 
     def retire(self) -> None:
-        """Stop this incarnation's sender thread (after anything already queued)."""
+        """Stop this incarnation's sender thread after anything already queued; the pool no longer
+        reads its pipe. The thread closes the pipe itself: closed here, a send it had begun could
+        write into the successor's pipe, which may reuse the descriptor number (a re-run then
+        reached the new worker before its models)."""
         self.outbox.put(None)
+        self.conn = None
 
 
 def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
+    """Send what is queued until `retire`; close the pipe only then, since until then the pool's
+    monitor may still read it (a send fails once the worker dies, before the monitor knows)."""
+    failed = False
     while (message := outbox.get()) is not None:
-        try:
-            conn.send(message)
-        except OSError:  # the worker died; the pool restarts it and re-sends what is in flight
-            return
+        if not failed:
+            try:
+                conn.send(message)
+            except OSError:  # the worker died; the pool restarts it and re-sends what is in flight
+                failed = True
+    conn.close()
 
 
 class WorkerPool:
@@ -130,23 +157,27 @@ class WorkerPool:
         infos: list[VGpuInfo],
         executor: str = "onnxruntime",
         crash_retries: int = 1,
-        max_restarts: int = 5,
         engine=None,
+        backoff: Backoff | None = None,
+        on_change: Callable[[], None] | None = None,
     ):
         """`engine` is what runs batches inside each worker: a picklable callable taking the
-        worker's VGpuInfo (see gpu_runtime.vgpu.worker); None for `serial_engine.SerialEngine`."""
+        worker's VGpuInfo (see gpu_runtime.vgpu.worker); None for `serial_engine.SerialEngine`.
+        `backoff` is the restart policy each worker starts from (default `Backoff()`)."""
         if not infos:
             raise ValueError("WorkerPool needs at least one vGPU")
         self.executor = executor
         self.crash_retries = crash_retries
-        self.max_restarts = max_restarts
+        self.on_change = on_change or (lambda: None)
+        backoff = backoff or Backoff()
         self._prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
         self._ids = itertools.count()
         self._lock = threading.RLock()
         self._closed = False
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine) for info in infos}
+        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine, dataclasses.replace(backoff))
+                         for info in infos}  # fmt: skip
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="vgpu-monitor", daemon=True
@@ -158,6 +189,11 @@ class WorkerPool:
     @property
     def workers(self) -> dict[str, WorkerState]:
         return {vid: w.state for vid, w in self._workers.items()}
+
+    def ready_models(self) -> set[str]:
+        """The models some worker can run now: it is up and has loaded them in this incarnation."""
+        with self._lock:
+            return {model for w in self._workers.values() if w.state.ready for model in w.state.loaded}
 
     def load_model(
         self,
@@ -266,7 +302,7 @@ class WorkerPool:
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join()
-            worker.conn.close()
+            worker.sender.join(timeout)  # its worker is gone: its last send fails at once
             self._fail_all(worker, PoolClosed("pool closed before the request finished"))
             worker.segments.close()
         self._wake_r.close()
@@ -306,11 +342,16 @@ class WorkerPool:
                 with self._lock:
                     if self._closed:
                         return
+                    now = time.monotonic()
+                    for worker in self._workers.values():
+                        if worker.restart_at is not None and worker.restart_at <= now:
+                            self._start_again(worker)
                     wanted = {}
                     for worker in self._workers.values():
-                        if worker.state.alive:
+                        if worker.conn is not None:
                             wanted[worker.conn.fileno()] = (worker, worker.conn)
                             wanted[worker.process.sentinel] = (worker, worker.process)
+                    restarts = [w.restart_at for w in self._workers.values() if w.restart_at is not None]
                 for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
                     selector.unregister(fd)
                     del watched[fd]
@@ -318,19 +359,18 @@ class WorkerPool:
                     if fd not in watched:
                         selector.register(fd, selectors.EVENT_READ, data)
                         watched[fd] = data
-                for key, _ in selector.select():  # handles of a worker restarted meanwhile are stale
+                timeout = max(0.0, min(restarts) - time.monotonic()) if restarts else None
+                for key, _ in selector.select(timeout):  # handles of a worker that died meanwhile are stale
                     if key.data is None:
                         self._wake_r.recv()
                         continue
                     worker, handle = key.data
                     if handle is worker.conn:
                         self._receive(worker)
-                    elif handle is worker.process and not self._closed:
+                    elif handle is worker.process and worker.conn is not None and not self._closed:
                         self._drain(worker)  # replies sent just before dying still count
-                        if worker.state.alive:
-                            self._restart(worker)
-                        else:
-                            worker.process.join()  # reap it; it stays dead
+                        self._on_death(worker)
+                        self.on_change()
         finally:
             selector.close()
 
@@ -358,6 +398,7 @@ class WorkerPool:
                     worker.state.alive = False
                     worker.state.error = reason
                 self._fail_all(worker, WorkerError(f"{worker.state.info.id}: cannot start: {reason}"))
+                self.on_change()
                 return
         with self._lock:
             request = worker.inflight.pop(reply.req, None)
@@ -373,8 +414,10 @@ class WorkerPool:
             case Loaded(description=description):
                 worker.state.loaded[request.message.model] = description
                 self._finish(worker, request, result=description)
+                self.on_change()
             case Unloaded():
                 self._finish(worker, request)
+                self.on_change()
             case Ran():
                 self._ran(worker, reply)
                 self._finish(worker, request, result=self._outputs(request, reply))
@@ -411,55 +454,61 @@ class WorkerPool:
         else:
             request.future.set_result(result)
 
-    def _restart(self, worker: _Worker) -> None:
+    def _on_death(self, worker: _Worker) -> None:
+        """Reap a dead worker and schedule its successor, at once or after its backoff. What it had
+        in flight waits for the successor, except requests it has now died running more than
+        `crash_retries` times, which fail here (and everything, if it cannot start at all)."""
         with self._lock:
             worker.process.join()
             code = worker.process.exitcode
+            served = worker.state.ready
             worker.retire()
-            worker.conn.close()
+            worker.state.ready = False
+            worker.state.loaded = {}
             worker.builds_before = worker.state.program_builds
-            pending = [worker.inflight[r] for r in sorted(worker.inflight)]
-            worker.inflight.clear()
-            worker.state.inflight_runs = 0
-            for request in pending:
-                if isinstance(request.message, Run):
-                    shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker
-            if code > 0 and not worker.state.ready:
+            vgpu = worker.state.info.id
+            if not worker.state.alive:  # it said why it cannot start (Fatal) and exited
+                return
+            if code > 0 and not served:
                 # It exited by itself before serving (e.g. spawn could not import the parent's
                 # __main__): a restart would fail the same way.
-                worker.state.error = f"exited with code {code} during startup (see its stderr)"
-            elif worker.state.restarts >= self.max_restarts:
-                worker.state.error = f"died (exit {code}) after {worker.state.restarts} restarts"
-            if worker.state.error:
                 worker.state.alive = False
-                error = WorkerCrashed(
-                    f"{worker.state.info.id}: worker {worker.state.error}; vGPU disabled"
-                )
-                for request in pending:
-                    self._finish(worker, request, exception=error)
+                worker.state.error = f"exited with code {code} during startup (see its stderr)"
+                log.error("vGPU %s: worker %s; vGPU disabled", vgpu, worker.state.error)
+                self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker {worker.state.error}; vGPU disabled"))
                 return
-            worker.state.restarts += 1
-            worker.start()
-            pending_loads = {r.message.model for r in pending if isinstance(r.message, Load)}
-            for name, message in worker.models.items():
-                if name not in pending_loads:
-                    replay = dataclasses.replace(message, req=next(self._ids))
-                    self._dispatch(worker, _Request(replay.req, Future(), replay))
-            for request in pending:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            for req, request in list(worker.inflight.items()):
+                if isinstance(request.message, Run):
+                    shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker
                 request.crashes += 1
                 if request.crashes > self.crash_retries:
+                    del worker.inflight[req]
                     if isinstance(request.message, Load):
                         worker.models.pop(request.message.model, None)
-                    self._finish(
-                        worker,
-                        request,
-                        exception=WorkerCrashed(
-                            f"{worker.state.info.id}: worker died (exit {code}) while running this"
-                            f" request, {request.crashes} time(s)"
-                        ),
-                    )
-                else:
-                    self._dispatch(worker, request)
+                    self._finish(worker, request, exception=WorkerCrashed(
+                        f"{vgpu}: worker died ({how}) while running this request, {request.crashes} time(s)"))
+            delay = worker.backoff.delay(time.monotonic())
+            log.warning("vGPU %s: worker (pid %d) died, %s; restarting it%s", vgpu, worker.state.pid, how,
+                        f" in {delay:.1f} s (it died again soon after its last start)" if delay else "")
+            worker.restart_at = time.monotonic() + delay
+
+    def _start_again(self, worker: _Worker) -> None:
+        """Start the successor of a dead worker (under the lock): reload its models, then re-send
+        what was in flight, in the order it was first sent."""
+        pending = [worker.inflight[r] for r in sorted(worker.inflight)]
+        worker.inflight.clear()
+        worker.state.inflight_runs = 0
+        worker.state.restarts += 1
+        worker.start()
+        pending_loads = {r.message.model for r in pending if isinstance(r.message, Load)}
+        for name, message in worker.models.items():
+            if name not in pending_loads:
+                replay = dataclasses.replace(message, req=next(self._ids))
+                self._dispatch(worker, _Request(replay.req, Future(), replay))
+        for request in pending:
+            self._dispatch(worker, request)
+        self.on_change()
 
     def _fail_all(self, worker: _Worker, error: BaseException) -> None:
         with self._lock:

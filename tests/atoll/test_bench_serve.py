@@ -187,7 +187,7 @@ def test_plain_baseline_answers_as_onnxruntime_does(plain_server, repository):
         got = np.frombuffer(payload[head:], dtype=np.float32).reshape(1, 1000)
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     status, payload, _ = _post(url, *infer_body("image", [b"not a jpeg"]))
-    assert status == 400 and "decode" in json.loads(payload)["error"]
+    assert status == 400 and "not a JPEG" in json.loads(payload)["error"]
     assert _post(f"{plain_server.url}/v2/models/nope/infer", b"{}", {})[0] == 404
 
 

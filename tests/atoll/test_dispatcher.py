@@ -1,6 +1,7 @@
 """The dispatcher over a stand-in worker pool: best-effort rows batched by PREBA and padded to their
 bucket's upper length, real-time rows sent at once (in chunks of the largest batch), rows whose
-deadline passed answered EXPIRED without running, one Done per front end per batch."""
+deadline passed answered EXPIRED without running, rows whose request gave up (or whose front end
+died) dropped unexecuted, one Done per front end per batch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from atoll import lengths
-from atoll.channel import Done, Failure, Submit
+from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics
@@ -21,6 +22,8 @@ from gpu_runtime.vgpu.messages import Row
 AUDIO = ModelPlan("asr", "1", max_batch=2, frame_axis=1, padded_frames=(251, 501))
 PLANS = {"asr": AUDIO}
 POLICY = {"asr": ModelBatching("audio", (BucketPolicy(2.5, 2, 0.001), BucketPolicy(5.0, 2, 0.001)))}
+# batches go only when full: a lone row stays queued
+PATIENT = {"asr": ModelBatching("audio", (BucketPolicy(2.5, 2, 3600.0), BucketPolicy(5.0, 2, 3600.0)))}
 
 
 @dataclass
@@ -122,6 +125,67 @@ def test_a_failed_batch_answers_every_row_and_program_builds_are_counted():
         pool.batches[1][5].set_result(([],))
         await settle()
         assert b'atoll_program_builds_total{vgpu="cpu0"} 1.0' in metrics.render()
+        await dispatcher.stop()
+
+    asyncio.run(main())
+
+
+def _patient_dispatcher(pool):
+    batcher = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01, policies=PATIENT)
+    dispatcher = Dispatcher(PLANS, pool, batcher, Metrics(), LatencyModel(), {"cpu0": "cpu"})
+    dispatcher.start()
+    return dispatcher
+
+
+def test_cancelled_rows_leave_the_queue_unexecuted_and_late_cancels_change_nothing():
+    async def main():
+        pool = StandInPool()
+        dispatcher = _patient_dispatcher(pool)
+        fe0 = Writer()
+        link, far = FrontEndLink(fe0), dispatcher.now() + 60
+        dispatcher.submit(link, Submit("asr", Priority.BE, far, (row(0, 100),)))
+        dispatcher.cancel(Cancel((row(0, 100),)))  # its request gave up while it was queued
+        dispatcher.submit(link, Submit("asr", Priority.BE, far, (row(1, 100), row(2, 100))))
+        await settle()
+        [first] = pool.batches  # rows 0 and 1 formed the batch; row 0 did not go
+        assert [r.index for r in first[2]] == [1]
+        [cancelled] = fe0.messages
+        assert cancelled.failure == Failure.CANCELLED and cancelled.rows == (row(0, 100),)
+        # a cancel for a row already sent (its answer is on its way) is ignored, and leaves nothing
+        # behind that could drop the slot's next row
+        dispatcher.cancel(Cancel((row(1, 100),)))
+        first[5].set_result(([],))
+        await settle()
+        dispatcher.submit(link, Submit("asr", Priority.BE, far, (row(1, 100),)))
+        await settle()
+        assert [r.index for r in pool.batches[1][2]] == [2, 1]
+        assert link.outstanding == {("fe0-asr", 2), ("fe0-asr", 1)}
+        pool.batches[1][5].set_result(([], []))
+        await dispatcher.stop()
+
+    asyncio.run(main())
+
+
+def test_a_dead_front_ends_rows_are_dropped_and_its_successor_hears_of_the_running_ones():
+    async def main():
+        pool = StandInPool()
+        dispatcher = _patient_dispatcher(pool)
+        old, new = Writer(), Writer()
+        link, far = FrontEndLink(old), dispatcher.now() + 60
+        dispatcher.submit(link, Submit("asr", Priority.BE, far, (row(0, 100), row(1, 100), row(2, 100))))
+        await settle()
+        [running] = pool.batches  # rows 0 and 1 run; row 2 waits for a partner
+        held = dispatcher.forget(link)  # the front end died
+        link.writer = new
+        assert held == {("fe0-asr", 0), ("fe0-asr", 1), ("fe0-asr", 2)}
+        running[5].set_result(([], []))
+        dispatcher.submit(FrontEndLink(Writer()), Submit("asr", Priority.BE, far, (row(7, 100, "fe1-asr"),)))
+        await settle()
+        assert [r.index for r in pool.batches[1][2]] == [7]  # row 2 was dropped, not run
+        answered = {r.index: m.failure for m in new.messages for r in m.rows}
+        assert answered == {0: None, 1: None, 2: Failure.CANCELLED} and not old.messages
+        assert not link.outstanding
+        pool.batches[1][5].set_result(([],))
         await dispatcher.stop()
 
     asyncio.run(main())

@@ -50,3 +50,52 @@ def test_response_has_an_empty_raw_entry_for_an_output_in_shared_memory():
     assert [o.name for o in response.outputs] == ["y", "z", "c"] and list(response.outputs[1].shape) == [1, 2]
     assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1.5, 2.5]
     assert response.raw_output_contents[1] == b"" and response.raw_output_contents[2] == b"\x05\x00\x00\x000.5:1"
+
+
+def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog):
+    """The client gives up (its deadline passes, the call is cancelled): the request stops, gives
+    its admission place back, and is counted as CANCELED at INFO, not as a BACKEND failure."""
+    import asyncio
+    import logging
+    import socket
+
+    import grpc
+
+    from atoll import grpc_server
+    from atoll.bench.bodies import grpc_request
+    from atoll.endpoints import Endpoints
+    from atoll.metrics import Metrics
+    from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.test_server_errors import SPEC, StuckFrontEnd
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def go():
+        endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions())
+        endpoints.ready = True
+        server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+                body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(body, timeout=0.5)
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            for _ in range(3000):  # the server hears of it on its own time
+                if b'reason="CANCELED"' in endpoints.metrics.render():
+                    break
+                await asyncio.sleep(0.01)
+            return endpoints
+        finally:
+            await server.stop(None)
+
+    with caplog.at_level(logging.INFO):
+        endpoints = asyncio.run(go())
+    text = endpoints.metrics.render().decode()
+    assert 'reason="CANCELED"' in text and 'reason="BACKEND"' not in text
+    assert all(a.in_flight == 0 for a in endpoints.admission.values())
+    cancelled = [r for r in caplog.records if "cancelled" in r.getMessage()]
+    assert cancelled and all(r.levelno <= logging.INFO for r in cancelled)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

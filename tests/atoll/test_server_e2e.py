@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 from concurrent.futures import ThreadPoolExecutor
 import urllib.error
@@ -16,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from atoll.bench.corpus import jpeg_bytes
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
 from atoll.bench.bodies import infer_body
 from atoll.protocol import HEADER_LENGTH
 from atoll.server_process import ServerProcess
@@ -251,3 +252,47 @@ def test_audio_batches_are_bucketed_in_metrics(server):
     # every shape those batches needed was built at load: nothing was built while serving
     builds = [line for line in text.splitlines() if line.startswith("atoll_program_builds_total")]
     assert builds and all(line.endswith(" 0.0") for line in builds)
+
+
+# -- hostile clients (issue #13): each refused before any work, with a JSON reason -------------------
+
+
+def _raw(url: str, head: bytes) -> str:
+    """Send `head` (request line, headers, perhaps part of a body) on a fresh connection; the answer."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head)
+        return sock.recv(65536).decode(errors="replace")
+
+
+@pytest.mark.parametrize("count", [1, 32])
+def test_header_dimension_bombs_are_refused_from_the_header(server, count):
+    """745 bytes claiming 30000x30000 once cost 9 s and 5.5 GB before their 400; 32 of them in one
+    request were answered 200 after 17 s."""
+    body, headers = infer_body("image", [jpeg_bomb()] * count)
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+    reason = json.loads(payload)["error"]
+    assert status == 400 and "30000x30000 exceeds the 8192 pixel limit" in reason
+
+
+def test_a_bytes_batch_over_max_batch_size_is_400(server):
+    body, headers = infer_body("image", [jpeg_bytes(64, 64)] * 33)
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+    assert status == 400 and "33 files in one request" in json.loads(payload)["error"]
+
+
+def test_oversized_garbled_and_unknown_requests_get_json_errors(server):
+    path = f"/v2/models/{MODEL}/infer"
+    answer = _raw(server.url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {70 << 20}\r\n\r\n{{".encode())
+    assert answer.startswith("HTTP/1.1 413") and '"error"' in answer
+    status, _, payload = _post(server.url + path, b"garbage" * 100, {"Content-Encoding": "gzip"})
+    assert status == 400 and "content-encoding" in json.loads(payload)["error"].lower()
+    status, body = _get(f"{server.url}/v2/no/such/endpoint")
+    assert status == 404 and json.loads(body)["error"]
+
+
+def test_a_bogus_wav_is_a_400_without_object_reprs(server):
+    body, headers = infer_body("audio", [b"RIFF\x10\x00\x00\x00WAVEfmt garbage"])
+    status, _, payload = _post(f"{server.url}/v2/models/{AUDIO_MODEL}/infer", body, headers)
+    reason = json.loads(payload)["error"]
+    assert status == 400 and "audio" in reason and " at 0x" not in reason and "BytesIO" not in reason

@@ -1,16 +1,22 @@
-"""The server's answers when the front end is slow or the server is full (aiohttp test client)."""
+"""The server's answers when the front end is slow, the server is full, or the client is hostile:
+bodies too large, badly encoded or too slow, unknown endpoints, readiness (aiohttp test client)."""
 
 import asyncio
+import gzip
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from atoll.endpoints import Endpoints
 from atoll.metrics import Metrics
+from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec
 from atoll.server import InferenceServer
 from atoll.shm_registry import Regions
+from gpu_runtime.priority import Priority
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -24,12 +30,42 @@ class StuckFrontEnd:
 
     models = {"m": SPEC}
 
-    async def infer(self, spec, request, priority):
+    async def infer(self, spec, request, priority, deadline):
         await asyncio.sleep(3600)
 
 
-def _endpoints(**kw) -> Endpoints:
-    return Endpoints(StuckFrontEnd(), Metrics(), Regions(), **kw)
+class EchoFrontEnd:
+    """A front end that answers at once: y = x."""
+
+    models = {"m": SPEC}
+
+    async def infer(self, spec, request, priority, deadline):
+        return {"y": request.inputs[0].data.astype(np.float32)}
+
+
+class Supervisor:
+    """The supervisor's repository index: every model loaded."""
+
+    async def ask(self, action):
+        assert isinstance(action, IndexModels)
+        return [{"name": "m", "version": "1", "state": "READY"}]
+
+
+def _endpoints(front_end=None, **kw) -> Endpoints:
+    return Endpoints(front_end or StuckFrontEnd(), Metrics(), Regions(), Supervisor(), **kw)
+
+
+def _serving(front_end, **kw) -> Endpoints:
+    endpoints = _endpoints(front_end, **kw)
+    endpoints.ready = True
+    endpoints.ready_models = frozenset({"m"})
+    return endpoints
+
+
+async def _client(endpoints: Endpoints, max_bytes: int = 1 << 20, body_timeout_s: float = 30.0) -> TestClient:
+    client = TestClient(TestServer(InferenceServer(endpoints, endpoints.metrics, body_timeout_s).app(max_bytes)))
+    await client.start_server()
+    return client
 
 
 def _post(server: Endpoints, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
@@ -47,11 +83,11 @@ def test_unanswered_request_times_out_with_504():
     server.ready = True
     [(status, body)] = _post(server)
     assert status == 504 and "0.2 s" in body["error"]
-    assert server.pending == {"rt": 0, "be": 0}  # the slot is released
+    assert all(a.in_flight == 0 for a in server.admission.values())  # its place is given back
     assert b'reason="TIMEOUT"' in server.metrics.render()
 
 
-def test_overload_is_refused_with_503():
+def test_a_fixed_bound_refuses_with_503_and_retry_after():
     server = _endpoints(max_pending=2, timeout_s=0.5)
     server.ready = True
     statuses = sorted(status for status, _ in _post(server, n=4))
@@ -70,3 +106,144 @@ def test_not_ready_is_503():
     server = _endpoints()
     [(status, body)] = _post(server)
     assert status == 503 and "starting" in body["error"]
+
+
+def test_every_error_is_json_even_for_unknown_endpoints_and_methods():
+    async def go():
+        client = await _client(_serving(EchoFrontEnd()))
+        try:
+            out = []
+            for method, path in (("GET", "/v2/nope"), ("POST", "/v2/health/ready"), ("GET", "/v2/models/nope"),
+                                 ("GET", "/v2/models/m/versions/7/ready")):  # fmt: skip
+                r = await client.request(method, path)
+                out.append((r.status, r.headers["Content-Type"], (await r.json())["error"]))
+            return out
+        finally:
+            await client.close()
+
+    results = asyncio.run(go())
+    assert [status for status, _, _ in results] == [404, 405, 404, 400]  # an unknown version's readiness: Triton's 400
+    assert all(kind.startswith("application/json") and message for _, kind, message in results)
+    assert results[0][2] == "Not Found" and results[1][2] == "Method Not Allowed"  # as Triton words them
+
+
+def test_an_unexpected_exception_is_a_json_500_without_a_traceback(caplog):
+    class Broken:
+        async def infer(self, spec, request, priority, deadline):
+            return {"y": object()}  # the encoder chokes on it
+
+    async def go():
+        client = await _client(_serving(Broken()))
+        try:
+            r = await client.post("/v2/models/m/infer", data=BODY)
+            return r.status, await r.json()
+        finally:
+            await client.close()
+
+    status, body = asyncio.run(go())
+    assert status == 500 and set(body) == {"error"} and "Traceback" not in body["error"]
+    assert " at 0x" not in body["error"]  # no object reprs
+
+
+@pytest.mark.parametrize("how", ["content-length", "chunked", "gzip"])
+def test_bodies_over_the_limit_get_413(how):
+    big = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}],
+                      "id": "x" * 5000}).encode()  # fmt: skip
+
+    async def chunks():
+        for i in range(0, len(big), 1000):
+            yield big[i:i + 1000]
+
+    async def go():
+        client = await _client(_serving(EchoFrontEnd()), max_bytes=4096)
+        try:
+            if how == "gzip":  # small on the wire, over the limit once decoded
+                r = await client.post("/v2/models/m/infer", data=gzip.compress(big),
+                                      headers={"Content-Encoding": "gzip"})  # fmt: skip
+            else:
+                r = await client.post("/v2/models/m/infer", data=big if how == "content-length" else chunks())
+            return r.status, await r.json()
+        finally:
+            await client.close()
+
+    status, body = asyncio.run(go())
+    assert status == 413 and "4096" in body["error"]
+
+
+def test_compressed_bodies_are_decoded_and_garbage_labelled_gzip_is_a_400():
+    async def go():
+        client = await _client(_serving(EchoFrontEnd()))
+        try:
+            out = []
+            for data, encoding in ((gzip.compress(BODY.encode()), "gzip"), (b"garbage" * 50, "gzip"),
+                                   (b"garbage" * 50, "deflate")):  # fmt: skip
+                r = await client.post("/v2/models/m/infer", data=data, headers={"Content-Encoding": encoding})
+                out.append((r.status, await r.json()))
+            return out
+        finally:
+            await client.close()
+
+    (ok, good), (bad, why), (bad2, _) = asyncio.run(go())
+    assert ok == 200 and good["outputs"][0]["data"] == [1.0, 2.0]
+    assert bad == bad2 == 400 and "content-encoding" in why["error"]
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408_and_never_counts_as_pending():
+    server = _serving(EchoFrontEnd())
+
+    async def go():
+        client = await _client(server, body_timeout_s=0.3)
+        try:
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            pending = sum(a.in_flight for a in server.admission.values())
+            head = await asyncio.wait_for(reader.read(1000), 30)
+            writer.close()
+            return pending, head.decode()
+        finally:
+            await client.close()
+
+    pending, head = asyncio.run(go())
+    assert pending == 0  # a slow body holds its connection only
+    assert head.startswith("HTTP/1.1 408") and '"error"' in head and "0.3 s" in head
+
+
+def test_readiness_follows_which_models_have_a_live_worker():
+    server = _serving(EchoFrontEnd())
+
+    async def go():
+        client = await _client(server)
+        try:
+            out = []
+            for models in ({"m"}, set()):
+                server.ready_models = frozenset(models)
+                health = await client.get("/v2/health/ready")
+                model = await client.get("/v2/models/m/ready")
+                index = await (await client.post("/v2/repository/index")).json()
+                out.append((health.status, model.status, index[0]["state"]))
+            return out
+        finally:
+            await client.close()
+
+    assert asyncio.run(go()) == [(200, 200, "READY"), (503, 400, "UNAVAILABLE")]  # 400: Triton's
+
+
+def test_an_overload_refusal_says_when_to_retry():
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+
+    async def go():
+        client = await _client(server)
+        try:
+            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))
+            while not server.admission[Priority.BE].in_flight:  # the first is admitted (and stuck)
+                await asyncio.sleep(0.01)
+            refused = await client.post("/v2/models/m/infer", data=BODY)
+            held.cancel()
+            return refused.status, refused.headers.get("Retry-After"), (await refused.json())["error"]
+        finally:
+            await client.close()
+
+    status, retry_after, reason = asyncio.run(go())
+    assert status == 503 and int(retry_after) >= 1 and "overloaded" in reason

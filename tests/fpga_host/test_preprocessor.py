@@ -154,3 +154,35 @@ def test_probe_never_raises_and_explains(tmp_path):
     broken = probe_backends(tmp_path / "missing.json")
     assert broken["backend"] == "cpu" or broken["backends"]["xrt"]["available"]
     assert "cannot read manifest" in broken["backends"]["emu"]["reason"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "emu"])
+def test_a_header_dimension_bomb_is_refused_before_any_decode(backend):
+    """A < 1 KB file claiming 30000x30000: TOO_LARGE from its header on every backend (OpenCV
+    decoding it first took 9 s and 5.5 GB), without touching the process's peak memory."""
+    import resource
+
+    from atoll.bench.corpus import jpeg_bomb
+
+    with Preprocessor(backend, cpu_workers=0) as pre:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with pytest.raises(PreprocessError) as info:
+            pre.submit_image(jpeg_bomb()).result(timeout=60)
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    assert info.value.status == Status.TOO_LARGE and "30000x30000" in str(info.value)
+    assert grown_mb < 50
+
+
+def test_a_killed_preprocessing_process_is_replaced_and_its_request_run_again():
+    """SIGKILL of a pool process once broke the pool for good (every later request: 500
+    BrokenProcessPool); now the pool is replaced and the lost request runs once more."""
+    import os
+    import signal
+
+    jpeg = jpeg_bytes(320, 240, seed=3)
+    with Preprocessor("cpu", cpu_workers=1) as pre:
+        before = pre.submit_image(jpeg).result(timeout=120).array
+        [pid] = list(pre._cpu._executor._processes)
+        os.kill(pid, signal.SIGKILL)
+        after = [pre.submit_image(jpeg).result(timeout=120).array for _ in range(3)]
+    assert all(np.array_equal(before, a) for a in after)

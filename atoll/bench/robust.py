@@ -1,0 +1,256 @@
+"""`atoll bench robust`: what hostile media, slow clients, overload and dead processes cost one
+`atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run on one server:
+
+- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request: the client's
+  time to its 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
+- slow: a good client's closed-loop throughput alone, then while `--slow` connections each hold a
+  request body open after its first byte (ratio; target >= 0.9);
+- overload: the closed-loop throughput above is the capacity; then an open loop at `--overload`
+  times it for `--overload-s` seconds: every request answered exactly once (no client timeout or
+  dropped connection), and goodput (answers 200 per second) over capacity (target >= 0.9);
+- kill: for each kind of child (front end, vGPU worker), SIGKILL under a light load: seconds until a
+  request sent after the kill succeeds, seconds until the successor runs, whether readiness said
+  503 meanwhile, and the restart counted in `atoll_worker_restarts_total{kind}`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from atoll.bench.bodies import infer_body, media_bytes
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
+from atoll.bench.cpustat import CpuMeter
+from atoll.bench.harness import emit
+from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
+from atoll.server_process import ServerProcess
+
+MODEL = "mobilenet_v3_small"
+KINDS = ("front_end", "vgpu")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("robust", help="hostile media, slow clients, overload and killed children (#13)")
+    p.add_argument("--slow", type=int, default=300, help="slow connections held open (default 300)")
+    p.add_argument("--concurrency", type=int, default=8, help="closed-loop connections of the good client (default 8)")
+    p.add_argument("--duration", type=float, default=15.0, help="seconds per throughput measurement (default 15)")
+    p.add_argument("--overload", type=float, default=3.0, help="open-loop rate over capacity (default 3)")
+    p.add_argument("--overload-s", type=float, default=60.0, help="seconds of overload (default 60)")
+    p.add_argument("--request-timeout", type=float, default=2.0, help="the server's request_timeout_s (default 2)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"),
+                   help="results JSON (default bench/results/robust_cpu.json)")
+    p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gpu_runtime.zoo import build
+    from gpu_runtime.zoo.repository import write_model
+
+    with tempfile.TemporaryDirectory(prefix="atoll-robust-") as root:
+        write_model(Path(root), MODEL, build(MODEL))
+        serve = ["--repository", root, "--backend", "cpu", "--set", f"server.request_timeout_s={args.request_timeout:g}"]
+        with ServerProcess(serve) as server:
+            doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "bomb": _bomb(server)}
+            alone = _closed_loop(server, args.concurrency, args.duration)
+            slow = _with_slow_connections(server, args.slow, lambda: _closed_loop(server, args.concurrency, args.duration))
+            doc["slow"] = {"connections": args.slow, "alone_rps": alone["rps"], "alone_cores": alone["cores"],
+                           "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
+                           "ratio": round(slow["rps"]["rps"] / alone["rps"], 3), "slow_answers": slow["answers"]}  # fmt: skip
+            doc["overload"] = _overload(server, alone, args.overload, args.overload_s)
+            doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
+    b, s, o = doc["bomb"], doc["slow"], doc["overload"]
+    summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms), "
+               f"+{b['extra_peak_rss_mb']} MB peak RSS",
+               f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
+               f"({s['ratio']:.0%})",
+               f"overload {o['factor']:g}x for {o['seconds']:g} s: goodput {o['goodput_rps']} req/s = "
+               f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} ({o['goodput_per_server_core_over_capacity']} per "
+               f"server core; the server had {o['cores']['server']} cores against {o['capacity_cores']['server']}); "
+               f"unanswered {o['unanswered']}",
+               *(f"kill {kind}: requests succeed again after {k['recovered_s']} s, successor after {k['successor_s']} s, "
+                 f"readiness false meanwhile: {k['readiness_false_seen']}" for kind, k in doc["kill"].items())]  # fmt: skip
+    emit(doc, args.out, args.json, summary)
+    return 0
+
+
+def _post(url: str, body: bytes, headers: dict, timeout_s: float = 60.0) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=timeout_s) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return -1
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return -1
+
+
+def _peak_rss_mb(pids) -> dict[int, float]:
+    out = {}
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            out[pid] = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    return out
+
+
+def _bomb(server: ServerProcess, reps: int = 20) -> dict:
+    url = f"{server.url}/v2/models/{MODEL}/infer"
+    fronts = server.children()["front_end"]
+    before = _peak_rss_mb(fronts)
+    doc = {"file_bytes": len(jpeg_bomb())}
+    for name, count in (("one", 1), ("thirty_two", 32)):
+        body, headers = infer_body("image", [jpeg_bomb()] * count)
+        times, statuses = [], set()
+        for _ in range(reps):
+            start = time.perf_counter()
+            statuses.add(_post(url, body, headers))
+            times.append(time.perf_counter() - start)
+        doc[name] = {"statuses": sorted(statuses), "median_ms": round(statistics.median(times) * 1e3, 2),
+                     "max_ms": round(max(times) * 1e3, 2)}  # fmt: skip
+    after = _peak_rss_mb(fronts)
+    doc["extra_peak_rss_mb"] = round(max(after[p] - before[p] for p in fronts), 1)
+    return doc
+
+
+def _plan(server: ServerProcess, seconds: float, **load) -> LoadPlan:
+    body = jpeg_bytes(640, 480, seed=1)
+    request = Request(0, MODEL, "image", "BYTES", (1, 1), media_bytes([body]), 0)
+    return LoadPlan(server.url, (request,), (1.0,), seconds, timeout_s=60.0, **load)
+
+
+def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, dict]:
+    """The load's records, its start, and the cores the server and the load used meanwhile."""
+    with LoadProcesses([plan]) as load:
+        meter = CpuMeter({"server": [server.proc.pid], "load": load.pids})
+        meter.start()
+        start = load.go()
+        while time.monotonic() < start + plan.seconds:
+            time.sleep(0.05)
+        cores = meter.stop()
+        records = load.records()
+    return records, start, cores
+
+
+def _closed_loop(server: ServerProcess, concurrency: int, seconds: float) -> dict:
+    records, start, cores = _drive(server, _plan(server, seconds, concurrency=concurrency))
+    ok = records[(records["status"] == 200) & (records["done"] <= start + seconds)]
+    return {"rps": round(len(ok) / seconds, 1), "cores": cores}
+
+
+def _with_slow_connections(server: ServerProcess, count: int, measure) -> dict:
+    """`measure()` while `count` connections each hold a request body open after its first byte;
+    what the server answered each of them once they were released (closed)."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=120)
+        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{{".encode())
+        socks.append(sock)
+    try:
+        rps = measure()
+    finally:
+        answers = {}
+        for sock in socks:
+            sock.setblocking(False)
+            try:
+                head = sock.recv(64).decode(errors="replace").split(" ")
+                key = head[1] if len(head) > 1 else "closed"
+            except BlockingIOError:  # still waiting for its body: it held only its connection
+                key = "waiting"
+            answers[key] = answers.get(key, 0) + 1
+            sock.close()
+    return {"rps": rps, "answers": answers}
+
+
+def _overload(server: ServerProcess, alone: dict, factor: float, seconds: float) -> dict:
+    """`alone` (the closed loop's throughput and cores) is the capacity. The server's cores are
+    reported beside it: on a small machine the open loop's client takes cores from the server."""
+    capacity = alone["rps"]
+    rate = factor * capacity
+    records, start, cores = _drive(server, _plan(server, seconds, rate=rate))
+    statuses, counts = np.unique(records["status"], return_counts=True)
+    ok = records["status"] == 200
+    span = float(records["done"].max()) - start  # until the last answer: the tail counts, as its time does
+    goodput = float(ok.sum()) / span
+    return {"factor": factor, "seconds": seconds, "capacity_rps": capacity, "offered_rps": round(rate, 1),
+            "sent": int(len(records)), "statuses": {str(s): int(c) for s, c in zip(statuses, counts)},
+            "unanswered": int((records["status"] < 0).sum()),
+            "goodput_rps": round(goodput, 1), "goodput_over_capacity": round(goodput / capacity, 3),
+            "cores": cores, "capacity_cores": alone["cores"],
+            "goodput_per_server_core_over_capacity": round(goodput / cores["server"] / (capacity / alone["cores"]["server"]), 3)
+            if cores["server"] and alone["cores"]["server"] else None,
+            "p99_ok_ms": round(float(np.percentile(records["done"][ok] - records["scheduled"][ok], 99)) * 1e3, 1)
+            if ok.any() else None}  # fmt: skip
+
+
+def _restarts(server: ServerProcess, kind: str) -> float:
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith(f'atoll_worker_restarts_total{{kind="{kind}"}}'))  # fmt: skip
+
+
+def _kill(server: ServerProcess, kind: str, patience_s: float = 120.0) -> dict:
+    url = f"{server.url}/v2/models/{MODEL}/infer"
+    body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=2)])
+    results, ready, stop = [], [], threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            sent = time.monotonic()
+            results.append((sent, _post(url, body, headers)))
+
+    def readiness() -> None:
+        while not stop.is_set():
+            ready.append((time.monotonic(), _status(f"{server.url}/v2/health/ready")))
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (client, client, readiness)]
+    for t in threads:
+        t.start()
+    while not any(status == 200 for _, status in results):
+        time.sleep(0.05)
+    before = _restarts(server, kind)
+    victims = server.children()[kind]
+    victim = min(victims)
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    recovered = successor = None
+    while time.monotonic() - killed < patience_s and (recovered is None or successor is None):
+        if recovered is None:
+            recovered = next((sent for sent, status in list(results) if sent > killed and status == 200), None)
+        now = server.children()[kind]
+        if successor is None and len(now) == len(victims) and victim not in now:
+            successor = time.monotonic()
+        time.sleep(0.02)
+    stop.set()
+    for t in threads:
+        t.join()
+    after_kill = [status for sent, status in results if sent > killed]
+    return {"victim_pid": victim,
+            "recovered_s": round(recovered - killed, 2) if recovered else None,
+            "successor_s": round(successor - killed, 2) if successor else None,
+            "readiness_false_seen": any(status != 200 for t, status in ready if t > killed),
+            "restarts_counted": _restarts(server, kind) - before,
+            "statuses_after_kill": {str(s): after_kill.count(s) for s in sorted(set(after_kill))}}  # fmt: skip

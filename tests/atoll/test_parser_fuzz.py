@@ -1,0 +1,121 @@
+"""A bounded mutation fuzz of what parses a client's bytes: the KServe v2 JSON body, the binary
+tensor extension, WAV/FLAC headers and data, and the media limits read from JPEG and WAV headers.
+Every mutation of a valid request must parse or fail with an error the server answers as the
+client's (400-class), never with anything it would answer 500 or crash on. Seeded: the same
+mutations on every run."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from atoll.bench.corpus import jpeg_bytes, synthetic_wav
+from atoll.config import PreprocessingConfig
+from atoll.errors import ApiError
+from atoll.front_end import priority_of
+from atoll.limits import MediaLimits
+from atoll.pipeline import read_wav
+from atoll.protocol import HEADER_LENGTH, decode_request, requested_outputs
+from atoll.repository import ModelSpec, TensorSpec
+from atoll.shm_registry import Regions
+from fpga_host.status import PreprocessError
+
+MUTATIONS = 2000
+SPEC = ModelSpec("m", "1", None, "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
+                 [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
+
+
+def _client_error(exc: BaseException) -> bool:
+    """What `endpoints.Endpoints.infer` answers with a 4xx."""
+    if isinstance(exc, ApiError):
+        return exc.code.http < 500
+    return isinstance(exc, (ValueError, PreprocessError))  # ProtocolError and MediaError are ValueErrors
+
+
+def _mutants(seed: int, data: bytes):
+    """Bit flips, byte overwrites, cuts, duplicated and deleted spans, and boundary values."""
+    rng = np.random.default_rng(seed)
+    for _ in range(MUTATIONS):
+        b = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            if not b:
+                break
+            i = int(rng.integers(0, len(b)))
+            match int(rng.integers(0, 6)):
+                case 0:
+                    b[i] ^= 1 << int(rng.integers(0, 8))
+                case 1:
+                    b[i] = int(rng.choice([0, 0x7F, 0x80, 0xFF, ord("9"), ord('"'), ord("-")]))
+                case 2:
+                    del b[i:]
+                case 3:
+                    j = min(len(b), i + int(rng.integers(1, 16)))
+                    b[i:i] = b[i:j]
+                case 4:
+                    del b[i:i + int(rng.integers(1, 16))]
+                case 5:
+                    b[i:i + 4] = struct.pack("<I", int(rng.choice([0, 1, 0x7FFFFFFF, 0xFFFFFFFF])))
+        yield bytes(b)
+
+
+def _parse(body: bytes, header_length: int | None) -> None:
+    request = decode_request(body, header_length, Regions())
+    priority_of(SPEC, request)
+    requested_outputs(request, ["y"])
+
+
+def _survives(parse, mutants) -> int:
+    """How many mutants parsed; raises on the first that fails as the server's fault."""
+    parsed = 0
+    for data in mutants:
+        try:
+            parse(data)
+        except Exception as exc:  # noqa: BLE001 - the point: nothing but client errors may escape
+            if not _client_error(exc):
+                raise AssertionError(f"{type(exc).__name__}: {exc} for {data[:120]!r}") from exc
+        else:
+            parsed += 1
+    return parsed
+
+
+def test_json_bodies():
+    body = json.dumps({"id": "7", "parameters": {"priority": 1},
+                       "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}],
+                       "outputs": [{"name": "y", "parameters": {"classification": 1}}]}).encode()  # fmt: skip
+    assert _survives(lambda d: _parse(d, None), _mutants(1, body)) > 0
+
+
+@pytest.mark.parametrize("datatype, raw", [("FP32", np.arange(4, dtype="<f4").tobytes()),
+                                           ("BYTES", struct.pack("<I", 3) + b"abc" + struct.pack("<I", 1) + b"z")])
+def test_binary_extension_bodies(datatype, raw):
+    head = json.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [2, 1] if datatype == "BYTES" else [2, 2],
+                                   "parameters": {"binary_data_size": len(raw)}}],
+                       "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()  # fmt: skip
+    body = head + raw
+    # the header length travels in an HTTP header: mutate it as well as the body
+    assert _survives(lambda d: _parse(d, len(head)), _mutants(2, body)) > 0
+    for length in (0, 1, len(head) - 1, len(head) + 1, len(body), len(body) + 1, -1):
+        try:
+            _parse(body, length)
+        except Exception as exc:  # noqa: BLE001
+            assert _client_error(exc), f"{HEADER_LENGTH}={length}: {exc!r}"
+
+
+def test_wav_files_and_their_limits():
+    wav = synthetic_wav(np.random.default_rng(3), 0.5)
+    limits = MediaLimits.of(PreprocessingConfig())
+
+    def parse(data: bytes) -> None:
+        limits.check("audio", [data])
+        pcm, rate = read_wav(data, limits.max_clip_seconds)
+        assert pcm.ndim == 1 and pcm.dtype == np.float32 and rate > 0
+
+    assert _survives(parse, _mutants(4, wav)) > 0
+
+
+def test_jpeg_headers_and_their_limits():
+    limits = MediaLimits.of(PreprocessingConfig())
+    assert _survives(lambda d: limits.check("image", [d]), _mutants(5, jpeg_bytes(48, 32))) > 0

@@ -1,0 +1,132 @@
+"""`atoll serve` against slow clients and dead children (issue #13), end to end.
+
+Slow clients: connections that send headers and a byte of a large body once made every infer
+answer 503 for as long as they stayed open, while readiness said 200. Dead children: a SIGKILLed
+child used to break the server for good (or after its fifth restart), unlogged and uncounted. Here
+every child kind `atoll serve` has (front-end processes and vGPU workers; preprocessing runs in the
+front ends' threads) is killed under load: every request gets exactly one answer, service comes
+back, and the restart is logged at WARNING and counted. Nothing waits on a fixed sleep: each step
+waits (with a generous bound) for the condition it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from atoll.bench.bodies import infer_body
+from atoll.bench.corpus import jpeg_bytes
+from atoll.server_process import ServerProcess
+
+MODEL = "mobilenet_v3_small"
+BODY_TIMEOUT_S = 2
+PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from gpu_runtime.zoo import build
+    from gpu_runtime.zoo.repository import write_model
+
+    root = tmp_path_factory.mktemp("repo")
+    write_model(root, MODEL, build(MODEL))
+    with ServerProcess(["--repository", str(root), "--backend", "cpu", "--front-ends", "2",
+                        "--set", f"server.body_timeout_s={BODY_TIMEOUT_S}", "--set", "vgpus.cpu_vgpus=1"]) as s:  # fmt: skip
+        yield s
+    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
+
+
+def _request(url: str, body: bytes = b"", headers: dict | None = None) -> int | str:
+    """The status of one request, or the name of the connection error that ended it: exactly one."""
+    req = urllib.request.Request(url, data=body or None, headers=headers or {}, method="POST" if body else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=PATIENCE_S) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        return type(getattr(e, "reason", e)).__name__
+
+
+def _until(condition, what: str):
+    deadline = time.monotonic() + PATIENCE_S
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {PATIENCE_S} s: {what}")
+        time.sleep(0.05)
+    return result
+
+
+def _metric(server, name: str) -> float:
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_slow_bodies_hold_only_their_own_connections(server):
+    infer = f"{server.url}/v2/models/{MODEL}/infer"
+    host, port = server.url.removeprefix("http://").split(":")
+    slow = []
+    for _ in range(100):  # headers and one byte of a 100 KB body, then nothing
+        sock = socket.create_connection((host, int(port)), timeout=PATIENCE_S)
+        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{{".encode())
+        slow.append(sock)
+    try:
+        body, headers = infer_body("image", [jpeg_bytes(320, 240)])
+        assert [_request(infer, body, headers) for _ in range(10)] == [200] * 10
+        assert _request(f"{server.url}/v2/health/ready") == 200
+        answers = [sock.recv(4096).decode(errors="replace") for sock in slow]
+    finally:
+        for sock in slow:
+            sock.close()
+    assert all(a.startswith("HTTP/1.1 408") and f"within {BODY_TIMEOUT_S} s" in a for a in answers)
+
+
+@pytest.mark.parametrize("kind", ["vgpu", "front_end"])
+def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_once(server, kind):
+    infer = f"{server.url}/v2/models/{MODEL}/infer"
+    body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=9)])
+    restarts = f'atoll_worker_restarts_total{{kind="{kind}"}}'
+    before = _metric(server, restarts)
+    sent, outcomes, killed_at, stop = [0], [], [0.0], threading.Event()
+    lock = threading.Lock()
+
+    def client() -> None:
+        while not stop.is_set():
+            with lock:
+                sent[0] += 1
+            outcome = _request(infer, body, headers)
+            with lock:
+                outcomes.append((time.monotonic(), outcome))
+
+    with ThreadPoolExecutor(4) as load:
+        for _ in range(4):
+            load.submit(client)
+        _until(lambda: sum(o == 200 for _, o in outcomes) >= 8, "requests succeed before the kill")
+        victims = server.children()[kind]
+        victim = min(victims)
+        os.kill(victim, signal.SIGKILL)
+        killed_at[0] = time.monotonic()
+        # service is back: several successes answered after the kill, and the death is counted
+        _until(lambda: sum(t > killed_at[0] and o == 200 for t, o in outcomes) >= 8, "requests succeed again")
+        _until(lambda: _metric(server, restarts) == before + 1, f"{restarts} counts the restart")
+        _until(lambda: (now := server.children()[kind]) and len(now) == len(victims) and victim not in now,
+               "its successor runs")
+        stop.set()
+    assert len(outcomes) == sent[0]  # every request sent got exactly one answer
+    kinds = Counter(o for _, o in outcomes)
+    assert not [o for o in kinds if isinstance(o, int) and 400 <= o < 500], kinds  # never the client's fault
+    assert _request(f"{server.url}/v2/health/ready") == 200
+    died = "vGPU cpu" if kind == "vgpu" else "front end"
+    assert any(died in line and f"(pid {victim}) died" in line and "SIGKILL" in line for line in server.log)
