@@ -33,6 +33,7 @@ from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
+from atoll.bench.servers import counter_total
 from atoll.server_process import ServerProcess
 
 MODEL = "mobilenet_v3_small"
@@ -204,13 +205,6 @@ def _overload(server: ServerProcess, alone: dict, factor: float, seconds: float)
             if ok.any() else None}  # fmt: skip
 
 
-def _restarts(server: ServerProcess, kind: str) -> float:
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
-        lines = r.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
-               if line.startswith(f'atoll_worker_restarts_total{{kind="{kind}"}}'))  # fmt: skip
-
-
 def _kill(server: ServerProcess, kind: str, patience_s: float = 120.0) -> dict:
     url = f"{server.url}/v2/models/{MODEL}/infer"
     body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=2)])
@@ -231,7 +225,7 @@ def _kill(server: ServerProcess, kind: str, patience_s: float = 120.0) -> dict:
         t.start()
     while not any(status == 200 for _, status in results):
         time.sleep(0.05)
-    before = _restarts(server, kind)
+    before = counter_total(server.url, "atoll_worker_restarts", kind=kind)
     victims = server.children()[kind]
     victim = min(victims)
     os.kill(victim, signal.SIGKILL)
@@ -252,5 +246,5 @@ def _kill(server: ServerProcess, kind: str, patience_s: float = 120.0) -> dict:
             "recovered_s": round(recovered - killed, 2) if recovered else None,
             "successor_s": round(successor - killed, 2) if successor else None,
             "readiness_false_seen": any(status != 200 for t, status in ready if t > killed),
-            "restarts_counted": _restarts(server, kind) - before,
+            "restarts_counted": counter_total(server.url, "atoll_worker_restarts", kind=kind) - before,
             "statuses_after_kill": {str(s): after_kill.count(s) for s in sorted(set(after_kill))}}  # fmt: skip

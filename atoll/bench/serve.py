@@ -146,7 +146,7 @@ class Bench:
         from atoll.bench.cpustat import CpuMeter
         from atoll.bench.loadproc import LoadPlan, LoadProcesses, split
         from atoll.bench.serve_analysis import loadgen_saturated, summarise
-        from atoll.bench.servers import program_builds
+        from atoll.bench.servers import counter_total
         from atoll.bench.traffic import weights_of
 
         a = self.args
@@ -166,7 +166,7 @@ class Bench:
             plans = split(plan(traffic.weights, rate, concurrency), self.procs)
             mode = "open" if rate else "closed"
         what = " + ".join(([f"{rate:.1f} req/s"] if rate else []) + ([f"{concurrency} conn"] if concurrency else []))
-        builds = program_builds(system.url)
+        builds = counter_total(system.url, "atoll_program_builds")
         with LoadProcesses(plans) as load:
             meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
             start = load.go()
@@ -198,7 +198,7 @@ class Bench:
         row["throughput_per_server_core"] = round(row["throughput_rps"] / cpu["server"], 1) if cpu["server"] else None
         row["loadgen"]["processes"] = len(plans)
         row["loadgen"]["saturated"] = loadgen_saturated(row, len(plans))
-        after = program_builds(system.url)
+        after = counter_total(system.url, "atoll_program_builds")
         row["program_builds"] = None if builds is None or after is None else after - builds
         row["ideal_rps"] = self.ideal_rps
         row["ideal_ratio"] = round(row["throughput_rps"] / self.ideal_rps, 3) if self.ideal_rps else None

@@ -75,17 +75,17 @@ def plain(repository: str, cpus: tuple[int, ...]):
         server.stop()
 
 
-def program_builds(url: str) -> float | None:
-    """`atoll_program_builds_total` summed over its labels; None where the server has no such
-    metric (a baseline, or an Atoll before it counted builds)."""
+def counter_total(url: str, family: str, **labels: str) -> float | None:
+    """The counter `family` (prometheus_client's name, without `_total`) from the server's
+    /metrics, summed over its samples carrying `labels`; None where the server has no such metric
+    (a baseline, or an Atoll before it counted it)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
             text = r.read().decode()
     except (urllib.error.URLError, OSError):
         return None
-    values = [s.value for family in text_string_to_metric_families(text)
-              if family.name == "atoll_program_builds" for s in family.samples
-              if s.name == "atoll_program_builds_total"]  # fmt: skip
+    values = [s.value for f in text_string_to_metric_families(text) if f.name == family for s in f.samples
+              if s.name == f"{family}_total" and labels.items() <= s.labels.items()]  # fmt: skip
     return sum(values) if values else None
