@@ -48,6 +48,10 @@ class ServerConfig:
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
 
+    def pending_share(self, front_ends: int) -> int:
+        """One front end's part of `max_pending_requests` (rounded up; 0 stays 0: no fixed bound)."""
+        return -(-self.max_pending_requests // front_ends)
+
 
 @dataclass
 class PreprocessingConfig:

@@ -45,7 +45,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     regions = Regions(CudaIpc() if setup.gpu_uuids else None)
     for region in setup.regions:  # registered before this process started (it replaces one that died)
         regions.apply(Register(region))
-    share = -(-c.server.max_pending_requests // setup.count)  # 0 stays 0: no fixed bound
+    share = c.server.pending_share(setup.count)
     supervisor = SupervisorLink(writer)
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
     server = InferenceServer(endpoints, metrics, c.server.body_timeout_s)

@@ -286,8 +286,9 @@ class Service:
         out_row_bytes = max(d["out_row_bytes"] for d in described.values())
         frames = plan.padded_frames[-1] if plan.padded_frames else None
         in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
-        pending = self.config.server.max_pending_requests
-        count = (max(pending // self._front_end_count, 1) if pending else SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
+        # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
+        share = self.config.server.pending_share(self._front_end_count)
+        count = (share or SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
         arenas = self._arenas[spec.name] = [
             SlotArena.create(f"{self._arena_prefix}-fe{index}-{spec.name}", count, in_bytes, out_row_bytes)
             for index in range(self._front_end_count)]  # fmt: skip
