@@ -24,6 +24,11 @@ class AudioHeader:
     rate: int
     channels: int
 
+    @classmethod
+    def of(cls, f) -> AudioHeader:
+        """What an open `soundfile.SoundFile`'s header states."""
+        return cls(f.frames, f.samplerate, f.channels)
+
     @property
     def seconds(self) -> float:
         return self.frames / self.rate
@@ -45,7 +50,7 @@ def _open(data: bytes):
 def audio_header(data: bytes) -> AudioHeader:
     """Frames, rate and channels as the WAV/FLAC header states them, nothing decoded."""
     with _open(data) as f:
-        return AudioHeader(f.frames, f.samplerate, f.channels)
+        return AudioHeader.of(f)
 
 
 def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
@@ -55,7 +60,7 @@ def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
     import soundfile
 
     with _open(data) as f:
-        header = AudioHeader(f.frames, f.samplerate, f.channels)
+        header = AudioHeader.of(f)
         validate_length(header.frames, header.rate, max_seconds)
         if header.channels > MAX_CHANNELS:
             raise MediaError(f"{header.channels} channels; at most {MAX_CHANNELS} are accepted")
