@@ -1,4 +1,5 @@
-"""Load-generator processes for `atoll bench serve`: pre-encoded requests over keep-alive HTTP or gRPC.
+"""Load-generator processes for `atoll bench serve`: pre-encoded requests over keep-alive HTTP or gRPC
+(unary calls, or `grpc-stream`: Triton's bidirectional `ModelStreamInfer`, a stream per connection).
 
 The load runs in processes of its own (never in the server's, never in the bench's), each an asyncio
 loop with one aiohttp session or a few gRPC channels, so the client's cost is visible (the bench
@@ -32,6 +33,8 @@ import aiohttp
 import grpc
 import numpy as np
 
+from tritonclient.grpc import service_pb2 as pb
+
 from atoll.bench.bodies import grpc_request, http_body
 from atoll.errors import ErrorCode
 from atoll.grpc_server import STREAM_WINDOW_BYTES
@@ -42,6 +45,7 @@ RECORD = np.dtype([("cls", "i4"), ("scheduled", "f8"), ("sent", "f8"), ("done", 
 
 
 GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_CHANNELS = 4  # a load process's gRPC connections (the kernel spreads them over the front ends)
 GRPC_TO_HTTP = {code.grpc: code.http for code in ErrorCode}
 
@@ -196,16 +200,24 @@ class _Http:
         await self.session.close()
 
 
+def _grpc_encoded(plan: LoadPlan, regions: list[str | None]) -> list[bytes]:
+    return [grpc_request(r.model, r.input_name, r.datatype, list(r.shape), r.data, r.priority, region)
+            for r, region in zip(plan.requests, regions)]  # fmt: skip
+
+
+def _grpc_channels(plan: LoadPlan) -> list[grpc.aio.Channel]:
+    """A connection each (no shared subchannels); messages go as bytes encoded beforehand."""
+    return [grpc.aio.insecure_channel(plan.grpc, options=[("grpc.use_local_subchannel_pool", 1),
+                                                          ("grpc.max_receive_message_length", -1),
+                                                          ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])
+            for _ in range(GRPC_CHANNELS)]  # fmt: skip
+
+
 class _Grpc:
     def __init__(self, plan: LoadPlan, regions: list[str | None]):
         self.timeout_s = plan.timeout_s
-        self.encoded = [grpc_request(r.model, r.input_name, r.datatype, list(r.shape), r.data, r.priority, region)
-                        for r, region in zip(plan.requests, regions)]  # fmt: skip
-        # a connection each (no shared subchannels), messages sent as the bytes encoded above
-        self.channels = [grpc.aio.insecure_channel(plan.grpc, options=[("grpc.use_local_subchannel_pool", 1),
-                                                                       ("grpc.max_receive_message_length", -1),
-                                                                       ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])
-                         for _ in range(GRPC_CHANNELS)]  # fmt: skip
+        self.encoded = _grpc_encoded(plan, regions)
+        self.channels = _grpc_channels(plan)
         self.calls = itertools.cycle([channel.unary_unary(GRPC_INFER) for channel in self.channels])
 
     async def send(self, index: int) -> int:
@@ -222,7 +234,68 @@ class _Grpc:
             await channel.close()
 
 
-TRANSPORTS = {"http": _Http, "grpc": _Grpc}
+class _GrpcStream:
+    """`ModelStreamInfer`: one bidirectional stream per connection, requests written into it as they
+    are sent and matched to their answers by id (a stream answers in any order). A request's id is
+    appended to its pre-encoded bytes: protobuf keeps the last value of a field that occurs twice."""
+
+    def __init__(self, plan: LoadPlan, regions: list[str | None]):
+        self.timeout_s = plan.timeout_s
+        self.encoded = _grpc_encoded(plan, regions)
+        self.channels = _grpc_channels(plan)
+        # a stream takes one write at a time: each is fed from a queue
+        self.queues = [asyncio.Queue() for _ in self.channels]
+        self.streams = [channel.stream_stream(GRPC_STREAM, response_deserializer=pb.ModelStreamInferResponse.FromString)(
+                        _drain(queue)) for channel, queue in zip(self.channels, self.queues)]  # fmt: skip
+        self.next = itertools.cycle(range(len(self.queues)))
+        self.ids = itertools.count()
+        self.waiting: list[dict[str, asyncio.Future]] = [{} for _ in self.streams]  # per stream, by id
+        self.readers = [asyncio.create_task(self._read(stream, waiting))
+                        for stream, waiting in zip(self.streams, self.waiting)]  # fmt: skip
+
+    @staticmethod
+    async def _read(stream, waiting: dict[str, asyncio.Future]) -> None:
+        try:
+            async for answer in stream:
+                future = waiting.pop(answer.infer_response.id, None)
+                if future is not None and not future.done():
+                    # a stream's failure carries only a message: counted as a server error
+                    future.set_result(500 if answer.error_message else 200)
+        except grpc.aio.AioRpcError:
+            pass
+        for future in waiting.values():  # the stream broke: what it held is lost
+            if not future.done():
+                future.set_result(CONNECTION)
+
+    async def send(self, index: int) -> int:
+        k = next(self.next)
+        if self.readers[k].done():  # its stream ended: nothing sent into it would be answered
+            return CONNECTION
+        request_id = str(next(self.ids))
+        future = self.waiting[k][request_id] = asyncio.get_running_loop().create_future()
+        self.queues[k].put_nowait(self.encoded[index] + pb.ModelInferRequest(id=request_id).SerializeToString())
+        try:
+            return await asyncio.wait_for(future, self.timeout_s)
+        except TimeoutError:
+            return TIMEOUT
+        finally:
+            self.waiting[k].pop(request_id, None)
+
+    async def close(self) -> None:
+        for queue in self.queues:
+            queue.put_nowait(None)
+        await asyncio.gather(*self.readers)
+        for channel in self.channels:
+            await channel.close()
+
+
+async def _drain(queue: asyncio.Queue):
+    """A stream's requests, until None."""
+    while (item := await queue.get()) is not None:
+        yield item
+
+
+TRANSPORTS = {"http": _Http, "grpc": _Grpc, "grpc-stream": _GrpcStream}
 
 
 async def _drive(plan: LoadPlan, conn) -> np.ndarray:

@@ -3,8 +3,8 @@ servers users pick instead and beside "Ideal", in one run.
 
 It starts `atoll serve` (or drives `--url`) and, with `--baseline`, the plain Python server
 (`plain`) and Triton (`triton`) on the same cores, one after another, and sends each the same
-pre-encoded requests from load processes of their own (`atoll.bench.loadproc`), over HTTP or gRPC
-(`--protocol`), the inputs in the requests or in system shared memory (`--shm`): open-loop Poisson
+pre-encoded requests from load processes of their own (`atoll.bench.loadproc`), over HTTP or gRPC,
+unary or streaming (`--protocol`), the inputs in the requests or in system shared memory (`--shm`): open-loop Poisson
 `--rate`s, a `--sweep` for the highest rate whose p99 meets `--slo-ms`, or closed-loop
 `--concurrency`. Before any server starts it measures `ideal_rps`, the executor alone on the same
 vGPUs at Batch_knee (`atoll.bench.ideal`). Every row reports who used the cores (server tree, load
@@ -45,7 +45,8 @@ def register(subparsers) -> None:
     p.add_argument("--input", choices=("media", "tensor", "both"), default="media",
                    help="send JPEG/WAV files, ready FP32 tensors (no preprocessing), or both")
     p.add_argument("--protocol", default="http",
-                   help="http, grpc, or both as http,grpc: each is measured (default http)")
+                   help="http, grpc (unary ModelInfer), grpc-stream (ModelStreamInfer, a stream per "
+                        "connection), comma-separated: each is measured (default http)")
     p.add_argument("--shm", nargs="?", const="on", default="off", choices=("off", "on", "both"),
                    help="inputs in system shared memory (Triton's extension; the load processes register "
                         "a region per request): on, or both with and without (default off)")
@@ -286,6 +287,7 @@ def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[in
 def run(args) -> int:
     from atoll.bench import traffic as traffic_mod
     from atoll.bench.ideal import measure_ideal, served_vgpus
+    from atoll.bench.loadproc import TRANSPORTS
     from atoll.commands.serve import SERVE_FLAGS, config_from_args
     from atoll.config import ConfigError
     from atoll.repository import RepositoryError, load_repository
@@ -310,8 +312,9 @@ def run(args) -> int:
     ideal = None if args.no_ideal else measure_ideal(config, models, mix, media.median_clip_s)
     inputs = traffic_mod.INPUTS if args.input == "both" else (args.input,)
     protocols = [p.strip() for p in args.protocol.split(",") if p.strip()]
-    if not protocols or set(protocols) - {"http", "grpc"}:
-        print(f"atoll bench serve: --protocol takes http, grpc or http,grpc; got {args.protocol!r}", file=sys.stderr)
+    if not protocols or set(protocols) - set(TRANSPORTS):
+        print(f"atoll bench serve: --protocol takes {', '.join(TRANSPORTS)} (comma-separated); got {args.protocol!r}",
+              file=sys.stderr)
         return 2
     variants = [(protocol, shm) for protocol in protocols for shm in {"off": (False,), "on": (True,),
                                                                       "both": (False, True)}[args.shm]]  # fmt: skip
@@ -407,7 +410,7 @@ def _variant(labels: dict) -> str:
 
 def _unsupported(system, protocol: str, shm: bool) -> str:
     """Why `system` cannot take this variant ("" if it can)."""
-    if protocol == "grpc" and not system.grpc:
+    if protocol.startswith("grpc") and not system.grpc:
         return "no gRPC endpoint (give --grpc-address with --url)" if system.name == "atoll" else "no gRPC endpoint"
     if shm and system.name == "plain":
         return "no shared-memory extension"

@@ -138,7 +138,7 @@ def test_load_processes_speak_grpc_and_shared_memory(repository):
     models = load_repository(repository)
     traffic = traffic_mod.build(models, {MODEL: 1.0}, 0.5, traffic_mod.Media("web", seed=1), "tensor")
     with ServerProcess(["--repository", str(repository), "--backend", "cpu"]) as server:
-        for protocol, shm in (("grpc", False), ("grpc", True), ("http", True)):
+        for protocol, shm in (("grpc", False), ("grpc", True), ("grpc-stream", False), ("http", True)):
             plan = LoadPlan(server.url, traffic.requests, traffic.weights, 1.0, concurrency=2,
                             protocol=protocol, grpc=server.grpc_address, shm=shm)  # fmt: skip
             with LoadProcesses([plan]) as load:
