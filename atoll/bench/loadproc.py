@@ -32,7 +32,6 @@ from multiprocessing import shared_memory
 import aiohttp
 import grpc
 import numpy as np
-
 from tritonclient.grpc import service_pb2 as pb
 
 from atoll.bench.bodies import grpc_request, http_body
@@ -245,13 +244,13 @@ class _GrpcStream:
         self.channels = _grpc_channels(plan)
         # a stream takes one write at a time: each is fed from a queue
         self.queues = [asyncio.Queue() for _ in self.channels]
-        self.streams = [channel.stream_stream(GRPC_STREAM, response_deserializer=pb.ModelStreamInferResponse.FromString)(
-                        _drain(queue)) for channel, queue in zip(self.channels, self.queues)]  # fmt: skip
-        self.next = itertools.cycle(range(len(self.queues)))
+        streams = [channel.stream_stream(GRPC_STREAM, response_deserializer=pb.ModelStreamInferResponse.FromString)(
+                   _drain(queue)) for channel, queue in zip(self.channels, self.queues)]  # fmt: skip
+        self.next = itertools.cycle(range(len(streams)))
         self.ids = itertools.count()
-        self.waiting: list[dict[str, asyncio.Future]] = [{} for _ in self.streams]  # per stream, by id
+        self.waiting: list[dict[str, asyncio.Future]] = [{} for _ in streams]  # per stream, by id
         self.readers = [asyncio.create_task(self._read(stream, waiting))
-                        for stream, waiting in zip(self.streams, self.waiting)]  # fmt: skip
+                        for stream, waiting in zip(streams, self.waiting)]  # fmt: skip
 
     @staticmethod
     async def _read(stream, waiting: dict[str, asyncio.Future]) -> None:
