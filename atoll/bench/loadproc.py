@@ -2,8 +2,8 @@
 (unary calls, or `grpc-stream`: Triton's bidirectional `ModelStreamInfer`, a stream per connection).
 
 The load runs in processes of its own (never in the server's, never in the bench's), each an asyncio
-loop with one aiohttp session or a few gRPC channels, so the client's cost is visible (the bench
-meters their CPU) and cannot hide inside the server's. Requests are encoded once, when the process
+loop with a lean HTTP client (`http_client.py`) or a few gRPC channels, so the client's cost is
+visible (the bench meters their CPU) and cannot hide inside the server's. Requests are encoded once, when the process
 starts, before the clock does (`bodies.py`). With `shm`, each request's input lies in a system
 shared-memory region the process creates and registers with the server at its start (unregistered
 at its end), and the request only names it. Open loop: each
@@ -29,12 +29,12 @@ import urllib.request
 from dataclasses import dataclass, replace
 from multiprocessing import shared_memory
 
-import aiohttp
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from atoll.bench.bodies import grpc_request, http_body
+from atoll.bench.http_client import ConnectionLost, HttpClient
 from atoll.errors import ErrorCode
 from atoll.grpc_server import STREAM_WINDOW_BYTES
 
@@ -176,27 +176,21 @@ class _Regions:
 
 class _Http:
     def __init__(self, plan: LoadPlan, regions: list[str | None]):
-        self.encoded = [(f"/v2/models/{r.model}/infer",
-                         *http_body(r.input_name, r.datatype, list(r.shape), r.data, r.priority, region))
+        self.client = HttpClient(plan.url, plan.timeout_s)
+        self.encoded = [self.client.request(f"/v2/models/{r.model}/infer",
+                                            *http_body(r.input_name, r.datatype, list(r.shape), r.data, r.priority, region))
                         for r, region in zip(plan.requests, regions)]  # fmt: skip
-        # an open loop may need a connection per request in flight; a closed loop one per client
-        self.session = aiohttp.ClientSession(plan.url, timeout=aiohttp.ClientTimeout(total=plan.timeout_s),
-                                             skip_auto_headers=("User-Agent",),
-                                             connector=aiohttp.TCPConnector(limit=plan.concurrency or 4096))  # fmt: skip
 
     async def send(self, index: int) -> int:
-        path, body, headers = self.encoded[index]
         try:
-            async with self.session.post(path, data=body, headers=headers) as resp:
-                await resp.read()
-                return resp.status
-        except asyncio.TimeoutError:
+            return await self.client.send(self.encoded[index])
+        except TimeoutError:
             return TIMEOUT
-        except aiohttp.ClientError:
+        except (ConnectionLost, OSError):
             return CONNECTION
 
     async def close(self) -> None:
-        await self.session.close()
+        self.client.close()
 
 
 def _grpc_encoded(plan: LoadPlan, regions: list[str | None]) -> list[bytes]:
