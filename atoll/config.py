@@ -47,6 +47,8 @@ class ServerConfig:
                                                 "wait more than half of it is refused at once (HTTP 503)")
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
+    rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-99) of real-time lane threads where the OS permits it "
+                              "(root or CAP_SYS_NICE; 0 = off: they run as ordinary threads)")
 
     def pending_share(self, front_ends: int) -> int:
         """One front end's part of `max_pending_requests` (rounded up; 0 stays 0: no fixed bound)."""

@@ -1,8 +1,8 @@
 """Preprocessing lanes of a front end: real-time work never queues behind best-effort work.
 
-Real-time jobs run on a thread of their own; best-effort jobs on `be_threads` threads whose OS
-priority is lowered (`gpu_runtime.priority.lower_this_thread`), so an RT job starts at once and, on a
-busy CPU, takes a core from BE work rather than sharing it. OpenCV and NumPy release the GIL while
+Real-time jobs run on a thread of their own (SCHED_FIFO where the OS permits); best-effort jobs on
+`be_threads` threads whose OS priority is lowered (`gpu_runtime.priority.prioritise_this_thread`),
+so an RT job starts at once and, on a busy CPU, takes a core from BE work rather than sharing it. OpenCV and NumPy release the GIL while
 they work, so the lanes run beside the front end's event loop, which they answer through one
 `call_soon_threadsafe` per job.
 """
@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from gpu_runtime.priority import Priority, lower_this_thread
+from gpu_runtime.priority import Priority, prioritise_this_thread
 
 
 class Lanes:
@@ -45,7 +45,7 @@ class Lanes:
             thread.join()
 
     def _loop(self, priority: Priority) -> None:
-        lower_this_thread(priority)
+        prioritise_this_thread(priority)
         jobs = self._queues[priority]
         while (job := jobs.get()) is not None:
             loop, future, fn, args, abandoned = job

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, audio_bucket_edges, image_model,
                       make_batcher)
-from gpu_runtime.priority import BE_NICE_ENV, favour_real_time_threads
+from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import SlotArena
 
@@ -226,6 +226,7 @@ class Service:
 
         c = self.config
         os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
+        os.environ[RT_FIFO_ENV] = str(c.server.rt_fifo)
         for key, value in HEAP_TUNING.items():
             os.environ.setdefault(key, value)
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads

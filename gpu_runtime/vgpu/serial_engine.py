@@ -2,9 +2,9 @@
 
 A running batch is never interrupted (onnxruntime cannot be, and this engine does not try with the
 kernel-program executors either: `scheduler.vgpu_engine` does). What it gives real-time work is a
-lane of its own: RT batches run on one thread, BE batches on threads whose OS priority is lowered
-(`priority.lower_this_thread`), so an RT batch starts at once and takes the CPU from the BE batches
-running beside it instead of waiting for them. A CPU vGPU has a BE thread per core, each running
+lane of its own: RT batches run on one thread (SCHED_FIFO where the OS permits), BE batches on
+threads whose OS priority is lowered (`priority.prioritise_this_thread`), so an RT batch starts at
+once and takes the CPU from the BE batches running beside it instead of waiting for them. A CPU vGPU has a BE thread per core, each running
 whole batches on one thread of its own (as REEF's CPU streams do): on cores that front ends share,
 a session with several intra-op threads waits on whichever lost its core (2-core VM, MobileNetV3
 while serving: 3.0 vs 1.5 CPU-ms per image). Executors that are not reentrant (kernel programs keep
@@ -34,7 +34,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from gpu_runtime import executors as vgpu_executors
-from gpu_runtime.priority import Priority, lower_this_thread
+from gpu_runtime.priority import Priority, prioritise_this_thread
 from gpu_runtime.vgpu.batches import batch_sizes
 
 
@@ -117,7 +117,7 @@ class _Lane:
             future.set_exception(RuntimeError("vGPU worker stopped before the batch ran"))
 
     def _loop(self, priority: Priority) -> None:
-        lower_this_thread(priority)
+        prioritise_this_thread(priority)
         while True:
             with self._ready:
                 self._ready.wait_for(lambda: self._queue or self._closed)
