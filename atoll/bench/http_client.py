@@ -7,13 +7,16 @@ it writes bytes encoded once, parses only the status line and the framing header
 and drops the answer's body as it arrives.
 
 One request at a time per connection (no pipelining). Connections are kept alive and reused, and a
-new one opens whenever none is idle, up to no bound: an open loop needs one per request in flight.
+new one opens whenever none is idle, up to `max_connections`; beyond that a request waits for one
+(an open loop needs a connection per request in flight, and a server that queues a minute of work
+would otherwise run both ends out of file descriptors). The wait counts towards the timeout.
 Answers are framed by Content-Length, chunked transfer coding, or the end of the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from urllib.parse import urlsplit
 
 
@@ -115,6 +118,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(answer.status)
         if answer.keep_alive and not self.buffer:
             self.client.idle.append(self)
+            self.client.wake()
         else:
             self.transport.close()
 
@@ -135,13 +139,14 @@ class _Connection(asyncio.Protocol):
             self.client.idle.remove(self)
         if self.waiter is not None:
             self.fail(ConnectionLost(str(exc or "closed by the server")))
+        self.client.wake()
 
 
 class HttpClient:
     """POSTs of pre-encoded requests to one server; `request()` encodes one, `send()` returns the
     answer's status, raising TimeoutError after `timeout_s` or ConnectionLost."""
 
-    def __init__(self, url: str, timeout_s: float):
+    def __init__(self, url: str, timeout_s: float, max_connections: int = 4096):
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the load processes speak plain http://host:port, not {url!r}")
@@ -149,8 +154,11 @@ class HttpClient:
         self.authority = parts.netloc
         self.timeout_s = timeout_s
         self.loop = asyncio.get_running_loop()
+        self.max_connections = max_connections
         self.idle: list[_Connection] = []
         self.connections: set[_Connection] = set()
+        self._opening = 0
+        self._waiting: deque[asyncio.Future] = deque()  # requests waiting for a connection, in order
 
     def request(self, path: str, body: bytes, headers: dict[str, str]) -> bytes:
         head = [f"POST {path} HTTP/1.1", f"Host: {self.authority}", f"Content-Length: {len(body)}",
@@ -158,17 +166,39 @@ class HttpClient:
         return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
     async def send(self, request: bytes) -> int:
-        if self.idle:
-            conn = self.idle.pop()
-        else:
-            _, conn = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port)
-            self.connections.add(conn)
+        deadline = self.loop.time() + self.timeout_s
+        conn = self.idle.pop() if self.idle else await self._connection(deadline)
         waiter = conn.send(request)
-        timer = self.loop.call_later(self.timeout_s, self._expire, conn, waiter)
+        timer = self.loop.call_at(deadline, self._expire, conn, waiter)
         try:
             return await waiter
         finally:
             timer.cancel()
+
+    async def _connection(self, deadline: float) -> _Connection:
+        """An idle connection, or a new one while there is room; else wait for either."""
+        async with asyncio.timeout_at(deadline):
+            while not self.idle and len(self.connections) + self._opening >= self.max_connections:
+                woken = self.loop.create_future()
+                self._waiting.append(woken)
+                await woken
+            if self.idle:
+                return self.idle.pop()
+            self._opening += 1
+            try:
+                _, conn = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port)
+            finally:
+                self._opening -= 1
+        self.connections.add(conn)
+        return conn
+
+    def wake(self) -> None:
+        """A connection went idle or closed: the first request waiting for one looks again."""
+        while self._waiting:
+            woken = self._waiting.popleft()
+            if not woken.done():
+                woken.set_result(None)
+                return
 
     @staticmethod
     def _expire(conn: _Connection, waiter: asyncio.Future) -> None:

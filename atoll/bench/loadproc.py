@@ -176,7 +176,8 @@ class _Regions:
 
 class _Http:
     def __init__(self, plan: LoadPlan, regions: list[str | None]):
-        self.client = HttpClient(plan.url, plan.timeout_s)
+        # an open loop may need a connection per request in flight; a closed loop one per client
+        self.client = HttpClient(plan.url, plan.timeout_s, max_connections=plan.concurrency or 4096)
         self.encoded = [self.client.request(f"/v2/models/{r.model}/infer",
                                             *http_body(r.input_name, r.datatype, list(r.shape), r.data, r.priority, region))
                         for r, region in zip(plan.requests, regions)]  # fmt: skip

@@ -138,3 +138,38 @@ def test_only_plain_http_urls():
             HttpClient("https://example.org", 1.0)
 
     asyncio.run(main())
+
+
+def test_connections_are_capped_and_waiting_for_one_counts_towards_the_timeout():
+    peers, busy, most = set(), [0], [0]
+    routes = web.RouteTableDef()
+
+    @routes.post("/slow")
+    async def slow(request):
+        peers.add(request.transport.get_extra_info("peername"))
+        busy[0] += 1
+        most[0] = max(most[0], busy[0])
+        await asyncio.sleep(0.1)
+        busy[0] -= 1
+        return web.Response(text="ok")
+
+    async def main():
+        runner, url = await _aiohttp_server(routes)
+        try:
+            client = HttpClient(url, timeout_s=10, max_connections=2)
+            request = client.request("/slow", b"x", {})
+            statuses = await asyncio.gather(*(client.send(request) for _ in range(6)))
+            # a request that cannot get a connection in time fails like a late answer
+            hasty = HttpClient(url, timeout_s=0.15, max_connections=1)
+            late = await asyncio.gather(*(hasty.send(request) for _ in range(3)), return_exceptions=True)
+            client.close()
+            hasty.close()
+            return statuses, late
+        finally:
+            await runner.cleanup()
+
+    statuses, late = asyncio.run(main())
+    assert statuses == [200] * 6
+    assert most[0] <= 2 and len(peers) == 3  # two for the six, one more for the hasty client
+    # the second waits 0.1 s for the connection, then needs 0.1 s more: late on any machine
+    assert all(isinstance(r, TimeoutError) for r in late[1:])
