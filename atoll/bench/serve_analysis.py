@@ -55,6 +55,15 @@ def summarise(records: np.ndarray, classes: tuple[str, ...], window: tuple[float
     }  # fmt: skip
 
 
+def class_latencies(records: np.ndarray, classes: list[int], window: tuple[float, float]) -> np.ndarray:
+    """Seconds from schedule to answer of the answered requests of `classes` scheduled in `window`
+    (what `summarise` takes each class's percentiles of), for pooling over several points."""
+    t0, t1 = window
+    mine = records[np.isin(records["cls"], classes) & (records["scheduled"] >= t0) & (records["scheduled"] < t1)
+                   & (records["status"] == 200)]  # fmt: skip
+    return mine["done"] - mine["scheduled"]
+
+
 def loadgen_saturated(row: dict, processes: int) -> bool:
     """Whether the load generator, not the server, limited this point: in open loop it fell behind
     its schedule; in either mode its processes were nearly a full core each."""

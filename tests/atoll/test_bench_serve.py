@@ -200,16 +200,24 @@ def test_bench_serve_writes_rows(plain_server, repository, tmp_path):
     args = build_parser().parse_args([
         "bench", "serve", "--url", plain_server.url, "--repository", str(repository), "--no-ideal",
         "--input", "tensor", "--rate", "20", "--duration", "1", "--warmup", "0.5", "--rt-share", "0.5",
-        "--rt-isolation", "--rt-rate", "10", "--device", "test", "--out", str(out),
+        "--rt-isolation", "--rt-rate", "10", "--rt-rounds", "2", "--device", "test", "--out", str(out),
         "--plot", str(tmp_path / "serve.png")])  # fmt: skip
     assert args.func is serve.run and serve.run(args) == 0
     doc = json.loads(out.read_text())
     assert doc["device"] == "test" and doc["config"]["mix"] == {MODEL: 1.0}
     points = [(r["input"], r["mode"], r["rate_rps"], r["concurrency"]) for r in doc["results"]]
-    assert points == [("tensor", "open", 20.0, None), ("tensor", "rt-idle", 10.0, None),
-                      ("tensor", "rt-loaded", 10.0, serve.PROBE_CONCURRENCY)]
-    for s in doc["summary"]:  # real-time p99 alone and beside closed-loop best-effort load
-        assert s["rt_p99_ratio"] == pytest.approx(s["rt_p99_loaded_ms"] / s["rt_p99_idle_ms"], rel=1e-2)
+    pair = [("tensor", "rt-idle", 10.0, None), ("tensor", "rt-loaded", 10.0, serve.PROBE_CONCURRENCY)]
+    assert points == [("tensor", "open", 20.0, None), *pair, *pair]
+    assert [r.get("round") for r in doc["results"]] == [None, 0, 0, 1, 1]
+    (s,) = doc["summary"]  # real-time p99 alone and beside closed-loop best-effort load, two rounds pooled
+    assert s["rt_p99_ratio"] == pytest.approx(s["rt_p99_loaded_ms"] / s["rt_p99_idle_ms"], rel=1e-2)
+    rt = [r["per_class"][f"{MODEL}/rt"]["latency_ms"] for r in doc["results"][1:]]
+    assert s["rt_samples"] == {"idle": rt[0]["n"] + rt[2]["n"], "loaded": rt[1]["n"] + rt[3]["n"]}
+    # a pooled p99 lies between the rounds' own (percentiles of a union are bounded by the parts')
+    for mode, parts in (("idle", rt[0::2]), ("loaded", rt[1::2])):
+        assert min(p["p99"] for p in parts) - 0.01 <= s[f"rt_p99_{mode}_ms"] <= max(p["max"] for p in parts)
+    assert [r["ratio"] for r in s["rt_rounds"]] == [round(rt[1]["p99"] / rt[0]["p99"], 3),
+                                                    round(rt[3]["p99"] / rt[2]["p99"], 3)]
     idle = doc["results"][1]
     assert idle["per_class"][f"{MODEL}/be"]["requests"] == 0 < idle["per_class"][f"{MODEL}/rt"]["requests"]
     for row in doc["results"]:
