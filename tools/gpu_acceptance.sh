@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every GPU measurement issues #12, #14 and #15 ask for, in the order to run them on one GPU box
+# Every GPU measurement issues #12, #13, #14 and #15 ask for, in the order to run them on one GPU box
 # (an H100 for the committed figures), from the repository root. Each step writes its JSON under
 # bench/results/ (named for the device) and goes on if a step fails; the log is printed as it
-# goes. About 25 minutes in all. Usage: tools/gpu_acceptance.sh [h100]
+# goes. About 35 minutes in all. Usage: tools/gpu_acceptance.sh [h100]
 set -u
 DEV=${1:-h100}
 R=bench/results
@@ -43,3 +43,15 @@ run python3 -m atoll bench serve --executor cupy --mix mobilenet_v3_small=0.8,ci
     --rt-share 0.1 --out $R/serve_${DEV}_mixed.json
 run python3 -m atoll bench preprocess --modality image --out $R/preprocess_image_$DEV.json
 run python3 -m atoll bench preprocess --modality audio --out $R/preprocess_audio_$DEV.json
+
+# #15 on the GPU box, where the executor no longer takes the cores the front ends need: gRPC vs
+# HTTP and system shared memory vs HTTP binary with ready tensors (the load on cores of its own),
+# and p99 while a second model loads and unloads (the CUDA shared-memory tests ran in pytest above).
+run python3 -m atoll bench serve --executor cupy --input tensor --protocol http,grpc,grpc-stream --shm both \
+    --concurrency 16,64 --no-ideal --out $R/serve_transports_$DEV.json
+run python3 -m atoll bench serve --executor cupy --input tensor --load-during citrinet --concurrency 16 \
+    --no-ideal --out $R/serve_load_during_$DEV.json
+
+# #13 on the GPU box: the bomb, slow clients, 3x overload for 60 s (goodput over capacity) and a
+# SIGKILL of each kind of child, with the executor on the GPU.
+run python3 -m atoll bench robust --out $R/robust_$DEV.json
