@@ -199,9 +199,10 @@ def _grpc_encoded(plan: LoadPlan, regions: list[str | None]) -> list[bytes]:
             for r, region in zip(plan.requests, regions)]  # fmt: skip
 
 
-def _grpc_channels(plan: LoadPlan) -> list[grpc.aio.Channel]:
-    """A connection each (no shared subchannels); messages go as bytes encoded beforehand."""
-    return [grpc.aio.insecure_channel(plan.grpc, options=[("grpc.use_local_subchannel_pool", 1),
+def grpc_channels(address: str) -> list[grpc.aio.Channel]:
+    """GRPC_CHANNELS to `address`, a connection each (no shared subchannels); messages go as bytes
+    encoded beforehand."""
+    return [grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1),
                                                           ("grpc.max_receive_message_length", -1),
                                                           ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])
             for _ in range(GRPC_CHANNELS)]  # fmt: skip
@@ -211,7 +212,7 @@ class _Grpc:
     def __init__(self, plan: LoadPlan, regions: list[str | None]):
         self.timeout_s = plan.timeout_s
         self.encoded = _grpc_encoded(plan, regions)
-        self.channels = _grpc_channels(plan)
+        self.channels = grpc_channels(plan.grpc)
         self.calls = itertools.cycle([channel.unary_unary(GRPC_INFER) for channel in self.channels])
 
     async def send(self, index: int) -> int:
@@ -236,7 +237,7 @@ class _GrpcStream:
     def __init__(self, plan: LoadPlan, regions: list[str | None]):
         self.timeout_s = plan.timeout_s
         self.encoded = _grpc_encoded(plan, regions)
-        self.channels = _grpc_channels(plan)
+        self.channels = grpc_channels(plan.grpc)
         # a stream takes one write at a time: each is fed from a queue
         self.queues = [asyncio.Queue() for _ in self.channels]
         streams = [channel.stream_stream(GRPC_STREAM, response_deserializer=pb.ModelStreamInferResponse.FromString)(
