@@ -146,15 +146,23 @@ def _plan(server: ServerProcess, seconds: float, **load) -> LoadPlan:
 
 
 def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, dict]:
-    """The load's records, its start, and the cores the server and the load used meanwhile."""
+    """The load's records, its start, and the cores the server and the load used meanwhile, the
+    server's also split by kind of process (the supervisor is what its children leave of it)."""
+    children = server.children()
     with LoadProcesses([plan]) as load:
         meter = CpuMeter({"server": [server.proc.pid], "load": load.pids})
+        split = CpuMeter({kind: sorted(children[kind]) for kind in KINDS})
         meter.start()
+        split.start()
         start = load.go()
         while time.monotonic() < start + plan.seconds:
             time.sleep(0.05)
         cores = meter.stop()
+        by_kind = split.stop()
         records = load.records()
+    if cores["server"] is not None:
+        kinds = {kind: by_kind[kind] for kind in KINDS}
+        cores["server_by_kind"] = {**kinds, "supervisor": round(max(0.0, cores["server"] - sum(kinds.values())), 3)}
     return records, start, cores
 
 
