@@ -7,6 +7,12 @@ process's CPU-ms per request, for a JPEG-sized body (110 KB) and a ready 224x224
 (602 KB). It is the floor under `bench serve --protocol http,grpc`: gRPC cannot serve as many
 requests per core as HTTP where grpcio's own floor is the higher one.
 
+A third server, `atoll-refusal`, is Atoll's own HTTP app (routes, error middleware, body limits,
+request decoding, admission, metrics) over a front end that is never reached: admission refuses
+every request (503, as under overload), so its figure against the bare route's is what Atoll adds
+to a refusal, the part of `bench robust`'s overload cost that is not contention. It is sent a real
+infer request carrying a 640x480 JPEG.
+
 Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
 """
 
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing
 import os
@@ -27,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atoll.bench.cpustat import process_cpu_s  # noqa: E402
 
 SIZES = {"jpeg_110kb": 110_000, "tensor_602kb": 3 * 224 * 224 * 4}
+MODEL = "mobilenet_v3_small"
+PATH = f"/v2/models/{MODEL}/infer"
 CONNECTIONS = 16
 METHOD = "/floor.Floor/Echo"
 ANSWER = b'{"ok":1}'
@@ -38,16 +47,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _infer_request() -> tuple[bytes, dict[str, str]]:
+    """What `atoll-refusal` is sent: a real infer request carrying one 640x480 JPEG."""
+    from atoll.bench.bodies import infer_body
+    from atoll.bench.corpus import jpeg_bytes
+
+    return infer_body("image", [jpeg_bytes(640, 480, seed=1)])
+
+
+def _refusing_app():
+    """Atoll's HTTP app whose admission refuses everything: each priority's one place is taken."""
+    from atoll.demo_repository import demo_repository
+    from atoll.endpoints import Endpoints
+    from atoll.metrics import Metrics
+    from atoll.repository import load_repository
+    from atoll.server import InferenceServer
+    from atoll.shm_registry import Regions
+
+    class FrontEnd:
+        models = {MODEL: load_repository(str(demo_repository()))[MODEL]}
+
+    endpoints = Endpoints(FrontEnd(), Metrics(), Regions(), max_pending=1, timeout_s=2.0)
+    endpoints.ready = True
+    for admission in endpoints.admission.values():
+        admission.started(time.monotonic())
+    return InferenceServer(endpoints, endpoints.metrics).app(64 << 20)
+
+
 def _serve(protocol: str, port: int, ready) -> None:
-    if protocol == "http":
+    if protocol != "grpc":
         from aiohttp import web
 
         async def echo(request: web.Request) -> web.Response:
             await request.content.readexactly(request.content_length)
             return web.Response(body=ANSWER)
 
-        app = web.Application(client_max_size=1 << 30)
-        app.router.add_post("/infer", echo)
+        if protocol == "http":
+            app = web.Application(client_max_size=1 << 30)
+            app.router.add_post(PATH, echo)
+        else:
+            app = _refusing_app()
 
         async def main() -> None:
             runner = web.AppRunner(app, access_log=None)
@@ -79,24 +118,26 @@ def _serve(protocol: str, port: int, ready) -> None:
 async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
     """Requests answered in `seconds` of closed loop on CONNECTIONS connections."""
     body = bytes(size)
-    if protocol == "http":
+    if protocol != "grpc":
         from atoll.bench.http_client import HttpClient
 
         client = HttpClient(f"http://127.0.0.1:{port}", 30.0, max_connections=CONNECTIONS)
-        request = client.request("/infer", body, {"Content-Type": "application/octet-stream"})
+        if protocol == "http":
+            request, expected = client.request(PATH, body, {"Content-Type": "application/octet-stream"}), 200
+        else:
+            request, expected = client.request(PATH, *_infer_request()), 503
 
         async def send() -> None:
-            assert await client.send(request) == 200
+            assert await client.send(request) == expected
 
         close = client.close
     else:
-        from atoll.bench.loadproc import GRPC_CHANNELS, grpc_channels
+        from atoll.bench.loadproc import grpc_channels
 
-        channels = grpc_channels(f"127.0.0.1:{port}")
-        calls = [channel.unary_unary(METHOD) for channel in channels]
+        calls = itertools.cycle([channel.unary_unary(METHOD) for channel in grpc_channels(f"127.0.0.1:{port}")])
 
-        async def send(k=iter(range(1 << 62))) -> None:
-            await calls[next(k) % GRPC_CHANNELS](body, timeout=30.0)
+        async def send() -> None:
+            await next(calls)(body, timeout=30.0)
 
         def close() -> None:
             pass
@@ -151,12 +192,14 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
     rows = []
-    for name, size in SIZES.items():
-        for protocol in ("http", "grpc"):
-            row = {"body": name, **measure(protocol, size, args.seconds)}
-            print(f"{protocol:>5} {name:>13}: {row['requests_per_s']:8.1f} req/s, "
-                  f"{row['server_cpu_ms_per_request']:.3f} server CPU-ms a request", file=sys.stderr)
-            rows.append(row)
+    cases = [*((name, protocol) for name in SIZES for protocol in ("http", "grpc")), ("infer_request", "atoll-refusal")]
+    for name, protocol in cases:
+        row = {"body": name, **measure(protocol, SIZES.get(name, 0), args.seconds)}
+        if protocol == "atoll-refusal":
+            row["body_bytes"] = len(_infer_request()[0])
+        print(f"{protocol:>13} {name:>13}: {row['requests_per_s']:8.1f} req/s, "
+              f"{row['server_cpu_ms_per_request']:.3f} server CPU-ms a request", file=sys.stderr)
+        rows.append(row)
     import grpc
     import aiohttp
 
