@@ -2,9 +2,9 @@
 
 Real-time jobs run on a thread of their own (SCHED_FIFO where the OS permits); best-effort jobs on
 `be_threads` threads whose OS priority is lowered (`gpu_runtime.priority.prioritise_this_thread`),
-so an RT job starts at once and, on a busy CPU, takes a core from BE work rather than sharing it. OpenCV and NumPy release the GIL while
-they work, so the lanes run beside the front end's event loop, which they answer through one
-`call_soon_threadsafe` per job.
+so an RT job starts at once and, on a busy CPU, takes a core from BE work rather than sharing it.
+OpenCV and NumPy release the GIL while they work, so the lanes run beside the front end's event
+loop, which they answer through one `call_soon_threadsafe` per job.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@ A running batch is never interrupted (onnxruntime cannot be, and this engine doe
 kernel-program executors either: `scheduler.vgpu_engine` does). What it gives real-time work is a
 lane of its own: RT batches run on one thread (SCHED_FIFO where the OS permits), BE batches on
 threads whose OS priority is lowered (`priority.prioritise_this_thread`), so an RT batch starts at
-once and takes the CPU from the BE batches running beside it instead of waiting for them. A CPU vGPU has a BE thread per core, each running
-whole batches on one thread of its own (as REEF's CPU streams do): on cores that front ends share,
-a session with several intra-op threads waits on whichever lost its core (2-core VM, MobileNetV3
-while serving: 3.0 vs 1.5 CPU-ms per image). Executors that are not reentrant (kernel programs keep
-their buffers in a per-shape state) run one batch of a model at a time: there an RT batch overtakes
-every queued BE batch and waits only for the running one. Loads run in the caller's thread (the
-worker's loader), so a model is in place before any batch sent after its load.
+once and takes the CPU from the BE batches running beside it instead of waiting for them. A CPU
+vGPU has a BE thread per core, each running whole batches on one thread of its own (as REEF's CPU
+streams do): on cores that front ends share, a session with several intra-op threads waits on
+whichever lost its core (2-core VM, MobileNetV3 while serving: 3.0 vs 1.5 CPU-ms per image).
+Executors that are not reentrant (kernel programs keep their buffers in a per-shape state) run one
+batch of a model at a time: there an RT batch overtakes every queued BE batch and waits only for
+the running one. Loads run in the caller's thread (the worker's loader), so a model is in place
+before any batch sent after its load.
 
 An engine, for the worker: built as `engine(info)` in the worker process; `prepare(executor)`,
 called on the worker's receiving thread before each load, starts whatever threads that executor's
