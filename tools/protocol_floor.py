@@ -130,17 +130,19 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
         async def send() -> None:
             assert await client.send(request) == expected
 
-        close = client.close
+        async def close() -> None:
+            client.close()
     else:
         from atoll.bench.loadproc import grpc_channels
 
-        calls = itertools.cycle([channel.unary_unary(METHOD) for channel in grpc_channels(f"127.0.0.1:{port}")])
+        channels = grpc_channels(f"127.0.0.1:{port}")
+        calls = itertools.cycle([channel.unary_unary(METHOD) for channel in channels])
 
         async def send() -> None:
             await next(calls)(body, timeout=30.0)
 
-        def close() -> None:
-            pass
+        async def close() -> None:
+            await asyncio.gather(*(channel.close() for channel in channels))
 
     answered = 0
     end = time.monotonic() + seconds
@@ -152,7 +154,7 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
             answered += 1
 
     await asyncio.gather(*(client_loop() for _ in range(CONNECTIONS)))
-    close()
+    await close()
     return answered
 
 
