@@ -46,6 +46,10 @@ class ServerConfig:
     request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504; one that would "
                                                 "wait more than half of it is refused at once (HTTP 503)")
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
+    idle_timeout_s: float = _num(60.0, 0.1, "a client connection with no request in progress for this long is closed")
+    max_connections: int = _num(0, 0, "client connections per front end and protocol; past it HTTP ones holding no "
+                                      "whole request are closed, longest open first, and new gRPC ones refused "
+                                      "(0 = half the open-file limit left after a reserve)")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
     rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-99) of real-time lane threads where the OS permits it "
                               "(root or CAP_SYS_NICE; 0 = off: they run as ordinary threads)")

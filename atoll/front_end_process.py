@@ -16,6 +16,7 @@ from gpu_runtime.priority import favour_real_time_threads
 
 from atoll import channel, grpc_server
 from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
+from atoll.connections import HttpConnections, connection_bound, grpc_limits, listen, raise_open_file_limit
 from atoll.control import SupervisorLink
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
@@ -50,17 +51,22 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     supervisor = SupervisorLink(writer)
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
     server = InferenceServer(endpoints, metrics, c.server.body_timeout_s)
+    bound = connection_bound(c.server.max_connections, raise_open_file_limit())
+    app = server.app(c.server.max_request_bytes)
     # handler_cancellation: a client that goes away cancels its request (aiohttp would run it on)
-    runner = web.AppRunner(server.app(c.server.max_request_bytes), access_log=None, handler_cancellation=True,
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, keepalive_timeout=c.server.idle_timeout_s,
                            shutdown_timeout=c.server.request_timeout_s)  # fmt: skip
+    connections = HttpConnections(runner, bound, metrics.evicted)
+    app.middlewares.insert(0, connections.middleware)
     await runner.setup()
     # An open loop past capacity connects faster than the loop accepts: beyond aiohttp's backlog
     # of 128 the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024
     # req/s of tensors on the 2-core VM; none in two runs with 4096, which somaxconn caps anyway).
-    await web.TCPSite(runner, c.server.host, setup.port, reuse_port=True, backlog=LISTEN_BACKLOG).start()
+    http = await listen(connections, c.server.host, setup.port, LISTEN_BACKLOG)
     grpc = None
     if setup.grpc_port is not None:
-        grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes)
+        grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
+                                       grpc_limits(bound, c.server.idle_timeout_s))  # fmt: skip
     writer.write(channel.encode(Hello(setup.index, os.getpid())))
     endpoints.ready = True
     stopping = asyncio.Event()
@@ -69,6 +75,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     try:
         await stopping.wait()
         endpoints.ready = False
+        http.close()
         if grpc is not None:
             await grpc.stop(c.server.request_timeout_s)
         await runner.cleanup()  # answers what is in flight: Done messages still arrive meanwhile

@@ -241,11 +241,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 STREAM_WINDOW_BYTES = 8 << 20
 
 
-async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int) -> grpc.aio.Server:
-    """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT)."""
+async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int,
+                limits: list[tuple[str, int]] = ()) -> grpc.aio.Server:
+    """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT); `limits`
+    are further options (`connections.grpc_limits`)."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
                                       ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
-                                      ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES)])  # fmt: skip
+                                      ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits])  # fmt: skip
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:

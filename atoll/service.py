@@ -45,6 +45,7 @@ from gpu_runtime.vgpu.slots import SlotArena
 from atoll import lengths
 from atoll.channel import Applied, Control, Health, Hello
 from atoll.config import Config
+from atoll.connections import HttpConnections, listen, raise_open_file_limit
 from atoll.control import FrontEnds, reply
 from atoll.dispatcher import Dispatcher, ModelPlan
 from atoll.errors import ApiError, ErrorCode
@@ -66,6 +67,8 @@ HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_"
 # Rows of a model one front end can hold at once (in preprocessing, batching or running) when
 # server.max_pending_requests sets no bound: admission keeps far fewer in flight under overload.
 SLOTS_PER_FRONT_END = 1024
+# Connections to the metrics port: a few scrapers; idle ones past this make room as a front end's do.
+METRICS_CONNECTIONS = 64
 
 
 def _clamped(policy, max_batch: int):
@@ -214,7 +217,7 @@ class Service:
         self._gpu_uuids: tuple[str, ...] = ()
         self._ports: list[socket.socket] = []
         self._metrics_dir: str | None = None
-        self._runners: list[web.AppRunner] = []
+        self._runners: list[tuple[asyncio.Server, web.AppRunner]] = []
         self.http_url = ""
         self.grpc_address = ""
         self.metrics_url = ""
@@ -230,6 +233,7 @@ class Service:
         for key, value in HEAP_TUNING.items():
             os.environ.setdefault(key, value)
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
+        raise_open_file_limit()  # children inherit it: pipes and shared memory for every worker and front end
         if self.repository is None:
             from atoll.demo_repository import demo_repository
 
@@ -383,12 +387,14 @@ class Service:
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     async def _listen(self, app: web.Application, host: str, port: int) -> str:
-        runner = web.AppRunner(app, access_log=None)
+        """Serve `app` on `port` (the metrics), with its connections bounded as a front end's are."""
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.config.server.idle_timeout_s)
+        connections = HttpConnections(runner, METRICS_CONNECTIONS, name="metrics")
+        app.middlewares.insert(0, connections.middleware)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        self._runners.append(runner)
-        bound = runner.addresses[0][1]
+        server = await listen(connections, host, port, reuse_port=False)
+        self._runners.append((server, runner))
+        bound = server.sockets[0].getsockname()[1]
         return f"http://{host}:{bound}"
 
     async def stop(self) -> None:
@@ -399,7 +405,8 @@ class Service:
         timeout = self.config.server.request_timeout_s + 10
         for front_end in self.front_ends:
             await front_end.join(timeout)
-        for runner in reversed(self._runners):
+        for server, runner in reversed(self._runners):
+            server.close()
             await runner.cleanup()
         if self.dispatcher:
             await self.dispatcher.stop()

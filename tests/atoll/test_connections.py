@@ -1,0 +1,149 @@
+"""Connections that hold no whole request cannot lock real clients out (`atoll/connections.py`).
+
+Before: with the common soft limit of 1,024 open files, 1,100 TCP connections that sent nothing
+made every infer and readiness probe time out. Here a real `atoll serve` bounded to a few
+connections per protocol meets many more idle and half-sent ones: real HTTP clients are answered
+and the idle ones are closed (the idle timeout set long, so only that explains it); past gRPC's bound new connections are refused, and the idle ones go
+after the handshake timeout. Every wait is bounded generously and none is a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.request
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from atoll.bench.bodies import infer_body
+from atoll.bench.corpus import jpeg_bytes
+from atoll.connections import connection_bound, grpc_limits
+from atoll.server_process import ServerProcess
+from atoll.service import METRICS_CONNECTIONS
+
+MODEL = "mobilenet_v3_small"
+BOUND = 16
+PATIENCE_S = 120
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from gpu_runtime.zoo import build
+    from gpu_runtime.zoo.repository import write_model
+
+    root = tmp_path_factory.mktemp("repo")
+    write_model(root, MODEL, build(MODEL))
+    with ServerProcess(["--repository", str(root), "--backend", "cpu", "--front-ends", "1",
+                        "--set", f"server.max_connections={BOUND}", "--set", "server.body_timeout_s=3600",
+                        "--set", "server.idle_timeout_s=3600", "--metrics-port", "0",
+                        "--set", "vgpus.cpu_vgpus=1"]) as s:  # fmt: skip
+        yield s
+    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
+
+
+def _status(url: str, body: bytes | None = None, headers: dict | None = None) -> int:
+    with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers or {}), timeout=PATIENCE_S) as r:
+        r.read()
+        return r.status
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (EOF or reset), without waiting."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
+
+
+def _until(condition, what: str):
+    deadline = time.monotonic() + PATIENCE_S
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {PATIENCE_S} s: {what}")
+        time.sleep(0.05)
+    return result
+
+
+def _metric(server, name: str) -> float:
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_the_bound_follows_the_open_file_limit():
+    assert connection_bound(100, 1 << 20) == 100  # set: as set
+    assert connection_bound(0, 1024) == (1024 - 256) // 2  # HTTP and gRPC share what the reserve leaves
+    assert connection_bound(0, 200) == 16  # never below a floor
+    options = dict(grpc_limits(50, 60.0))
+    assert options["grpc.max_allowed_incoming_connections"] == 50
+    assert options["grpc.max_connection_idle_ms"] == 60_000
+
+
+def test_idle_and_half_sent_http_connections_make_room_for_real_clients(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    evicted = _metric(server, "atoll_connections_evicted_total")
+    idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(6 * BOUND)]
+    arriving = []
+    for _ in range(2 * BOUND):  # whole headers, one byte of a 100 KB body: not yet a request the server holds
+        sock = socket.create_connection((host, int(port)), timeout=PATIENCE_S)
+        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{{".encode())
+        arriving.append(sock)
+    try:
+        # all of them still connected from the client's side, yet real clients get in
+        body, headers = infer_body("image", [jpeg_bytes(320, 240)])
+        assert [_status(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(5)] == [200] * 5
+        assert _status(f"{server.url}/v2/health/ready") == 200
+        # to make room the server closed all but at most BOUND of the 8 x BOUND it was offered
+        offered = idle + arriving
+        _until(lambda: sum(map(_closed_by_server, offered)) >= len(offered) - BOUND, "the excess closed")
+        assert _metric(server, "atoll_connections_evicted_total") - evicted >= len(offered) - BOUND
+    finally:
+        for sock in idle + arriving:
+            sock.close()
+
+
+def test_grpc_refuses_connections_past_its_bound_and_drops_those_that_never_handshake(server):
+    host, port = server.grpc_address.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(BOUND + 8)]
+    try:
+        # the 8 past the bound at once, the rest after the handshake timeout: all of them
+        _until(lambda: all(map(_closed_by_server, idle)), "every idle gRPC connection closed")
+    finally:
+        for sock in idle:
+            sock.close()
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        ready = service_pb2_grpc.GRPCInferenceServiceStub(channel).ServerReady(pb.ServerReadyRequest(), timeout=PATIENCE_S)
+    assert ready.ready
+
+
+def test_idle_connections_to_the_metrics_port_make_room_for_a_scraper(server):
+    url = next(m.group(1) for line in server.log if (m := re.search(r"metrics (http://\S+?)/metrics", line)))
+    host, port = url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(2 * METRICS_CONNECTIONS)]
+    try:
+        assert _status(f"{url}/metrics") == 200
+        _until(lambda: sum(map(_closed_by_server, idle)) >= METRICS_CONNECTIONS, "the excess closed")
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_path):
+    with ServerProcess(["--repository", str(tmp_path), "--front-ends", "1", "--grpc-port", "-1",
+                        "--set", "server.idle_timeout_s=1"]) as s:  # fmt: skip
+        host, port = s.url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=PATIENCE_S)
+        opened = time.monotonic()
+        try:
+            _until(lambda: _closed_by_server(sock), "the idle connection closed")
+        finally:
+            sock.close()
+        assert time.monotonic() - opened >= 1.0
+        assert _status(f"{s.url}/v2/health/live") == 200
