@@ -24,25 +24,18 @@ from atoll.bench.corpus import jpeg_bytes
 from atoll.connections import connection_bound, grpc_limits
 from atoll.server_process import ServerProcess
 from atoll.service import METRICS_CONNECTIONS
+from tests.atoll.probes import PATIENCE_S, metric, serving, until
 
 MODEL = "mobilenet_v3_small"
 BOUND = 16
-PATIENCE_S = 120
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-
-    root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
-    with ServerProcess(["--repository", str(root), "--backend", "cpu", "--front-ends", "1",
-                        "--set", f"server.max_connections={BOUND}", "--set", "server.body_timeout_s=3600",
-                        "--set", "server.idle_timeout_s=3600", "--metrics-port", "0",
-                        "--set", "vgpus.cpu_vgpus=1"]) as s:  # fmt: skip
+    with serving(tmp_path_factory.mktemp("repo"), MODEL, "--front-ends", "1", "--set", f"server.max_connections={BOUND}",
+                 "--set", "server.body_timeout_s=3600", "--set", "server.idle_timeout_s=3600",
+                 "--metrics-port", "0") as s:  # fmt: skip
         yield s
-    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
 
 
 def _status(url: str, body: bytes | None = None, headers: dict | None = None) -> int:
@@ -62,21 +55,6 @@ def _closed_by_server(sock: socket.socket) -> bool:
         return True
 
 
-def _until(condition, what: str):
-    deadline = time.monotonic() + PATIENCE_S
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {PATIENCE_S} s: {what}")
-        time.sleep(0.05)
-    return result
-
-
-def _metric(server, name: str) -> float:
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
 def test_the_bound_follows_the_open_file_limit():
     assert connection_bound(100, 1 << 20) == 100  # set: as set
     assert connection_bound(0, 1024) == (1024 - 256) // 2  # HTTP and gRPC share what the reserve leaves
@@ -88,7 +66,7 @@ def test_the_bound_follows_the_open_file_limit():
 
 def test_idle_and_half_sent_http_connections_make_room_for_real_clients(server):
     host, port = server.url.removeprefix("http://").split(":")
-    evicted = _metric(server, "atoll_connections_evicted_total")
+    evicted = metric(server.url, "atoll_connections_evicted_total")
     idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(6 * BOUND)]
     arriving = []
     for _ in range(2 * BOUND):  # whole headers, one byte of a 100 KB body: not yet a request the server holds
@@ -102,8 +80,8 @@ def test_idle_and_half_sent_http_connections_make_room_for_real_clients(server):
         assert _status(f"{server.url}/v2/health/ready") == 200
         # to make room the server closed all but at most BOUND of the 8 x BOUND it was offered
         offered = idle + arriving
-        _until(lambda: sum(map(_closed_by_server, offered)) >= len(offered) - BOUND, "the excess closed")
-        assert _metric(server, "atoll_connections_evicted_total") - evicted >= len(offered) - BOUND
+        until(lambda: sum(map(_closed_by_server, offered)) >= len(offered) - BOUND, "the excess closed")
+        assert metric(server.url, "atoll_connections_evicted_total") - evicted >= len(offered) - BOUND
     finally:
         for sock in idle + arriving:
             sock.close()
@@ -114,7 +92,7 @@ def test_grpc_refuses_connections_past_its_bound_and_drops_those_that_never_hand
     idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(BOUND + 8)]
     try:
         # the 8 past the bound at once, the rest after the handshake timeout: all of them
-        _until(lambda: all(map(_closed_by_server, idle)), "every idle gRPC connection closed")
+        until(lambda: all(map(_closed_by_server, idle)), "every idle gRPC connection closed")
     finally:
         for sock in idle:
             sock.close()
@@ -129,7 +107,7 @@ def test_idle_connections_to_the_metrics_port_make_room_for_a_scraper(server):
     idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(2 * METRICS_CONNECTIONS)]
     try:
         assert _status(f"{url}/metrics") == 200
-        _until(lambda: sum(map(_closed_by_server, idle)) >= METRICS_CONNECTIONS, "the excess closed")
+        until(lambda: sum(map(_closed_by_server, idle)) >= METRICS_CONNECTIONS, "the excess closed")
     finally:
         for sock in idle:
             sock.close()
@@ -142,7 +120,7 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_pa
         sock = socket.create_connection((host, int(port)), timeout=PATIENCE_S)
         opened = time.monotonic()
         try:
-            _until(lambda: _closed_by_server(sock), "the idle connection closed")
+            until(lambda: _closed_by_server(sock), "the idle connection closed")
         finally:
             sock.close()
         assert time.monotonic() - opened >= 1.0

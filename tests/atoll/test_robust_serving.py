@@ -25,24 +25,17 @@ import pytest
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from atoll.server_process import ServerProcess
+from tests.atoll.probes import PATIENCE_S, metric, serving, until
 
 MODEL = "mobilenet_v3_small"
 BODY_TIMEOUT_S = 2
-PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-
-    root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
-    with ServerProcess(["--repository", str(root), "--backend", "cpu", "--front-ends", "2",
-                        "--set", f"server.body_timeout_s={BODY_TIMEOUT_S}", "--set", "vgpus.cpu_vgpus=1"]) as s:  # fmt: skip
+    with serving(tmp_path_factory.mktemp("repo"), MODEL, "--front-ends", "2",
+                 "--set", f"server.body_timeout_s={BODY_TIMEOUT_S}") as s:  # fmt: skip
         yield s
-    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
 
 
 def _request(url: str, body: bytes = b"", headers: dict | None = None) -> int | str:
@@ -57,21 +50,6 @@ def _request(url: str, body: bytes = b"", headers: dict | None = None) -> int | 
         return e.code
     except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
         return type(getattr(e, "reason", e)).__name__
-
-
-def _until(condition, what: str):
-    deadline = time.monotonic() + PATIENCE_S
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {PATIENCE_S} s: {what}")
-        time.sleep(0.05)
-    return result
-
-
-def _metric(server, name: str) -> float:
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 def test_slow_bodies_hold_only_their_own_connections(server):
@@ -98,7 +76,7 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
     infer = f"{server.url}/v2/models/{MODEL}/infer"
     body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=9)])
     restarts = f'atoll_worker_restarts_total{{kind="{kind}"}}'
-    before = _metric(server, restarts)
+    before = metric(server.url, restarts)
     sent, outcomes, killed_at, stop = [0], [], [0.0], threading.Event()
     lock = threading.Lock()
 
@@ -113,15 +91,15 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
     with ThreadPoolExecutor(4) as load:
         for _ in range(4):
             load.submit(client)
-        _until(lambda: sum(o == 200 for _, o in outcomes) >= 8, "requests succeed before the kill")
+        until(lambda: sum(o == 200 for _, o in outcomes) >= 8, "requests succeed before the kill")
         victims = server.children()[kind]
         victim = min(victims)
         os.kill(victim, signal.SIGKILL)
         killed_at[0] = time.monotonic()
         # service is back: several successes answered after the kill, and the death is counted
-        _until(lambda: sum(t > killed_at[0] and o == 200 for t, o in outcomes) >= 8, "requests succeed again")
-        _until(lambda: _metric(server, restarts) == before + 1, f"{restarts} counts the restart")
-        _until(lambda: (now := server.children()[kind]) and len(now) == len(victims) and victim not in now,
+        until(lambda: sum(t > killed_at[0] and o == 200 for t, o in outcomes) >= 8, "requests succeed again")
+        until(lambda: metric(server.url, restarts) == before + 1, f"{restarts} counts the restart")
+        until(lambda: (now := server.children()[kind]) and len(now) == len(victims) and victim not in now,
                "its successor runs")
         stop.set()
     assert len(outcomes) == sent[0]  # every request sent got exactly one answer

@@ -1,0 +1,42 @@
+"""Waiting on a live `atoll serve` without fixed sleeps, for the end-to-end robustness tests."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import urllib.request
+from pathlib import Path
+
+from atoll.server_process import ServerProcess
+
+PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
+
+
+def until(condition, what: str):
+    """`condition()`'s first true result, polled; AssertionError naming `what` after PATIENCE_S."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {PATIENCE_S} s: {what}")
+        time.sleep(0.05)
+    return result
+
+
+def metric(url: str, name: str) -> float:
+    """The sum of every series of Prometheus metric `name` the server at `url` exports."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=PATIENCE_S) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+@contextlib.contextmanager
+def serving(root: Path, model: str, *args: str):
+    """`atoll serve` (CPU backend, one CPU vGPU) on a repository at `root` holding zoo `model`,
+    with `args` on top; it must stop cleanly."""
+    from gpu_runtime.zoo import build
+    from gpu_runtime.zoo.repository import write_model
+
+    write_model(root, model, build(model))
+    with ServerProcess(["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", *args]) as s:
+        yield s
+    assert s.proc.returncode == 0, "\n".join(s.log[-20:])
