@@ -3,7 +3,9 @@ must still parse with today's options, or a renamed flag is found on the GPU box
 
 from __future__ import annotations
 
+import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,12 @@ def test_every_atoll_command_in_the_script_parses(args):
     parsed = build_parser().parse_args(args)
     assert callable(parsed.func)
     assert "$" not in " ".join(args)  # every shell variable stood in for
+
+
+def test_the_steps_listed_are_the_steps_run_and_an_unknown_one_runs_nothing():
+
+    steps = re.search(r'^STEPS="([^"]+)"', SCRIPT.read_text(), re.M).group(1).split()
+    listed = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True, text=True, check=True).stdout
+    assert [line.split(":")[0] for line in listed.splitlines()] == steps  # each with what it is for
+    wrong = subprocess.run(["bash", str(SCRIPT), "h100", "serve", "nosuch"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unknown step 'nosuch'" in wrong.stderr and "== " not in wrong.stdout
