@@ -1,10 +1,15 @@
-"""`atoll bench robust`: what hostile media, slow clients, overload and dead processes cost one
-`atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run on one server:
+"""`atoll bench robust`: what hostile media, slow clients, connection floods, overload and dead
+processes cost `atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run (the flood on a
+second server, bounded lower):
 
 - bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request: the client's
   time to its 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
 - slow: a good client's closed-loop throughput alone, then while `--slow` connections each hold a
   request body open after its first byte (ratio; target >= 0.9);
+- flood: a second server whose front end may hold `--flood-bound` connections per protocol: the
+  good client's throughput alone, then beside `--flood` connections that send nothing and as many
+  that send headers and one byte of a 1 MB body (ratio; connections the server closed to make
+  room, `atoll_connections_evicted_total`);
 - overload: the capacity is the best closed-loop throughput on a ladder of connections (from
   `--concurrency`, doubling while throughput still grows by 5 %: a few connections leave a
   pipelined server's cores idle, and capacity measured there would flatter the goodput); then an
@@ -19,6 +24,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -44,8 +50,12 @@ KINDS = ("front_end", "vgpu")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("robust", help="hostile media, slow clients, overload and killed children (#13)")
+    p = subparsers.add_parser("robust", help="hostile media, slow clients, connection floods, overload and killed children (#13)")
     p.add_argument("--slow", type=int, default=300, help="slow connections held open (default 300)")
+    p.add_argument("--flood", type=int, default=1024,
+                   help="idle connections, and as many half-sent ones, opened against the flood server (default 1024)")
+    p.add_argument("--flood-bound", type=int, default=256,
+                   help="the flood server's server.max_connections (default 256)")
     p.add_argument("--concurrency", type=int, default=8,
                    help="closed-loop connections of the good client, and the first step of the capacity ladder (default 8)")
     p.add_argument("--duration", type=float, default=15.0, help="seconds per throughput measurement (default 15)")
@@ -68,18 +78,24 @@ def run(args) -> int:
         with ServerProcess(serve) as server:
             doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "bomb": _bomb(server)}
             alone = _closed_loop(server, args.concurrency, args.duration)
-            slow = _with_slow_connections(server, args.slow, lambda: _closed_loop(server, args.concurrency, args.duration))
+            slow = _with_connections(server, 0, args.slow, lambda: _closed_loop(server, args.concurrency, args.duration))
             doc["slow"] = {"connections": args.slow, "alone_rps": alone["rps"], "alone_cores": alone["cores"],
                            "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
-                           "ratio": round(slow["rps"]["rps"] / alone["rps"], 3), "slow_answers": slow["answers"]}  # fmt: skip
+                           "ratio": round(slow["rps"]["rps"] / alone["rps"], 3),
+                           "slow_answers": slow["answers"]["half_sent"]}  # fmt: skip
             doc["overload"] = _overload(server, _capacity(server, alone, args.concurrency, args.duration),
                                         args.overload, args.overload_s)
             doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
-    b, s, o = doc["bomb"], doc["slow"], doc["overload"]
+        with ServerProcess([*serve, "--set", f"server.max_connections={args.flood_bound}"]) as server:
+            doc["flood"] = _flood(server, args)
+    b, s, o, f = doc["bomb"], doc["slow"], doc["overload"], doc["flood"]
     summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms), "
                f"+{b['extra_peak_rss_mb']} MB peak RSS",
                f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
                f"({s['ratio']:.0%})",
+               f"flood: {f['with_flood_rps']} vs {f['alone_rps']} req/s alone beside {f['idle']} idle and "
+               f"{f['half_sent']} half-sent connections ({f['ratio']:.0%}; bound {f['bound']}, "
+               f"{f['evicted']} closed to make room)",
                f"overload {o['factor']:g}x for {o['seconds']:g} s: goodput {o['goodput_rps']} req/s = "
                f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} ({o['goodput_per_server_core_over_capacity']} per "
                f"server core; the server had {o['cores']['server']} cores against {o['capacity_cores']['server']}); "
@@ -168,8 +184,9 @@ def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, di
 
 def _closed_loop(server: ServerProcess, concurrency: int, seconds: float) -> dict:
     records, start, cores = _drive(server, _plan(server, seconds, concurrency=concurrency))
-    ok = records[(records["status"] == 200) & (records["done"] <= start + seconds)]
-    return {"rps": round(len(ok) / seconds, 1), "cores": cores}
+    within = records[records["done"] <= start + seconds]
+    statuses = {str(k): int(n) for k, n in zip(*np.unique(within["status"], return_counts=True))}
+    return {"rps": round(statuses.get("200", 0) / seconds, 1), "cores": cores, "statuses": statuses}
 
 
 def _capacity(server: ServerProcess, first: dict, concurrency: int, seconds: float, most: int = 256) -> dict:
@@ -188,29 +205,48 @@ def _capacity(server: ServerProcess, first: dict, concurrency: int, seconds: flo
     return {**best, "ladder_rps": {str(c): m["rps"] for c, m in ladder.items()}}
 
 
-def _with_slow_connections(server: ServerProcess, count: int, measure) -> dict:
-    """`measure()` while `count` connections each hold a request body open after its first byte;
-    what the server answered each of them once they were released (closed)."""
+def _with_connections(server: ServerProcess, idle: int, half_sent: int, measure) -> dict:
+    """`measure()` while `idle` connections send nothing and `half_sent` ones each hold a request
+    body open after its first byte; what became of each kind once released: answered (by status),
+    closed by the server, or still waiting."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket each
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * (idle + half_sent) + 1024)), hard))
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
-    socks = []
-    for _ in range(count):
-        sock = socket.create_connection((host, int(port)), timeout=120)
-        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{{".encode())
-        socks.append(sock)
+    socks = {"idle": [], "half_sent": []}
+    for kind, count in (("idle", idle), ("half_sent", half_sent)):
+        for _ in range(count):
+            sock = socket.create_connection((host, int(port)), timeout=120)
+            if kind == "half_sent":
+                sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{{".encode())
+            socks[kind].append(sock)
     try:
         rps = measure()
     finally:
         answers = {}
-        for sock in socks:
-            sock.setblocking(False)
-            try:
-                head = sock.recv(64).decode(errors="replace").split(" ")
-                key = head[1] if len(head) > 1 else "closed"
-            except BlockingIOError:  # still waiting for its body: it held only its connection
-                key = "waiting"
-            answers[key] = answers.get(key, 0) + 1
-            sock.close()
+        for kind, group in socks.items():
+            answers[kind] = {}
+            for sock in group:
+                sock.setblocking(False)
+                try:
+                    head = sock.recv(64).decode(errors="replace").split(" ")
+                    key = head[1] if len(head) > 1 else "closed"
+                except BlockingIOError:  # still waiting: it held only its connection
+                    key = "waiting"
+                except ConnectionError:
+                    key = "closed"
+                answers[kind][key] = answers[kind].get(key, 0) + 1
+                sock.close()
     return {"rps": rps, "answers": answers}
+
+
+def _flood(server: ServerProcess, args) -> dict:
+    alone = _closed_loop(server, args.concurrency, args.duration)
+    evicted = counter_total(server.url, "atoll_connections_evicted")
+    flood = _with_connections(server, args.flood, args.flood, lambda: _closed_loop(server, args.concurrency, args.duration))
+    return {"bound": args.flood_bound, "idle": args.flood, "half_sent": args.flood, "alone_rps": alone["rps"],
+            "with_flood_rps": flood["rps"]["rps"], "ratio": round(flood["rps"]["rps"] / alone["rps"], 3),
+            "with_flood_statuses": flood["rps"]["statuses"], "answers": flood["answers"],
+            "evicted": counter_total(server.url, "atoll_connections_evicted") - evicted}  # fmt: skip
 
 
 def _overload(server: ServerProcess, alone: dict, factor: float, seconds: float) -> dict:
