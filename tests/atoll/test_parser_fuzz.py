@@ -1,5 +1,6 @@
 """A bounded mutation fuzz of what parses a client's bytes: the KServe v2 JSON body, the binary
-tensor extension, WAV/FLAC headers and data, and the media limits read from JPEG and WAV headers.
+tensor extension, gRPC ModelInferRequests, WAV/FLAC headers and data, and the media limits read
+from JPEG and WAV headers.
 Every mutation of a valid request must parse or fail with an error the server answers as the
 client's (400-class), never with anything it would answer 500 or crash on. Seeded: the same
 mutations on every run."""
@@ -75,7 +76,7 @@ def _survives(parse, mutants) -> int:
             parse(data)
         except Exception as exc:  # noqa: BLE001 - the point: nothing but client errors may escape
             if not _client_error(exc):
-                raise AssertionError(f"{type(exc).__name__}: {exc} for {data[:120]!r}") from exc
+                raise AssertionError(f"{type(exc).__name__}: {exc} for {repr(data)[:200]}") from exc
         else:
             parsed += 1
     return parsed
@@ -119,3 +120,63 @@ def test_wav_files_and_their_limits():
 def test_jpeg_headers_and_their_limits():
     limits = MediaLimits.of(PreprocessingConfig())
     assert _survives(lambda d: limits.check("image", [d]), _mutants(5, jpeg_bytes(48, 32))) > 0
+
+
+def _grpc_mutants(seed: int):
+    """ModelInferRequests that protobuf accepts but whose fields are off: byte-level mutants (of
+    those, the ones protobuf still parses) and messages built with random field values."""
+    from google.protobuf.message import DecodeError
+    from tritonclient.grpc import service_pb2 as pb
+
+    rng = np.random.default_rng(seed)
+    valid = pb.ModelInferRequest(model_name="m", id="7")
+    valid.parameters["priority"].int64_param = 1
+    valid.inputs.add(name="x", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1, 2, 3, 4])
+    valid.inputs.add(name="w", datatype="BYTES", shape=[2])
+    valid.raw_input_contents.append(struct.pack("<I", 3) + b"abc" + struct.pack("<I", 1) + b"z")
+    valid.outputs.add(name="y").parameters["classification"].int64_param = 1
+    for data in _mutants(seed, valid.SerializeToString()):
+        try:
+            yield pb.ModelInferRequest.FromString(data)
+        except DecodeError:  # grpcio answers these itself, before our code (INTERNAL, as gRPC servers do)
+            continue
+    pick = lambda *choices: choices[int(rng.integers(0, len(choices)))]  # noqa: E731
+    for _ in range(MUTATIONS):
+        msg = pb.ModelInferRequest(model_name="m", id=pick("", "7", "\x00"))
+        for key in rng.choice(["priority", "timeout", "binary_data_output", "x"], int(rng.integers(0, 3))):
+            param = msg.parameters[str(key)]
+            kind = pick("int64_param", "bool_param", "string_param", "double_param", "uint64_param")
+            setattr(param, kind, {"int64_param": int(rng.integers(-2, 3)), "bool_param": True, "string_param": "1",
+                                  "double_param": 1.5, "uint64_param": 2**63}[kind])  # fmt: skip
+        for _ in range(int(rng.integers(0, 3))):
+            t = msg.inputs.add(name=pick("x", "w", ""), datatype=pick("FP32", "BYTES", "INT8", "BOOL", "FP16", "X"),
+                               shape=[int(v) for v in rng.integers(-2, 4, int(rng.integers(0, 3)))])  # fmt: skip
+            match pick("raw", "typed", "shm", "none"):
+                case "raw":
+                    msg.raw_input_contents.append(rng.bytes(int(rng.integers(0, 24))))
+                case "typed":
+                    t.contents.fp32_contents.extend(rng.random(int(rng.integers(0, 5))).tolist())
+                    t.contents.bytes_contents.extend([b"a"] * int(rng.integers(0, 3)))
+                    t.contents.bool_contents.extend([True] * int(rng.integers(0, 3)))
+                case "shm":
+                    t.parameters["shared_memory_region"].string_param = pick("r", "")
+                    t.parameters["shared_memory_byte_size"].int64_param = int(rng.integers(-1, 64))
+        for _ in range(int(rng.integers(0, 2))):
+            out = msg.outputs.add(name=pick("y", "z"))
+            param = out.parameters[pick("classification", "binary_data", "shared_memory_region")]
+            kind = pick("int64_param", "bool_param", "string_param")
+            setattr(param, kind, {"int64_param": int(rng.integers(-1, 3)), "bool_param": True, "string_param": "y"}[kind])
+        yield msg
+
+
+def test_grpc_infer_requests():
+    """What `grpc_server.request_from_proto` and the checks after it make of ModelInferRequests
+    with fields no client should send."""
+    from atoll.grpc_server import request_from_proto
+
+    def parse(msg) -> None:
+        request = request_from_proto(msg, Regions())
+        priority_of(SPEC, request)
+        requested_outputs(request, ["y"])
+
+    assert _survives(parse, _grpc_mutants(5)) > 0
