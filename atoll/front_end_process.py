@@ -21,6 +21,7 @@ from atoll.control import SupervisorLink
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEnd, FrontEndSetup
+from atoll.http_edge import BodyBudget, body_budget_bytes
 from atoll.metrics import Metrics
 from atoll.model_control import AddModel, RetireModel
 from atoll.server import InferenceServer
@@ -50,7 +51,9 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     share = c.server.pending_share(setup.count)
     supervisor = SupervisorLink(writer)
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
-    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s)
+    budget = BodyBudget(body_budget_bytes(c.server.body_memory_bytes, setup.count, c.server.max_request_bytes),
+                        metrics.refused)  # fmt: skip
+    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget)
     bound = connection_bound(c.server.max_connections, raise_open_file_limit())
     app = server.app(c.server.max_request_bytes)
     # handler_cancellation: a client that goes away cancels its request (aiohttp would run it on)

@@ -2,7 +2,9 @@
 
 A body is read whole before its request counts as pending (a client sending it slowly holds only
 its own connection), at most `max_bytes` of it after any Content-Encoding is undone (413 beyond),
-within `timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. Every
+within `timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. All the
+bodies a front end holds at once, being read or read and not yet answered, stay within its
+`BodyBudget`: one that would pass it is refused before it is read (503 with Retry-After). Every
 error the server answers, an `ApiError` from a handler or aiohttp's own (unknown endpoint, wrong
 method), is Triton's `{"error": "..."}` with its kind's status; an exception nobody expected is
 logged and answered 500, never a traceback page.
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -20,6 +24,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from atoll.errors import ApiError, ErrorCode
 
 log = logging.getLogger("atoll.server")
+WARN_EVERY_S = 10.0  # the budget's warnings, at most this often
 
 
 class BodyError(ApiError):
@@ -27,17 +32,83 @@ class BodyError(ApiError):
     what is left of the body is not read."""
 
 
+class BodyBudget:
+    """Bytes of request bodies one front end holds at once, counted as they arrive. Without it, 30
+    connections each sending all but the last byte of a 64 MB body grew a front end by 1.9 GB
+    (2-core VM); a few hundred would have exhausted the machine's memory within the body timeout.
+    When a body's next bytes would pass `total`, the largest body still arriving goes: another one
+    is cut off (its connection closed), or this one is refused (503, Retry-After). So bodies held
+    back cannot keep smaller requests out, and one largest request always fits. A request's share
+    is given back when its handler returns (`middleware`, the app's)."""
+
+    KEY = "atoll.body_bytes"  # a request's share, kept on the request
+
+    def __init__(self, total: int, refused=None):
+        self.total = total
+        self.used = 0
+        self.refused = refused  # a prometheus Counter, or None
+        self._arriving: dict[int, web.Request] = {}  # bodies still being read, by id
+        self._warned = -WARN_EVERY_S
+
+    def take(self, request: web.Request, size: int) -> None:
+        """Count `size` more bytes of `request`'s body, or BodyError (503) if it is the one to go."""
+        self._arriving[id(request)] = request
+        while self.used + size > self.total:
+            largest = max(self._arriving.values(), key=lambda r: r.get(self.KEY, 0) + (size if r is request else 0))
+            if largest is request:
+                self.arrived(request)
+                if self.refused is not None:
+                    self.refused.inc()
+                raise BodyError(ErrorCode.UNAVAILABLE, f"this front end holds {self.used} bytes of request bodies "
+                                                       f"and may hold {self.total} (server.body_memory_bytes): try "
+                                                       "again", 1)  # fmt: skip
+            self._cut_off(largest)
+        self.used += size
+        request[self.KEY] = request.get(self.KEY, 0) + size
+
+    def arrived(self, request: web.Request) -> None:
+        """`request`'s body is whole (or given up): it is no longer cut off to make room."""
+        self._arriving.pop(id(request), None)
+
+    def _cut_off(self, request: web.Request) -> None:
+        self.arrived(request)
+        share = request.pop(self.KEY, 0)
+        self.used -= share
+        request.protocol.force_close()  # its handler is cancelled (handler_cancellation)
+        now = time.monotonic()
+        if now - self._warned >= WARN_EVERY_S:
+            self._warned = now
+            log.warning("request bodies at server.body_memory_bytes (%d): cut off one still arriving after %d bytes "
+                        "to make room", self.total, share)  # fmt: skip
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        finally:
+            self.arrived(request)
+            self.used -= request.pop(self.KEY, 0)
+
+
+def body_budget_bytes(configured: int, front_ends: int, max_request_bytes: int) -> int:
+    """One front end's `BodyBudget`: `configured`, else an eighth of the machine's memory shared
+    among the front ends; never below one largest request."""
+    if configured <= 0:
+        configured = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8 // max(1, front_ends)
+    return max(configured, max_request_bytes)
+
+
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
+async def read_body(request: web.Request, max_bytes: int, timeout_s: float, budget: BodyBudget | None = None) -> bytes:
     """The body, or BodyError. After a 413 aiohttp reads on (discarding, for at most its lingering
     time) so the client, still sending, gets the answer; a body that timed out or cannot be decoded
     is marked ended instead (aiohttp would wait on it, or log its decoding error as unhandled)."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await _read(request, max_bytes)
+            return await _read(request, max_bytes, budget)
     except TimeoutError:
         failure = BodyError(ErrorCode.BODY_TIMEOUT, f"the request body did not arrive within {timeout_s:g} s")
     except (RequestPayloadError, HttpProcessingError) as exc:  # bad encoding or framing
@@ -47,21 +118,34 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> b
     raise failure
 
 
-async def _read(request: web.Request, max_bytes: int) -> bytes:
+async def _read(request: web.Request, max_bytes: int, budget: BodyBudget | None) -> bytes:
     too_large = BodyError(ErrorCode.TOO_LARGE, f"request body larger than {max_bytes} bytes")
     size = request.content_length
+    # Joined once: aiohttp's `read()` copies it three more times (a 600 KB tensor body cost 0.7
+    # instead of ~0.3 CPU-ms per request).
     if size is not None and "Content-Encoding" not in request.headers:
-        # Joined once: aiohttp's `read()` copies it three more times (a 600 KB tensor body cost
-        # 0.7 instead of ~0.3 CPU-ms per request).
         if size > max_bytes:
             raise too_large
-        return await request.content.readexactly(size) if size else b""  # (aiohttp's empty stream refuses 0)
-    chunks, total = [], 0  # chunked, or compressed: only the decoded size counts
-    while chunk := await request.content.readany():
-        total += len(chunk)
-        if total > max_bytes:
-            raise too_large
-        chunks.append(chunk)
+        if budget is None:
+            return await request.content.readexactly(size) if size else b""  # (aiohttp's empty stream refuses 0)
+    # chunk by chunk: a budget counts what has arrived, and a chunked or compressed body's size is
+    # known only as it is decoded
+    chunks, total = [], 0
+    try:
+        while chunk := await request.content.readany():
+            total += len(chunk)
+            if total > max_bytes:
+                raise too_large
+            if budget is not None:
+                budget.take(request, len(chunk))
+            chunks.append(chunk)
+    except RuntimeError as exc:  # aiohttp's word for a connection closed under a read
+        raise ConnectionResetError(str(exc)) from None
+    finally:
+        if budget is not None:
+            budget.arrived(request)
+    if size is not None and total < size and "Content-Encoding" not in request.headers:
+        raise asyncio.IncompleteReadError(b"".join(chunks), size)  # the client went away mid-body
     return b"".join(chunks)
 
 
@@ -83,7 +167,8 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except (ConnectionError, EOFError):  # the client went away (mid-body): nobody to answer
-        log.info("%s %s: the client closed its connection", request.method, request.path)
+        log.info("%s %s: the connection closed mid-request (the client went away, or its body was cut off "
+                 "for room)", request.method, request.path)  # fmt: skip
         raise asyncio.CancelledError from None
     except Exception as exc:  # a bug: logged with its traceback, answered without one
         log.exception("%s %s failed", request.method, request.path)

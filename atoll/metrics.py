@@ -91,7 +91,8 @@ class Metrics:
                                     ("model", "bucket", "vgpu"), buckets=BATCH_BUCKETS, registry=r)  # fmt: skip
         self.in_flight = Gauge("atoll_requests_in_flight", "Requests being processed", registry=r,
                                multiprocess_mode="livesum")  # fmt: skip
-        self.refused = Counter("atoll_requests_refused", "Requests refused for overload", registry=r)
+        self.refused = Counter("atoll_requests_refused", "Requests refused for overload (admission, or request bodies "
+                               "past server.body_memory_bytes)", registry=r)  # fmt: skip
         self.evicted = Counter("atoll_connections_evicted", "HTTP connections holding no whole request closed to "
                                "make room for new ones (server.max_connections)", registry=r)  # fmt: skip
         self.program_builds = Counter("atoll_program_builds", "Programs built after load (a bug)",

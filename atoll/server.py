@@ -18,7 +18,7 @@ from aiohttp import web
 
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError, ErrorCode
-from atoll.http_edge import error, json_errors, read_body
+from atoll.http_edge import BodyBudget, error, json_errors, read_body
 from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
 from atoll.shm_registry import CudaRegion, SystemRegion
 
@@ -33,15 +33,17 @@ def _fields(doc: dict, *names: str) -> list:
 
 
 class InferenceServer:
-    def __init__(self, endpoints: Endpoints, metrics, body_timeout_s: float = 30.0):
+    def __init__(self, endpoints: Endpoints, metrics, body_timeout_s: float = 30.0, budget: BodyBudget | None = None):
         self.endpoints = endpoints
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
+        self.budget = budget  # request bodies held at once (None: no bound)
         self.max_request_bytes = 0
 
     def app(self, max_request_bytes: int) -> web.Application:
         self.max_request_bytes = max_request_bytes
-        app = web.Application(client_max_size=max_request_bytes, middlewares=[json_errors])
+        middlewares = [json_errors] if self.budget is None else [json_errors, self.budget.middleware]
+        app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
         r = app.router
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.health_ready)
@@ -104,7 +106,7 @@ class InferenceServer:
 
     async def _json_body(self, request: web.Request) -> dict:
         """A call's JSON object body (empty when there is none)."""
-        raw = await read_body(request, self.max_request_bytes, self.body_timeout_s)
+        raw = await read_body(request, self.max_request_bytes, self.body_timeout_s, self.budget)
         if not raw:
             return {}
         try:
@@ -159,7 +161,7 @@ class InferenceServer:
 
     async def infer(self, request: web.Request) -> web.Response:
         async def decode():
-            body = await read_body(request, self.max_request_bytes, self.body_timeout_s)
+            body = await read_body(request, self.max_request_bytes, self.body_timeout_s, self.budget)
             header = request.headers.get(HEADER_LENGTH)
             try:
                 length = int(header) if header else None

@@ -1,4 +1,5 @@
-"""Connections that hold no whole request cannot lock real clients out (`atoll/connections.py`).
+"""Connections that hold no whole request cannot lock real clients out (`atoll/connections.py`),
+and bodies held back cannot exhaust a front end's memory (`http_edge.BodyBudget`).
 
 Before: with the common soft limit of 1,024 open files, 1,100 TCP connections that sent nothing
 made every infer and readiness probe time out. Here a real `atoll serve` bounded to a few
@@ -13,6 +14,7 @@ import re
 import socket
 import time
 import urllib.request
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -22,18 +24,21 @@ from tritonclient.grpc import service_pb2_grpc
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
 from atoll.connections import connection_bound, grpc_limits
+from atoll.http_edge import BodyBudget, BodyError
 from atoll.server_process import ServerProcess
 from atoll.service import METRICS_CONNECTIONS
 from tests.atoll.probes import PATIENCE_S, metric, serving, until
 
 MODEL = "mobilenet_v3_small"
 BOUND = 16
+BODY_MAX, BODY_BUDGET = 16 << 20, 32 << 20
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with serving(tmp_path_factory.mktemp("repo"), MODEL, "--front-ends", "1", "--set", f"server.max_connections={BOUND}",
                  "--set", "server.body_timeout_s=3600", "--set", "server.idle_timeout_s=3600",
+                 "--set", f"server.max_request_bytes={BODY_MAX}", "--set", f"server.body_memory_bytes={BODY_BUDGET}",
                  "--metrics-port", "0") as s:  # fmt: skip
         yield s
 
@@ -111,6 +116,48 @@ def test_idle_connections_to_the_metrics_port_make_room_for_a_scraper(server):
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_bodies_held_back_cannot_exhaust_memory_or_keep_requests_out(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    size = BODY_MAX // 2
+    held = []
+    for _ in range(8):  # 64 MB of bodies against a 32 MB budget, each held back before its last byte
+        sock = socket.create_connection((host, int(port)), timeout=PATIENCE_S)
+        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+        try:
+            sock.sendall(bytes(size - 1))
+        except ConnectionError:  # cut off while still sending
+            pass
+        held.append(sock)
+    try:
+        body, headers = infer_body("image", [jpeg_bytes(320, 240)])
+        assert [_status(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(3)] == [200] * 3
+        # the largest bodies still arriving were cut off: at most BUDGET / size of them can stay
+        until(lambda: sum(map(_closed_by_server, held)) >= len(held) - BODY_BUDGET // size, "bodies cut off")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_body_budget_cuts_off_the_largest_body_still_arriving():
+    class Request(dict):  # what BodyBudget uses of aiohttp's request: its mapping and its connection
+        def __init__(self):
+            super().__init__()
+            self.protocol = SimpleNamespace(force_close=lambda: setattr(self, "closed", True))
+            self.closed = False
+
+    budget = BodyBudget(100)
+    first, second, third, fourth = Request(), Request(), Request(), Request()
+    budget.take(first, 60)
+    budget.take(second, 30)
+    budget.take(third, 20)  # 110 > 100: the largest still arriving goes
+    assert (first.closed, second.closed, budget.used) == (True, False, 50)
+    budget.arrived(third)  # whole: no longer a candidate
+    with pytest.raises(BodyError) as refused:  # now the largest would be this one itself
+        budget.take(fourth, 80)
+    assert refused.value.code.http == 503 and refused.value.retry_after_s == 1
+    assert (second.closed, budget.used) == (False, 50)
 
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_path):
