@@ -33,10 +33,10 @@ class BodyError(ApiError):
 
 
 class BodyBudget:
-    """Bytes of request bodies one front end holds at once, counted as they arrive. Without it, 30
-    connections each sending all but the last byte of a 64 MB body grew a front end by 1.9 GB
-    (2-core VM); a few hundred would have exhausted the machine's memory within the body timeout.
-    When a body's next bytes would pass `total`, the largest body still arriving goes: another one
+    """Bytes of request bodies one front end holds at once (a body with a Content-Length counts
+    whole from its start, a chunked one as it arrives). Without it, 30 connections each sending
+    all but the last byte of a 64 MB body grew a front end by 1.9 GB (2-core VM); a few hundred
+    would have exhausted the machine's memory within the body timeout. When a body's next bytes would pass `total`, the largest body still arriving goes: another one
     is cut off (its connection closed), or this one is refused (503, Retry-After). So bodies held
     back cannot keep smaller requests out, and one largest request always fits. A request's share
     is given back when its handler returns (`middleware`, the app's)."""
@@ -119,33 +119,34 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float, budg
 
 
 async def _read(request: web.Request, max_bytes: int, budget: BodyBudget | None) -> bytes:
-    too_large = BodyError(ErrorCode.TOO_LARGE, f"request body larger than {max_bytes} bytes")
-    size = request.content_length
-    # Joined once: aiohttp's `read()` copies it three more times (a 600 KB tensor body cost 0.7
-    # instead of ~0.3 CPU-ms per request).
-    if size is not None and "Content-Encoding" not in request.headers:
-        if size > max_bytes:
-            raise too_large
-        if budget is None:
-            return await request.content.readexactly(size) if size else b""  # (aiohttp's empty stream refuses 0)
-    # chunk by chunk: a budget counts what has arrived, and a chunked or compressed body's size is
-    # known only as it is decoded
-    chunks, total = [], 0
     try:
-        while chunk := await request.content.readany():
-            total += len(chunk)
-            if total > max_bytes:
-                raise too_large
-            if budget is not None:
-                budget.take(request, len(chunk))
-            chunks.append(chunk)
+        return await _read_counted(request, max_bytes, budget)
     except RuntimeError as exc:  # aiohttp's word for a connection closed under a read
         raise ConnectionResetError(str(exc)) from None
     finally:
         if budget is not None:
             budget.arrived(request)
-    if size is not None and total < size and "Content-Encoding" not in request.headers:
-        raise asyncio.IncompleteReadError(b"".join(chunks), size)  # the client went away mid-body
+
+
+async def _read_counted(request: web.Request, max_bytes: int, budget: BodyBudget | None) -> bytes:
+    too_large = BodyError(ErrorCode.TOO_LARGE, f"request body larger than {max_bytes} bytes")
+    size = request.content_length
+    if size is not None and "Content-Encoding" not in request.headers:
+        if size > max_bytes:
+            raise too_large
+        if budget is not None:  # counted whole before it arrives: cut off first if it is held back
+            budget.take(request, size)
+        # Joined once: aiohttp's `read()` copies it three more times (a 600 KB tensor body cost
+        # 0.7 instead of ~0.3 CPU-ms per request).
+        return await request.content.readexactly(size) if size else b""  # (aiohttp's empty stream refuses 0)
+    chunks, total = [], 0  # chunked, or compressed: only the decoded size counts, as it is decoded
+    while chunk := await request.content.readany():
+        total += len(chunk)
+        if total > max_bytes:
+            raise too_large
+        if budget is not None:
+            budget.take(request, len(chunk))
+        chunks.append(chunk)
     return b"".join(chunks)
 
 
