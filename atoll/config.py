@@ -47,8 +47,9 @@ class ServerConfig:
                                                 "wait more than half of it is refused at once (HTTP 503)")
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
     body_memory_bytes: int = _num(0, 0, "request bodies one front end holds at once, being read or not yet answered; "
-                                        "one past it is refused before it is read (HTTP 503; 0 = an eighth of the "
-                                        "machine's memory shared among the front ends; never below max_request_bytes)")
+                                        "past it the largest body still arriving is cut off, or the request refused "
+                                        "(HTTP 503; 0 = an eighth of the machine's memory shared among the front "
+                                        "ends; never below max_request_bytes)")
     idle_timeout_s: float = _num(60.0, 0.1, "a client connection with no request in progress for this long is closed")
     max_connections: int = _num(0, 0, "client connections per front end and protocol; past it HTTP ones holding no "
                                       "whole request are closed, longest open first, and new gRPC ones refused "

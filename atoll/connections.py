@@ -20,27 +20,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import time
 
 from aiohttp import web
+
+from atoll.http_edge import Throttled
 
 log = logging.getLogger("atoll.connections")
 
 RESERVE_FDS = 256  # a front end's own descriptors: pipes, the supervisor link, DPU and shm files
 EVICT_SHARE = 8  # a full front end frees 1/8 of its bound at once, not one connection per accept
-WARN_EVERY_S = 10.0
 HANDSHAKE_TIMEOUT_S = 5.0  # gRPC: a connection that has not sent its HTTP/2 preface by then
 
 
 def raise_open_file_limit() -> int:
-    """Raise this process's soft limit on open files to its hard limit; the limit now in force."""
+    """Raise this process's soft limit on open files to its hard limit (where that is unlimited,
+    to 2**20, Linux's default ceiling), leaving the hard limit as it is; the limit now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = max(soft, 1 << 20)
-    if soft < hard:
+    wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft < wanted:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
         except (ValueError, OSError):  # a container may refuse: the bound follows the soft limit
             pass
     return soft
@@ -62,9 +62,9 @@ def grpc_limits(bound: int, idle_timeout_s: float) -> list[tuple[str, int]]:
 
 
 class HttpConnections:
-    """The HTTP side of an `AppRunner`: `accept` is the listening socket's protocol factory,
-    `middleware` (the app's first) notes each connection's request in progress. The runner's
-    low-level server, made by its setup, keeps the live connections oldest first.
+    """The HTTP side of an `AppRunner` not yet set up: `accept` is the listening socket's protocol
+    factory, and `middleware`, made the app's first, notes each connection's request in progress.
+    The runner's low-level server, made by its setup, keeps the live connections oldest first.
 
     Past the bound, a new connection makes room by closing, longest open first, connections with
     no request, then those whose request body is still arriving (not yet a request the server
@@ -73,6 +73,7 @@ class HttpConnections:
 
     def __init__(self, runner: web.AppRunner, bound: int, evicted=None, name: str = "HTTP (server.max_connections)"):
         self.runner = runner
+        runner.app.middlewares.insert(0, self.middleware)
         self.bound = bound
         self.name = name  # for the log: which port, and what sets its bound
         self.evicted = evicted  # a prometheus Counter, or None
@@ -84,7 +85,7 @@ class HttpConnections:
         # places freed by the last sweep that later connections may take: what it closed stays in
         # the server's list until the next turn
         self._room = 0
-        self._warned = -WARN_EVERY_S
+        self._warn = Throttled(log)
 
     def accept(self) -> asyncio.BaseProtocol:
         server = self.runner.server
@@ -144,11 +145,8 @@ class HttpConnections:
             return
         if self.evicted is not None:
             self.evicted.inc(len(victims))
-        now = time.monotonic()
-        if now - self._warned >= WARN_EVERY_S:
-            self._warned = now
-            log.warning("%d %s connections open, bound %d: closed %d without a whole request (%d idle), longest "
-                        "open first", live, self.name, self.bound, len(victims), min(len(idle), len(victims)))  # fmt: skip
+        self._warn.warning("%d %s connections open, bound %d: closed %d without a whole request (%d idle), longest "
+                           "open first", live, self.name, self.bound, len(victims), min(len(idle), len(victims)))  # fmt: skip
 
 
 async def listen(connections: HttpConnections, host: str, port: int, backlog: int = 100,

@@ -60,7 +60,6 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True, keepalive_timeout=c.server.idle_timeout_s,
                            shutdown_timeout=c.server.request_timeout_s)  # fmt: skip
     connections = HttpConnections(runner, bound, metrics.evicted)
-    app.middlewares.insert(0, connections.middleware)
     await runner.setup()
     # An open loop past capacity connects faster than the loop accepts: beyond aiohttp's backlog
     # of 128 the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024

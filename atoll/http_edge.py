@@ -4,7 +4,8 @@ A body is read whole before its request counts as pending (a client sending it s
 its own connection), at most `max_bytes` of it after any Content-Encoding is undone (413 beyond),
 within `timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. All the
 bodies a front end holds at once, being read or read and not yet answered, stay within its
-`BodyBudget`: one that would pass it is refused before it is read (503 with Retry-After). Every
+`BodyBudget`: past it the largest body still arriving is cut off, or this one refused (503 with
+Retry-After). Every
 error the server answers, an `ApiError` from a handler or aiohttp's own (unknown endpoint, wrong
 method), is Triton's `{"error": "..."}` with its kind's status; an exception nobody expected is
 logged and answered 500, never a traceback page.
@@ -24,7 +25,22 @@ from aiohttp.web_protocol import RequestPayloadError
 from atoll.errors import ApiError, ErrorCode
 
 log = logging.getLogger("atoll.server")
-WARN_EVERY_S = 10.0  # the budget's warnings, at most this often
+
+
+class Throttled:
+    """A logger's warnings at most once every `every_s` seconds: a flood of hostile clients would
+    repeat the same one thousands of times a second."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0):
+        self.logger = logger
+        self.every_s = every_s
+        self._last = -every_s
+
+    def warning(self, message: str, *args) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.logger.warning(message, *args)
 
 
 class BodyError(ApiError):
@@ -36,10 +52,12 @@ class BodyBudget:
     """Bytes of request bodies one front end holds at once (a body with a Content-Length counts
     whole from its start, a chunked one as it arrives). Without it, 30 connections each sending
     all but the last byte of a 64 MB body grew a front end by 1.9 GB (2-core VM); a few hundred
-    would have exhausted the machine's memory within the body timeout. When a body's next bytes would pass `total`, the largest body still arriving goes: another one
-    is cut off (its connection closed), or this one is refused (503, Retry-After). So bodies held
-    back cannot keep smaller requests out, and one largest request always fits. A request's share
-    is given back when its handler returns (`middleware`, the app's)."""
+    would have exhausted the machine's memory within the body timeout. When a body's next bytes
+    would pass `total`, the largest body still arriving goes: another one is cut off (its
+    connection closed), or this one is refused (503, Retry-After). So bodies held back cannot keep
+    smaller requests out, and one largest request always fits. Whoever calls `take` calls
+    `arrived` once the body is whole or given up (`read_body` does); a request's share is given
+    back when its handler returns (`middleware`, the app's)."""
 
     KEY = "atoll.body_bytes"  # a request's share, kept on the request
 
@@ -48,7 +66,7 @@ class BodyBudget:
         self.used = 0
         self.refused = refused  # a prometheus Counter, or None
         self._arriving: dict[int, web.Request] = {}  # bodies still being read, by id
-        self._warned = -WARN_EVERY_S
+        self._warn = Throttled(log)
 
     def take(self, request: web.Request, size: int) -> None:
         """Count `size` more bytes of `request`'s body, or BodyError (503) if it is the one to go."""
@@ -56,7 +74,6 @@ class BodyBudget:
         while self.used + size > self.total:
             largest = max(self._arriving.values(), key=lambda r: r.get(self.KEY, 0) + (size if r is request else 0))
             if largest is request:
-                self.arrived(request)
                 if self.refused is not None:
                     self.refused.inc()
                 raise BodyError(ErrorCode.UNAVAILABLE, f"this front end holds {self.used} bytes of request bodies "
@@ -75,18 +92,14 @@ class BodyBudget:
         share = request.pop(self.KEY, 0)
         self.used -= share
         request.protocol.force_close()  # its handler is cancelled (handler_cancellation)
-        now = time.monotonic()
-        if now - self._warned >= WARN_EVERY_S:
-            self._warned = now
-            log.warning("request bodies at server.body_memory_bytes (%d): cut off one still arriving after %d bytes "
-                        "to make room", self.total, share)  # fmt: skip
+        self._warn.warning("request bodies at server.body_memory_bytes (%d): cut off one still arriving after %d "
+                           "bytes to make room", self.total, share)  # fmt: skip
 
     @web.middleware
     async def middleware(self, request: web.Request, handler):
         try:
             return await handler(request)
         finally:
-            self.arrived(request)
             self.used -= request.pop(self.KEY, 0)
 
 

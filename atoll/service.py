@@ -390,7 +390,6 @@ class Service:
         """Serve `app` on `port` (the metrics), with its connections bounded as a front end's are."""
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.config.server.idle_timeout_s)
         connections = HttpConnections(runner, METRICS_CONNECTIONS, name="metrics")
-        app.middlewares.insert(0, connections.middleware)
         await runner.setup()
         server = await listen(connections, host, port, reuse_port=False)
         self._runners.append((server, runner))

@@ -23,7 +23,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import resource
 import time
 import urllib.request
 from dataclasses import dataclass, replace
@@ -35,6 +34,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from atoll.bench.bodies import grpc_request, http_body
 from atoll.bench.http_client import ConnectionLost, HttpClient
+from atoll.connections import raise_open_file_limit
 from atoll.errors import ErrorCode
 from atoll.grpc_server import STREAM_WINDOW_BYTES
 
@@ -139,10 +139,7 @@ class LoadProcesses:
 def _main(plan: LoadPlan, conn) -> None:
     if plan.cpus:
         os.sched_setaffinity(0, plan.cpus)
-    # an overloaded server leaves thousands of open-loop requests in flight, a socket each
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 65536 if hard == resource.RLIM_INFINITY else hard
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    raise_open_file_limit()  # an overloaded server leaves thousands of open-loop requests in flight, a socket each
     conn.send(asyncio.run(_drive(plan, conn)))
 
 

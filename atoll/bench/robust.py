@@ -24,7 +24,6 @@ second server, bounded lower):
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import socket
 import statistics
@@ -43,6 +42,7 @@ from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
 from atoll.bench.servers import counter_total
+from atoll.connections import raise_open_file_limit
 from atoll.server_process import ServerProcess
 
 MODEL = "mobilenet_v3_small"
@@ -209,8 +209,7 @@ def _with_connections(server: ServerProcess, idle: int, half_sent: int, measure)
     """`measure()` while `idle` connections send nothing and `half_sent` ones each hold a request
     body open after its first byte; what became of each kind once released: answered (by status),
     closed by the server, or still waiting."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket each
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * (idle + half_sent) + 1024)), hard))
+    raise_open_file_limit()  # a socket each
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
     socks = {"idle": [], "half_sent": []}
     for kind, count in (("idle", idle), ("half_sent", half_sent)):
