@@ -1,9 +1,11 @@
-"""Waiting on a live `atoll serve` without fixed sleeps, for the end-to-end robustness tests."""
+"""Requests to and waits on a live `atoll serve` without fixed sleeps, for the end-to-end robustness
+tests."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +22,20 @@ def until(condition, what: str):
             raise AssertionError(f"not within {PATIENCE_S} s: {what}")
         time.sleep(0.05)
     return result
+
+
+def request(url: str, body: bytes = b"", headers: dict | None = None) -> int | str:
+    """The status of one request, or the name of the connection error that ended it: exactly one."""
+    req = urllib.request.Request(url, data=body or None, headers=headers or {}, method="POST" if body else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=PATIENCE_S) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        return type(getattr(e, "reason", e)).__name__
 
 
 def metric(url: str, name: str) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import socket
 import time
-import urllib.request
 from types import SimpleNamespace
 
 import grpc
@@ -28,7 +27,7 @@ from atoll.connections import connection_bound, grpc_limits
 from atoll.http_edge import BodyBudget, BodyError
 from atoll.server_process import ServerProcess
 from atoll.service import METRICS_CONNECTIONS
-from tests.atoll.probes import PATIENCE_S, metric, serving, until
+from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
 
 MODEL = "mobilenet_v3_small"
 BOUND = 16
@@ -42,12 +41,6 @@ def server(tmp_path_factory):
                  "--set", f"server.max_request_bytes={BODY_MAX}", "--set", f"server.body_memory_bytes={BODY_BUDGET}",
                  "--metrics-port", "0") as s:  # fmt: skip
         yield s
-
-
-def _status(url: str, body: bytes | None = None, headers: dict | None = None) -> int:
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers or {}), timeout=PATIENCE_S) as r:
-        r.read()
-        return r.status
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -82,8 +75,8 @@ def test_idle_and_half_sent_http_connections_make_room_for_real_clients(server):
     try:
         # all of them still connected from the client's side, yet real clients get in
         body, headers = infer_body("image", [jpeg_bytes(320, 240)])
-        assert [_status(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(5)] == [200] * 5
-        assert _status(f"{server.url}/v2/health/ready") == 200
+        assert [request(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(5)] == [200] * 5
+        assert request(f"{server.url}/v2/health/ready") == 200
         # to make room the server closed all but at most BOUND of the 8 x BOUND it was offered
         offered = idle + arriving
         until(lambda: sum(map(_closed_by_server, offered)) >= len(offered) - BOUND, "the excess closed")
@@ -112,7 +105,7 @@ def test_idle_connections_to_the_metrics_port_make_room_for_a_scraper(server):
     host, port = url.removeprefix("http://").split(":")
     idle = [socket.create_connection((host, int(port)), timeout=PATIENCE_S) for _ in range(2 * METRICS_CONNECTIONS)]
     try:
-        assert _status(f"{url}/metrics") == 200
+        assert request(f"{url}/metrics") == 200
         until(lambda: sum(map(_closed_by_server, idle)) >= METRICS_CONNECTIONS, "the excess closed")
     finally:
         for sock in idle:
@@ -133,7 +126,7 @@ def test_bodies_held_back_cannot_exhaust_memory_or_keep_requests_out(server):
         held.append(sock)
     try:
         body, headers = infer_body("image", [jpeg_bytes(320, 240)])
-        assert [_status(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(3)] == [200] * 3
+        assert [request(f"{server.url}/v2/models/{MODEL}/infer", body, headers) for _ in range(3)] == [200] * 3
         # the largest bodies still arriving were cut off: at most BUDGET / size of them can stay
         until(lambda: sum(map(_closed_by_server, held)) >= len(held) - BODY_BUDGET // size, "bodies cut off")
     finally:
@@ -172,4 +165,4 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_pa
         finally:
             sock.close()
         assert time.monotonic() - opened >= 1.0
-        assert _status(f"{s.url}/v2/health/live") == 200
+        assert request(f"{s.url}/v2/health/live") == 200

@@ -16,8 +16,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,7 +23,7 @@ import pytest
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from tests.atoll.probes import PATIENCE_S, metric, serving, until
+from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
 
 MODEL = "mobilenet_v3_small"
 BODY_TIMEOUT_S = 2
@@ -38,20 +36,6 @@ def server(tmp_path_factory):
         yield s
 
 
-def _request(url: str, body: bytes = b"", headers: dict | None = None) -> int | str:
-    """The status of one request, or the name of the connection error that ended it: exactly one."""
-    req = urllib.request.Request(url, data=body or None, headers=headers or {}, method="POST" if body else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=PATIENCE_S) as r:
-            r.read()
-            return r.status
-    except urllib.error.HTTPError as e:
-        e.read()
-        return e.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-        return type(getattr(e, "reason", e)).__name__
-
-
 def test_slow_bodies_hold_only_their_own_connections(server):
     infer = f"{server.url}/v2/models/{MODEL}/infer"
     host, port = server.url.removeprefix("http://").split(":")
@@ -62,8 +46,8 @@ def test_slow_bodies_hold_only_their_own_connections(server):
         slow.append(sock)
     try:
         body, headers = infer_body("image", [jpeg_bytes(320, 240)])
-        assert [_request(infer, body, headers) for _ in range(10)] == [200] * 10
-        assert _request(f"{server.url}/v2/health/ready") == 200
+        assert [request(infer, body, headers) for _ in range(10)] == [200] * 10
+        assert request(f"{server.url}/v2/health/ready") == 200
         answers = [sock.recv(4096).decode(errors="replace") for sock in slow]
     finally:
         for sock in slow:
@@ -84,7 +68,7 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
         while not stop.is_set():
             with lock:
                 sent[0] += 1
-            outcome = _request(infer, body, headers)
+            outcome = request(infer, body, headers)
             with lock:
                 outcomes.append((time.monotonic(), outcome))
 
@@ -105,6 +89,6 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
     assert len(outcomes) == sent[0]  # every request sent got exactly one answer
     kinds = Counter(o for _, o in outcomes)
     assert not [o for o in kinds if isinstance(o, int) and 400 <= o < 500], kinds  # never the client's fault
-    assert _request(f"{server.url}/v2/health/ready") == 200
+    assert request(f"{server.url}/v2/health/ready") == 200
     died = "vGPU cpu" if kind == "vgpu" else "front end"
     assert any(died in line and f"(pid {victim}) died" in line and "SIGKILL" in line for line in server.log)
