@@ -74,6 +74,8 @@ class PreprocessingConfig:
     cu_timeout_ms: int = _num(2000, 1, "a CU run longer than this is failed over to the CPU")
     max_image_dim: int = _num(8192, 16, "larger images are refused as TOO_LARGE (from the header, before decoding)")
     max_request_pixels: int = _num(1 << 26, 1, "decoded pixels of all a request's images together")
+    max_jpeg_scans: int = _num(64, 1, "JPEGs of more scans are refused (from the markers, before decoding): each "
+                                      "progressive scan is a pass over the whole image; encoders write up to ~10")
     resize_short: int = _num(256, 1, "shorter side after resize")
     crop: int = _num(224, 1, "centre crop size")
     fp16: bool = False

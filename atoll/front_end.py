@@ -96,8 +96,8 @@ class FrontEnd:
         self.pre = Preprocessor(
             p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
             audio_norm_cus=p.audio_norm_cus, manifest=p.manifest, cu_timeout_s=p.cu_timeout_ms / 1000,
-            max_image_dim=p.max_image_dim, resize_short=p.resize_short, crop=p.crop, fp16=p.fp16,
-            max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
+            max_image_dim=p.max_image_dim, max_jpeg_scans=p.max_jpeg_scans, resize_short=p.resize_short,
+            crop=p.crop, fp16=p.fp16, max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
         cpu_backend.init_worker()  # the first requests must not pay for librosa's caches
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)

@@ -42,6 +42,7 @@ class ImageParams:
     crop: int = 224
     fp16: bool = False
     max_dim: int = 8192
+    max_scans: int = 64
 
 
 def resized_shape(h: int, w: int, short: int) -> tuple[int, int]:
@@ -56,16 +57,21 @@ def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
     return int(round((h - crop) / 2)), int(round((w - crop) / 2))
 
 
-def image_size(data: bytes, max_dim: int) -> tuple[int, int]:
+def image_size(data: bytes, max_dim: int, max_scans: int) -> tuple[int, int]:
     """(height, width) of a JPEG from its frame header, refusing what no decode should start on:
-    a file without a readable header (CORRUPT) or over `max_dim` (TOO_LARGE). Checked before any
-    decode, since a 1 KB file can claim 30000x30000 (OpenCV then took 10 s and 5 GB to refuse it)."""
+    a file without a readable header (CORRUPT), over `max_dim` (TOO_LARGE), or of more than
+    `max_scans` scans (UNSUPPORTED). Checked before any decode, since a 1 KB file can claim
+    30000x30000 (OpenCV then took 10 s and 5 GB to refuse it), and a 100 KB one can hold 1,000
+    progressive scans of 8192x8192 (25 s, each scan a pass over the whole image)."""
     size = jpeg_header.frame_size(data)
     if size is None:
         raise PreprocessError(Status.CORRUPT, "not a JPEG file with a readable frame header")
     h, w = size
     if max(h, w) > max_dim:
         raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {max_dim} pixel limit")
+    if jpeg_header.scan_count(data, max_scans) > max_scans:
+        raise PreprocessError(Status.UNSUPPORTED, f"a JPEG of more than {max_scans} scans (each progressive "
+                                                  "scan is a pass over the whole image)")  # fmt: skip
     return size
 
 
@@ -83,7 +89,7 @@ def image(data: bytes, stage: str = "normalize", params: ImageParams = ImagePara
 
     if stage not in IMAGE_STAGES:
         raise ValueError(f"unknown image stage {stage!r}; expected one of {IMAGE_STAGES}")
-    image_size(data, params.max_dim)
+    image_size(data, params.max_dim, params.max_scans)
     bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None:
         raise PreprocessError(Status.CORRUPT, "OpenCV could not decode the image")

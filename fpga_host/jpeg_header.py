@@ -1,10 +1,16 @@
-"""Frame size of a JPEG from its SOF header, so the host can size output buffers before a run."""
+"""What a JPEG's markers say before any decode: its frame size (so the host can size output
+buffers before a run) and its number of scans (what a progressive decode costs)."""
 
 from __future__ import annotations
+
+import re
 
 # SOF0..SOF15 except DHT (C4), JPG (C8) and DAC (CC)
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, *range(0xD0, 0xD8)}  # TEM and RSTn stand alone
+# Where libjpeg finds its next marker: skipping any bytes up to an FF, then fill FFs. Inside
+# entropy-coded data FF00 is a stuffed byte and RSTn belongs to the scan, so neither ends it.
+_MARKER = re.compile(rb"\xff[^\x00\x01\xd0-\xd8\xff]")
 
 
 def frame_size(data: bytes) -> tuple[int, int] | None:
@@ -34,3 +40,25 @@ def frame_size(data: bytes) -> tuple[int, int] | None:
             return (h, w) if h and w else None
         pos += 2 + length
     return None
+
+
+def scan_count(data: bytes, stop_after: int) -> int:
+    """The number of scans (SOS markers) libjpeg would decode from `data`, counted no further than
+    `stop_after` + 1. Each scan of a progressive JPEG is a pass over the whole image, and an AC
+    refinement scan can cover 32767 blocks with two bytes, so a 100 KB file of 1,000 such scans at
+    8192x8192 costs OpenCV 25 s; the count bounds that before any decode.
+
+    Every marker libjpeg can read is counted, wherever it sits (after a scan's entropy-coded data,
+    after junk it would skip), except inside length-delimited segments, which it skips as this
+    does: so no layout can hide a scan from the count."""
+    count, pos = 0, 2
+    while count <= stop_after and (found := _MARKER.search(data, pos)):
+        marker, pos = data[found.start() + 1], found.end()
+        if marker == 0xD9:  # EOI: libjpeg reads no further
+            break
+        count += marker == 0xDA
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        if length < 2:  # libjpeg stops on a bad length, and so does what it decodes
+            break
+        pos += length
+    return count

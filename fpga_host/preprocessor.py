@@ -33,8 +33,8 @@ class Preprocessor:
     def __init__(self, backend: str = "auto", *, cpu_workers: int | None = None,
                  image_cus: int | None = None, audio_mel_cus: int | None = None,
                  audio_norm_cus: int | None = None, manifest: str | os.PathLike | None = None,
-                 cu_timeout_s: float = 5.0, max_image_dim: int = 8192, resize_short: int = 256,
-                 crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0,
+                 cu_timeout_s: float = 5.0, max_image_dim: int = 8192, max_jpeg_scans: int = 64,
+                 resize_short: int = 256, crop: int = 224, fp16: bool = False, max_audio_seconds: float = 30.0,
                  cu_share: tuple[int, int] = (0, 1)):
         """`cu_share` = (k, n): open only every n-th compute unit starting at the k-th, so n
         processes can share one DPU (each then opens at most `*_cus` of its share)."""
@@ -43,7 +43,8 @@ class Preprocessor:
         if not 0 < crop <= resize_short:
             raise ValueError(f"crop ({crop}) must be in 1..resize_short ({resize_short})")
         self.image_params = cpu_backend.ImageParams(resize_short=resize_short, crop=crop,
-                                                    fp16=fp16, max_dim=max_image_dim)
+                                                    fp16=fp16, max_dim=max_image_dim,
+                                                    max_scans=max_jpeg_scans)
         self.max_audio_seconds = max_audio_seconds
         if backend == "auto":
             from fpga_host.probe import probe_backends

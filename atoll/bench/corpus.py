@@ -47,6 +47,27 @@ def jpeg_bomb(width: int = 30000, height: int = 30000) -> bytes:
     return bytes(data)
 
 
+def jpeg_scan_bomb(side: int = 8192, scans: int = 1000) -> bytes:
+    """A small progressive JPEG (~100 bytes a scan) that claims `side` x `side` and holds `scans`
+    AC refinement scans of its luma, each one end-of-band run over every block: two bytes stand
+    for 32767 blocks, yet the decoder visits all 63 coefficients of each (OpenCV: ~23 ms a scan at
+    8192x8192). Within every size limit; only the number of scans says what it costs."""
+    base = jpeg_bytes(16, 16, quality=50, progressive=True)
+    sof = base.index(b"\xff\xc2")
+    head = bytearray(base[:base.index(b"\xff\xda")])  # markers up to the first scan
+    head[sof + 5:sof + 9] = side.to_bytes(2, "big") + side.to_bytes(2, "big")
+    # AC table 1: one code, "0", for symbol 0xE0 (an end-of-band run of 2^14 + the next 14 bits)
+    table = bytes([0x11, 1] + [0] * 15 + [0xE0])
+    dht = b"\xff\xc4" + (2 + len(table)).to_bytes(2, "big") + table
+    bits = ("0" + "1" * 14) * -(-(side // 8) ** 2 // 32767)  # runs of 32767 blocks until all are covered
+    bits += "1" * (-len(bits) % 8)  # padded with 1s, as the standard pads
+    entropy = int(bits, 2).to_bytes(len(bits) // 8, "big").replace(b"\xff", b"\xff\x00")  # byte stuffing
+    # one component (1), DC table 0 / AC table 1, spectral band 1..63, successive approximation 1 -> 0
+    header = bytes([1, 1, 0x01, 1, 63, 0x10])
+    scan = b"\xff\xda" + (2 + len(header)).to_bytes(2, "big") + header + entropy
+    return bytes(head) + dht + scan * scans + b"\xff\xd9"
+
+
 def tone(seconds: float, rate: int, freq: float = 440.0, dtype=np.int16, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(int(seconds * rate)) / rate

@@ -2,8 +2,9 @@
 processes cost `atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run (the flood on a
 second server, bounded lower):
 
-- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request: the client's
-  time to its 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
+- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request, and a 100 KB
+  one of 1,000 progressive scans of 8192x8192 (`corpus.jpeg_scan_bomb`): the client's time to
+  each 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
 - slow: a good client's closed-loop throughput alone, then while `--slow` connections each hold a
   request body open after its first byte (ratio; target >= 0.9);
 - flood: a second server whose front end may hold `--flood-bound` connections per protocol: the
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from atoll.bench.bodies import infer_body, media_bytes
-from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
@@ -89,8 +90,8 @@ def run(args) -> int:
         with ServerProcess([*serve, "--set", f"server.max_connections={args.flood_bound}"]) as server:
             doc["flood"] = _flood(server, args)
     b, s, o, f = doc["bomb"], doc["slow"], doc["overload"], doc["flood"]
-    summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms), "
-               f"+{b['extra_peak_rss_mb']} MB peak RSS",
+    summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms; "
+               f"1,000 scans: {b['scans']['median_ms']} ms), +{b['extra_peak_rss_mb']} MB peak RSS",
                f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
                f"({s['ratio']:.0%})",
                f"flood: {f['with_flood_rps']} vs {f['alone_rps']} req/s alone beside {f['idle']} idle and "
@@ -140,9 +141,9 @@ def _bomb(server: ServerProcess, reps: int = 20) -> dict:
     url = f"{server.url}/v2/models/{MODEL}/infer"
     fronts = server.children()["front_end"]
     before = _peak_rss_mb(fronts)
-    doc = {"file_bytes": len(jpeg_bomb())}
-    for name, count in (("one", 1), ("thirty_two", 32)):
-        body, headers = infer_body("image", [jpeg_bomb()] * count)
+    doc = {"file_bytes": len(jpeg_bomb()), "scans_file_bytes": len(jpeg_scan_bomb())}
+    for name, files in (("one", [jpeg_bomb()]), ("thirty_two", [jpeg_bomb()] * 32), ("scans", [jpeg_scan_bomb()])):
+        body, headers = infer_body("image", files)
         times, statuses = [], set()
         for _ in range(reps):
             start = time.perf_counter()

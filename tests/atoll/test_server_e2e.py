@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from atoll.bench.corpus import jpeg_bomb, jpeg_bytes
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
 from atoll.bench.bodies import infer_body
 from atoll.protocol import HEADER_LENGTH
 from atoll.server_process import ServerProcess
@@ -273,6 +273,17 @@ def test_header_dimension_bombs_are_refused_from_the_header(server, count):
     status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
     reason = json.loads(payload)["error"]
     assert status == 400 and "30000x30000 exceeds the 8192 pixel limit" in reason
+
+
+def test_scan_bombs_are_refused_from_the_markers(server):
+    """100 KB of 1,000 progressive scans, each a pass over 8192x8192 (within every size limit),
+    held a preprocessing thread for 25 s and was answered 200; four of them kept a good request
+    waiting 51 s. Now the markers are counted before any decode."""
+    body, headers = infer_body("image", [jpeg_scan_bomb()])
+    status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
+    assert status == 400 and "more than 64 scans" in json.loads(payload)["error"]
+    body, headers = infer_body("image", [jpeg_bytes(320, 240, progressive=True)])
+    assert _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)[0] == 200
 
 
 def test_a_bytes_batch_over_max_batch_size_is_400(server):

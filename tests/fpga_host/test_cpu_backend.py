@@ -9,7 +9,7 @@ import pytest
 
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError, Status
-from atoll.bench.corpus import jpeg_bytes, tone
+from atoll.bench.corpus import jpeg_bytes, jpeg_scan_bomb, tone
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,9 @@ def test_corrupt_and_too_large():
     with pytest.raises(PreprocessError) as err:
         cpu_backend.image(jpeg_bytes(300, 200), "normalize", cpu_backend.ImageParams(max_dim=256))
     assert err.value.status == Status.TOO_LARGE
+    with pytest.raises(PreprocessError) as err:  # 1,000 scans of 8192x8192 took OpenCV 25 s
+        cpu_backend.image(jpeg_scan_bomb(), "normalize")
+    assert err.value.status == Status.UNSUPPORTED and "more than 64 scans" in err.value.reason
 
 
 def _librosa_reference(y: np.ndarray, sr: int) -> np.ndarray:
