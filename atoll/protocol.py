@@ -171,16 +171,28 @@ def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int, region
     return Tensor(name, datatype, list(shape), data, params), offset
 
 
+def json_object(raw: bytes, what: str) -> dict:
+    """`raw` parsed as the JSON object a request's `what` must be; ProtocolError otherwise. Nesting
+    deeper than Python's recursion limit is a client's error too (json raises RecursionError: it
+    was a 500 with a traceback)."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(f"{what} nests too deeply") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"{what} must be a JSON object")
+    return doc
+
+
 def decode_request(body: bytes, header_length: int | None = None, regions=None) -> InferRequest:
     """`regions` (`shm_registry.Regions`) supplies inputs that lie in shared memory."""
     view = memoryview(body)
     head = view if header_length is None else view[:header_length]
     binary = None if header_length is None else view[header_length:]
-    try:
-        doc = json.loads(bytes(head))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"request header is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+    doc = json_object(bytes(head), "request header")
+    if not isinstance(doc.get("inputs"), list):
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
     offset, inputs = 0, []
     for spec in doc["inputs"]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 
 from aiohttp import web
 
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError, ErrorCode
 from atoll.http_edge import BodyBudget, error, json_errors, read_body
-from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response
+from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object
 from atoll.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
@@ -110,12 +109,9 @@ class InferenceServer:
         if not raw:
             return {}
         try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError(ErrorCode.INVALID_ARG, f"request body is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ApiError(ErrorCode.INVALID_ARG, "request body must be a JSON object")
-        return doc
+            return json_object(raw, "request body")
+        except ProtocolError as exc:
+            raise ApiError(ErrorCode.INVALID_ARG, str(exc)) from None
 
     # -- repository and shared memory ---------------------------------------------------------------
 

@@ -77,7 +77,8 @@ def test_json_only_round_trip():
 
 @pytest.mark.parametrize("body, header, match", [
     (b"{not json", None, "not valid JSON"),
-    (b"[]", None, "inputs"),
+    (b"[]", None, "must be a JSON object"),
+    (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None, "nests too deeply"),  # was a 500
     (json.dumps({"inputs": [{"name": "x", "datatype": "FP99", "shape": [1], "data": [1]}]}).encode(),
      None, "unknown datatype"),
     (json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [3], "data": [1, 2]}]}).encode(),

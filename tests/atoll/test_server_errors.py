@@ -127,6 +127,25 @@ def test_every_error_is_json_even_for_unknown_endpoints_and_methods():
     assert results[0][2] == "Not Found" and results[1][2] == "Method Not Allowed"  # as Triton words them
 
 
+def test_json_nested_past_the_recursion_limit_is_a_400_on_every_json_endpoint():
+    """Python's json raises RecursionError, not a decode error, for `[[[[...]]]]`: it was a 500
+    with a traceback in the log."""
+    deep = b'{"parameters": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b"}"
+
+    async def go():
+        client = await _client(_serving(EchoFrontEnd()))
+        try:
+            out = []
+            for path in ("/v2/models/m/infer", "/v2/repository/index", "/v2/repository/models/m/load"):
+                r = await client.post(path, data=deep)
+                out.append((r.status, (await r.json())["error"]))
+            return out
+        finally:
+            await client.close()
+
+    assert [(status, "nests too deeply" in reason) for status, reason in asyncio.run(go())] == [(400, True)] * 3
+
+
 def test_an_unexpected_exception_is_a_json_500_without_a_traceback(caplog):
     class Broken:
         async def infer(self, spec, request, priority, deadline):
