@@ -23,7 +23,7 @@ import resource
 
 from aiohttp import web
 
-from atoll.http_edge import Throttled
+from atoll.http_edge import Throttled, TritonErrors
 
 log = logging.getLogger("atoll.connections")
 
@@ -101,7 +101,9 @@ class HttpConnections:
         if not self._unlisted:
             asyncio.get_running_loop().call_soon(self._listed)
         self._unlisted += 1
-        return server()
+        protocol = server()
+        protocol.__class__ = TritonErrors
+        return protocol
 
     def _listed(self) -> None:
         """First callback of the turn whose next callbacks list this turn's connections."""

@@ -7,7 +7,8 @@ bodies a front end holds at once, being read or read and not yet answered, stay 
 `BodyBudget`: past it the largest body still arriving is cut off, or this one refused (503 with
 Retry-After). Every
 error the server answers, an `ApiError` from a handler or aiohttp's own (unknown endpoint, wrong
-method), is Triton's `{"error": "..."}` with its kind's status; an exception nobody expected is
+method, a request its parser refuses: `TritonErrors`), is Triton's `{"error": "..."}` with its
+kind's status; an exception nobody expected is
 logged and answered 500, never a traceback page.
 """
 
@@ -17,10 +18,11 @@ import asyncio
 import logging
 import os
 import time
+from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from atoll.errors import ApiError, ErrorCode
 
@@ -28,7 +30,7 @@ log = logging.getLogger("atoll.server")
 
 
 class Throttled:
-    """A logger's warnings at most once every `every_s` seconds: a flood of hostile clients would
+    """A logger's records at most once every `every_s` seconds: a flood of hostile clients would
     repeat the same one thousands of times a second."""
 
     def __init__(self, logger: logging.Logger, every_s: float = 10.0):
@@ -37,10 +39,39 @@ class Throttled:
         self._last = -every_s
 
     def warning(self, message: str, *args) -> None:
+        self._log(logging.WARNING, message, *args)
+
+    def info(self, message: str, *args) -> None:
+        self._log(logging.INFO, message, *args)
+
+    def _log(self, level: int, message: str, *args) -> None:
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
-            self.logger.warning(message, *args)
+            self.logger.log(level, message, *args)
+
+
+class TritonErrors(RequestHandler):
+    """aiohttp's connection protocol, but what its HTTP parser refuses before any route runs (a bad
+    request line or method, a header line over 8,190 bytes, a bad Content-Length or chunk size, no
+    Host) is answered with Triton's `{"error": ...}` like every other error, and logged at INFO
+    without a traceback at most every 10 s: it is the client's fault. aiohttp answered plain text
+    and logged each at ERROR with a ~10-line traceback, so a client sending garbage could fill the
+    log as fast as it could send. Set as the class of each connection's protocol (it adds no
+    state), since aiohttp's server builds them itself."""
+
+    __slots__ = ()
+    _refusals = Throttled(log)
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status >= 500:  # aiohttp's own failure, not the client's: its logging and answer
+            return super().handle_error(request, status, exc, message)
+        reason = (getattr(exc, "message", None) or message or HTTPStatus(status).phrase).split("\n")[0].rstrip(": ")
+        self._refusals.info("malformed HTTP request from %s answered %d: %s", request.remote, status, reason)
+        response = error(status, reason)
+        response.force_close()  # the parser cannot find where the next request starts
+        return response
 
 
 class BodyError(ApiError):

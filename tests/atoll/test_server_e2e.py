@@ -302,6 +302,13 @@ def test_oversized_garbled_and_unknown_requests_get_json_errors(server):
     assert status == 404 and json.loads(body)["error"]
 
 
+def test_what_the_http_parser_refuses_is_a_json_400(server):
+    """aiohttp answered it in plain text (the cases and their logging: test_server_errors)."""
+    status, _, body = _raw(server.url, b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n").partition("\r\n\r\n")
+    assert status.split(" ")[1] == "400" and "application/json" in status
+    assert json.loads(body)["error"] == "Invalid character in Content-Length"
+
+
 def test_a_bogus_wav_is_a_400_without_object_reprs(server):
     body, headers = infer_body("audio", [b"RIFF\x10\x00\x00\x00WAVEfmt garbage"])
     status, _, payload = _post(f"{server.url}/v2/models/{AUDIO_MODEL}/infer", body, headers)

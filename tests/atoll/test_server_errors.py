@@ -4,13 +4,17 @@ bodies too large, badly encoded or too slow, unknown endpoints, readiness (aioht
 import asyncio
 import gzip
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from atoll.connections import HttpConnections, listen
 from atoll.endpoints import Endpoints
+from atoll.http_edge import Throttled, TritonErrors
 from atoll.metrics import Metrics
 from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec
@@ -144,6 +148,44 @@ def test_json_nested_past_the_recursion_limit_is_a_400_on_every_json_endpoint():
             await client.close()
 
     assert [(status, "nests too deeply" in reason) for status, reason in asyncio.run(go())] == [(400, True)] * 3
+
+
+@pytest.mark.parametrize("head, reason", [
+    (b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", "Invalid character in Content-Length"),
+    (b"BL\x00AH /v2 HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid method"),
+    (b"GET /v2 HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n", "Got more than 8190 bytes"),
+    (b"POST /v2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "PRI"),  # an HTTP/2 client on the HTTP/1 port
+])
+def test_what_the_http_parser_refuses_is_a_json_400_logged_at_info_without_a_traceback(caplog, monkeypatch,
+                                                                                       head, reason):
+    """Served as a front end serves (`connections.listen`): aiohttp answered these in plain text
+    and logged each at ERROR with a ~10-line traceback."""
+    async def go():
+        endpoints = _serving(EchoFrontEnd())
+        runner = web.AppRunner(InferenceServer(endpoints, endpoints.metrics).app(1 << 20))
+        connections = HttpConnections(runner, 64)
+        await runner.setup()
+        server = await listen(connections, "127.0.0.1", 0)
+        try:
+            reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+            writer.write(head)
+            answer = await reader.read()  # the server closes after the answer
+            writer.close()
+            return answer.decode()
+        finally:
+            server.close()
+            await runner.cleanup()
+
+    # each case's line, not only the first in 10 s
+    monkeypatch.setattr(TritonErrors, "_refusals", Throttled(logging.getLogger("atoll.server"), every_s=0))
+    with caplog.at_level(logging.INFO):
+        answer = asyncio.run(go())
+    status, _, body = answer.partition("\r\n\r\n")
+    assert status.split(" ")[1] == "400" and "application/json" in status, answer
+    assert reason.lower() in json.loads(body)["error"].lower()
+    assert [(r.levelno, r.exc_info) for r in caplog.records if "malformed HTTP" in r.getMessage()] == [(logging.INFO, None)]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_an_unexpected_exception_is_a_json_500_without_a_traceback(caplog):
