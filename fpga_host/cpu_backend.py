@@ -24,6 +24,9 @@ log = logging.getLogger("atoll.preprocess")
 IMAGE_STAGES = ("decode", "resize", "crop", "normalize")
 AUDIO_STAGES = ("mel", "normalize")
 
+HUFFMAN_PROCESSES = (0, 1, 2)  # SOF0 baseline, SOF1 extended, SOF2 progressive
+MAX_RESIZED_SIDE = 8192  # the DPU's widest line (hls/image/image_types.h kMaxDim)
+
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -58,21 +61,40 @@ def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
 
 
 def image_size(data: bytes, max_dim: int, max_scans: int) -> tuple[int, int]:
-    """(height, width) of a JPEG from its frame header, refusing what no decode should start on:
-    a file without a readable header (CORRUPT), over `max_dim` (TOO_LARGE), or of more than
-    `max_scans` scans (UNSUPPORTED). Checked before any decode, since a 1 KB file can claim
-    30000x30000 (OpenCV then took 10 s and 5 GB to refuse it), and a 100 KB one can hold 1,000
-    progressive scans of 8192x8192 (25 s, each scan a pass over the whole image)."""
-    size = jpeg_header.frame_size(data)
-    if size is None:
+    """(height, width) of a JPEG from its markers, refusing what no decode should start on, since
+    OpenCV decodes whatever a file claims and fills in what it lacks:
+    - no readable frame header, or fewer bytes than one bit per 8x8 block (the least a whole
+      Huffman-coded file holds: a 662-byte file claiming 8192x8192 cost 384 MB): CORRUPT;
+    - a side over `max_dim`: TOO_LARGE (a 1 KB file claiming 30000x30000 took 10 s and 5 GB);
+    - a coding process other than baseline, extended or progressive Huffman (arithmetic coding
+      would make the byte bound void; the DPU decodes baseline only, the CPU progressive too), or
+      more than `max_scans` scans (a 100 KB file of 1,000 progressive scans at 8192x8192 took
+      25 s, each scan a pass over the whole image): UNSUPPORTED."""
+    f = jpeg_header.frame(data)
+    if f is None:
         raise PreprocessError(Status.CORRUPT, "not a JPEG file with a readable frame header")
-    h, w = size
-    if max(h, w) > max_dim:
-        raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} exceeds the {max_dim} pixel limit")
+    if max(f.height, f.width) > max_dim:
+        raise PreprocessError(Status.TOO_LARGE, f"{f.width}x{f.height} exceeds the {max_dim} pixel limit")
+    if f.process not in HUFFMAN_PROCESSES:
+        raise PreprocessError(Status.UNSUPPORTED, f"JPEG coding process SOF{f.process} is not supported (baseline, "
+                                                  "extended and progressive Huffman coding are)")  # fmt: skip
+    if 8 * len(data) < f.blocks():
+        raise PreprocessError(Status.CORRUPT, f"a {f.width}x{f.height} JPEG codes {f.blocks()} blocks, at least a bit "
+                                              f"each, but the file has {len(data)} bytes: it is truncated")  # fmt: skip
     if jpeg_header.scan_count(data, max_scans) > max_scans:
         raise PreprocessError(Status.UNSUPPORTED, f"a JPEG of more than {max_scans} scans (each progressive "
                                                   "scan is a pass over the whole image)")  # fmt: skip
-    return size
+    return f.height, f.width
+
+
+def resized_size(h: int, w: int, short: int) -> tuple[int, int]:
+    """`resized_shape`, refused (TOO_LARGE) past the DPU's line buffers as the DPU refuses it: an
+    8192x1 image would otherwise resize to 256x2097152 (1.6 GB for a 16 KB file)."""
+    rh, rw = resized_shape(h, w, short)
+    if max(rh, rw) > MAX_RESIZED_SIDE:
+        raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} resized to a shorter side of {short} would be {rw}x{rh}, "
+                                                f"over the {MAX_RESIZED_SIDE} pixel limit")  # fmt: skip
+    return rh, rw
 
 
 def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams(),
@@ -96,7 +118,7 @@ def image(data: bytes, stage: str = "normalize", params: ImageParams = ImagePara
     h, w = bgr.shape[:2]
     if stage == "decode":
         return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-    rh, rw = resized_shape(h, w, params.resize_short)
+    rh, rw = resized_size(h, w, params.resize_short)
     resized = cv2.resize(bgr, (rw, rh), interpolation=cv2.INTER_LINEAR)
     if stage == "resize":
         return cv2.cvtColor(resized, cv2.COLOR_BGR2RGB)

@@ -51,7 +51,8 @@ def jpeg_scan_bomb(side: int = 8192, scans: int = 1000) -> bytes:
     """A small progressive JPEG (~100 bytes a scan) that claims `side` x `side` and holds `scans`
     AC refinement scans of its luma, each one end-of-band run over every block: two bytes stand
     for 32767 blocks, yet the decoder visits all 63 coefficients of each (OpenCV: ~23 ms a scan at
-    8192x8192). Within every size limit; only the number of scans says what it costs."""
+    8192x8192). Padded with comment segments to one byte per eight blocks, the least a whole file
+    holds, so it is within every size limit: only the number of scans says what it costs."""
     base = jpeg_bytes(16, 16, quality=50, progressive=True)
     sof = base.index(b"\xff\xc2")
     head = bytearray(base[:base.index(b"\xff\xda")])  # markers up to the first scan
@@ -65,7 +66,14 @@ def jpeg_scan_bomb(side: int = 8192, scans: int = 1000) -> bytes:
     # one component (1), DC table 0 / AC table 1, spectral band 1..63, successive approximation 1 -> 0
     header = bytes([1, 1, 0x01, 1, 63, 0x10])
     scan = b"\xff\xda" + (2 + len(header)).to_bytes(2, "big") + header + entropy
-    return bytes(head) + dht + scan * scans + b"\xff\xd9"
+    body = bytes(head) + dht + scan * scans + b"\xff\xd9"
+    blocks = (side // 8) ** 2 + 2 * (side // 16) ** 2  # luma, and two chroma planes at half size
+    padding, comments = max(0, blocks // 8 + 1 - len(body)), b""
+    while padding > 0:
+        n = min(padding, 65533)
+        comments += b"\xff\xfe" + (n + 2).to_bytes(2, "big") + b"\x00" * n
+        padding -= n + 4
+    return body[:2] + comments + body[2:]
 
 
 def tone(seconds: float, rate: int, freq: float = 440.0, dtype=np.int16, seed: int = 0) -> np.ndarray:

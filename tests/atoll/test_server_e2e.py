@@ -275,13 +275,20 @@ def test_header_dimension_bombs_are_refused_from_the_header(server, count):
     assert status == 400 and "30000x30000 exceeds the 8192 pixel limit" in reason
 
 
-def test_scan_bombs_are_refused_from_the_markers(server):
-    """100 KB of 1,000 progressive scans, each a pass over 8192x8192 (within every size limit),
-    held a preprocessing thread for 25 s and was answered 200; four of them kept a good request
-    waiting 51 s. Now the markers are counted before any decode."""
-    body, headers = infer_body("image", [jpeg_scan_bomb()])
+@pytest.mark.parametrize("image, reason", [
+    # 1,000 progressive scans of 8192x8192, within every size limit: 25 s of a preprocessing
+    # thread, answered 200; four of them kept a good request waiting 51 s
+    (lambda: jpeg_scan_bomb(), "more than 64 scans"),
+    (lambda: jpeg_bomb(8192, 8192), "truncated"),  # 662 bytes decoded whole: 384 MB
+    (lambda: jpeg_bytes(8192, 1), "over the 8192 pixel limit"),  # 16 KB resized to 256x2097152: 1.6 GB
+])
+def test_small_files_that_would_cost_seconds_or_gigabytes_are_refused_from_the_markers(server, image, reason):
+    body, headers = infer_body("image", [image()])
     status, _, payload = _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)
-    assert status == 400 and "more than 64 scans" in json.loads(payload)["error"]
+    assert status == 400 and reason in json.loads(payload)["error"]
+
+
+def test_progressive_jpegs_are_still_served(server):
     body, headers = infer_body("image", [jpeg_bytes(320, 240, progressive=True)])
     assert _post(f"{server.url}/v2/models/{MODEL}/infer", body, headers)[0] == 200
 

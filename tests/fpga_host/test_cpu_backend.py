@@ -9,7 +9,7 @@ import pytest
 
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError, Status
-from atoll.bench.corpus import jpeg_bytes, jpeg_scan_bomb, tone
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb, tone
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +85,43 @@ def test_corrupt_and_too_large():
     with pytest.raises(PreprocessError) as err:  # 1,000 scans of 8192x8192 took OpenCV 25 s
         cpu_backend.image(jpeg_scan_bomb(), "normalize")
     assert err.value.status == Status.UNSUPPORTED and "more than 64 scans" in err.value.reason
+
+
+def _refusal(data: bytes) -> tuple[Status, str]:
+    with pytest.raises(PreprocessError) as err:
+        cpu_backend.image(data, "normalize")
+    return err.value.status, err.value.reason
+
+
+def test_files_too_short_for_their_frame_are_refused_as_truncated():
+    """OpenCV decodes a 662-byte file claiming 8192x8192 whole (384 MB, zero-filled); every
+    Huffman-coded block takes at least a bit. A real encoder's flattest image (OpenCV, all zeros,
+    quality 10) stays well above that bound."""
+    assert _refusal(jpeg_bomb(8192, 8192))[0] == Status.CORRUPT
+    assert "truncated" in _refusal(jpeg_bomb(8192, 8192))[1]
+    ok, flat = cv2.imencode(".jpg", np.zeros((2048, 2048, 3), np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 10])
+    assert cpu_backend.image(flat.tobytes(), "normalize").shape == (3, 224, 224)
+
+
+def test_arithmetic_coding_is_unsupported():
+    """OpenCV's libjpeg decodes arithmetic-coded JPEGs (SOF9), which can code a block in far less
+    than a bit; the DPU decodes baseline only."""
+    data = bytearray(jpeg_bytes(64, 48))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 1] = 0xC9
+    assert _refusal(bytes(data)) == (Status.UNSUPPORTED, "JPEG coding process SOF9 is not supported (baseline, "
+                                                         "extended and progressive Huffman coding are)")  # fmt: skip
+
+
+@pytest.mark.parametrize("w, h, ok", [(8192, 1, False), (1, 8192, False), (8192, 255, False), (8192, 256, True)])
+def test_resized_sizes_past_the_dpu_line_buffers_are_too_large(w, h, ok):
+    """The DPU refuses a resize past 8192 on a side (hls/image/image_cu.cpp output_shape); on the
+    CPU an 8192x1 image resized to 256x2097152 and took 1.6 GB from a 16 KB file."""
+    data = jpeg_bytes(w, h)
+    if ok:
+        assert cpu_backend.image(data, "normalize").shape == (3, 224, 224)
+    else:
+        assert _refusal(data)[0] == Status.TOO_LARGE and "over the 8192 pixel limit" in _refusal(data)[1]
 
 
 def _librosa_reference(y: np.ndarray, sr: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from atoll.bench.corpus import jpeg_bytes, jpeg_scan_bomb
-from fpga_host.jpeg_header import frame_size, scan_count
+from fpga_host.jpeg_header import frame, frame_size, scan_count
 
 
 @pytest.mark.parametrize("w,h,progressive", [(500, 375, False), (33, 17, True), (1, 2000, False)])
@@ -55,3 +55,13 @@ def test_the_scan_bomb_is_what_it_claims():
     bomb = jpeg_scan_bomb(512, 3)
     assert frame_size(bomb) == (512, 512)
     assert cv2.imdecode(np.frombuffer(bomb, np.uint8), cv2.IMREAD_COLOR).shape == (512, 512, 3)
+
+
+def test_frames_declare_process_components_and_blocks():
+    """OpenCV's encoder writes YCbCr 4:2:0 (luma 2x2, chroma 1x1) and one-component gray; a
+    500x375 4:2:0 frame holds 63x47 luma blocks and 32x24 of each chroma plane."""
+    color = frame(jpeg_bytes(500, 375))
+    assert (color.process, color.sampling, color.blocks()) == (0, ((2, 2), (1, 1), (1, 1)), 63 * 47 + 2 * 32 * 24)
+    assert frame(jpeg_bytes(33, 17, progressive=True)).process == 2
+    ok, gray = cv2.imencode(".jpg", np.full((40, 70), 128, np.uint8))
+    assert (frame(gray.tobytes()).sampling, frame(gray.tobytes()).blocks()) == (((1, 1),), 5 * 9)
