@@ -12,6 +12,9 @@ import numpy as np
 from fpga_host.cpu_backend import validate_length
 
 MAX_CHANNELS = 8  # FLAC's most; more would only multiply what a lying header makes us allocate
+# Float files can hold any finite value; past ~1e16 the mel power overflows float32 (librosa then
+# refused the clip mid-pipeline: a 500). Full scale is 1: this leaves any real recording's headroom.
+MAX_AMPLITUDE = 1e6
 
 
 class MediaError(ValueError):
@@ -68,7 +71,11 @@ def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
             pcm = f.read(dtype="float32", always_2d=True)
         except soundfile.LibsndfileError as exc:
             raise MediaError(f"unreadable audio data: {exc.error_string}") from None
-    return pcm.mean(axis=1, dtype=np.float32), header.rate
+    mono = pcm.mean(axis=1, dtype=np.float32)
+    peak = float(np.abs(mono).max(initial=0.0))
+    if np.isfinite(peak) and peak > MAX_AMPLITUDE:  # (non-finite samples have their own refusal, every backend's)
+        raise MediaError(f"samples reach {peak:.3g}; audio is taken up to {MAX_AMPLITUDE:g} (full scale is 1)")
+    return mono, header.rate
 
 
 def pad_stack(arrays: list[np.ndarray]) -> np.ndarray:

@@ -197,6 +197,8 @@ def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize", max_secon
     validate_audio(y, sample_rate, max_seconds)
     if sample_rate != AUDIO_RATE:
         y = librosa.resample(y, orig_sr=sample_rate, target_sr=AUDIO_RATE)
+    if y.size < 2:  # pre-emphasis needs a previous sample (scipy's own refusal named its filter state)
+        raise PreprocessError(Status.EMPTY, f"audio of {y.size} sample(s) at {AUDIO_RATE} Hz; at least 2 are needed")
     y = librosa.effects.preemphasis(y, coef=0.97)
     mel = np.log(librosa.feature.melspectrogram(y=y, **MEL_PARAMS) + LOG_FLOOR)
     dst = mel if out is None else out.reshape(-1)[: mel.size].reshape(mel.shape)

@@ -4,6 +4,7 @@ model run directly in onnxruntime on an input preprocessed with OpenCV in the te
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -311,9 +312,23 @@ def test_oversized_garbled_and_unknown_requests_get_json_errors(server):
 
 def test_what_the_http_parser_refuses_is_a_json_400(server):
     """aiohttp answered it in plain text (the cases and their logging: test_server_errors)."""
-    status, _, body = _raw(server.url, b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n").partition("\r\n\r\n")
+    answer = _raw(server.url, b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+    status, _, body = answer.partition("\r\n\r\n")
     assert status.split(" ")[1] == "400" and "application/json" in status
     assert json.loads(body)["error"] == "Invalid character in Content-Length"
+
+
+def test_float_audio_far_past_full_scale_is_a_400(server):
+    """Finite float samples of 3e38 overflowed to inf inside librosa, which refused the clip in
+    mid-pipeline: a 500."""
+    import soundfile
+
+    buf = io.BytesIO()
+    soundfile.write(buf, np.full(16000, 3e38, np.float32), 16000, format="WAV", subtype="FLOAT")
+    body, headers = infer_body("audio", [buf.getvalue()])
+    status, _, payload = _post(f"{server.url}/v2/models/{AUDIO_MODEL}/infer", body, headers)
+    reason = json.loads(payload)["error"]
+    assert status == 400 and reason == "samples reach 3e+38; audio is taken up to 1e+06 (full scale is 1)"
 
 
 def test_a_bogus_wav_is_a_400_without_object_reprs(server):

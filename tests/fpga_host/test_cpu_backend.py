@@ -162,6 +162,7 @@ def test_audio_matches_librosa(rate, dtype):
     (np.zeros(100, np.int16), 4000, Status.BAD_RATE),
     (np.zeros((100, 2), np.int16), 16000, Status.BAD_ARGS),
     (np.zeros(100, np.float64), 16000, Status.BAD_ARGS),
+    (np.zeros(2, np.float32), 48000, Status.EMPTY),  # resampled to 1 sample: scipy refused in its own words
 ])
 def test_audio_validation(pcm, rate, status):
     with pytest.raises(PreprocessError) as err:
