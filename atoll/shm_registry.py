@@ -13,13 +13,26 @@ System regions are POSIX shared-memory objects (`/dev/shm/<key>`), mapped with m
 server exits. CUDA regions are cudaIpcMemHandle_t handles opened with CuPy on the region's device
 (`CudaIpc`); only a server with GPU vGPUs takes them. Inputs in a CUDA region are copied to the host
 (the slots are host memory), outputs copied back to the device.
+
+A system region's key is checked before anything is opened (`SystemRegion`), and is answered
+INVALID_ARG unless it is one shared-memory name as shm_open(3) takes it: an optional leading "/",
+then 1..NAME_MAX (255) bytes with no "/" and no NUL, and not "." or "..". Without that check
+"/../../etc/shadow" made any file the server can open a region, written by infers and read back
+through their error messages. Keys naming the server's own segments (`SERVER_SEGMENT_PREFIX`: its
+slot arenas and worker-pool segments) are refused too: a client writing into them would corrupt
+other clients' requests. The object is opened with O_NOFOLLOW (a symlink in /dev/shm must not lead
+elsewhere) and must be a regular, non-empty file with one link, holding offset + byte_size. Every
+refusal is INVALID_ARG except an object that does not exist: INTERNAL, as Triton answers it
+(pinned in tests/atoll/test_triton_protocol.py, "shm register missing key").
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +41,37 @@ from atoll.errors import ApiError, ErrorCode
 from atoll.protocol import SharedMemoryRef
 
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects (glibc's shm_open)
+NAME_MAX = 255  # the longest name of one file, in bytes (limits.h)
+# The server's own segments: slot arenas (service.py, "atoll-<pid>-<hex>-fe<i>-<model>") and the
+# worker pool's (gpu_runtime/vgpu/pool.py, "atoll-<pid>-<hex>-<vgpu>-<n>"). No client key may name one.
+SERVER_SEGMENT_PREFIX = "atoll-"
+
+
+def _check_count(value, field: str) -> None:
+    """INVALID_ARG naming `field` unless `value` is a non-negative int (JSON's 8.5, "0" and true are not)."""
+    if type(value) is not int or value < 0:  # bool is an int subclass: true would be 1 byte
+        raise ApiError(ErrorCode.INVALID_ARG, f"'{field}' must be a non-negative integer, not {value!r:.100}")
+
+
+def _object_name(key) -> str:
+    """The shared-memory object that `key` names, without its leading "/"; INVALID_ARG unless
+    shm_open(3) would take `key` as one object's name (see the module's docstring)."""
+    if not isinstance(key, str):
+        raise ApiError(ErrorCode.INVALID_ARG, f"'key' must be a string, not {type(key).__name__}")
+    name = key.removeprefix("/")
+    try:
+        length = len(os.fsencode(name))
+    except UnicodeEncodeError:  # a lone surrogate from JSON's "\ud800": no file has that name
+        length = 0
+    if not 0 < length <= NAME_MAX or "/" in name or "\0" in name or name in (".", ".."):
+        raise ApiError(ErrorCode.INVALID_ARG, f"'key' {key[:300]!r} is not a shared memory object's name: "
+                                              f"an optional leading '/', then 1 to {NAME_MAX} bytes with "
+                                              "no '/' or NUL")  # fmt: skip
+    if name.startswith(SERVER_SEGMENT_PREFIX):
+        raise ApiError(ErrorCode.INVALID_ARG, f"'key' {key!r}: names starting '{SERVER_SEGMENT_PREFIX}' are "
+                                              "the server's own shared memory")  # fmt: skip
+    return name
 
 
 @dataclass(frozen=True)
@@ -37,6 +81,11 @@ class SystemRegion:
     offset: int  # where the region starts in the object
     byte_size: int
     kind = "system"
+
+    def __post_init__(self):  # both transports build one: every check before anything is opened
+        _object_name(self.key)
+        _check_count(self.offset, "offset")
+        _check_count(self.byte_size, "byte_size")
 
     def status(self) -> dict:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -51,8 +100,10 @@ class CudaRegion:
     kind = "cuda"
 
     def __post_init__(self):
-        if len(self.raw_handle) != CUDA_IPC_HANDLE_BYTES:
+        if not isinstance(self.raw_handle, bytes) or len(self.raw_handle) != CUDA_IPC_HANDLE_BYTES:
             raise ApiError(ErrorCode.INVALID_ARG, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        _check_count(self.device_id, "device_id")
+        _check_count(self.byte_size, "byte_size")
 
     def status(self) -> dict:
         return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
@@ -112,17 +163,24 @@ def _names(regions: dict, change: Unregister) -> list[str]:
             if region.kind == change.kind and change.name in (None, name)]  # fmt: skip
 
 
+# O_NOFOLLOW: a symlink in /dev/shm is refused (ELOOP), not followed; O_NONBLOCK: a FIFO put there
+# does not hold the front end (it is then refused as no regular file)
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 class _SystemMapping:
     def __init__(self, region: SystemRegion):
+        path = os.path.join(SHM_DIR, _object_name(region.key))
         try:
-            fd = os.open(f"/dev/shm/{region.key.lstrip('/')}", os.O_RDWR)
-        except OSError:
-            raise ApiError(ErrorCode.INTERNAL, f"Unable to open shared memory region: '{region.key}'") from None
+            fd = os.open(path, _OPEN_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:  # Triton's answer (see the module's docstring)
+                raise ApiError(ErrorCode.INTERNAL, f"Unable to open shared memory region: '{region.key}'") from None
+            why = "a symbolic link" if exc.errno == errno.ELOOP else os.strerror(exc.errno)
+            raise ApiError(ErrorCode.INVALID_ARG, f"Unable to open shared memory region '{region.key}': "
+                                                  f"{why}") from None  # fmt: skip
         try:
-            size = os.fstat(fd).st_size
-            if region.offset + region.byte_size > size:
-                raise ApiError(ErrorCode.INTERNAL, f"Invalid shared memory region: '{region.key}'")
-            self._mmap = mmap.mmap(fd, size)
+            self._mmap = mmap.mmap(fd, _checked_size(os.fstat(fd), region))
         finally:
             os.close(fd)
         self._view = memoryview(self._mmap)[region.offset : region.offset + region.byte_size]
@@ -139,6 +197,20 @@ class _SystemMapping:
             self._mmap.close()
         except BufferError:  # a request still reads from it; the mapping goes with its last array
             pass
+
+
+def _checked_size(info: os.stat_result, region: SystemRegion) -> int:
+    """The object's size; INVALID_ARG unless it is a non-empty regular file of one link (a hard
+    link could bring in a file from elsewhere on /dev/shm's filesystem) that holds the region."""
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise ApiError(ErrorCode.INVALID_ARG, f"'{region.key}' is not a shared memory object")
+    if info.st_size == 0:
+        raise ApiError(ErrorCode.INVALID_ARG, f"shared memory object '{region.key}' is empty")
+    if region.offset + region.byte_size > info.st_size:
+        raise ApiError(ErrorCode.INVALID_ARG, f"Invalid shared memory region: offset {region.offset} + byte_size "
+                                              f"{region.byte_size} is beyond the {info.st_size} bytes of "
+                                              f"'{region.key}'")  # fmt: skip
+    return info.st_size
 
 
 class CudaIpc:
