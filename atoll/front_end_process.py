@@ -47,7 +47,10 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     front_end = FrontEnd(setup, writer, metrics)
     regions = Regions(CudaIpc() if setup.gpu_uuids else None)
     for region in setup.regions:  # registered before this process started (it replaces one that died)
-        regions.apply(Register(region))
+        try:
+            regions.apply(Register(region))
+        except ApiError as exc:  # its client removed or shrank the object: not a reason to die, again and again
+            log.warning("shared memory region %r left out: %s", region.name, exc.message)
     share = c.server.pending_share(setup.count)
     supervisor = SupervisorLink(writer)
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)

@@ -169,10 +169,14 @@ _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class _SystemMapping:
+    """A region's mapping, and the object's descriptor kept open to check its size before each use:
+    a client that shrinks its object after registering would otherwise kill the front end that
+    touches the mapping past the new end (SIGBUS)."""
+
     def __init__(self, region: SystemRegion):
         path = os.path.join(SHM_DIR, _object_name(region.key))
         try:
-            fd = os.open(path, _OPEN_FLAGS)
+            self._fd = os.open(path, _OPEN_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ENOENT:  # Triton's answer (see the module's docstring)
                 raise ApiError(ErrorCode.INTERNAL, f"Unable to open shared memory region: '{region.key}'") from None
@@ -180,19 +184,32 @@ class _SystemMapping:
             raise ApiError(ErrorCode.INVALID_ARG, f"Unable to open shared memory region '{region.key}': "
                                                   f"{why}") from None  # fmt: skip
         try:
-            self._mmap = mmap.mmap(fd, _checked_size(os.fstat(fd), region))
-        finally:
-            os.close(fd)
+            self._mmap = mmap.mmap(self._fd, _checked_size(os.fstat(self._fd), region))
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.region = region
         self._view = memoryview(self._mmap)[region.offset : region.offset + region.byte_size]
 
     def read(self, offset: int, size: int):
+        self._still_held(offset + size)
         return self._view[offset : offset + size]
 
     def write(self, offset: int, data: np.ndarray) -> None:
+        self._still_held(offset + data.nbytes)
         self._view[offset : offset + data.nbytes] = data.reshape(-1).view(np.uint8)
+
+    def _still_held(self, end: int) -> None:
+        """INVALID_ARG when the object no longer holds the region's first `end` bytes (an fstat,
+        ~1 us: what is left is a client shrinking it between this and the copy)."""
+        size = os.fstat(self._fd).st_size
+        if self.region.offset + end > size:
+            raise ApiError(ErrorCode.INVALID_ARG, f"shared memory object '{self.region.key}' shrank to {size} bytes "
+                                                  f"after it was registered")  # fmt: skip
 
     def close(self) -> None:
         self._view.release()
+        os.close(self._fd)
         try:
             self._mmap.close()
         except BufferError:  # a request still reads from it; the mapping goes with its last array

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,3 +93,42 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
     assert request(f"{server.url}/v2/health/ready") == 200
     died = "vGPU cpu" if kind == "vgpu" else "front end"
     assert any(died in line and f"(pid {victim}) died" in line and "SIGKILL" in line for line in server.log)
+
+
+def test_a_shared_memory_object_shrunk_by_its_client_kills_no_front_end(server):
+    """A client that shrinks its object after registering it: the next read of the mapping past the
+    new end was a SIGBUS that killed the front end, and each successor, mapping the registered
+    regions as it starts, died again. Now the read is refused, and a successor leaves it out."""
+    import json
+    from multiprocessing import shared_memory
+
+    meta = json.loads(urllib.request.urlopen(f"{server.url}/v2/models/{MODEL}", timeout=PATIENCE_S).read())
+    tensor = meta["inputs"][-1]
+    nbytes = 4 * 3 * 224 * 224
+    segment = shared_memory.SharedMemory(create=True, size=nbytes)
+    try:
+        register = {"key": "/" + segment.name, "offset": 0, "byte_size": nbytes}
+        assert request(f"{server.url}/v2/systemsharedmemory/region/shrunk/register",
+                       json.dumps(register).encode()) == 200  # fmt: skip
+        infer = json.dumps({"inputs": [{"name": tensor["name"], "datatype": "FP32", "shape": [1, 3, 224, 224],
+                                        "parameters": {"shared_memory_region": "shrunk",
+                                                       "shared_memory_byte_size": nbytes}}]}).encode()  # fmt: skip
+        url = f"{server.url}/v2/models/{MODEL}/infer"
+        assert request(url, infer) == 200
+        os.ftruncate(segment._fd, 4096)
+        fronts = server.children()["front_end"]
+        assert [request(url, infer) for _ in range(4)] == [400] * 4  # either front end may answer
+        assert server.children()["front_end"] == fronts
+        victim = min(fronts)
+        os.kill(victim, signal.SIGKILL)
+        until(lambda: (now := server.children()["front_end"]) and len(now) == len(fronts) and victim not in now,
+              "its successor runs")  # fmt: skip
+        until(lambda: any("shared memory region 'shrunk' left out" in line for line in server.log),
+              "the successor leaves the region out, and says so")  # fmt: skip
+        until(lambda: request(f"{server.url}/v2/health/ready") == 200, "readiness")
+        body, headers = infer_body("image", [jpeg_bytes(320, 240)])
+        assert [request(url, body, headers) for _ in range(4)] == [200] * 4
+    finally:
+        request(f"{server.url}/v2/systemsharedmemory/region/shrunk/unregister", b"{}")
+        segment.close()
+        segment.unlink()
