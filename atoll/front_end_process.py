@@ -14,7 +14,7 @@ from aiohttp import web
 
 from gpu_runtime.priority import favour_real_time_threads
 
-from atoll import channel, grpc_server
+from atoll import channel, grpc_server, native_stderr
 from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.connections import HttpConnections, connection_bound, grpc_limits, listen, raise_open_file_limit
 from atoll.control import SupervisorLink
@@ -36,6 +36,7 @@ def front_end_main(setup: FrontEndSetup, sock) -> None:
     stops the front ends in order, so SIGINT is ignored here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     favour_real_time_threads()
+    native_stderr.capture()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s fe{setup.index} %(name)s: %(message)s")
     asyncio.run(_serve(setup, sock))
 
