@@ -122,6 +122,8 @@ class Endpoints:
         return index
 
     async def load(self, name: str, parameters: dict) -> None:
+        if not isinstance(parameters, dict):
+            raise ApiError(ErrorCode.INVALID_ARG, "load 'parameters' must be a JSON object")
         if parameters:
             raise ApiError(ErrorCode.INVALID_ARG, f"load parameters ({', '.join(parameters)}) are not supported: "
                                                   "Atoll loads a model from its folder in the repository")  # fmt: skip

@@ -5,12 +5,15 @@ start and refuses load/unload calls; `explicit` starts with the models named by 
 for all) and loads and unloads on request; `poll` serves every model and rescans the repository
 every `--repository-poll-secs`, loading new or changed models and unloading removed ones. Loading
 an already served model whose files are unchanged does nothing; a changed one is unloaded and
-loaded again, unless its new config cannot be read (the served version then goes on).
+loaded again, unless its new config cannot be read (the served version then goes on). A model is
+named by its folder directly inside the repository, and its config's `name` (if any) must be that
+folder's: any other name (a path, `..`, a separator) is refused before anything is read or loaded.
 
 The supervisor does the work (`Service.add_model` / `remove_model`): a load builds the model on
 every vGPU worker (on their loader threads, so models already served keep their latency), then its
 slots are given to every front end; an unload first retires the model in every front end, which
-stop admitting its requests and answer those they hold. One load or unload runs at a time.
+stop admitting its requests and answer those they hold. A load that fails part way takes back what
+it did. One load or unload runs at a time.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from atoll.repository import ModelSpec, RepositoryError, load_model
 
 log = logging.getLogger("atoll.model_control")
 MODES = ("none", "explicit", "poll")
+NAME_MAX = 255  # bytes in a model name, as in a file name
 
 
 # ---- what a front end asks the supervisor (`channel.Control`) -----------------------------------
@@ -59,6 +63,24 @@ class RetireModel:
     name: str
 
 
+def check_model_name(name: str) -> None:
+    """Refuse (INVALID_ARGUMENT) a name that cannot be a model folder directly inside the repository:
+    empty, `.` or `..`, holding a path separator or NUL, or longer than a file name may be."""
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise ApiError(ErrorCode.INVALID_ARG, f"model name {name!r} is not valid UTF-8") from None
+    if name in ("", ".", ".."):
+        reason = "is empty" if not name else "is not a folder name"
+    elif any(c in name for c in "/\\\0"):
+        reason = "holds a path separator or NUL: a model is a folder directly inside the repository"
+    elif size > NAME_MAX:
+        raise ApiError(ErrorCode.INVALID_ARG, f"model name of {size} bytes is longer than {NAME_MAX}")
+    else:
+        return
+    raise ApiError(ErrorCode.INVALID_ARG, f"model name {name!r} {reason}")
+
+
 def model_folders(repository: Path) -> list[str]:
     return sorted(d.name for d in repository.iterdir() if (d / "config.pbtxt").is_file())
 
@@ -87,6 +109,8 @@ class ModelControl:
         A model that fails to load stops the start."""
         every = await asyncio.to_thread(model_folders, self.repository)
         if self.mode == "explicit" and names != ["*"]:
+            for name in names:
+                check_model_name(name)
             every = names
         for name in every:
             await self._load(name)
@@ -95,9 +119,11 @@ class ModelControl:
         match action:
             case LoadModel(name=name):
                 self._check_mode()
+                check_model_name(name)
                 return await self._load(name)
             case UnloadModel(name=name):
                 self._check_mode()
+                check_model_name(name)
                 return await self._unload(name)
             case IndexModels(ready=ready):
                 return await self.index(ready)
@@ -140,14 +166,20 @@ class ModelControl:
                                                   f"model control mode {self.mode!r}")  # fmt: skip
 
     async def _load(self, name: str) -> None:
+        """Serve the model of folder `name` (a name `check_model_name` passed). Whatever fails before
+        `add` leaves every served model as it was; `add` takes back what it did when it fails."""
         async with self._lock:
             folder = self.repository / name
-            if not (folder / "config.pbtxt").is_file():
-                raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}', no model folder with a "
-                                                   f"config.pbtxt in the repository")  # fmt: skip
+            try:
+                present = (folder / "config.pbtxt").is_file()
+            except OSError:  # e.g. a path too long for the file system
+                present = False
+            if not present:  # Triton's status for an unknown model: INTERNAL (tests/atoll/triton_calls.py)
+                raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': no model named '{name}' in the "
+                                                   "repository (a folder with a config.pbtxt)")  # fmt: skip
             try:
                 spec, signature = await asyncio.to_thread(lambda: (load_model(folder), _signature(folder)))
-            except RepositoryError as exc:
+            except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
                 if name not in self._served:  # else its served version goes on
                     self._state(name, "UNAVAILABLE", str(exc))
                 raise ApiError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {exc}") from None
@@ -174,7 +206,7 @@ class ModelControl:
 
     async def _drop(self, name: str) -> None:
         self._state(name, "UNLOADING")
-        await self._remove(name)
+        await self._remove(self._served[name][0].name)
         del self._served[name]
         self._state(name, "UNAVAILABLE", "unloaded")
         log.info("model %s is unloaded", name)

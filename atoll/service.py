@@ -184,6 +184,11 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
                      {t.name: tuple(t.dims) for t in spec.outputs})
 
 
+def _shm_label(name: str) -> str:
+    """`name` cut to 64 bytes, for a shared-memory name (at most 255 bytes in all)."""
+    return name.encode()[:64].decode(errors="ignore")
+
+
 def _reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) the shared port, so `0` becomes a real port every front end can
     bind too (SO_REUSEPORT) and nobody else takes it meanwhile."""
@@ -213,6 +218,7 @@ class Service:
         self._regions = RegionBook()
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
         self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
+        self._loads = 0  # models loaded so far: part of their arenas' names
         self._arena_prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
         self._gpu_uuids: tuple[str, ...] = ()
         self._ports: list[socket.socket] = []
@@ -281,25 +287,49 @@ class Service:
     # -- models (see model_control.py) --------------------------------------------------------------
 
     async def add_model(self, spec: ModelSpec) -> None:
-        """Build `spec` on every vGPU worker, give every front end slots for it, and batch it."""
+        """Build `spec` on every vGPU worker, give every front end slots for it, and batch it. A load
+        that fails takes back what it did, so the models served before are served as they were."""
+        if spec.name in self.models:  # model control drops a served model before loading it again
+            raise ValueError(f"model {spec.name!r} is already served")
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
                  f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
-        described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, None, plan.max_batch,
-                                            None, batch_spec(spec), plan.padded_frames)  # fmt: skip
-        out_row_bytes = max(d["out_row_bytes"] for d in described.values())
-        frames = plan.padded_frames[-1] if plan.padded_frames else None
-        in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
-        # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
-        share = self.config.server.pending_share(self._front_end_count)
-        count = (share or SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
-        arenas = self._arenas[spec.name] = [
-            SlotArena.create(f"{self._arena_prefix}-fe{index}-{spec.name}", count, in_bytes, out_row_bytes)
-            for index in range(self._front_end_count)]  # fmt: skip
-        self.dispatcher.add_model(plan, settings)
-        self.models[spec.name] = spec
-        await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
+        undo = []  # what to take back, latest first, should a later step fail
+        try:
+            undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
+            described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, None, plan.max_batch,
+                                                None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+            out_row_bytes = max(d["out_row_bytes"] for d in described.values())
+            frames = plan.padded_frames[-1] if plan.padded_frames else None
+            in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
+            # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
+            share = self.config.server.pending_share(self._front_end_count)
+            count = (share or SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)
+            # A new name for every load: a worker (or front end) that still maps the arena of an
+            # earlier load of this model must never take it for this one.
+            self._loads += 1
+            arenas = []
+            undo.append(lambda: [arena.close() for arena in arenas])
+            for index in range(self._front_end_count):
+                name = f"{self._arena_prefix}-{self._loads}-fe{index}-{_shm_label(spec.name)}"
+                arenas.append(SlotArena.create(name, count, in_bytes, out_row_bytes))
+            self._arenas[spec.name] = arenas
+            undo.append(lambda: self._arenas.pop(spec.name))
+            self.dispatcher.add_model(plan, settings)
+            undo.append(lambda: self.dispatcher.remove_model(spec.name))
+            self.models[spec.name] = spec
+            undo.append(lambda: self.models.pop(spec.name))
+            undo.append(lambda: self._channels.apply(RetireModel(spec.name)))  # the front ends that added it
+            await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
+        except Exception:
+            for step in reversed(undo):
+                try:
+                    if asyncio.iscoroutine(result := step()):
+                        await result
+                except Exception:  # the load's own error is the one to report
+                    log.warning("taking back the failed load of %s", spec.name, exc_info=True)
+            raise
 
     async def remove_model(self, name: str) -> None:
         """Retire `name` in every front end (they answer its requests first), then everywhere else."""

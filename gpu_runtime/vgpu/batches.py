@@ -119,6 +119,14 @@ class BatchBuilder:
             layouts.append(shm.store(region, mine))
         return tuple(layouts)
 
+    def forget(self, names) -> None:
+        """Unmap these arenas (their model was unloaded): a mapping kept past its arena's unlink
+        would hold its pages, and would be used again for a new arena given the same name."""
+        for name in names:
+            arena = self._arenas.pop(name, None)
+            if arena is not None:
+                arena.close()
+
     def close(self) -> None:
         for arena in self._arenas.values():
             arena.close()

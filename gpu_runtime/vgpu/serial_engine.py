@@ -129,3 +129,6 @@ class _Lane:
                 future.set_result(fn(*args))
             except Exception as exc:  # reported to the caller; the engine keeps serving
                 future.set_exception(exc)
+            # Hold nothing while waiting: a batch's inputs may view a slot arena, which stays mapped
+            # (after its model's unload) as long as a view of it lives.
+            del future, fn, args

@@ -72,6 +72,7 @@ class _Worker:
         self.specs: dict[str, object] = {}  # model -> BatchSpec, for models loaded with one
         self.sizes: dict[str, tuple[int, ...]] = {}  # model -> static batch sizes (empty: any)
         self.warm: dict[str, set] = {}  # model -> the shapes built at load
+        self.arenas: dict[str, set[str]] = {}  # model -> the slot arenas its rows came from (mapped)
         self.program_builds = 0
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # callables making the next reply
         self.replier = threading.Thread(target=self._reply_loop, name="vgpu-reply", daemon=True)
@@ -145,6 +146,7 @@ class _Worker:
                 spec = self.specs.get(message.model)
                 if spec is None:
                     raise KeyError(f"model {message.model!r} was not loaded for rows (no BatchSpec)")
+                self.arenas.setdefault(message.model, set()).update(row.arena for row in message.rows)
                 batch, release = self.batches.build(spec, message.rows, message.length,
                                                     self.sizes[message.model])
                 inputs = {spec.input_name: batch}
@@ -179,6 +181,9 @@ class _Worker:
         self.runner.unload(model)
         for table in (self.specs, self.sizes, self.warm):
             table.pop(model, None)
+        with self.lock:  # batches are started under it; none of this model's is (it is parked)
+            arenas = self.arenas.pop(model, ())
+        self.batches.forget(arenas)
 
     def _note_shape(self, model: str, inputs: dict) -> None:
         """Count a batch whose shape was not built at load (see the module docstring)."""

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from atoll.errors import ApiError, ErrorCode
-from atoll.model_control import IndexModels, LoadModel, ModelControl, UnloadModel
+from atoll.model_control import IndexModels, LoadModel, ModelControl, UnloadModel, check_model_name
 
 CONFIG = """name: "{name}"
 max_batch_size: 4
@@ -19,9 +19,9 @@ output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 """
 
 
-def write(root, name, version="1"):
+def write(root, name, version="1", config_name=None):
     (root / name / version).mkdir(parents=True, exist_ok=True)
-    (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
+    (root / name / "config.pbtxt").write_text(CONFIG.format(name=config_name or name))
     (root / name / version / "model.onnx").write_bytes(b"not read by the stand-ins")
 
 
@@ -63,7 +63,7 @@ def test_explicit_mode_loads_on_request(tmp_path):
         assert log[-2:] == [("remove", "b"), ("add", "b", "2")]
         with pytest.raises(ApiError) as missing:
             await mc.handle(LoadModel("nope"))
-        assert missing.value.code == ErrorCode.INTERNAL
+        assert missing.value.code == ErrorCode.INTERNAL  # Triton's status for an unknown model
 
     asyncio.run(go())
 
@@ -120,5 +120,96 @@ def test_poll_mode_follows_the_repository(tmp_path):
         with pytest.raises(ApiError) as refused:
             await mc.handle(LoadModel("b"))
         assert refused.value.code == ErrorCode.UNAVAILABLE
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../a", "a/..", "/tmp/a", "a/b", "a\\b", "a\0b", "x" * 256,
+                                  "\u00e9" * 128, "\ud800"])  # fmt: skip
+def test_a_name_that_is_not_one_folder_of_the_repository_is_refused(name):
+    with pytest.raises(ApiError) as refused:
+        check_model_name(name)
+    assert refused.value.code == ErrorCode.INVALID_ARG
+    assert "model name" in refused.value.message and len(refused.value.message) < 200
+
+
+@pytest.mark.parametrize("name", ["a", "mobilenet_v3_small", "a.b", "..a", "a..", " a", "x" * 255, "\u00e9" * 127])
+def test_a_folder_name_passes(name):
+    check_model_name(name)
+
+
+def test_a_load_by_path_is_refused_and_touches_nothing(tmp_path):
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    write(repo, "a")
+    write(outside, "evil")
+    write(outside, "a")  # names a served model, from another folder
+    calls = [str(outside / "evil"), "../outside/evil", str(outside / "a"), "../outside/a", "a/../a", "./a"]
+
+    async def go():
+        mc, log = control(repo, "explicit")
+        await mc.start(["a"])
+        served = await mc.handle(IndexModels())
+        for name in calls:
+            for action in (LoadModel(name), UnloadModel(name)):
+                with pytest.raises(ApiError) as refused:
+                    await mc.handle(action)
+                assert refused.value.code == ErrorCode.INVALID_ARG, name
+        assert log == [("add", "a", "1")]
+        assert await mc.handle(IndexModels()) == served == [{"name": "a", "version": "1", "state": "READY"}]
+        with pytest.raises(ApiError) as refused:
+            await control(repo, "explicit")[0].start(["../outside/evil"])  # --load-model too
+        assert refused.value.code == ErrorCode.INVALID_ARG
+
+    asyncio.run(go())
+
+
+def test_an_unknown_name_answers_as_triton_does(tmp_path):
+    write(tmp_path, "a")
+
+    async def go():
+        mc, log = control(tmp_path, "explicit")
+        for name in ("nope", "x" * 255):  # the longest name: no OSError from the file system
+            with pytest.raises(ApiError) as missing:
+                await mc.handle(LoadModel(name))
+            assert missing.value.code == ErrorCode.INTERNAL  # Triton's status (tests/atoll/triton_calls.py)
+            assert f"no model named '{name}' in the repository" in missing.value.message
+        await mc.handle(UnloadModel("nope"))  # Triton: OK
+        assert log == [] and await mc.handle(IndexModels()) == [{"name": "a"}]
+
+    asyncio.run(go())
+
+
+def test_a_config_naming_another_model_is_refused_before_anything_loads(tmp_path):
+    write(tmp_path, "a")
+    write(tmp_path, "b", config_name="a")
+
+    async def go():
+        mc, log = control(tmp_path, "explicit")
+        await mc.start(["a"])
+        with pytest.raises(ApiError) as refused:
+            await mc.handle(LoadModel("b"))
+        assert refused.value.code == ErrorCode.INVALID_ARG
+        assert "name 'a' differs from folder 'b'" in refused.value.message
+        assert log == [("add", "a", "1")]
+        index = {entry["name"]: entry for entry in await mc.handle(IndexModels())}
+        assert index["a"] == {"name": "a", "version": "1", "state": "READY"}
+        assert index["b"]["state"] == "UNAVAILABLE"
+
+    asyncio.run(go())
+
+
+def test_a_failed_add_leaves_the_model_unserved_and_is_reported(tmp_path):
+    write(tmp_path, "a")
+
+    async def go():
+        async def add(spec):
+            raise RuntimeError("no room")
+
+        mc = ModelControl(tmp_path, "explicit", 0.05, add, Supervisor().remove)
+        with pytest.raises(ApiError) as failed:
+            await mc.handle(LoadModel("a"))
+        assert failed.value.code == ErrorCode.INVALID_ARG and "no room" in failed.value.message
+        assert await mc.handle(IndexModels(ready=True)) == []
+        await mc.handle(UnloadModel("a"))  # never served: nothing to remove
 
     asyncio.run(go())
