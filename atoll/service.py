@@ -28,7 +28,6 @@ import functools
 import logging
 import math
 import os
-import secrets
 import shutil
 import socket
 import tempfile
@@ -40,6 +39,7 @@ from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, 
                       make_batcher)
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.messages import BatchSpec
+from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
 
 from atoll import lengths
@@ -219,7 +219,7 @@ class Service:
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
         self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
         self._loads = 0  # models loaded so far: part of their arenas' names
-        self._arena_prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
+        self._arena_prefix = segment_prefix()
         self._gpu_uuids: tuple[str, ...] = ()
         self._ports: list[socket.socket] = []
         self._metrics_dir: str | None = None

@@ -18,7 +18,7 @@ A system region's key is checked before anything is opened (`SystemRegion`), and
 INVALID_ARG unless it is one shared-memory name as shm_open(3) takes it: an optional leading "/",
 then 1..NAME_MAX (255) bytes with no "/" and no NUL, and not "." or "..". Without that check
 "/../../etc/shadow" made any file the server can open a region, written by infers and read back
-through their error messages. Keys naming the server's own segments (`SERVER_SEGMENT_PREFIX`: its
+through their error messages. Keys naming the server's own segments (`SEGMENT_PREFIX`: its
 slot arenas and worker-pool segments) are refused too: a client writing into them would corrupt
 other clients' requests. The object is opened with O_NOFOLLOW (a symlink in /dev/shm must not lead
 elsewhere) and must be a regular, non-empty file with one link, holding offset + byte_size. Every
@@ -37,15 +37,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_runtime.vgpu.shm import SEGMENT_PREFIX
+
 from atoll.errors import ApiError, ErrorCode
 from atoll.protocol import SharedMemoryRef
 
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects (glibc's shm_open)
 NAME_MAX = 255  # the longest name of one file, in bytes (limits.h)
-# The server's own segments: slot arenas (service.py, "atoll-<pid>-<hex>-fe<i>-<model>") and the
-# worker pool's (gpu_runtime/vgpu/pool.py, "atoll-<pid>-<hex>-<vgpu>-<n>"). No client key may name one.
-SERVER_SEGMENT_PREFIX = "atoll-"
 
 
 def _check_count(value, field: str) -> None:
@@ -68,8 +67,8 @@ def _object_name(key) -> str:
         raise ApiError(ErrorCode.INVALID_ARG, f"'key' {key[:300]!r} is not a shared memory object's name: "
                                               f"an optional leading '/', then 1 to {NAME_MAX} bytes with "
                                               "no '/' or NUL")  # fmt: skip
-    if name.startswith(SERVER_SEGMENT_PREFIX):
-        raise ApiError(ErrorCode.INVALID_ARG, f"'key' {key!r}: names starting '{SERVER_SEGMENT_PREFIX}' are "
+    if name.startswith(SEGMENT_PREFIX):
+        raise ApiError(ErrorCode.INVALID_ARG, f"'key' {key!r}: names starting '{SEGMENT_PREFIX}' are "
                                               "the server's own shared memory")  # fmt: skip
     return name
 

@@ -20,7 +20,6 @@ import logging
 import multiprocessing
 import os
 import queue
-import secrets
 import selectors
 import signal
 import threading
@@ -170,7 +169,7 @@ class WorkerPool:
         self.crash_retries = crash_retries
         self.on_change = on_change or (lambda: None)
         backoff = backoff or Backoff()
-        self._prefix = f"atoll-{os.getpid()}-{secrets.token_hex(3)}"
+        self._prefix = shm.segment_prefix()
         self._ids = itertools.count()
         self._lock = threading.RLock()
         self._closed = False

@@ -11,6 +11,8 @@ every segment, including one a worker created just before dying.
 from __future__ import annotations
 
 import math
+import os
+import secrets
 import threading
 from collections import OrderedDict
 from multiprocessing import shared_memory
@@ -19,6 +21,14 @@ import numpy as np
 
 ALIGN = 64  # cache-line alignment for every tensor in a segment
 MIN_SEGMENT = 64 << 10
+# Every segment a server makes (worker-pool segments, slot arenas) starts so; clients may name
+# none of them as a shared-memory region (atoll/shm_registry.py).
+SEGMENT_PREFIX = "atoll-"
+
+
+def segment_prefix() -> str:
+    """A prefix for one owner's segments: this process, and a random part, as a pid is reused."""
+    return f"{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
 
 Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, dtype, shape, byte offset)
 

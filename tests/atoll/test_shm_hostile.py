@@ -25,7 +25,7 @@ from atoll.errors import ApiError, ErrorCode
 from atoll.metrics import Metrics
 from atoll.protocol import SharedMemoryRef
 from atoll.server import InferenceServer
-from atoll.shm_registry import SERVER_SEGMENT_PREFIX, SHM_DIR, Register, Regions, SystemRegion, Unregister
+from atoll.shm_registry import SEGMENT_PREFIX, SHM_DIR, Register, Regions, SystemRegion, Unregister
 from tests.atoll.test_server_errors import StuckFrontEnd
 
 SECRET = b"root:$6$not-in-dev-shm\n"
@@ -162,7 +162,7 @@ def test_a_hard_link_directory_or_fifo_in_dev_shm_is_no_shm_object(shm_dir):
 def test_the_servers_own_segments_are_refused(shm_dir, opened):
     """Slot arenas ("atoll-<pid>-<hex>-fe<i>-<model>", service.py) and the worker pool's segments
     ("atoll-<pid>-<hex>-<vgpu>-<n>", vgpu/pool.py) carry other clients' tensors."""
-    arena = Path(SHM_DIR, f"{SERVER_SEGMENT_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:6]}-fe0-m")
+    arena = Path(SHM_DIR, f"{SEGMENT_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:6]}-fe0-m")
     arena.write_bytes(bytes(64))
     try:
         for key in ("/" + arena.name, arena.name):
@@ -170,7 +170,7 @@ def test_the_servers_own_segments_are_refused(shm_dir, opened):
             assert error.code == ErrorCode.INVALID_ARG and "the server's own shared memory" in error.message
     finally:
         arena.unlink()
-    assert opened == [] and SERVER_SEGMENT_PREFIX == "atoll-"
+    assert opened == [] and SEGMENT_PREFIX == "atoll-"
 
 
 def test_sizes_beyond_the_object_and_an_empty_object_are_refused(shm_dir):
