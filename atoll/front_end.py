@@ -44,7 +44,7 @@ from atoll.errors import ApiError, ErrorCode
 from atoll.lanes import Lanes
 from atoll.limits import MediaLimits
 from atoll.pipeline import pad_stack, read_wav
-from atoll.protocol import InferRequest, ProtocolError, Tensor
+from atoll.protocol import InferRequest, ProtocolError, Tensor, described
 from atoll.repository import ModelSpec
 from atoll.slot_allocator import SlotAllocator
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 
 import grpc
 import numpy as np
@@ -22,9 +23,11 @@ from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_g
 
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError
-from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, join_bytes, shared_memory_of,
-                            tensor_from_bytes)
+from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, element_count, join_bytes,
+                            shared_memory_of, tensor_from_bytes, tensor_from_numbers)
 from atoll.shm_registry import CudaRegion, SystemRegion
+
+log = logging.getLogger("atoll.grpc_server")
 
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
             "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
@@ -41,6 +44,7 @@ def _tensor(t, raw_contents, regions) -> Tensor:
     params, shape = _parameters(t.parameters), list(t.shape)
     if t.datatype not in DTYPES:
         raise ProtocolError(f"input {t.name!r}: unknown datatype {t.datatype!r}")
+    count = element_count(shape, t.name)
     ref = shared_memory_of(params, f"input {t.name!r}")
     if ref is not None:
         data = tensor_from_bytes(t.name, t.datatype, shape, regions.read(ref))
@@ -54,13 +58,13 @@ def _tensor(t, raw_contents, regions) -> Tensor:
         if field is None:
             raise ProtocolError(f"input {t.name!r}: {t.datatype} needs raw_input_contents")
         values = list(getattr(t.contents, field))
-        if len(values) != int(np.prod(shape)):
+        if len(values) != count:
             raise ProtocolError(f"input {t.name!r}: {len(values)} values for shape {shape}")
         if t.datatype == "BYTES":
-            data = np.empty(len(values), object)
+            data = np.empty(count, object)
             data[:] = values
-        else:
-            data = np.asarray(values, DTYPES[t.datatype])
+        else:  # int_contents hold INT8 and INT16 too: their range is checked
+            data = tensor_from_numbers(t.name, t.datatype, values)
         data = data.reshape(shape)
     return Tensor(t.name, t.datatype, shape, data, params)
 
@@ -85,8 +89,15 @@ def response_to_proto(name: str, version: str, request_id: str | None, outputs: 
     return response
 
 
+def _internal(exc: Exception, method: str) -> str:
+    """A bug's message to the client, as HTTP's: its traceback goes to the log, not to the client."""
+    log.error("%s failed", method, exc_info=exc)
+    return f"internal error ({type(exc).__name__})"
+
+
 def _answers(method):
-    """An ApiError ends the call with its gRPC status code and message."""
+    """An ApiError ends the call with its gRPC status code and message; anything else is a bug,
+    logged and answered INTERNAL (grpcio would answer UNKNOWN with the exception's repr)."""
 
     @functools.wraps(method)
     async def call(self, request, context):
@@ -94,6 +105,8 @@ def _answers(method):
             return await method(self, request, context)
         except ApiError as exc:
             await context.abort(grpc.StatusCode[exc.code.grpc], exc.message)
+        except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, answered without
+            await context.abort(grpc.StatusCode.INTERNAL, _internal(exc, method.__name__))
 
     return call
 
@@ -207,6 +220,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def ModelStreamInfer(self, request_iterator, context):
+        """Every request of the stream gets exactly one answer, whatever fails: a bug too (logged)."""
         answers: asyncio.Queue = asyncio.Queue()
         running: set[asyncio.Task] = set()
 
@@ -214,26 +228,35 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 answer = pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
             except ApiError as exc:
-                answer = pb.ModelStreamInferResponse(error_message=exc.message, infer_response=pb.ModelInferResponse(
-                    model_name=msg.model_name, model_version=msg.model_version, id=msg.id))
+                answer = _stream_error(msg, exc.message)
+            except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
+                answer = _stream_error(msg, _internal(exc, "ModelStreamInfer"))
             answers.put_nowait(answer)
 
         async def read() -> None:
-            async for msg in request_iterator:
-                task = asyncio.create_task(one(msg))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            await asyncio.gather(*running)
-            answers.put_nowait(None)
+            try:
+                async for msg in request_iterator:
+                    task = asyncio.create_task(one(msg))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.gather(*running)
+            finally:  # the stream ends, not hangs, if reading it fails
+                answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
             while (answer := await answers.get()) is not None:
                 yield answer
+            await reader  # reading's failure, if it failed, ends the call
         finally:
             reader.cancel()
             for task in running:
                 task.cancel()
+
+
+def _stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    response = pb.ModelInferResponse(model_name=msg.model_name, model_version=msg.model_version, id=msg.id)
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=response)
 
 
 # HTTP/2's initial stream window (64 KB) made a 600 KB tensor wait on ~10 window updates: gRPC

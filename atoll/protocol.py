@@ -4,6 +4,9 @@ Binary extension (as `tritonclient.http` sends it): the body is a JSON header of
 `Inference-Header-Content-Length` bytes followed by the raw tensors in input order; an input with
 `parameters.binary_data_size` takes its bytes from there. BYTES tensors, in binary form, are each
 element as a 4-byte little-endian length followed by its bytes.
+
+Each field of a request is checked for its type and range as it is read (a ProtocolError, answered
+400, names the field and what it wants), so every later stage sees well-typed values.
 """
 
 from __future__ import annotations
@@ -92,16 +95,101 @@ def join_bytes(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def _element_count(shape: list[int], name: str) -> int:
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
+# -- the checks of a request's fields: one per kind of field, each naming the field and what it wants --
+
+MAX_DIMS = 32  # numpy makes arrays of at most 64 dimensions (32 before numpy 2); no model has nearly so many
+# numpy refuses an array of more than intp's maximum in bytes (zero dimensions aside); 8 bytes is the
+# widest element (INT64, FP64, a BYTES element's object pointer)
+MAX_ELEMENTS = np.iinfo(np.intp).max // 8
+_KINDS = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+          list: "an array", dict: "an object"}  # fmt: skip
+
+
+def described(value: Any) -> str:
+    """A client's value as an error message shows it: a number of up to 20 digits as itself, any other
+    value by its JSON type (a Python repr of what a client sent is no answer to give it)."""
+    if type(value) in (int, float) and abs(value) < 1e20:
+        return str(value)
+    return _KINDS.get(type(value), "a value of no JSON type")
+
+
+def _count(value: Any) -> bool:
+    """Whether `value` is a non-negative integer (JSON's true and false are not numbers)."""
+    return type(value) is int and value >= 0
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{what} must be a string, got {described(value)}")
+    return value
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """An optional JSON object (a `parameters`): {} where it is absent or null."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {described(value)}")
+    return value
+
+
+def element_count(shape: list[int], name: str) -> int:
+    """The number of elements of input `name`'s `shape`, once it is known to be one numpy can make
+    an array of: a list of at most MAX_DIMS non-negative integers, of at most MAX_ELEMENTS elements
+    with its zero dimensions left out."""
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(map(_count, shape)):
+        raise ProtocolError(f"input {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers")
+    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+        raise ProtocolError(f"input {name!r}: shape {shape} has too many elements")
     return math.prod(shape)
+
+
+def tensor_from_numbers(name: str, datatype: str, values: list) -> np.ndarray:
+    """A numeric tensor from its values (JSON `data`, flat or nested; gRPC typed contents), shaped as
+    they nest. Refused, as Triton refuses them: values numpy cannot read as the datatype (objects,
+    arrays of unequal lengths), an integer outside the datatype's range, a number too large for a
+    float datatype (it would become infinity; the literals Infinity and NaN are taken as they are),
+    anything but true and false for BOOL. One conversion in numpy, no loop over the values here."""
+    dt = DTYPES[datatype]
+    try:
+        with np.errstate(over="ignore"):  # checked below, rather than a RuntimeWarning in the log
+            # BOOL as numpy reads the values: as dt, any value would be its truth ("false" True)
+            data = np.array(values, dtype=None if dt.kind == "b" else dt)
+    except OverflowError:
+        raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}") from None
+    except (TypeError, ValueError):  # not numbers, or arrays of unequal lengths
+        raise ProtocolError(f"input {name!r}: data is not an array of {datatype} values") from None
+    if dt.kind == "b":
+        if data.dtype.kind != "b" and data.size:
+            raise ProtocolError(f"input {name!r}: BOOL data must be true or false")
+        return data.astype(dt, copy=False)
+    if dt.kind == "f" and (infinite := np.isinf(data)).any():
+        if np.isfinite(np.array(values, dtype=np.float64)[infinite]).any():
+            raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}")
+    return data
+
+
+def _text(name: str, values: list) -> np.ndarray:
+    """JSON BYTES data (flat or nested) as a flat array of its UTF-8 encoded strings: only strings,
+    as Triton takes them (`bytes(n)` of a number n was a buffer of n zero bytes)."""
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    try:
+        items = [str.encode(v) for v in flat]
+    except TypeError:
+        bad = next(v for v in flat if not isinstance(v, str))
+        raise ProtocolError(f"input {name!r}: BYTES data must be strings, got {described(bad)}") from None
+    except UnicodeEncodeError:
+        raise ProtocolError(f"input {name!r}: BYTES data holds a string that is not Unicode text "
+                            "(a lone surrogate)") from None  # fmt: skip
+    data = np.empty(len(items), dtype=object)
+    data[:] = items
+    return data
 
 
 def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw) -> np.ndarray:
     """A tensor's elements from its raw bytes (binary extension, gRPC raw contents, shared memory),
     without a copy where the datatype allows; BYTES elements are length-prefixed."""
-    count = _element_count(shape, name)
+    count = element_count(shape, name)
     if datatype == "BYTES":
         return _split_bytes(raw, count, name).reshape(shape)
     dt = DTYPES[datatype]
@@ -127,21 +215,26 @@ def shared_memory_of(parameters: dict[str, Any], what: str) -> SharedMemoryRef |
     offset = parameters.get("shared_memory_offset", 0)
     if region is None or size is None:
         raise ProtocolError(f"{what}: shared_memory_region and shared_memory_byte_size go together")
-    if not isinstance(region, str) or not all(isinstance(v, int) and v >= 0 for v in (size, offset)):
+    if not isinstance(region, str) or not (_count(size) and _count(offset)):
         raise ProtocolError(f"{what}: bad shared-memory parameters")
     return SharedMemoryRef(region, offset, size)
 
 
-def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int, regions) -> tuple[Tensor, int]:
+def _tensor_from_json(spec: Any, binary: memoryview | None, offset: int, regions) -> tuple[Tensor, int]:
+    if not isinstance(spec, dict):
+        raise ProtocolError(f"each input must be a JSON object, got {described(spec)}")
     try:
         name, datatype, shape = spec["name"], spec["datatype"], spec["shape"]
-    except (KeyError, TypeError):
+    except KeyError:
         raise ProtocolError("each input needs name, datatype and shape") from None
-    if datatype not in DTYPES:
+    name = _string(name, "an input's name")
+    if _string(datatype, f"input {name!r}: datatype") not in DTYPES:
         raise ProtocolError(f"input {name!r}: unknown datatype {datatype!r}")
-    count = _element_count(shape, name)
-    params = spec.get("parameters") or {}
+    count = element_count(shape, name)
+    params = _object(spec.get("parameters"), f"input {name!r}: parameters")
     size = params.get("binary_data_size")
+    if size is not None and not _count(size):
+        raise ProtocolError(f"input {name!r}: binary_data_size must be a non-negative integer, got {described(size)}")
     shm = shared_memory_of(params, f"input {name!r}")
     if shm is not None:
         if "data" in spec or size is not None:
@@ -156,19 +249,29 @@ def _tensor_from_json(spec: dict, binary: memoryview | None, offset: int, region
     else:
         if "data" not in spec:
             raise ProtocolError(f"input {name!r}: neither data nor binary_data_size given")
-        flat = np.asarray(spec["data"], dtype=object).reshape(-1)
-        if flat.size != count:
-            raise ProtocolError(f"input {name!r}: {flat.size} values for shape {shape}")
-        if datatype == "BYTES":
-            data = np.empty(count, dtype=object)
-            data[:] = [v.encode() if isinstance(v, str) else bytes(v) for v in flat]
-        else:
-            try:
-                data = flat.astype(DTYPES[datatype])
-            except (TypeError, ValueError):
-                raise ProtocolError(f"input {name!r}: data is not {datatype}") from None
+        values = spec["data"]
+        if not isinstance(values, list):
+            raise ProtocolError(f"input {name!r}: data must be an array, got {described(values)}")
+        data = _text(name, values) if datatype == "BYTES" else tensor_from_numbers(name, datatype, values)
+        if data.size != count:
+            raise ProtocolError(f"input {name!r}: {data.size} values for shape {shape}")
         data = data.reshape(shape)
     return Tensor(name, datatype, list(shape), data, params), offset
+
+
+def _requested(value: Any) -> list[dict[str, Any]]:
+    """A request's `outputs`, each as {"name": its name, "parameters": a dict}."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError(f"outputs must be an array, got {described(value)}")
+    outputs = []
+    for spec in value:
+        if not isinstance(spec, dict):
+            raise ProtocolError(f"each requested output must be a JSON object, got {described(spec)}")
+        name = _string(spec.get("name"), "a requested output's name")
+        outputs.append({"name": name, "parameters": _object(spec.get("parameters"), f"output {name!r}: parameters")})
+    return outputs
 
 
 def json_object(raw: bytes, what: str) -> dict:
@@ -194,12 +297,16 @@ def decode_request(body: bytes, header_length: int | None = None, regions=None) 
     doc = json_object(bytes(head), "request header")
     if not isinstance(doc.get("inputs"), list):
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
+    request_id = doc.get("id")
+    if request_id is not None:
+        _string(request_id, "request id")
+    parameters = _object(doc.get("parameters"), "request parameters")
+    outputs = _requested(doc.get("outputs"))
     offset, inputs = 0, []
     for spec in doc["inputs"]:
         tensor, offset = _tensor_from_json(spec, binary, offset, regions)
         inputs.append(tensor)
-    outputs = doc.get("outputs") or []
-    return InferRequest(doc.get("id"), inputs, outputs, doc.get("parameters") or {})
+    return InferRequest(request_id, inputs, outputs, parameters)
 
 
 @dataclass
@@ -225,10 +332,9 @@ def requested_outputs(request: InferRequest, available: list[str]) -> list[tuple
         return [(name, {}) for name in available]
     wanted = []
     for spec in request.outputs:
-        name = spec.get("name") if isinstance(spec, dict) else None
-        if name not in available:
-            raise ProtocolError(f"unknown output {name!r} (model has {', '.join(available)})")
-        wanted.append((name, spec.get("parameters") or {}))
+        if spec["name"] not in available:
+            raise ProtocolError(f"unknown output {spec['name']!r} (model has {', '.join(available)})")
+        wanted.append((spec["name"], spec["parameters"]))
     return wanted
 
 

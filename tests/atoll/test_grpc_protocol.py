@@ -99,3 +99,103 @@ def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog
     cancelled = [r for r in caplog.records if "cancelled" in r.getMessage()]
     assert cancelled and all(r.levelno <= logging.INFO for r in cancelled)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def _one_input(datatype="FP32", shape=(2,), raw=None, **contents) -> pb.ModelInferRequest:
+    msg = pb.ModelInferRequest(model_name="m")
+    t = msg.inputs.add(name="x", datatype=datatype, shape=list(shape))
+    for field, values in contents.items():
+        getattr(t.contents, field).extend(values)
+    if raw is not None:
+        msg.raw_input_contents.append(raw)
+    return msg
+
+
+def _bool_shm_size() -> pb.ModelInferRequest:
+    msg = _one_input()
+    msg.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    msg.inputs[0].parameters["shared_memory_byte_size"].bool_param = True
+    return msg
+
+
+# Each of the shapes was an UNKNOWN "Unexpected <class 'ValueError'>" from numpy's reshape, logged
+# with a traceback; the integers an OverflowError.
+@pytest.mark.parametrize("msg, match", [
+    (_one_input(shape=[1] * 70, fp32_contents=[0]), "input 'x': shape must be a list of at most 32"),
+    (_one_input(shape=[1] * 70, raw=b"\0" * 4), "input 'x': shape must be a list of at most 32"),
+    (_one_input(shape=[-1, -1], fp32_contents=[0]), "non-negative integers"),
+    (_one_input(shape=[2**62, 2**62, 0], raw=b""), "has too many elements"),
+    (_one_input(shape=[2**62, 2**62], fp32_contents=[0]), "has too many elements"),
+    (_one_input("INT8", int_contents=[1, 300]), "input 'x': a value is outside the range of INT8"),
+    (_one_input("INT16", int_contents=[1, -40000]), "a value is outside the range of INT16"),
+    (_one_input("UINT8", uint_contents=[1, 256]), "a value is outside the range of UINT8"),
+    (_one_input("FP32", fp32_contents=[1]), "1 values for shape"),
+    (_bool_shm_size(), "bad shared-memory parameters"),
+])  # fmt: skip
+def test_bad_tensors_are_protocol_errors(msg, match):
+    with pytest.raises(ProtocolError, match=match):
+        request_from_proto(msg, Regions())
+
+
+def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monkeypatch):
+    """A bad request is answered with its reason, a bug with its exception's name (and logged), and
+    the stream goes on: each request gets exactly one answer. (A bad message was never answered,
+    and its task's exception never retrieved.) A unary call's bug is INTERNAL, not grpcio's UNKNOWN
+    with the exception's repr."""
+    import asyncio
+    import logging
+    import socket
+
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    from atoll import grpc_server
+    from atoll.endpoints import Endpoints
+    from atoll.metrics import Metrics
+    from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.test_server_errors import EchoFrontEnd
+
+    decode = grpc_server.request_from_proto
+
+    def buggy(msg, regions):
+        if msg.id == "bug":
+            raise RuntimeError("a bug")
+        return decode(msg, regions)
+
+    monkeypatch.setattr(grpc_server, "request_from_proto", buggy)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def request(id_: str, shape=(1, 2), values=(1.0, 2.0)) -> pb.ModelInferRequest:
+        msg = pb.ModelInferRequest(model_name="m", id=id_)
+        msg.inputs.add(name="x", datatype="FP32", shape=list(shape)).contents.fp32_contents.extend(values)
+        return msg
+
+    sent = [request("good"), request("shape", [1] * 70, [0.0]), request("bug"), request("values", values=[1.0]),
+            request("after")]  # fmt: skip
+
+    async def go():
+        endpoints = Endpoints(EchoFrontEnd(), Metrics(), MappedRegions())
+        endpoints.ready = True
+        server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                answers = [a async for a in stub.ModelStreamInfer(iter(sent), timeout=30)]
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.ModelInfer(request("bug"), timeout=30)
+            return answers, info.value
+        finally:
+            await server.stop(None)
+
+    with caplog.at_level(logging.INFO):
+        answers, unary = asyncio.run(go())
+    by_id = {a.infer_response.id: a.error_message for a in answers}
+    assert len(answers) == len(sent) and set(by_id) == {m.id for m in sent}
+    assert by_id["good"] == by_id["after"] == ""
+    assert "shape must be a list of at most 32" in by_id["shape"] and "1 values for shape" in by_id["values"]
+    assert by_id["bug"] == "internal error (RuntimeError)"
+    assert unary.code() == grpc.StatusCode.INTERNAL and unary.details() == "internal error (RuntimeError)"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 2 and all(r.exc_info and "a bug" in str(r.exc_info[1]) for r in errors)

@@ -1,6 +1,7 @@
 """Protocol codec against the reference encoder/decoder of `tritonclient.http` (separate venv)."""
 
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -97,3 +98,82 @@ def test_truncated_bytes_element():
     blob = join_bytes(np.array([b"abcdef"], dtype=object))[:6]  # length says 6, only 2 follow
     with pytest.raises(ProtocolError, match="runs past"):
         decode_request(head + blob, len(head))
+
+
+def _input(**fields) -> dict:
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "data": [1, 2], **fields}]}
+
+
+# Each was a 500 with a traceback (AttributeError, TypeError, ValueError, OverflowError from numpy or
+# bytes()), or, for a number as a BYTES element, a buffer of that many zero bytes.
+@pytest.mark.parametrize("doc, match", [
+    ({**_input(), "parameters": [1]}, "request parameters must be a JSON object, got an array"),
+    ({**_input(), "parameters": "abc"}, "request parameters must be a JSON object, got a string"),
+    ({**_input(), "id": {"a": 1}}, "request id must be a string, got an object"),
+    (_input(parameters=[1]), "input 'x': parameters must be a JSON object, got an array"),
+    (_input(parameters="zz"), "input 'x': parameters must be a JSON object"),
+    (_input(name={"a": 1}), "an input's name must be a string, got an object"),
+    (_input(name=[1]), "an input's name must be a string, got an array"),
+    (_input(datatype=["BYTES"]), "input 'x': datatype must be a string, got an array"),
+    (_input(shape=[True, True]), "input 'x': shape must be a list of at most 32 non-negative integers"),
+    (_input(shape=[1] * 100, data=[1]), "shape must be a list of at most 32"),
+    (_input(shape=[0, 10**30], data=[]), r"shape \[0, 10+\] has too many elements"),
+    (_input(data="ab"), "input 'x': data must be an array, got a string"),
+    (_input(data=[[1, 2], [3]]), "input 'x': data is not an array of FP32 values"),
+    (_input(data=[1, {}]), "data is not an array of FP32 values"),
+    (_input(datatype="BYTES", data=["a", -1]), "input 'x': BYTES data must be strings, got -1"),
+    (_input(datatype="BYTES", data=["a", 300_000_000]), "BYTES data must be strings, got 300000000"),
+    (_input(datatype="BYTES", data=["a", 10**15]), "BYTES data must be strings, got 1000000000000000"),
+    (_input(datatype="BYTES", data=["a", 1.5]), "BYTES data must be strings, got 1.5"),
+    (_input(datatype="BYTES", data=["a", None]), "BYTES data must be strings, got null"),
+    (_input(datatype="BYTES", data=["a", {}]), "BYTES data must be strings, got an object"),
+    (_input(datatype="BYTES", data=["a", "\ud800"]), "input 'x': BYTES data holds a string that is not Unicode"),
+    (_input(data=[1, 10**400]), "input 'x': a value is outside the range of FP32"),
+    (_input(data=[1, 1e39]), "a value is outside the range of FP32"),  # would be infinity
+    (_input(datatype="FP16", data=[1, 1e10]), "a value is outside the range of FP16"),
+    (_input(datatype="FP64", data=[1, 10**400]), "a value is outside the range of FP64"),
+    (_input(datatype="INT64", data=[1, 10**30]), "a value is outside the range of INT64"),
+    (_input(datatype="UINT8", data=[1, 300]), "input 'x': a value is outside the range of UINT8"),
+    (_input(datatype="UINT8", data=[1, -1]), "a value is outside the range of UINT8"),
+    (_input(datatype="INT8", data=[-1000, 1]), "a value is outside the range of INT8"),
+    (_input(datatype="INT32", data=[1, float("inf")]), "a value is outside the range of INT32"),
+    (_input(datatype="BOOL", data=["false", True]), "input 'x': BOOL data must be true or false"),
+    (_input(datatype="BOOL", data=[0, 1]), "BOOL data must be true or false"),
+    ({**_input(), "outputs": 5}, "outputs must be an array, got 5"),
+    ({**_input(), "outputs": "abc"}, "outputs must be an array, got a string"),
+    ({**_input(), "outputs": [[1]]}, "each requested output must be a JSON object, got an array"),
+    ({**_input(), "outputs": [{"name": [1]}]}, "a requested output's name must be a string, got an array"),
+    ({**_input(), "outputs": [{"name": "y", "parameters": [1]}]}, "output 'y': parameters must be a JSON object"),
+    ({**_input(), "outputs": [{"name": "y", "parameters": "x"}]}, "output 'y': parameters must be a JSON object"),
+    ({"inputs": [1, 2]}, "each input must be a JSON object, got 1"),
+    (_input(parameters={"shared_memory_region": "r", "shared_memory_byte_size": True}), "bad shared-memory"),
+])  # fmt: skip
+def test_values_of_the_wrong_type_or_range_are_refused_with_a_reason(doc, match):
+    with pytest.raises(ProtocolError, match=match) as info:
+        decode_request(json.dumps(doc).encode())
+    assert "{'" not in str(info.value) and "<" not in str(info.value)  # no Python repr of what was sent
+
+
+@pytest.mark.parametrize("size", ["8", 1.5, -4, True])
+def test_binary_data_size_must_be_a_non_negative_integer(size):
+    head = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1],
+                                   "parameters": {"binary_data_size": size}}]}).encode()  # fmt: skip
+    with pytest.raises(ProtocolError, match="input 'x': binary_data_size must be a non-negative integer"):
+        decode_request(head + struct.pack("<I", 4) + b"abcd", len(head))
+
+
+def test_values_at_the_edges_of_their_datatype_are_taken():
+    doc = {"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 2],
+                       "data": [[1, 3e38], [float("inf"), float("nan")]]},
+                      {"name": "u", "datatype": "UINT64", "shape": [2], "data": [1, 2**64 - 1]},
+                      {"name": "i", "datatype": "INT8", "shape": [2], "data": [-128, 127]},
+                      {"name": "b", "datatype": "BOOL", "shape": [2, 1], "data": [[True], [False]]},
+                      {"name": "s", "datatype": "BYTES", "shape": [2, 1], "data": [["a"], ["é"]]},
+                      {"name": "e", "datatype": "UINT8", "shape": [0, 3], "data": []}],
+           "outputs": [{"name": "y"}], "parameters": None}  # fmt: skip
+    f, u, i, b, s, e = decode_request(json.dumps(doc).encode()).inputs  # Infinity, NaN: Python's json literals
+    assert f.data[0, 1] == np.float32(3e38) and np.isinf(f.data[1, 0]) and np.isnan(f.data[1, 1])
+    assert u.data.dtype == np.uint64 and u.data.tolist() == [1, 2**64 - 1] and i.data.tolist() == [-128, 127]
+    assert b.data.tolist() == [[True], [False]] and s.data.tolist() == [[b"a"], ["é".encode()]]
+    assert e.data.shape == (0, 3) and e.data.dtype == np.uint8
+    assert requested_outputs(decode_request(json.dumps(doc).encode()), ["y"]) == [("y", {})]
