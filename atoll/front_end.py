@@ -63,7 +63,7 @@ def priority_of(spec: ModelSpec, request: InferRequest) -> Priority:
     any other level best-effort, and 0 or none takes the model's `default_priority_level`."""
     level = request.parameters.get("priority", 0)
     if isinstance(level, bool) or not isinstance(level, int) or level < 0:
-        raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {level!r}")
+        raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {described(level)}")
     return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE
 
 
@@ -123,9 +123,12 @@ class FrontEnd:
 
     async def retire_model(self, name: str, timeout_s: float) -> None:
         """Admit no more requests of `name`, wait (up to `timeout_s`) until those inside are
-        answered and every slot of it is back, then let its slots go."""
+        answered and every slot of it is back, then let its slots go. A model this front end never
+        added (a load taken back before it got here) has nothing to retire."""
         self.models.pop(name, None)
-        slots = self.slots[name]
+        slots = self.slots.get(name)
+        if slots is None:
+            return
         deadline = time.monotonic() + timeout_s
         while self._active[name] or slots.free < slots.arena.count:
             if time.monotonic() > deadline:
