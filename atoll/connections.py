@@ -23,7 +23,8 @@ import resource
 
 from aiohttp import web
 
-from atoll.http_edge import Throttled, TritonErrors
+from atoll.http_edge import TritonErrors
+from atoll.throttled import Throttled
 
 log = logging.getLogger("atoll.connections")
 

@@ -44,6 +44,7 @@ from atoll.protocol import (InferRequest, Output, ProtocolError, join_bytes, req
 from atoll.repository import ModelSpec
 from atoll.shm_registry import CudaRegion, Register, SystemRegion, Unregister
 from atoll.statistics import model_statistics
+from atoll.throttled import Throttled
 
 log = logging.getLogger("atoll.endpoints")
 EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
@@ -69,6 +70,7 @@ class Endpoints:
         self.admission = {priority: Admission(timeout_s, max_pending) for priority in Priority}
         self.ready = False  # listening, and not stopping
         self.ready_models: frozenset[str] = frozenset()  # those some vGPU worker can run now
+        self._gone = Throttled(log)  # requests whose clients went away
 
     # -- server and models --------------------------------------------------------------------------
 
@@ -193,7 +195,8 @@ class Endpoints:
         except asyncio.CancelledError:  # the client went away: nobody to answer, nothing wrong here
             answered = False
             self._failed(spec, start, "CANCELED", None)
-            log.info("%s request cancelled: the client went away", spec.name)
+            self._gone.info("%s request cancelled: the client went away (at most one such line every 10 s; "
+                            "nv_inference_request_failure{reason=\"CANCELED\"} counts them)", spec.name)
             raise
         except Exception as exc:  # a batch or worker failure: reported, never swallowed
             log.exception("inference failed for %s", spec.name)

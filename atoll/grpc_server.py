@@ -23,11 +23,13 @@ from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_g
 
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError
+from atoll.throttled import Throttled
 from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, element_count, join_bytes,
                             shared_memory_of, tensor_from_bytes, tensor_from_numbers)
 from atoll.shm_registry import CudaRegion, SystemRegion
 
 log = logging.getLogger("atoll.grpc_server")
+STREAM_UNSENT = 64  # a stream's requests read and not yet answered to the client
 
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
             "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
@@ -220,9 +222,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def ModelStreamInfer(self, request_iterator, context):
-        """Every request of the stream gets exactly one answer, whatever fails: a bug too (logged)."""
+        """Every request of the stream gets exactly one answer, whatever fails: a bug too (logged).
+        At most STREAM_UNSENT requests are read ahead of the answers the client has taken: a client
+        that sent 3,000 requests and read none grew a front end by 600 MB of answers waiting."""
         answers: asyncio.Queue = asyncio.Queue()
         running: set[asyncio.Task] = set()
+        unsent = asyncio.Semaphore(STREAM_UNSENT)
 
         async def one(msg) -> None:
             try:
@@ -235,7 +240,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def read() -> None:
             try:
-                async for msg in request_iterator:
+                while True:
+                    await unsent.acquire()
+                    try:
+                        msg = await anext(request_iterator)
+                    except StopAsyncIteration:
+                        break
                     task = asyncio.create_task(one(msg))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -247,11 +257,29 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             while (answer := await answers.get()) is not None:
                 yield answer
+                unsent.release()
             await reader  # reading's failure, if it failed, ends the call
         finally:
             reader.cancel()
             for task in running:
                 task.cancel()
+
+
+class _CallEnded(logging.Filter):
+    """grpcio logs an ERROR with a traceback (ExecuteBatchError, "Failed execute_batch") when it
+    cannot send an answer because the call ended first: the client cancelled, or its deadline
+    passed. That is the client's doing, as an HTTP client that goes away: one INFO line at most
+    every 10 s instead (a storm of short deadlines would otherwise fill the log)."""
+
+    def __init__(self):
+        super().__init__()
+        self._said = Throttled(log)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and type(record.exc_info[1]).__name__ == "ExecuteBatchError":
+            self._said.info("a gRPC answer was not sent: its call had ended (cancelled, or past its deadline)")
+            return False
+        return True
 
 
 def _stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -264,6 +292,9 @@ def _stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInfe
 STREAM_WINDOW_BYTES = 8 << 20
 
 
+_CALL_ENDED = _CallEnded()
+
+
 async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int,
                 limits: list[tuple[str, int]] = ()) -> grpc.aio.Server:
     """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT); `limits`
@@ -271,6 +302,7 @@ async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: i
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
                                       ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
                                       ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits])  # fmt: skip
+    logging.getLogger("grpc._cython.cygrpc").addFilter(_CALL_ENDED)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:

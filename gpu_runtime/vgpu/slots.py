@@ -79,8 +79,10 @@ class SlotArena:
         self._inputs = None
         try:
             self._shm.close()
-        except BufferError:  # a view still exists somewhere; the GC unmaps it later
-            pass
+        except BufferError:  # a view still exists somewhere (a batch's input): the mapping goes with the last
+            # one. Let go of it here, or SharedMemory.__del__ tries again and prints the error.
+            self._shm._buf = self._shm._mmap = None
+            self._shm.close()  # its descriptor
         if self.owner:
             try:
                 self._shm.unlink()

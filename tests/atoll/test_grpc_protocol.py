@@ -199,3 +199,63 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     assert unary.code() == grpc.StatusCode.INTERNAL and unary.details() == "internal error (RuntimeError)"
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 2 and all(r.exc_info and "a bug" in str(r.exc_info[1]) for r in errors)
+
+
+def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
+    """A client that sent 3,000 requests on a stream and read no answer grew a front end by 600 MB
+    of answers waiting: the server now reads a request only while fewer than STREAM_UNSENT of its
+    answers wait to be taken (an answer is taken when the next is asked for). Here the client takes
+    one answer and asks for no more: however long the loop runs, STREAM_UNSENT requests are read."""
+    import asyncio
+
+    from atoll import grpc_server
+    from atoll.endpoints import Endpoints
+    from atoll.metrics import Metrics
+    from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.test_server_errors import EchoFrontEnd
+
+    read = [0]
+
+    async def requests():
+        for i in range(1000):
+            read[0] += 1
+            msg = pb.ModelInferRequest(model_name="m", id=str(i))
+            msg.inputs.add(name="x", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1.0, 2.0])
+            yield msg
+
+    async def go():
+        endpoints = Endpoints(EchoFrontEnd(), Metrics(), MappedRegions())
+        endpoints.ready = True
+        answers = grpc_server.GrpcService(endpoints).ModelStreamInfer(requests(), None)
+        first = await anext(answers)
+        for _ in range(200):  # the loop's turns: each would read on, were nothing holding it back
+            await asyncio.sleep(0.005)
+        await answers.aclose()
+        return first
+
+    assert asyncio.run(go()).error_message == ""
+    assert read[0] == grpc_server.STREAM_UNSENT
+
+
+def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):
+    """grpcio logs ExecuteBatchError at ERROR with a traceback when a call ends (cancelled, past
+    its deadline) before its answer is sent: a storm of 1-100 ms deadlines filled the log so. The
+    filter grpc_server.start installs turns them into one INFO line every 10 s; other records pass."""
+    import logging
+
+    from grpc._cython.cygrpc import ExecuteBatchError
+
+    from atoll.grpc_server import _CallEnded
+
+    gone = _CallEnded()
+
+    def record(exc: Exception) -> logging.LogRecord:
+        return logging.LogRecord("grpc._cython.cygrpc", logging.ERROR, __file__, 1, "raised in core", None,
+                                 (type(exc), exc, None))  # fmt: skip
+
+    with caplog.at_level(logging.INFO):
+        passed = [gone.filter(record(ExecuteBatchError('Failed "execute_batch"'))) for _ in range(100)]
+        other = gone.filter(record(RuntimeError("a real failure")))
+    assert passed == [False] * 100 and other
+    said = [r for r in caplog.records if r.name == "atoll.grpc_server"]
+    assert [(r.levelno, "its call had ended" in r.getMessage()) for r in said] == [(logging.INFO, True)]

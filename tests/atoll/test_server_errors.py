@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from atoll.connections import HttpConnections, listen
 from atoll.endpoints import Endpoints
-from atoll.http_edge import Throttled, TritonErrors
+from atoll.http_edge import TritonErrors
+from atoll.throttled import Throttled
 from atoll.metrics import Metrics
 from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec

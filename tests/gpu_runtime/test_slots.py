@@ -146,3 +146,21 @@ def test_static_batches_pad_to_a_built_size(models, executor):
             np.testing.assert_allclose(got, want[i], rtol=1e-4, atol=1e-5)
     finally:
         arena.close()
+
+
+def test_an_arena_closed_under_a_live_view_lets_go_quietly(monkeypatch):
+    """A batch's input can still view an arena when its model is unloaded: the mapping then stays
+    until the view goes, and nothing is printed (SharedMemory.__del__ used to close it again and
+    print 'Exception ignored ... BufferError: cannot close exported pointers exist')."""
+    import gc
+    import sys
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 2, 64, 64)
+    view = np.frombuffer(arena.output(0), np.uint8)
+    view[:] = 7
+    arena.close()
+    del arena
+    gc.collect()
+    assert unraisable == [] and view.sum() == 7 * 64
