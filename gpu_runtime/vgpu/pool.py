@@ -8,8 +8,13 @@ a `backoff.Backoff` delay when it keeps dying; there is no lifetime budget), its
 reloaded, and the requests it had in flight are re-sent, each at most `crash_retries` times; after
 that they fail with WorkerCrashed. Every request therefore ends in a result or an exception, never a
 hang. Deaths are logged at WARNING; `on_change` (if given) is called from the monitor thread
-whenever a worker dies, starts or finishes loading a model, so a server can say which models have a
-worker that can run them (`ready_models`).
+whenever a worker dies, starts, finishes loading a model, stalls or answers again, so a server can
+say which models have a worker that can run them (`ready_models`).
+
+A worker that has had batches in flight and said nothing for `stall_s` seconds, or four times its
+slowest batch if that is longer, is stalled (stopped, hung in a driver, starved of CPU): it counts
+as not ready until it answers again, since what is sent to it meanwhile cannot be answered in time.
+A stalled worker is not killed: it may only be slow, and its batches would be lost.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class WorkerState:
     loaded: dict[str, dict] = field(default_factory=dict)  # model -> description, this incarnation
     inflight_runs: int = 0
     program_builds: int = 0  # shapes built after their model's load (see worker.py), all lifetimes
+    stalled: bool = False  # batches in flight and no word from it for too long (see the module docstring)
 
     @property
     def busy(self) -> bool:
@@ -87,6 +93,10 @@ class WorkerState:
     def queue_length(self) -> int:
         """Batches waiting behind the one being computed."""
         return max(0, self.inflight_runs - 1)
+
+
+STALL_FLOOR_S = 5.0
+STALL_FACTOR = 4  # times a worker's slowest batch: the least silence that makes it stalled
 
 
 class _Worker:
@@ -101,6 +111,8 @@ class _Worker:
         self.builds_before = 0  # program builds of the incarnations before this one
         self.conn = None  # None from a death until the restart
         self.restart_at: float | None = None  # when a dead worker is started again
+        self.heard = 0.0  # the last reply, or the first batch sent after none was in flight
+        self.slowest_batch = 0.0  # seconds, this incarnation
         self.start()
 
     def start(self) -> None:
@@ -117,12 +129,20 @@ class _Worker:
         self.state.pid = self.process.pid
         self.state.ready = False
         self.state.loaded = {}
+        self.state.stalled = False
+        self.slowest_batch = 0.0
         self.restart_at = None
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.sender = threading.Thread(
             target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
         )
         self.sender.start()
+
+    def stall_deadline(self, floor_s: float) -> float | None:
+        """When this worker counts as stalled if it stays silent; None while nothing is in flight."""
+        if self.conn is None or not self.state.inflight_runs:
+            return None
+        return self.heard + max(floor_s, STALL_FACTOR * self.slowest_batch)
 
     def send(self, message) -> None:
         """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
@@ -159,15 +179,18 @@ class WorkerPool:
         engine=None,
         backoff: Backoff | None = None,
         on_change: Callable[[], None] | None = None,
+        stall_s: float = STALL_FLOOR_S,
     ):
         """`engine` is what runs batches inside each worker: a picklable callable taking the
         worker's VGpuInfo (see gpu_runtime.vgpu.worker); None for `serial_engine.SerialEngine`.
-        `backoff` is the restart policy each worker starts from (default `Backoff()`)."""
+        `backoff` is the restart policy each worker starts from (default `Backoff()`); `stall_s`
+        the silence that makes a busy worker stalled (see the module docstring)."""
         if not infos:
             raise ValueError("WorkerPool needs at least one vGPU")
         self.executor = executor
         self.crash_retries = crash_retries
         self.on_change = on_change or (lambda: None)
+        self.stall_s = stall_s
         backoff = backoff or Backoff()
         self._prefix = shm.segment_prefix()
         self._ids = itertools.count()
@@ -192,7 +215,8 @@ class WorkerPool:
     def ready_models(self) -> set[str]:
         """The models some worker can run now: it is up and has loaded them in this incarnation."""
         with self._lock:
-            return {model for w in self._workers.values() if w.state.ready for model in w.state.loaded}
+            return {model for w in self._workers.values() if w.state.ready and not w.state.stalled
+                    for model in w.state.loaded}  # fmt: skip
 
     def load_model(
         self,
@@ -326,6 +350,8 @@ class WorkerPool:
             return request.future
         worker.inflight[request.req] = request
         if not isinstance(request.message, (Load, Unload)):
+            if not worker.state.inflight_runs:  # its silence counts from now
+                worker.heard = time.monotonic()
             worker.state.inflight_runs += 1
         worker.send(request.message)
         return request.future
@@ -351,6 +377,10 @@ class WorkerPool:
                             wanted[worker.conn.fileno()] = (worker, worker.conn)
                             wanted[worker.process.sentinel] = (worker, worker.process)
                     restarts = [w.restart_at for w in self._workers.values() if w.restart_at is not None]
+                    stalls = [d for w in self._workers.values() if (d := w.stall_deadline(self.stall_s)) is not None]
+                    stalled = self._note_stalls(now)
+                if stalled:
+                    self.on_change()
                 for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
                     selector.unregister(fd)
                     del watched[fd]
@@ -358,7 +388,8 @@ class WorkerPool:
                     if fd not in watched:
                         selector.register(fd, selectors.EVENT_READ, data)
                         watched[fd] = data
-                timeout = max(0.0, min(restarts) - time.monotonic()) if restarts else None
+                # at least once a second: a batch sent to an idle worker starts a stall deadline unannounced
+                timeout = max(0.0, min([*restarts, *stalls, now + 1.0]) - time.monotonic())
                 for key, _ in selector.select(timeout):  # handles of a worker that died meanwhile are stale
                     if key.data is None:
                         self._wake_r.recv()
@@ -387,7 +418,25 @@ class WorkerPool:
         except (EOFError, OSError):
             pass
 
+    def _note_stalls(self, now: float) -> bool:
+        """Mark workers whose stall deadline has passed (the lock held); whether any newly is."""
+        newly = False
+        for worker in self._workers.values():
+            deadline = worker.stall_deadline(self.stall_s)
+            if deadline is not None and deadline <= now and not worker.state.stalled:
+                worker.state.stalled = newly = True
+                log.warning("vGPU %s: no word for %.1f s with %d batch(es) in flight; its models count as not ready "
+                            "until it answers", worker.state.info.id, now - worker.heard,
+                            worker.state.inflight_runs)  # fmt: skip
+        return newly
+
     def _on_reply(self, worker: _Worker, reply) -> None:
+        worker.heard = time.monotonic()
+        if worker.state.stalled:
+            with self._lock:
+                worker.state.stalled = False
+            log.info("vGPU %s answers again", worker.state.info.id)
+            self.on_change()
         match reply:
             case Ready():
                 worker.state.ready = True
@@ -426,6 +475,7 @@ class WorkerPool:
 
     def _ran(self, worker: _Worker, reply: Ran | RanRows) -> None:
         worker.state.last_batch_seconds = reply.seconds
+        worker.slowest_batch = max(worker.slowest_batch, reply.seconds)
         worker.state.program_builds = worker.builds_before + reply.program_builds
 
     def _outputs(self, request: _Request, reply: Ran) -> dict:

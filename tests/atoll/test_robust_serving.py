@@ -132,3 +132,25 @@ def test_a_shared_memory_object_shrunk_by_its_client_kills_no_front_end(server):
         request(f"{server.url}/v2/systemsharedmemory/region/shrunk/unregister", b"{}")
         segment.close()
         segment.unlink()
+
+
+def test_readiness_is_false_while_a_stopped_vgpu_worker_holds_batches(server):
+    """A vGPU worker stopped (SIGSTOP: hung in a driver, starved) left readiness at 200 while every
+    infer timed out. Once it holds batches and says nothing for a while, the server and the model
+    are not ready; when it goes on, they are again, and what it held is answered."""
+    infer = f"{server.url}/v2/models/{MODEL}/infer"
+    body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=5)])
+    victim = min(server.children()["vgpu"])
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(2) as clients:
+            held = [clients.submit(request, infer, body, headers) for _ in range(2)]
+            until(lambda: request(f"{server.url}/v2/health/ready") == 503, "readiness says not ready")
+            assert request(f"{server.url}/v2/models/{MODEL}/ready") == 400  # Triton answers a model not ready so
+            assert any("no word for" in line for line in server.log)
+            os.kill(victim, signal.SIGCONT)
+            until(lambda: request(f"{server.url}/v2/health/ready") == 200, "readiness is back")
+            assert [f.result() for f in held] == [200, 200]
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    assert victim in server.children()["vgpu"]  # stalled, never killed

@@ -277,6 +277,30 @@ def test_ready_models_is_empty_while_the_only_worker_is_dead(models):
         assert pool.ready_models() == set() and pool.workers["cpu0"].pid == pid
 
 
+def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog):
+    """SIGSTOP stands for a worker hung in a driver or starved: readiness said 200 while every
+    infer timed out. With batches in flight and no word for `stall_s`, its models count as not
+    ready (and `on_change` says so); once it answers, they are ready again and the batch's result
+    is right."""
+    changes = []
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), stall_s=0.5, on_change=lambda: changes.append(1)) as pool:
+        pool.load_model("mlp", models["mlp"])
+        pid = pool.workers["cpu0"].pid
+        x = np.random.default_rng(4).standard_normal((3, 16)).astype(np.float32)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            future = pool.submit("cpu0", "mlp", {"x": x})
+            before = len(changes)
+            wait_for(lambda: pool.ready_models() == set())
+            assert pool.workers["cpu0"].stalled and len(changes) > before and not future.done()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        np.testing.assert_array_equal(future.result(60)["relu"], reference(models["mlp"], {"x": x})["relu"])
+        wait_for(lambda: pool.ready_models() == {"mlp"})
+        assert not pool.workers["cpu0"].stalled and pool.workers["cpu0"].pid == pid  # stalled, never killed
+    assert any("no word for" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
 def test_a_send_held_up_across_a_restart_never_reaches_the_successor(models, monkeypatch):
     """The dead worker's sender thread may have read its pipe's descriptor and not yet written when
     the pool starts the successor, whose pipe can reuse that descriptor number. Here that thread is
