@@ -57,39 +57,30 @@ def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog
     its admission place back, and is counted as CANCELED at INFO, not as a BACKEND failure."""
     import asyncio
     import logging
-    import socket
 
     import grpc
 
-    from atoll import grpc_server
     from atoll.bench.bodies import grpc_request
     from atoll.endpoints import Endpoints
     from atoll.metrics import Metrics
     from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.grpc_served import grpc_channel
     from tests.atoll.test_server_errors import SPEC, StuckFrontEnd
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
 
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions())
         endpoints.ready = True
-        server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-                body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
-                with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await call(body, timeout=0.5)
+        async with grpc_channel(endpoints) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call(body, timeout=0.5)
             assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             for _ in range(3000):  # the server hears of it on its own time
                 if b'reason="CANCELED"' in endpoints.metrics.render():
                     break
                 await asyncio.sleep(0.01)
-            return endpoints
-        finally:
-            await server.stop(None)
+        return endpoints
 
     with caplog.at_level(logging.INFO):
         endpoints = asyncio.run(go())
@@ -144,7 +135,6 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     with the exception's repr."""
     import asyncio
     import logging
-    import socket
 
     import grpc
     from tritonclient.grpc import service_pb2_grpc
@@ -153,6 +143,7 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     from atoll.endpoints import Endpoints
     from atoll.metrics import Metrics
     from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.grpc_served import grpc_channel
     from tests.atoll.test_server_errors import EchoFrontEnd
 
     decode = grpc_server.request_from_proto
@@ -163,9 +154,6 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
         return decode(msg, regions)
 
     monkeypatch.setattr(grpc_server, "request_from_proto", buggy)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
 
     def request(id_: str, shape=(1, 2), values=(1.0, 2.0)) -> pb.ModelInferRequest:
         msg = pb.ModelInferRequest(model_name="m", id=id_)
@@ -178,16 +166,12 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     async def go():
         endpoints = Endpoints(EchoFrontEnd(), Metrics(), MappedRegions())
         endpoints.ready = True
-        server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-                answers = [a async for a in stub.ModelStreamInfer(iter(sent), timeout=30)]
-                with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await stub.ModelInfer(request("bug"), timeout=30)
-            return answers, info.value
-        finally:
-            await server.stop(None)
+        async with grpc_channel(endpoints) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            answers = [a async for a in stub.ModelStreamInfer(iter(sent), timeout=30)]
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.ModelInfer(request("bug"), timeout=30)
+        return answers, info.value
 
     with caplog.at_level(logging.INFO):
         answers, unary = asyncio.run(go())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import uuid
 from pathlib import Path
 
@@ -19,13 +18,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.grpc import service_pb2 as pb
 
-from atoll import grpc_server
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
 from atoll.metrics import Metrics
 from atoll.protocol import SharedMemoryRef
 from atoll.server import InferenceServer
 from atoll.shm_registry import SEGMENT_PREFIX, SHM_DIR, Register, Regions, SystemRegion, Unregister
+from tests.atoll.grpc_served import grpc_channel
 from tests.atoll.test_server_errors import StuckFrontEnd
 
 SECRET = b"root:$6$not-in-dev-shm\n"
@@ -261,27 +260,20 @@ def test_http_answers_400_to_every_hostile_registration(shm_dir):
 def test_grpc_answers_invalid_argument_to_hostile_keys(shm_dir, victim):
     link = shm_dir()
     link.symlink_to(victim)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     keys = ["/../../etc/passwd", "/a\0b", "a/b", "/" + "a" * 256, "/atoll-1-abcdef-fe0-m", "/" + link.name]
 
     async def go():
         endpoints = _endpoints()
-        server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.unary_unary("/inference.GRPCInferenceService/SystemSharedMemoryRegister",
-                                           request_serializer=pb.SystemSharedMemoryRegisterRequest.SerializeToString,
-                                           response_deserializer=pb.SystemSharedMemoryRegisterResponse.FromString)
-                codes = []
-                for key in keys:
-                    with pytest.raises(grpc.aio.AioRpcError) as info:
-                        await call(pb.SystemSharedMemoryRegisterRequest(name="r", key=key, offset=0, byte_size=8))
-                    codes.append(info.value.code())
-            return codes, endpoints.regions.status("system", None)
-        finally:
-            await server.stop(None)
+        async with grpc_channel(endpoints) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/SystemSharedMemoryRegister",
+                                       request_serializer=pb.SystemSharedMemoryRegisterRequest.SerializeToString,
+                                       response_deserializer=pb.SystemSharedMemoryRegisterResponse.FromString)
+            codes = []
+            for key in keys:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(pb.SystemSharedMemoryRegisterRequest(name="r", key=key, offset=0, byte_size=8))
+                codes.append(info.value.code())
+        return codes, endpoints.regions.status("system", None)
 
     codes, status = asyncio.run(go())
     assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * len(keys)

@@ -1,0 +1,25 @@
+"""A `grpc_server` on a free local port over the given `Endpoints`, for tests that talk to it
+through a real `grpc.aio` channel in this process."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import grpc
+
+from atoll import grpc_server
+
+
+@contextlib.asynccontextmanager
+async def grpc_channel(endpoints):
+    """A channel to a gRPC server serving `endpoints`; the server stops on leaving."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)
