@@ -6,7 +6,8 @@ runs its commands in order, so CUs of a device run concurrently and a CU never r
 once, as on the FPGA. An "xclbin" here is the manifest JSON; buffer objects are NumPy arrays.
 
 Fault injection for tests: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) when the device is
-opened, or added to `device.hang_cus`, never complete a command, so `run.wait(timeout)` times out.
+opened, or added to `device.hang_cus`, complete no command while they are listed there (or until
+the device closes), so `run.wait(timeout)` times out.
 """
 
 from __future__ import annotations
@@ -235,9 +236,9 @@ class run:
 
     def _execute(self, cu: _ComputeUnit) -> None:
         self._state = ert_cmd_state.ERT_CMD_STATE_RUNNING
-        if cu.name in cu.device.hang_cus:
-            cu.device.closed.wait()  # a hung CU: nothing completes until the device goes away
-            return
+        while cu.name in cu.device.hang_cus:  # a hung CU: nothing completes while it is listed
+            if cu.device.closed.wait(0.01):  # (or once the device goes away)
+                return
         try:
             cu.fn(*self._args)
             self._state = ert_cmd_state.ERT_CMD_STATE_COMPLETED

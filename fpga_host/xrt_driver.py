@@ -4,13 +4,18 @@ It opens every CU listed in the manifest (`image_cu:{image_cu_1}`, ...), gives e
 pre-allocated buffer objects, and runs one request per CU at a time on a thread per CU. Audio is
 chained as in PREBA: a mel CU writes the log-mel and its per-bin sums into a hand-off buffer pair
 that a norm CU then reads on the device, so the mel CU takes the next request while the norm CU
-finishes the previous one. A CU that times out or errors is retired for good and the request fails
-with `CuFailure`, which the Preprocessor answers on the CPU path.
+finishes the previous one. A CU that errors is retired for good; one whose command times out is
+out of service until that command ends (it may finish late, or take the abort), for at most
+`QUARANTINE_S`, then back if it ended and retired if not. Either way the request fails with
+`CuFailure`, which the Preprocessor answers on the CPU path. (A timeout once retired its CU for
+good: four legal 8192x8192 JPEGs at once, slower than the timeout in C simulation on two cores,
+left an emulated DPU with no image CU for the rest of the server's life.)
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import math
 import os
 import threading
@@ -100,8 +105,14 @@ class _Slot:
         return self.bos[arg]
 
 
+QUARANTINE_S = 60.0
+
+log = logging.getLogger("atoll.dpu")
+
+
 class _Pool:
-    """Free items of one kind (CUs or hand-off buffers); retired items are never handed out again."""
+    """Free items of one kind (CUs or hand-off buffers); retired items are not handed out again
+    unless restored."""
 
     def __init__(self, kind: str, items: list):
         self.kind = kind
@@ -128,6 +139,13 @@ class _Pool:
             self.retired.append(item.name)
             self._cond.notify_all()
 
+    def restore(self, item) -> None:
+        with self._cond:
+            self._alive += 1
+            self.retired.remove(item.name)
+            self._free.append(item)
+            self._cond.notify()
+
 
 class XrtDriver:
     def __init__(self, xrt, device, xclbin_path: str | os.PathLike, manifest: Manifest, *,
@@ -139,6 +157,8 @@ class XrtDriver:
         self.max_audio_seconds = max_audio_seconds
         self.timeout_ms = max(1, int(cu_timeout_s * 1000))
         self._completed = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
+        self._aborted = xrt.ert_cmd_state.ERT_CMD_STATE_ABORT
+        self._timeout = xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
         uuid = device.load_xclbin(xrt.xclbin(str(xclbin_path)))
         self.pools: dict[str, _Pool] = {}
         self.unopened: dict[str, str] = {}  # kernel -> why its CUs could not be opened
@@ -248,12 +268,28 @@ class XrtDriver:
         if state != self._completed:
             try:
                 run.abort()
-            except Exception:  # the CU is retired either way
+            except Exception:  # the CU is out of service either way
                 pass
             self.pools[kernel].retire(slot)
             what = getattr(state, "name", str(state))
+            if state == self._timeout:
+                threading.Thread(target=self._quarantine, args=(kernel, slot, run), daemon=True,
+                                 name=f"{slot.name}-quarantine").start()  # fmt: skip
             raise CuFailure(f"{slot.name}: {what} (timeout {self.timeout_ms} ms)")
         return self._read(values["status"], np.uint32, (STATUS_WORDS,))
+
+    def _quarantine(self, kernel: str, slot: _Slot, run) -> None:
+        """Back into service once the command that timed out has ended, if it ends within
+        QUARANTINE_S; its output goes nowhere."""
+        log.warning("%s: a command ran past %d ms; the CU is out of service until it ends", slot.name,
+                    self.timeout_ms)  # fmt: skip
+        state = run.wait(round(QUARANTINE_S * 1000))
+        if state in (self._completed, self._aborted):
+            self.pools[kernel].restore(slot)
+            log.info("%s: its late command ended (%s); back in service", slot.name, getattr(state, "name", state))
+        else:
+            log.warning("%s: still busy after %g s (%s); retired", slot.name, QUARANTINE_S,
+                        getattr(state, "name", state))  # fmt: skip
 
     @staticmethod
     def _status(words: np.ndarray) -> Status:

@@ -93,6 +93,31 @@ def test_all_cus_failed_means_cpu(fake_library):
         driver.close()
 
 
+def test_a_cu_that_ran_late_is_back_in_service_once_its_command_ends(fake_library, caplog):
+    """A timeout retired its CU for good: four legal 8192x8192 JPEGs, slower than the timeout in C
+    simulation on two cores, left an emulated DPU with no image CU. Now the CU is out of service
+    only until the command that timed out ends."""
+    import logging
+    import time
+
+    driver = fake_driver(fake_library, hang={"image_cu_1"}, cu_timeout_s=0.2, cu_counts={"image_cu": 1})
+    try:
+        with caplog.at_level(logging.INFO, logger="atoll.dpu"):
+            with pytest.raises(CuFailure, match="TIMEOUT"):
+                driver.submit_image(jpeg_bytes(32, 32)).result(10)
+            assert driver.cu_states()["image_cu_1"] == "failed"
+            driver.device.hang_cus.clear()  # the late command ends
+            deadline = time.monotonic() + 60
+            while driver.cu_states()["image_cu_1"] != "ok":
+                assert time.monotonic() < deadline, "the CU never came back"
+                time.sleep(0.01)
+            assert driver.submit_image(jpeg_bytes(32, 32)).result(10).status == Status.OK
+        said = [r.getMessage() for r in caplog.records]
+        assert any("out of service until it ends" in m for m in said) and any("back in service" in m for m in said)
+    finally:
+        driver.close()
+
+
 def test_audio_chain_mel_then_norm(fake_library):
     clips = [tone(s, r, dtype=d) for s, r, d in
              [(0.5, 16000, np.int16), (1.0, 44100, np.float32), (0.3, 8000, np.int16),
