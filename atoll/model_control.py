@@ -65,20 +65,22 @@ class RetireModel:
 
 def check_model_name(name: str) -> None:
     """Refuse (INVALID_ARGUMENT) a name that cannot be a model folder directly inside the repository:
-    empty, `.` or `..`, holding a path separator or NUL, or longer than a file name may be."""
+    empty, `.` or `..`, holding a path separator or NUL, not UTF-8, or longer than a file name."""
     try:
         size = len(name.encode())
     except UnicodeEncodeError:
-        raise ApiError(ErrorCode.INVALID_ARG, f"model name {name!r} is not valid UTF-8") from None
-    if name in ("", ".", ".."):
+        size = None
+    if size is None:
+        reason = "is not valid UTF-8"
+    elif name in ("", ".", ".."):
         reason = "is empty" if not name else "is not a folder name"
     elif any(c in name for c in "/\\\0"):
         reason = "holds a path separator or NUL: a model is a folder directly inside the repository"
     elif size > NAME_MAX:
-        raise ApiError(ErrorCode.INVALID_ARG, f"model name of {size} bytes is longer than {NAME_MAX}")
+        reason = f"is {size} bytes long; at most {NAME_MAX}"
     else:
         return
-    raise ApiError(ErrorCode.INVALID_ARG, f"model name {name!r} {reason}")
+    raise ApiError(ErrorCode.INVALID_ARG, f"model name {name[:80]!r} {reason}")
 
 
 def model_folders(repository: Path) -> list[str]:

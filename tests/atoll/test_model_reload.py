@@ -167,7 +167,7 @@ def test_a_model_loaded_again_answers_as_before_and_path_loads_change_nothing(tm
                 status, payload = post(f"{models}/{quoted}/{call}")
                 assert status == 400 and "model name" in json.loads(payload)["error"], (name, call, payload)
         status, payload = post(f"{models}/{'x' * 300}/load")
-        assert status == 400 and "longer than 255" in json.loads(payload)["error"]
+        assert status == 400 and "is 300 bytes long; at most 255" in json.loads(payload)["error"]
         status, payload = post(f"{models}/{MODEL}/load", json.dumps({"parameters": [1, 2]}).encode(),
                                {"Content-Type": "application/json"})  # fmt: skip
         assert status == 400 and "JSON object" in json.loads(payload)["error"]
