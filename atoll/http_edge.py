@@ -5,11 +5,11 @@ its own connection), at most `max_bytes` of it after any Content-Encoding is und
 within `timeout_s` (408), and one that cannot be decoded (garbage labelled gzip) is a 400. All the
 bodies a front end holds at once, being read or read and not yet answered, stay within its
 `BodyBudget`: past it the largest body still arriving is cut off, or this one refused (503 with
-Retry-After). Every
-error the server answers, an `ApiError` from a handler or aiohttp's own (unknown endpoint, wrong
-method, a request its parser refuses: `TritonErrors`), is Triton's `{"error": "..."}` with its
-kind's status; an exception nobody expected is
-logged and answered 500, never a traceback page.
+Retry-After). Every error the server answers, an `ApiError` from a handler or aiohttp's own
+(unknown endpoint, wrong method, a request its parser refuses: `TritonErrors`), is Triton's
+`{"error": "..."}` with its kind's status; an exception nobody expected is logged and answered
+500, never a traceback page. A client that goes away mid-body is logged at INFO, at most every
+10 s.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from atoll.errors import ApiError, ErrorCode
 from atoll.throttled import Throttled
 
 log = logging.getLogger("atoll.server")
+_gone = Throttled(log)  # connections closed mid-request: a client can repeat that at will
 
 
 class TritonErrors(RequestHandler):
@@ -191,8 +192,8 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except (ConnectionError, EOFError):  # the client went away (mid-body): nobody to answer
-        log.info("%s %s: the connection closed mid-request (the client went away, or its body was cut off "
-                 "for room)", request.method, request.path)  # fmt: skip
+        _gone.info("%s %s: the connection closed mid-request (the client went away, or its body was cut off "
+                   "for room; at most one such line every 10 s)", request.method, request.path)  # fmt: skip
         raise asyncio.CancelledError from None
     except Exception as exc:  # a bug: logged with its traceback, answered without one
         log.exception("%s %s failed", request.method, request.path)

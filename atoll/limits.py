@@ -6,7 +6,8 @@ Each image must be a whole Huffman-coded JPEG no larger than `max_image_dim` a s
 `resized_size`: a 1 KB file can claim 30000x30000, a 100 KB one hold 1,000 progressive scans of
 a whole 8192x8192 image, a 16 KB 8192x1 one resize to 1.6 GB), each clip within the rate range
 and `max_clip_seconds`; and all the request's images together may hold at most `max_pixels`
-pixels, its clips `max_audio_seconds`, since those bound the preprocessing time one request can take from everyone else.
+pixels, its clips `max_audio_seconds`, since those bound the preprocessing time one request can
+take from everyone else.
 """
 
 from __future__ import annotations

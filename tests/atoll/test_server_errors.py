@@ -309,3 +309,25 @@ def test_an_overload_refusal_says_when_to_retry():
 
     status, retry_after, reason = asyncio.run(go())
     assert status == 503 and int(retry_after) >= 1 and "overloaded" in reason
+
+
+def test_connections_closed_mid_request_are_one_info_line_every_10_s(caplog, monkeypatch):
+    """A client can close mid-body at will: each was an INFO line, as requests whose client went
+    away after sending were before they were throttled too (40,000 lines in a minute)."""
+    from types import SimpleNamespace
+
+    from atoll import http_edge
+
+    monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.server")))  # its 10 s start afresh
+
+    async def closed(request):
+        raise ConnectionResetError("closed mid-body")
+
+    async def go():
+        for _ in range(100):
+            with pytest.raises(asyncio.CancelledError):
+                await http_edge.json_errors(SimpleNamespace(method="POST", path="/v2/models/m/infer"), closed)
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(go())
+    assert [r.levelno for r in caplog.records if "closed mid-request" in r.getMessage()] == [logging.INFO]
