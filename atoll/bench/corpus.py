@@ -11,6 +11,8 @@ import io
 
 import numpy as np
 
+from fpga_host import jpeg_header
+
 # (width, height) from phone thumbnails to 12 MP camera frames
 IMAGE_SIZES = ((500, 375), (640, 480), (1024, 768), (1600, 1200), (2048, 1536), (4000, 3000))
 # JPEG size sets of `atoll bench serve`: web pictures of 0.1-0.5 MP, camera frames up to 12 MP
@@ -67,8 +69,7 @@ def jpeg_scan_bomb(side: int = 8192, scans: int = 1000) -> bytes:
     header = bytes([1, 1, 0x01, 1, 63, 0x10])
     scan = b"\xff\xda" + (2 + len(header)).to_bytes(2, "big") + header + entropy
     body = bytes(head) + dht + scan * scans + b"\xff\xd9"
-    blocks = (side // 8) ** 2 + 2 * (side // 16) ** 2  # luma, and two chroma planes at half size
-    padding, comments = max(0, blocks // 8 + 1 - len(body)), b""
+    padding, comments = max(0, jpeg_header.frame(body).blocks() // 8 + 1 - len(body)), b""
     while padding > 0:
         n = min(padding, 65533)
         comments += b"\xff\xfe" + (n + 2).to_bytes(2, "big") + b"\x00" * n

@@ -2,7 +2,7 @@
 processes cost `atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run (the flood on a
 second server, bounded lower):
 
-- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request, and a 100 KB
+- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request, and a 196 KB
   one of 1,000 progressive scans of 8192x8192 (`corpus.jpeg_scan_bomb`): the client's time to
   each 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
 - slow: a good client's closed-loop throughput alone, then while `--slow` connections each hold a
