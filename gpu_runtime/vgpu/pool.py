@@ -377,7 +377,9 @@ class WorkerPool:
                             wanted[worker.conn.fileno()] = (worker, worker.conn)
                             wanted[worker.process.sentinel] = (worker, worker.process)
                     restarts = [w.restart_at for w in self._workers.values() if w.restart_at is not None]
-                    stalls = [d for w in self._workers.values() if (d := w.stall_deadline(self.stall_s)) is not None]
+                    # a worker already stalled has no deadline left to wake for (its past one would spin)
+                    stalls = [d for w in self._workers.values()
+                              if not w.state.stalled and (d := w.stall_deadline(self.stall_s)) is not None]
                     stalled = self._note_stalls(now)
                 if stalled:
                     self.on_change()
