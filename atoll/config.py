@@ -55,8 +55,9 @@ class ServerConfig:
                                       "whole request are closed, longest open first, and new gRPC ones refused "
                                       "(0 = half the open-file limit left after a reserve)")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
-    rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-99) of real-time lane threads where the OS permits it "
-                              "(root or CAP_SYS_NICE; 0 = off: they run as ordinary threads)")
+    rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-98) of the threads relaying requests between the server's "
+                              "processes, real-time lanes one above, where the OS permits it (root or CAP_SYS_NICE; "
+                              "0 = off: they run as ordinary threads)")
 
     def pending_share(self, front_ends: int) -> int:
         """One front end's part of `max_pending_requests` (rounded up; 0 stays 0: no fixed bound)."""

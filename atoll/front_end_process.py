@@ -12,7 +12,7 @@ import signal
 
 from aiohttp import web
 
-from gpu_runtime.priority import favour_real_time_threads
+from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
 
 from atoll import channel, grpc_server, native_stderr
 from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
@@ -73,6 +73,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     if setup.grpc_port is not None:
         grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
                                        grpc_limits(bound, c.server.idle_timeout_s))  # fmt: skip
+    relay_this_thread()  # this loop passes every request on, real-time ones among them
     writer.write(channel.encode(Hello(setup.index, os.getpid())))
     endpoints.ready = True
     stopping = asyncio.Event()

@@ -35,37 +35,59 @@ class Priority(StrEnum):
 BE_NICE = 10
 BE_NICE_ENV = "ATOLL_BE_NICE"
 
-# Real-time lane threads run under SCHED_FIFO at this priority where the OS permits it (root, or
-# CAP_SYS_NICE; elsewhere they stay ordinary threads): a waking RT lane then takes a core from any
-# ordinary thread at once, event loops included, not only from niced BE work. 2-core VM, `bench
-# serve --rt-isolation`, web JPEGs, six runs each: real-time p99 beside saturating best-effort
-# load 18.6 ms on average against 20.3 (1.71x its idle p99 against 2.01x; runs spread over
-# 16-25 ms, so a small gain), best-effort throughput unchanged. Its jobs are bounded (one
-# preprocessing or one batch at a time), and Linux's RT throttling keeps 5 % of every core for
-# the rest regardless. `[server] rt_fifo`; 0 = off.
+# The real-time path runs under SCHED_FIFO where the OS permits it (root, or CAP_SYS_NICE;
+# elsewhere its threads stay ordinary): real-time lanes at `RT_FIFO + 1`, and at `RT_FIFO` the
+# threads that relay messages between the data plane's processes (`relay_this_thread`). A waking
+# one then takes a core from any ordinary thread at once, not only from niced BE work. `[server]
+# rt_fifo`; 0 = off. 2-core VM, `bench serve --rt-isolation`, web JPEGs:
+# - lanes alone (six runs each): real-time p99 beside saturating best-effort load 18.6 ms on
+#   average against 20.3 (1.71x its idle p99 against 2.01x), best-effort throughput unchanged;
+# - the relays too: a real-time request passes eight of them (front end -> supervisor -> vGPU
+#   worker and back, each an event loop or a pipe's sender or receiver thread), and under load each
+#   hop took up to 4-8 ms at p99 waiting for a core as an ordinary thread: submit-to-answer p99
+#   14.5 -> 6.6 ms, end to end x1.89-2.39 -> x1.37 of idle, best-effort throughput unchanged.
+# Every such thread's job is bounded (one preprocessing or batch at a time; a relay passes a
+# message on), and Linux's RT throttling keeps 5 % of every core for the rest regardless.
 RT_FIFO = 1
 RT_FIFO_ENV = "ATOLL_RT_FIFO"
+
+
+def _fifo(level: int) -> None:
+    if level > 0 and hasattr(os, "SCHED_FIFO"):
+        try:
+            # RESET_ON_FORK: threads it starts (a native library's pool, an executor's) are ordinary
+            os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                                  os.sched_param(min(99, level)))  # fmt: skip
+        except OSError:  # not permitted here: an ordinary thread, still ahead of the niced BE work
+            pass
+
+
+def _rt_fifo() -> int:
+    return int(os.environ.get(RT_FIFO_ENV, RT_FIFO))
 
 
 def prioritise_this_thread(priority: Priority) -> None:
     """Give the calling thread the OS priority of `priority` work: SCHED_FIFO for real-time lanes
     where permitted, a higher nice value for best-effort ones."""
-    tid = threading.get_native_id()  # Linux keeps a policy and a nice value per thread
     if priority == Priority.RT:
-        level = min(99, int(os.environ.get(RT_FIFO_ENV, RT_FIFO)))
-        if level > 0 and hasattr(os, "SCHED_FIFO"):
-            try:
-                # RESET_ON_FORK: threads it starts (a native library's pool) are ordinary threads
-                os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(level))
-            except OSError:  # not permitted here: still ahead of the niced BE work
-                pass
+        level = _rt_fifo()
+        _fifo(level + 1 if level > 0 else 0)
         return
+    tid = threading.get_native_id()  # Linux keeps a policy and a nice value per thread
     nice = int(os.environ.get(BE_NICE_ENV, BE_NICE))
     if nice > 0 and hasattr(os, "setpriority"):
         try:
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
         except OSError:  # not permitted: BE work then competes as an equal
             pass
+
+
+def relay_this_thread() -> None:
+    """For a thread that passes messages of every priority on between the data plane's processes
+    (a front end's or the supervisor's event loop, a vGPU pipe's sender or receiver): SCHED_FIFO
+    one level below the real-time lanes where permitted (see RT_FIFO). Call it from the thread
+    itself, once serving starts: threads it starts afterwards are ordinary."""
+    _fifo(_rt_fifo())
 
 
 def make_this_thread_background() -> None:

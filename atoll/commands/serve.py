@@ -66,12 +66,15 @@ async def serve_forever(service) -> None:
     import asyncio
     import signal
 
+    from gpu_runtime.priority import relay_this_thread
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         await service.start()
+        relay_this_thread()  # the dispatcher's loop passes every row on, real-time ones among them
         print(f"atoll: serving on {service.http_url}"
               + (f" and grpc://{service.grpc_address}" if service.grpc_address else "")
               + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu_runtime.priority import Priority
+from gpu_runtime.priority import Priority, relay_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
@@ -160,6 +160,7 @@ class _Worker:
 def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
     """Send what is queued until `retire`; close the pipe only then, since until then the pool's
     monitor may still read it (a send fails once the worker dies, before the monitor knows)."""
+    relay_this_thread()
     failed = False
     while (message := outbox.get()) is not None:
         if not failed:
@@ -359,6 +360,7 @@ class WorkerPool:
     def _monitor_loop(self) -> None:
         # One selector for the pool's life (building one per wait, as connection.wait does, cost
         # more than the replies it waited for), re-synced only when a worker's handles change.
+        relay_this_thread()
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r.fileno(), selectors.EVENT_READ)
         watched: dict[int, tuple] = {}

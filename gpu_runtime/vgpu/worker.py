@@ -27,7 +27,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background
+from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background, relay_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
@@ -84,6 +84,7 @@ class _Worker:
         self.loader.start()
 
     def serve(self) -> None:
+        relay_this_thread()  # threads started from here on (an executor's) are ordinary
         while True:
             try:
                 message = self.conn.recv()
@@ -223,6 +224,7 @@ class _Worker:
         self.outbox.put(make)
 
     def _reply_loop(self) -> None:
+        relay_this_thread()
         while (make := self.outbox.get()) is not None:
             try:
                 self.conn.send(make())

@@ -5,6 +5,7 @@ scheduler in its vGPU worker (numpy executor, `reset`); outputs are compared wit
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 
 import numpy as np
@@ -13,11 +14,12 @@ import pytest
 
 from atoll.front_end import priority_of
 from atoll.protocol import InferRequest, ProtocolError
-from gpu_runtime.priority import Priority
+from gpu_runtime.priority import RT_FIFO, Priority
 from atoll.repository import load_model
 from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
 from tests.gpu_runtime.chain_model import matmul_chain
+from tests.gpu_runtime.test_priority_threads import fifo_permitted
 
 CONFIG = """
 name: "chain"
@@ -84,7 +86,14 @@ def test_tritonclient_priority_runs_as_rt_on_the_reef_worker(tmp_path):
         out = json.loads(run_client(TRITON_CLIENT, server.url, str(tmp_path / "x.npy")))
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
             metrics = r.read().decode()
+        children = server.children()
+        # the relays a real-time request passes: the supervisor's and the front end's loops, the
+        # worker's receiving thread (each its process's main thread)
+        relays = [server.proc.pid, *children["front_end"], *children["vgpu"]]
+        policies = {(os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority) for pid in relays}
     assert server.proc.returncode == 0, "\n".join(server.log[-20:])
+    assert len(relays) == 3 and policies == ({(os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, RT_FIFO)} if fifo_permitted()
+                                             else {(os.SCHED_OTHER, 0)})  # fmt: skip
     for priority in ("0", "1"):
         np.testing.assert_allclose(np.array(out[priority], np.float32), expected, rtol=1e-4, atol=1e-5)
     # the RT request skipped the buckets: one batch of its two rows, labelled "rt"
