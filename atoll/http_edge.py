@@ -37,11 +37,31 @@ class TritonErrors(RequestHandler):
     Host) is answered with Triton's `{"error": ...}` like every other error, and logged at INFO
     without a traceback at most every 10 s: it is the client's fault. aiohttp answered plain text
     and logged each at ERROR with a ~10-line traceback, so a client sending garbage could fill the
-    log as fast as it could send. Set as the class of each connection's protocol (it adds no
-    state), since aiohttp's server builds them itself."""
+    log as fast as it could send. And a client that half-closes after its request is answered
+    (`eof_received`). Set as the class of each connection's protocol (it adds no state), since
+    aiohttp's server builds them itself."""
 
     __slots__ = ()
     _refusals = Throttled(log)
+
+    def eof_received(self) -> bool | None:
+        """The client shut its sending side. After a whole request (a half-close, as `nc -N` and
+        some HTTP/1.0 tools do) it still reads: the request is answered, then the connection
+        closed, as Triton does; aiohttp took the end of the stream for the client leaving and
+        cancelled the request. Idle, or with a body cut short, there is nothing to answer."""
+        try:
+            self._parser.feed_eof()  # raises while a body is cut short
+        except Exception:
+            return None  # the transport closes: its request is cancelled
+        if self._messages:  # requests not yet begun (pipelined): the last one ends the connection
+            message, payload = self._messages[-1]
+            if getattr(message, "should_close", None) is not None:  # (a parse error's closes anyway)
+                self._messages[-1] = (message._replace(should_close=True), payload)
+            return True  # the transport stays open for the answers
+        if self._waiter is not None and not self._waiter.done():
+            return None  # idle between requests: nothing to answer
+        self.close()  # the request in hand is the last: answered, then the connection closes
+        return True
 
     def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

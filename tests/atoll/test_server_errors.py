@@ -331,3 +331,56 @@ def test_connections_closed_mid_request_are_one_info_line_every_10_s(caplog, mon
     with caplog.at_level(logging.INFO):
         asyncio.run(go())
     assert [r.levelno for r in caplog.records if "closed mid-request" in r.getMessage()] == [logging.INFO]
+
+
+async def _served_raw(endpoints: Endpoints, talk):
+    """`talk(reader, writer)` on a connection to `endpoints` served as a front end serves them."""
+    runner = web.AppRunner(InferenceServer(endpoints, endpoints.metrics).app(1 << 20), handler_cancellation=True)
+    connections = HttpConnections(runner, 64)
+    await runner.setup()
+    server = await listen(connections, "127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        try:
+            return await talk(reader, writer)
+        finally:
+            writer.close()
+    finally:
+        server.close()
+        await runner.cleanup()
+
+
+def _infer_head(length: int) -> bytes:
+    return f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_request_sent_whole_then_half_closed_is_answered_then_the_connection_closed(pipelined):
+    """Triton answers a client that shuts its sending side after the request (`nc -N`, some
+    HTTP/1.0 tools); aiohttp took the end of the stream for the client leaving and cancelled it, so
+    the client read nothing. Pipelined: both requests are answered, in order."""
+    body = BODY.encode()
+    second = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]}).encode()
+    sent = _infer_head(len(body)) + body + (_infer_head(len(second)) + second if pipelined else b"")
+
+    async def talk(reader, writer):
+        writer.write(sent)
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), 30)  # all of it: the server closes after answering
+
+    answer = asyncio.run(_served_raw(_serving(EchoFrontEnd()), talk)).decode()
+    answers = answer.split("HTTP/1.1 ")[1:]
+    assert len(answers) == (2 if pipelined else 1), answer
+    for text, expected in zip(answers, ([1, 2], [3, 4])):
+        head, _, payload = text.partition("\r\n\r\n")
+        assert head.startswith("200") and json.loads(payload)["outputs"][0]["data"] == expected, text
+
+
+@pytest.mark.parametrize("sent", [b"", _infer_head(len(BODY)) + BODY.encode()[:5]], ids=["idle", "body cut short"])
+def test_a_half_close_with_nothing_whole_to_answer_closes_the_connection(sent):
+    async def talk(reader, writer):
+        writer.write(sent)
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), 30)
+
+    assert asyncio.run(_served_raw(_serving(EchoFrontEnd()), talk)) == b""
