@@ -20,6 +20,10 @@ second server, bounded lower):
 - kill: for each kind of child (front end, vGPU worker), SIGKILL under a light load: seconds until a
   request sent after the kill succeeds, seconds until the successor runs, whether readiness said
   503 meanwhile, and the restart counted in `atoll_worker_restarts_total{kind}`.
+
+On 8 cores or more the load processes get cores of their own (`--loadgen-cores`, as in `bench
+serve`); below that they share the server's, and the overload's goodput pays for the open loop's
+client as well as for the refusals (each step reports the cores of both).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +46,8 @@ from atoll.bench.bodies import infer_body, media_bytes
 from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
-from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request
-from atoll.bench.servers import counter_total
+from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request, split
+from atoll.bench.servers import add_loadgen_options, counter_total, split_cores, started
 from atoll.connections import raise_open_file_limit
 from atoll.server_process import ServerProcess
 
@@ -63,6 +68,7 @@ def register(subparsers) -> None:
     p.add_argument("--overload", type=float, default=3.0, help="open-loop rate over capacity (default 3)")
     p.add_argument("--overload-s", type=float, default=60.0, help="seconds of overload (default 60)")
     p.add_argument("--request-timeout", type=float, default=2.0, help="the server's request_timeout_s (default 2)")
+    add_loadgen_options(p)
     p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"),
                    help="results JSON (default bench/results/robust_cpu.json)")
     p.add_argument("--json", action="store_true", help="print the results JSON on stdout")
@@ -73,22 +79,26 @@ def run(args) -> int:
     from gpu_runtime.zoo import build
     from gpu_runtime.zoo.repository import write_model
 
+    server_cpus, load_cpus, procs = split_cores(args, "robust")
+    load = Load(load_cpus, procs)
     with tempfile.TemporaryDirectory(prefix="atoll-robust-") as root:
         write_model(Path(root), MODEL, build(MODEL))
         serve = ["--repository", root, "--backend", "cpu", "--set", f"server.request_timeout_s={args.request_timeout:g}"]
-        with ServerProcess(serve) as server:
-            doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "bomb": _bomb(server)}
-            alone = _closed_loop(server, args.concurrency, args.duration)
-            slow = _with_connections(server, 0, args.slow, lambda: _closed_loop(server, args.concurrency, args.duration))
+        with started(serve, server_cpus) as server:
+            doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "server_cores": list(server_cpus) or "all",
+                   "loadgen_cores": list(load_cpus) or "all", "loadgen_processes": procs, "bomb": _bomb(server)}  # fmt: skip
+            alone = _closed_loop(server, load, args.concurrency, args.duration)
+            slow = _with_connections(server, 0, args.slow,
+                                     lambda: _closed_loop(server, load, args.concurrency, args.duration))
             doc["slow"] = {"connections": args.slow, "alone_rps": alone["rps"], "alone_cores": alone["cores"],
                            "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
                            "ratio": round(slow["rps"]["rps"] / alone["rps"], 3),
                            "slow_answers": slow["answers"]["half_sent"]}  # fmt: skip
-            doc["overload"] = _overload(server, _capacity(server, alone, args.concurrency, args.duration),
+            doc["overload"] = _overload(server, load, _capacity(server, load, alone, args.concurrency, args.duration),
                                         args.overload, args.overload_s)
             doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
-        with ServerProcess([*serve, "--set", f"server.max_connections={args.flood_bound}"]) as server:
-            doc["flood"] = _flood(server, args)
+        with started([*serve, "--set", f"server.max_connections={args.flood_bound}"], server_cpus) as server:
+            doc["flood"] = _flood(server, load, args)
     b, s, o, f = doc["bomb"], doc["slow"], doc["overload"], doc["flood"]
     summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms; "
                f"1,000 scans: {b['scans']['median_ms']} ms), +{b['extra_peak_rss_mb']} MB peak RSS",
@@ -156,23 +166,32 @@ def _bomb(server: ServerProcess, reps: int = 20) -> dict:
     return doc
 
 
-def _plan(server: ServerProcess, seconds: float, **load) -> LoadPlan:
+@dataclass(frozen=True)
+class Load:
+    """Where the load processes run (`servers.split_cores`): their cores (empty: any) and how many."""
+
+    cpus: tuple[int, ...]
+    procs: int
+
+
+def _plans(server: ServerProcess, load: Load, seconds: float, **points) -> list[LoadPlan]:
     body = jpeg_bytes(640, 480, seed=1)
     request = Request(0, MODEL, "image", "BYTES", (1, 1), media_bytes([body]), 0)
-    return LoadPlan(server.url, (request,), (1.0,), seconds, timeout_s=60.0, **load)
+    return split(LoadPlan(server.url, (request,), (1.0,), seconds, timeout_s=60.0, cpus=load.cpus, **points), load.procs)
 
 
-def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, dict]:
+def _drive(server: ServerProcess, plans: list[LoadPlan]) -> tuple[np.ndarray, float, dict]:
     """The load's records, its start, and the cores the server and the load used meanwhile, the
     server's also split by kind of process (the supervisor is what its children leave of it)."""
     children = server.children()
-    with LoadProcesses([plan]) as load:
+    seconds = plans[0].seconds
+    with LoadProcesses(plans) as load:
         meter = CpuMeter({"server": [server.proc.pid], "load": load.pids})
         split = CpuMeter({kind: sorted(children[kind]) for kind in KINDS})
         meter.start()
         split.start()
         start = load.go()
-        while time.monotonic() < start + plan.seconds:
+        while time.monotonic() < start + seconds:
             time.sleep(0.05)
         cores = meter.stop()
         by_kind = split.stop()
@@ -183,21 +202,21 @@ def _drive(server: ServerProcess, plan: LoadPlan) -> tuple[np.ndarray, float, di
     return records, start, cores
 
 
-def _closed_loop(server: ServerProcess, concurrency: int, seconds: float) -> dict:
-    records, start, cores = _drive(server, _plan(server, seconds, concurrency=concurrency))
+def _closed_loop(server: ServerProcess, load: Load, concurrency: int, seconds: float) -> dict:
+    records, start, cores = _drive(server, _plans(server, load, seconds, concurrency=concurrency))
     within = records[records["done"] <= start + seconds]
     statuses = {str(k): int(n) for k, n in zip(*np.unique(within["status"], return_counts=True))}
     return {"rps": round(statuses.get("200", 0) / seconds, 1), "cores": cores, "statuses": statuses}
 
 
-def _capacity(server: ServerProcess, first: dict, concurrency: int, seconds: float, most: int = 256) -> dict:
+def _capacity(server: ServerProcess, load: Load, first: dict, concurrency: int, seconds: float, most: int = 256) -> dict:
     """The best of `first` (measured at `concurrency`) and the closed loops at twice as many
     connections, and twice again, while throughput grows by 5 % a step."""
     ladder = {concurrency: first}
     best = first
     while concurrency < most:
         concurrency *= 2
-        ladder[concurrency] = step = _closed_loop(server, concurrency, seconds)
+        ladder[concurrency] = step = _closed_loop(server, load, concurrency, seconds)
         if step["rps"] > best["rps"]:
             previous, best = best, step
             if step["rps"] >= 1.05 * previous["rps"]:
@@ -239,23 +258,24 @@ def _with_connections(server: ServerProcess, idle: int, half_sent: int, measure)
     return {"rps": rps, "answers": answers}
 
 
-def _flood(server: ServerProcess, args) -> dict:
-    alone = _closed_loop(server, args.concurrency, args.duration)
+def _flood(server: ServerProcess, load: Load, args) -> dict:
+    alone = _closed_loop(server, load, args.concurrency, args.duration)
     evicted = counter_total(server.url, "atoll_connections_evicted")
-    flood = _with_connections(server, args.flood, args.flood, lambda: _closed_loop(server, args.concurrency, args.duration))
+    flood = _with_connections(server, args.flood, args.flood,
+                              lambda: _closed_loop(server, load, args.concurrency, args.duration))
     return {"bound": args.flood_bound, "idle": args.flood, "half_sent": args.flood, "alone_rps": alone["rps"],
             "with_flood_rps": flood["rps"]["rps"], "ratio": round(flood["rps"]["rps"] / alone["rps"], 3),
             "with_flood_statuses": flood["rps"]["statuses"], "answers": flood["answers"],
             "evicted": counter_total(server.url, "atoll_connections_evicted") - evicted}  # fmt: skip
 
 
-def _overload(server: ServerProcess, alone: dict, factor: float, seconds: float) -> dict:
+def _overload(server: ServerProcess, load: Load, alone: dict, factor: float, seconds: float) -> dict:
     """`alone` (the best closed loop's throughput and cores, `_capacity`) is the capacity. The
     server's cores are reported beside it: on a small machine the open loop's client takes cores
     from the server."""
     capacity = alone["rps"]
     rate = factor * capacity
-    records, start, cores = _drive(server, _plan(server, seconds, rate=rate))
+    records, start, cores = _drive(server, _plans(server, load, seconds, rate=rate))
     statuses, counts = np.unique(records["status"], return_counts=True)
     ok = records["status"] == 200
     span = float(records["done"].max()) - start  # until the last answer: the tail counts, as its time does

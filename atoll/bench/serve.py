@@ -30,6 +30,7 @@ PROBE_CONCURRENCY = 64  # closed-loop probe that sets the sweep's first rate
 
 
 def register(subparsers) -> None:
+    from atoll.bench.servers import add_loadgen_options
     from atoll.commands.serve import add_config_options
     from gpu_runtime.executors import EXECUTORS
 
@@ -76,10 +77,7 @@ def register(subparsers) -> None:
                         "of the repository not in --mix) is loaded and unloaded over and over; Atoll runs "
                         "in explicit model-control mode")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
-    p.add_argument("--loadgen-procs", type=int, help="load processes (default: 1 per 8 cores, at least 1)")
-    p.add_argument("--loadgen-cores", type=int,
-                   help="cores reserved for the load processes; the servers get the others "
-                        "(default 0 below 8 cores, where they share every core, else 1 per 8)")
+    add_loadgen_options(p)
     p.add_argument("--executor", choices=("auto", *EXECUTORS), help="passed to `atoll serve`")
     p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="passed to `atoll serve`")
     p.add_argument("--batcher", choices=("preba", "triton", "static"), help="passed to `atoll serve`")
@@ -116,18 +114,6 @@ def _serve_args(args, repository: str, mix: dict[str, float]) -> list[str]:
     if args.load_during:
         out += ["--model-control-mode", "explicit", *(arg for model in mix for arg in ("--load-model", model))]
     return out
-
-
-def _cores(args) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(server cores, load cores, load processes): empty tuples where everything shares."""
-    cores = sorted(os.sched_getaffinity(0))
-    reserved = args.loadgen_cores if args.loadgen_cores is not None else (0 if len(cores) < 8 else len(cores) // 8)
-    if not 0 <= reserved < len(cores):
-        raise SystemExit(f"atoll bench serve: --loadgen-cores must be in 0..{len(cores) - 1}")
-    procs = args.loadgen_procs or max(1, reserved or len(cores) // 8)
-    if not reserved:
-        return (), (), procs
-    return tuple(cores[:-reserved]), tuple(cores[-reserved:]), procs
 
 
 class Bench:
@@ -320,6 +306,7 @@ def run(args) -> int:
     from atoll.bench import traffic as traffic_mod
     from atoll.bench.ideal import measure_ideal, served_vgpus
     from atoll.bench.loadproc import TRANSPORTS
+    from atoll.bench.servers import split_cores
     from atoll.commands.serve import SERVE_FLAGS, config_from_args
     from atoll.config import ConfigError
     from atoll.repository import RepositoryError, load_repository
@@ -343,7 +330,7 @@ def run(args) -> int:
     except (ConfigError, RepositoryError, ValueError) as exc:
         print(f"atoll bench serve: {exc}", file=sys.stderr)
         return 2
-    server_cpus, load_cpus, procs = _cores(args)
+    server_cpus, load_cpus, procs = split_cores(args, "serve")
     media = traffic_mod.Media(args.images, args.seed)
     ideal = None if args.no_ideal else measure_ideal(config, models, mix, media.median_clip_s)
     inputs = traffic_mod.INPUTS if args.input == "both" else (args.input,)

@@ -23,6 +23,27 @@ class System:
     grpc: str = ""  # host:port of its gRPC service ("" for none)
 
 
+def add_loadgen_options(p) -> None:
+    """Where the load processes run, as `split_cores` reads it (bench serve and bench robust)."""
+    p.add_argument("--loadgen-procs", type=int, help="load processes (default: 1 per 8 cores, at least 1)")
+    p.add_argument("--loadgen-cores", type=int,
+                   help="cores reserved for the load processes; the servers get the others "
+                        "(default 0 below 8 cores, where they share every core, else 1 per 8)")
+
+
+def split_cores(args, command: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(server cores, load cores, load processes) from `add_loadgen_options`' arguments: empty
+    tuples where everything shares."""
+    cores = sorted(os.sched_getaffinity(0))
+    reserved = args.loadgen_cores if args.loadgen_cores is not None else (0 if len(cores) < 8 else len(cores) // 8)
+    if not 0 <= reserved < len(cores):
+        raise SystemExit(f"atoll bench {command}: --loadgen-cores must be in 0..{len(cores) - 1}")
+    procs = args.loadgen_procs or max(1, reserved or len(cores) // 8)
+    if not reserved:
+        return (), (), procs
+    return tuple(cores[:-reserved]), tuple(cores[-reserved:]), procs
+
+
 @contextmanager
 def pinned(cpus: tuple[int, ...]):
     """Processes started inside inherit these cores (the calling thread's affinity)."""
@@ -47,14 +68,21 @@ class _Baseline(ServerProcess):
 
 
 @contextmanager
-def atoll(serve_args: list[str], cpus: tuple[int, ...]):
+def started(serve_args: list[str], cpus: tuple[int, ...]):
+    """`atoll serve` on `cpus` (its children inherit them; empty: any core), stopped at exit."""
     with pinned(cpus):
         server = ServerProcess(serve_args)
         server.__enter__()
     try:
-        yield System("atoll", server.url, server.proc.pid, {"args": serve_args}, server.grpc_address)
+        yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def atoll(serve_args: list[str], cpus: tuple[int, ...]):
+    with started(serve_args, cpus) as server:
+        yield System("atoll", server.url, server.proc.pid, {"args": serve_args}, server.grpc_address)
 
 
 @contextmanager

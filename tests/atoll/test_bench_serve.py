@@ -234,17 +234,22 @@ def test_bench_serve_writes_rows(plain_server, repository, tmp_path):
     assert (tmp_path / "serve.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("cores, reserved, server, load, procs", [
-    (2, None, (), (), 1),  # below 8 cores everything shares
-    (2, 1, (0,), (1,), 1),
-    (16, None, tuple(range(14)), (14, 15), 2),
+@pytest.mark.parametrize("cores, reserved, procs, server, load, processes", [
+    (2, None, None, (), (), 1),  # below 8 cores everything shares
+    (2, 1, None, (0,), (1,), 1),
+    (16, None, None, tuple(range(14)), (14, 15), 2),  # a core of every 8 for the load, a process each
+    (16, 3, None, tuple(range(13)), (13, 14, 15), 3),
+    (16, 0, 4, (), (), 4),
 ])
-def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, server, load, procs):
-    from atoll.bench import serve
+def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, procs, server, load, processes):
+    """`bench serve` and `bench robust` alike (`servers.split_cores`)."""
+    from atoll.bench import servers
 
-    monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: set(range(cores)))
-    args = argparse.Namespace(loadgen_cores=reserved, loadgen_procs=None)
-    assert serve._cores(args) == (server, load, procs)
+    monkeypatch.setattr(servers.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    args = argparse.Namespace(loadgen_cores=reserved, loadgen_procs=procs)
+    assert servers.split_cores(args, "serve") == (server, load, processes)
+    with pytest.raises(SystemExit, match=rf"atoll bench robust: --loadgen-cores must be in 0\.\.{cores - 1}"):
+        servers.split_cores(argparse.Namespace(loadgen_cores=cores, loadgen_procs=None), "robust")
 
 
 def test_triton_twin_config_takes_media_or_tensors(repository):
@@ -304,3 +309,4 @@ def test_cpu_meter_counts_a_process_tree():
         child.wait()
     assert set(cores) == {"mine", "gone", "other", "machine"} and cores["gone"] == 0.0
     assert cores["mine"] >= 0.0 and cores["other"] >= 0.0  # ticks, not timing: only signs are sure
+
