@@ -45,7 +45,8 @@ BE_NICE_ENV = "ATOLL_BE_NICE"
 # - the relays too: a real-time request passes eight of them (front end -> supervisor -> vGPU
 #   worker and back, each an event loop or a pipe's sender or receiver thread), and under load each
 #   hop took up to 4-8 ms at p99 waiting for a core as an ordinary thread: submit-to-answer p99
-#   14.5 -> 6.6 ms, end to end x1.89-2.39 -> x1.37 of idle, best-effort throughput unchanged.
+#   14.5 -> 6.6 ms, end to end x1.92 -> x1.34 / x1.33 of idle; closed-loop best-effort
+#   throughput 569 vs 564 req/s (six interleaved pairs).
 # Every such thread's job is bounded (one preprocessing or batch at a time; a relay passes a
 # message on), and Linux's RT throttling keeps 5 % of every core for the rest regardless.
 RT_FIFO = 1
