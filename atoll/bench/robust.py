@@ -187,14 +187,14 @@ def _drive(server: ServerProcess, plans: list[LoadPlan]) -> tuple[np.ndarray, fl
     seconds = plans[0].seconds
     with LoadProcesses(plans) as load:
         meter = CpuMeter({"server": [server.proc.pid], "load": load.pids})
-        split = CpuMeter({kind: sorted(children[kind]) for kind in KINDS})
+        by_kind_meter = CpuMeter({kind: sorted(children[kind]) for kind in KINDS})
         meter.start()
-        split.start()
+        by_kind_meter.start()
         start = load.go()
         while time.monotonic() < start + seconds:
             time.sleep(0.05)
         cores = meter.stop()
-        by_kind = split.stop()
+        by_kind = by_kind_meter.stop()
         records = load.records()
     if cores["server"] is not None:
         kinds = {kind: by_kind[kind] for kind in KINDS}
