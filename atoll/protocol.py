@@ -113,7 +113,7 @@ def described(value: Any) -> str:
     return _KINDS.get(type(value), "a value of no JSON type")
 
 
-def _count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
     """Whether `value` is a non-negative integer (JSON's true and false are not numbers)."""
     return type(value) is int and value >= 0
 
@@ -137,7 +137,7 @@ def element_count(shape: list[int], name: str) -> int:
     """The number of elements of input `name`'s `shape`, once it is known to be one numpy can make
     an array of: a list of at most MAX_DIMS non-negative integers, of at most MAX_ELEMENTS elements
     with its zero dimensions left out."""
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(map(_count, shape)):
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(map(is_count, shape)):
         raise ProtocolError(f"input {name!r}: shape must be a list of at most {MAX_DIMS} non-negative integers")
     if math.prod(d for d in shape if d) > MAX_ELEMENTS:
         raise ProtocolError(f"input {name!r}: shape {shape} has too many elements")
@@ -215,7 +215,7 @@ def shared_memory_of(parameters: dict[str, Any], what: str) -> SharedMemoryRef |
     offset = parameters.get("shared_memory_offset", 0)
     if region is None or size is None:
         raise ProtocolError(f"{what}: shared_memory_region and shared_memory_byte_size go together")
-    if not isinstance(region, str) or not (_count(size) and _count(offset)):
+    if not isinstance(region, str) or not (is_count(size) and is_count(offset)):
         raise ProtocolError(f"{what}: bad shared-memory parameters")
     return SharedMemoryRef(region, offset, size)
 
@@ -233,7 +233,7 @@ def _tensor_from_json(spec: Any, binary: memoryview | None, offset: int, regions
     count = element_count(shape, name)
     params = _object(spec.get("parameters"), f"input {name!r}: parameters")
     size = params.get("binary_data_size")
-    if size is not None and not _count(size):
+    if size is not None and not is_count(size):
         raise ProtocolError(f"input {name!r}: binary_data_size must be a non-negative integer, got {described(size)}")
     shm = shared_memory_of(params, f"input {name!r}")
     if shm is not None:

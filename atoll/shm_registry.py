@@ -40,7 +40,7 @@ import numpy as np
 from gpu_runtime.vgpu.shm import SEGMENT_PREFIX
 
 from atoll.errors import ApiError, ErrorCode
-from atoll.protocol import SharedMemoryRef
+from atoll.protocol import SharedMemoryRef, described, is_count
 
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects (glibc's shm_open)
@@ -49,15 +49,15 @@ NAME_MAX = 255  # the longest name of one file, in bytes (limits.h)
 
 def _check_count(value, field: str) -> None:
     """INVALID_ARG naming `field` unless `value` is a non-negative int (JSON's 8.5, "0" and true are not)."""
-    if type(value) is not int or value < 0:  # bool is an int subclass: true would be 1 byte
-        raise ApiError(ErrorCode.INVALID_ARG, f"'{field}' must be a non-negative integer, not {value!r:.100}")
+    if not is_count(value):
+        raise ApiError(ErrorCode.INVALID_ARG, f"'{field}' must be a non-negative integer, not {described(value)}")
 
 
 def _object_name(key) -> str:
     """The shared-memory object that `key` names, without its leading "/"; INVALID_ARG unless
     shm_open(3) would take `key` as one object's name (see the module's docstring)."""
     if not isinstance(key, str):
-        raise ApiError(ErrorCode.INVALID_ARG, f"'key' must be a string, not {type(key).__name__}")
+        raise ApiError(ErrorCode.INVALID_ARG, f"'key' must be a string, not {described(key)}")
     name = key.removeprefix("/")
     try:
         length = len(os.fsencode(name))
