@@ -379,10 +379,7 @@ class WorkerPool:
                             wanted[worker.conn.fileno()] = (worker, worker.conn)
                             wanted[worker.process.sentinel] = (worker, worker.process)
                     restarts = [w.restart_at for w in self._workers.values() if w.restart_at is not None]
-                    # a worker already stalled has no deadline left to wake for (its past one would spin)
-                    stalls = [d for w in self._workers.values()
-                              if not w.state.stalled and (d := w.stall_deadline(self.stall_s)) is not None]
-                    stalled = self._note_stalls(now)
+                    stalled, stalls = self._note_stalls(now)
                 if stalled:
                     self.on_change()
                 for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
@@ -422,17 +419,23 @@ class WorkerPool:
         except (EOFError, OSError):
             pass
 
-    def _note_stalls(self, now: float) -> bool:
-        """Mark workers whose stall deadline has passed (the lock held); whether any newly is."""
-        newly = False
+    def _note_stalls(self, now: float) -> tuple[bool, list[float]]:
+        """Mark workers whose stall deadline has passed (the lock held): whether any newly is, and
+        the deadlines still to come. A stalled worker has none left to wake for (its past one would
+        keep the monitor spinning)."""
+        newly, upcoming = False, []
         for worker in self._workers.values():
             deadline = worker.stall_deadline(self.stall_s)
-            if deadline is not None and deadline <= now and not worker.state.stalled:
-                worker.state.stalled = newly = True
-                log.warning("vGPU %s: no word for %.1f s with %d batch(es) in flight; its models count as not ready "
-                            "until it answers", worker.state.info.id, now - worker.heard,
-                            worker.state.inflight_runs)  # fmt: skip
-        return newly
+            if deadline is None or worker.state.stalled:
+                continue
+            if deadline > now:
+                upcoming.append(deadline)
+                continue
+            worker.state.stalled = newly = True
+            log.warning("vGPU %s: no word for %.1f s with %d batch(es) in flight; its models count as not ready "
+                        "until it answers", worker.state.info.id, now - worker.heard,
+                        worker.state.inflight_runs)  # fmt: skip
+        return newly, upcoming
 
     def _on_reply(self, worker: _Worker, reply) -> None:
         worker.heard = time.monotonic()
