@@ -10,13 +10,11 @@ import logging
 import os
 import signal
 
-from aiohttp import web
-
 from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
 
 from atoll import channel, grpc_server, native_stderr
 from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
-from atoll.connections import HttpConnections, connection_bound, grpc_limits, listen, raise_open_file_limit
+from atoll.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
 from atoll.control import SupervisorLink
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
@@ -59,16 +57,11 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
                         metrics.refused)  # fmt: skip
     server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget)
     bound = connection_bound(c.server.max_connections, raise_open_file_limit())
-    app = server.app(c.server.max_request_bytes)
-    # handler_cancellation: a client that goes away cancels its request (aiohttp would run it on)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, keepalive_timeout=c.server.idle_timeout_s,
-                           shutdown_timeout=c.server.request_timeout_s)  # fmt: skip
-    connections = HttpConnections(runner, bound, metrics.evicted)
-    await runner.setup()
-    # An open loop past capacity connects faster than the loop accepts: beyond aiohttp's backlog
-    # of 128 the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024
-    # req/s of tensors on the 2-core VM; none in two runs with 4096, which somaxconn caps anyway).
-    http = await listen(connections, c.server.host, setup.port, LISTEN_BACKLOG)
+    http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s)
+    # An open loop past capacity connects faster than the loop accepts: beyond a backlog of 128
+    # the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024 req/s of
+    # tensors on the 2-core VM; none in two runs with 4096, which somaxconn caps anyway).
+    await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
@@ -82,10 +75,9 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     try:
         await stopping.wait()
         endpoints.ready = False
-        http.close()
-        if grpc is not None:
-            await grpc.stop(c.server.request_timeout_s)
-        await runner.cleanup()  # answers what is in flight: Done messages still arrive meanwhile
+        # both answer what they hold first: Done messages still arrive meanwhile
+        await asyncio.gather(http.shutdown(c.server.request_timeout_s),
+                             *([grpc.stop(c.server.request_timeout_s)] if grpc is not None else []))
     finally:
         listener.cancel()
         writer.close()

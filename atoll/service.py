@@ -33,7 +33,6 @@ import socket
 import tempfile
 from pathlib import Path
 
-from aiohttp import web
 
 from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, audio_bucket_edges, image_model,
                       make_batcher)
@@ -45,11 +44,13 @@ from gpu_runtime.vgpu.slots import SlotArena
 from atoll import lengths
 from atoll.channel import Applied, Control, Health, Hello
 from atoll.config import Config
-from atoll.connections import HttpConnections, listen, raise_open_file_limit
+from atoll.connections import HttpConnections, raise_open_file_limit
 from atoll.control import FrontEnds, reply
 from atoll.dispatcher import Dispatcher, ModelPlan
 from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEndSetup
+from atoll.http_edge import BodyLimits, HttpServer
+from atoll.http_messages import HttpRequest, HttpResponse, Routes
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics, share_metrics
 from atoll.model_control import AddModel, ModelControl, RetireModel
@@ -69,6 +70,7 @@ HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_"
 SLOTS_PER_FRONT_END = 1024
 # Connections to the metrics port: a few scrapers; idle ones past this make room as a front end's do.
 METRICS_CONNECTIONS = 64
+METRICS_BODY_BYTES = 64 * 1024  # a scrape sends none
 
 
 def _clamped(policy, max_batch: int):
@@ -223,7 +225,7 @@ class Service:
         self._gpu_uuids: tuple[str, ...] = ()
         self._ports: list[socket.socket] = []
         self._metrics_dir: str | None = None
-        self._runners: list[tuple[asyncio.Server, web.AppRunner]] = []
+        self._http: list[HttpServer] = []
         self.http_url = ""
         self.grpc_address = ""
         self.metrics_url = ""
@@ -280,9 +282,7 @@ class Service:
         if c.server.model_control_mode == "poll":
             self._spawn(self.model_control.poll_forever())
         if c.server.metrics_port >= 0:
-            metrics_app = web.Application()
-            metrics_app.router.add_get("/metrics", self._metrics_text)
-            self.metrics_url = await self._listen(metrics_app, c.server.host, c.server.metrics_port)
+            self.metrics_url = await self._serve_metrics(c.server.host, c.server.metrics_port)
 
     # -- models (see model_control.py) --------------------------------------------------------------
 
@@ -413,17 +413,18 @@ class Service:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _metrics_text(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), content_type="text/plain")
+    async def _metrics_text(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(body=self.metrics.render())
 
-    async def _listen(self, app: web.Application, host: str, port: int) -> str:
-        """Serve `app` on `port` (the metrics), with its connections bounded as a front end's are."""
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.config.server.idle_timeout_s)
-        connections = HttpConnections(runner, METRICS_CONNECTIONS, name="metrics")
-        await runner.setup()
-        server = await listen(connections, host, port, reuse_port=False)
-        self._runners.append((server, runner))
-        bound = server.sockets[0].getsockname()[1]
+    async def _serve_metrics(self, host: str, port: int) -> str:
+        """Serve the metrics on `port`, with its connections bounded as a front end's are."""
+        routes = Routes()
+        routes.add("GET", "/metrics", self._metrics_text)
+        server = HttpServer(routes, BodyLimits(METRICS_BODY_BYTES, self.config.server.body_timeout_s),
+                            HttpConnections(METRICS_CONNECTIONS, name="metrics"), self.config.server.idle_timeout_s)
+        listener = await server.listen(host, port)
+        self._http.append(server)
+        bound = listener.sockets[0].getsockname()[1]
         return f"http://{host}:{bound}"
 
     async def stop(self) -> None:
@@ -434,9 +435,8 @@ class Service:
         timeout = self.config.server.request_timeout_s + 10
         for front_end in self.front_ends:
             await front_end.join(timeout)
-        for server, runner in reversed(self._runners):
-            server.close()
-            await runner.cleanup()
+        for server in self._http:
+            await server.shutdown(0)
         if self.dispatcher:
             await self.dispatcher.stop()
         if self.pool:

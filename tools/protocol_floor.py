@@ -1,13 +1,15 @@
 """What a request costs a bare server of each protocol Atoll's front ends speak, before any Atoll
-code runs: an aiohttp server whose one POST route reads the body and answers a few bytes, and a
-grpc.aio server whose one unary method (raw bytes in, a few bytes out) does the same. Each is
+code runs: Atoll's HTTP edge (`http_edge.HttpServer`, on httptools) with one POST route that
+answers a few bytes once the body is read, the same route on aiohttp (which served Atoll's HTTP
+before the edge), and a grpc.aio server whose one unary method (raw bytes in, a few bytes out)
+does the same. Each is
 driven in closed loop from a process of its own, as `atoll bench serve` drives Atoll: the lean
 HTTP client, or gRPC channels sending bytes encoded beforehand. The figure is the server
 process's CPU-ms per request, for a JPEG-sized body (110 KB) and a ready 224x224 FP32 tensor
 (602 KB). It is the floor under `bench serve --protocol http,grpc`: gRPC cannot serve as many
 requests per core as HTTP where grpcio's own floor is the higher one.
 
-A third server, `atoll-refusal`, is Atoll's own HTTP app (routes, error middleware, body limits,
+A fourth server, `atoll-refusal`, is Atoll's own HTTP server (routes, errors, body limits,
 request decoding, admission, metrics) over a front end that is never reached: admission refuses
 every request (503, as under overload), so its figure against the bare route's is what Atoll adds
 to a refusal, the part of `bench robust`'s overload cost that is not contention. It is sent a real
@@ -55,8 +57,9 @@ def _infer_request() -> tuple[bytes, dict[str, str]]:
     return infer_body("image", [jpeg_bytes(640, 480, seed=1)])
 
 
-def _refusing_app():
-    """Atoll's HTTP app whose admission refuses everything: each priority's one place is taken."""
+def _refusing_server():
+    """Atoll's HTTP server whose admission refuses everything: each priority's one place is taken."""
+    from atoll.connections import HttpConnections
     from atoll.demo_repository import demo_repository
     from atoll.endpoints import Endpoints
     from atoll.metrics import Metrics
@@ -71,27 +74,43 @@ def _refusing_app():
     endpoints.ready = True
     for admission in endpoints.admission.values():
         admission.started(time.monotonic())
-    return InferenceServer(endpoints, endpoints.metrics).app(64 << 20)
+    return InferenceServer(endpoints, endpoints.metrics).http(64 << 20, HttpConnections(CONNECTIONS * 4))
 
 
 def _serve(protocol: str, port: int, ready) -> None:
-    if protocol != "grpc":
+    if protocol == "aiohttp":
         from aiohttp import web
 
         async def echo(request: web.Request) -> web.Response:
             await request.content.readexactly(request.content_length)
             return web.Response(body=ANSWER)
 
-        if protocol == "http":
-            app = web.Application(client_max_size=1 << 30)
-            app.router.add_post(PATH, echo)
-        else:
-            app = _refusing_app()
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post(PATH, echo)
 
         async def main() -> None:
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", port).start()
+            ready.set()
+            await asyncio.Event().wait()
+    elif protocol != "grpc":
+        from atoll.connections import HttpConnections
+        from atoll.http_edge import BodyLimits, HttpServer
+        from atoll.http_messages import HttpResponse, Routes
+
+        async def answer(request) -> HttpResponse:
+            return HttpResponse(body=ANSWER)
+
+        if protocol == "http":
+            routes = Routes()
+            routes.add("POST", PATH, answer)
+            server = HttpServer(routes, BodyLimits(1 << 30, 30.0), HttpConnections(CONNECTIONS * 4))
+        else:
+            server = _refusing_server()
+
+        async def main() -> None:
+            await server.listen("127.0.0.1", port)
             ready.set()
             await asyncio.Event().wait()
     else:
@@ -122,7 +141,7 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
         from atoll.bench.http_client import HttpClient
 
         client = HttpClient(f"http://127.0.0.1:{port}", 30.0, max_connections=CONNECTIONS)
-        if protocol == "http":
+        if protocol in ("http", "aiohttp"):
             request, expected = client.request(PATH, body, {"Content-Type": "application/octet-stream"}), 200
         else:
             request, expected = client.request(PATH, *_infer_request()), 503
@@ -194,7 +213,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
     rows = []
-    cases = [*((name, protocol) for name in SIZES for protocol in ("http", "grpc")), ("infer_request", "atoll-refusal")]
+    cases = [*((name, protocol) for name in SIZES for protocol in ("http", "aiohttp", "grpc")),
+             ("infer_request", "atoll-refusal")]  # fmt: skip
     for name, protocol in cases:
         row = {"body": name, **measure(protocol, SIZES.get(name, 0), args.seconds)}
         if protocol == "atoll-refusal":
@@ -202,12 +222,14 @@ def main() -> int:
         print(f"{protocol:>13} {name:>13}: {row['requests_per_s']:8.1f} req/s, "
               f"{row['server_cpu_ms_per_request']:.3f} server CPU-ms a request", file=sys.stderr)
         rows.append(row)
-    import grpc
     import aiohttp
+    import grpc
+    import httptools
 
     doc = {"tool": "protocol_floor", "device": "cpu", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "cores": len(os.sched_getaffinity(0)), "connections": CONNECTIONS,
-           "versions": {"aiohttp": aiohttp.__version__, "grpcio": grpc.__version__}, "results": rows}  # fmt: skip
+           "versions": {"httptools": httptools.__version__, "aiohttp": aiohttp.__version__, "grpcio": grpc.__version__},
+           "results": rows}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)

@@ -25,6 +25,7 @@ from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
 from atoll.connections import connection_bound, grpc_limits
 from atoll.http_edge import BodyBudget, BodyError
+from atoll.http_messages import HttpRequest
 from atoll.server_process import ServerProcess
 from atoll.service import METRICS_CONNECTIONS
 from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
@@ -135,23 +136,24 @@ def test_bodies_held_back_cannot_exhaust_memory_or_keep_requests_out(server):
 
 
 def test_the_body_budget_cuts_off_the_largest_body_still_arriving():
-    class Request(dict):  # what BodyBudget uses of aiohttp's request: its mapping and its connection
-        def __init__(self):
-            super().__init__()
-            self.protocol = SimpleNamespace(force_close=lambda: setattr(self, "closed", True))
-            self.closed = False
+    def request() -> HttpRequest:
+        connection = SimpleNamespace(closed=False)
+        connection.abort = lambda: setattr(connection, "closed", True)
+        return HttpRequest("POST", "/v2/models/m/infer", "", {}, connection)
 
     budget = BodyBudget(100)
-    first, second, third, fourth = Request(), Request(), Request(), Request()
+    first, second, third, fourth = request(), request(), request(), request()
     budget.take(first, 60)
     budget.take(second, 30)
     budget.take(third, 20)  # 110 > 100: the largest still arriving goes
-    assert (first.closed, second.closed, budget.used) == (True, False, 50)
+    assert (first.connection.closed, second.connection.closed, budget.used) == (True, False, 50)
     budget.arrived(third)  # whole: no longer a candidate
     with pytest.raises(BodyError) as refused:  # now the largest would be this one itself
         budget.take(fourth, 80)
     assert refused.value.code.http == 503 and refused.value.retry_after_s == 1
-    assert (second.closed, budget.used) == (False, 50)
+    assert (second.connection.closed, budget.used) == (False, 50)
+    budget.release(second)  # answered: its share is given back
+    assert budget.used == 20
 
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_path):

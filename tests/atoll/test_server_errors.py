@@ -1,5 +1,6 @@
 """The server's answers when the front end is slow, the server is full, or the client is hostile:
-bodies too large, badly encoded or too slow, unknown endpoints, readiness (aiohttp test client)."""
+bodies too large, badly encoded or too slow, unknown endpoints, readiness (an aiohttp client, and
+raw sockets where a client library would not send what a hostile client does)."""
 
 import asyncio
 import gzip
@@ -9,19 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-
-from atoll.connections import HttpConnections, listen
+from atoll import http_edge
 from atoll.endpoints import Endpoints
-from atoll.http_edge import TritonErrors
 from atoll.throttled import Throttled
 from atoll.metrics import Metrics
 from atoll.model_control import IndexModels
 from atoll.repository import ModelSpec, TensorSpec
-from atoll.server import InferenceServer
 from atoll.shm_registry import Regions
 from gpu_runtime.priority import Priority
+from tests.atoll.http_served import http_served
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -67,15 +64,9 @@ def _serving(front_end, **kw) -> Endpoints:
     return endpoints
 
 
-async def _client(endpoints: Endpoints, max_bytes: int = 1 << 20, body_timeout_s: float = 30.0) -> TestClient:
-    client = TestClient(TestServer(InferenceServer(endpoints, endpoints.metrics, body_timeout_s).app(max_bytes)))
-    await client.start_server()
-    return client
-
-
 def _post(server: Endpoints, n: int = 1, rt: int = 0) -> list[tuple[int, dict]]:
     async def go():
-        async with TestClient(TestServer(InferenceServer(server, server.metrics).app(1 << 20))) as client:
+        async with http_served(server) as client:
             responses = await asyncio.gather(
                 *(client.post("/v2/models/m/infer", data=body) for body in [BODY] * n + [RT_BODY] * rt))
             return [(r.status, await r.json()) for r in responses]
@@ -115,16 +106,13 @@ def test_not_ready_is_503():
 
 def test_every_error_is_json_even_for_unknown_endpoints_and_methods():
     async def go():
-        client = await _client(_serving(EchoFrontEnd()))
-        try:
+        async with http_served(_serving(EchoFrontEnd())) as client:
             out = []
             for method, path in (("GET", "/v2/nope"), ("POST", "/v2/health/ready"), ("GET", "/v2/models/nope"),
                                  ("GET", "/v2/models/m/versions/7/ready")):  # fmt: skip
                 r = await client.request(method, path)
                 out.append((r.status, r.headers["Content-Type"], (await r.json())["error"]))
             return out
-        finally:
-            await client.close()
 
     results = asyncio.run(go())
     assert [status for status, _, _ in results] == [404, 405, 404, 400]  # an unknown version's readiness: Triton's 400
@@ -138,15 +126,12 @@ def test_json_nested_past_the_recursion_limit_is_a_400_on_every_json_endpoint():
     deep = b'{"parameters": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b"}"
 
     async def go():
-        client = await _client(_serving(EchoFrontEnd()))
-        try:
+        async with http_served(_serving(EchoFrontEnd())) as client:
             out = []
             for path in ("/v2/models/m/infer", "/v2/repository/index", "/v2/repository/models/m/load"):
                 r = await client.post(path, data=deep)
                 out.append((r.status, (await r.json())["error"]))
             return out
-        finally:
-            await client.close()
 
     assert [(status, "nests too deeply" in reason) for status, reason in asyncio.run(go())] == [(400, True)] * 3
 
@@ -154,34 +139,23 @@ def test_json_nested_past_the_recursion_limit_is_a_400_on_every_json_endpoint():
 @pytest.mark.parametrize("head, reason", [
     (b"GET /v2 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", "Invalid character in Content-Length"),
     (b"BL\x00AH /v2 HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid method"),
-    (b"GET /v2 HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n", "Got more than 8190 bytes"),
+    (b"GET /v2 HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n", "header line over 8190 bytes"),
+    (b"GET /v2 HTTP/1.1\r\n" + b"X: aaaaaaaa\r\n" * 8000, "request head over 65536 bytes"),
     (b"POST /v2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
-    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "PRI"),  # an HTTP/2 client on the HTTP/1 port
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 (PRI)"),  # an HTTP/2 client on the HTTP/1 port
 ])
 def test_what_the_http_parser_refuses_is_a_json_400_logged_at_info_without_a_traceback(caplog, monkeypatch,
                                                                                        head, reason):
-    """Served as a front end serves (`connections.listen`): aiohttp answered these in plain text
-    and logged each at ERROR with a ~10-line traceback."""
-    async def go():
-        endpoints = _serving(EchoFrontEnd())
-        runner = web.AppRunner(InferenceServer(endpoints, endpoints.metrics).app(1 << 20))
-        connections = HttpConnections(runner, 64)
-        await runner.setup()
-        server = await listen(connections, "127.0.0.1", 0)
-        try:
-            reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
-            writer.write(head)
-            answer = await reader.read()  # the server closes after the answer
-            writer.close()
-            return answer.decode()
-        finally:
-            server.close()
-            await runner.cleanup()
+    """aiohttp, which served here before, answered these in plain text and logged each at ERROR
+    with a ~10-line traceback."""
+    async def talk(reader, writer):
+        writer.write(head)
+        return (await asyncio.wait_for(reader.read(), 30)).decode()  # the server closes after the answer
 
     # each case's line, not only the first in 10 s
-    monkeypatch.setattr(TritonErrors, "_refusals", Throttled(logging.getLogger("atoll.server"), every_s=0))
+    monkeypatch.setattr(http_edge, "_refusals", Throttled(logging.getLogger("atoll.server"), every_s=0))
     with caplog.at_level(logging.INFO):
-        answer = asyncio.run(go())
+        answer = asyncio.run(_served_raw(_serving(EchoFrontEnd()), talk))
     status, _, body = answer.partition("\r\n\r\n")
     assert status.split(" ")[1] == "400" and "application/json" in status, answer
     assert reason.lower() in json.loads(body)["error"].lower()
@@ -195,12 +169,9 @@ def test_an_unexpected_exception_is_a_json_500_without_a_traceback(caplog):
             return {"y": object()}  # the encoder chokes on it
 
     async def go():
-        client = await _client(_serving(Broken()))
-        try:
+        async with http_served(_serving(Broken())) as client:
             r = await client.post("/v2/models/m/infer", data=BODY)
             return r.status, await r.json()
-        finally:
-            await client.close()
 
     status, body = asyncio.run(go())
     assert status == 500 and set(body) == {"error"} and "Traceback" not in body["error"]
@@ -217,16 +188,13 @@ def test_bodies_over_the_limit_get_413(how):
             yield big[i:i + 1000]
 
     async def go():
-        client = await _client(_serving(EchoFrontEnd()), max_bytes=4096)
-        try:
+        async with http_served(_serving(EchoFrontEnd()), max_bytes=4096) as client:
             if how == "gzip":  # small on the wire, over the limit once decoded
                 r = await client.post("/v2/models/m/infer", data=gzip.compress(big),
                                       headers={"Content-Encoding": "gzip"})  # fmt: skip
             else:
                 r = await client.post("/v2/models/m/infer", data=big if how == "content-length" else chunks())
             return r.status, await r.json()
-        finally:
-            await client.close()
 
     status, body = asyncio.run(go())
     assert status == 413 and "4096" in body["error"]
@@ -234,16 +202,13 @@ def test_bodies_over_the_limit_get_413(how):
 
 def test_compressed_bodies_are_decoded_and_garbage_labelled_gzip_is_a_400():
     async def go():
-        client = await _client(_serving(EchoFrontEnd()))
-        try:
+        async with http_served(_serving(EchoFrontEnd())) as client:
             out = []
             for data, encoding in ((gzip.compress(BODY.encode()), "gzip"), (b"garbage" * 50, "gzip"),
                                    (b"garbage" * 50, "deflate")):  # fmt: skip
                 r = await client.post("/v2/models/m/infer", data=data, headers={"Content-Encoding": encoding})
                 out.append((r.status, await r.json()))
             return out
-        finally:
-            await client.close()
 
     (ok, good), (bad, why), (bad2, _) = asyncio.run(go())
     assert ok == 200 and good["outputs"][0]["data"] == [1.0, 2.0]
@@ -254,8 +219,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_408_and_never_counts_as_pendin
     server = _serving(EchoFrontEnd())
 
     async def go():
-        client = await _client(server, body_timeout_s=0.3)
-        try:
+        async with http_served(server, body_timeout_s=0.3) as client:
             reader, writer = await asyncio.open_connection(client.host, client.port)
             writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
             await writer.drain()
@@ -264,8 +228,6 @@ def test_a_body_that_does_not_arrive_in_time_gets_408_and_never_counts_as_pendin
             head = await asyncio.wait_for(reader.read(1000), 30)
             writer.close()
             return pending, head.decode()
-        finally:
-            await client.close()
 
     pending, head = asyncio.run(go())
     assert pending == 0  # a slow body holds its connection only
@@ -276,8 +238,7 @@ def test_readiness_follows_which_models_have_a_live_worker():
     server = _serving(EchoFrontEnd())
 
     async def go():
-        client = await _client(server)
-        try:
+        async with http_served(server) as client:
             out = []
             for models in ({"m"}, set()):
                 server.ready_models = frozenset(models)
@@ -286,8 +247,6 @@ def test_readiness_follows_which_models_have_a_live_worker():
                 index = await (await client.post("/v2/repository/index")).json()
                 out.append((health.status, model.status, index[0]["state"]))
             return out
-        finally:
-            await client.close()
 
     assert asyncio.run(go()) == [(200, 200, "READY"), (503, 400, "UNAVAILABLE")]  # 400: Triton's
 
@@ -296,16 +255,13 @@ def test_an_overload_refusal_says_when_to_retry():
     server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
 
     async def go():
-        client = await _client(server)
-        try:
+        async with http_served(server) as client:
             held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))
             while not server.admission[Priority.BE].in_flight:  # the first is admitted (and stuck)
                 await asyncio.sleep(0.01)
             refused = await client.post("/v2/models/m/infer", data=BODY)
             held.cancel()
             return refused.status, refused.headers.get("Retry-After"), (await refused.json())["error"]
-        finally:
-            await client.close()
 
     status, retry_after, reason = asyncio.run(go())
     assert status == 503 and int(retry_after) >= 1 and "overloaded" in reason
@@ -314,40 +270,34 @@ def test_an_overload_refusal_says_when_to_retry():
 def test_connections_closed_mid_request_are_one_info_line_every_10_s(caplog, monkeypatch):
     """A client can close mid-body at will: each was an INFO line, as requests whose client went
     away after sending were before they were throttled too (40,000 lines in a minute)."""
-    from types import SimpleNamespace
-
-    from atoll import http_edge
-
     monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.server")))  # its 10 s start afresh
-
-    async def closed(request):
-        raise ConnectionResetError("closed mid-body")
+    server = _serving(EchoFrontEnd())
 
     async def go():
-        for _ in range(100):
-            with pytest.raises(asyncio.CancelledError):
-                await http_edge.json_errors(SimpleNamespace(method="POST", path="/v2/models/m/infer"), closed)
+        async with http_served(server) as client:
+            for _ in range(100):
+                reader, writer = await asyncio.open_connection(client.host, client.port)
+                writer.write(_infer_head(len(BODY)) + BODY.encode()[:5])
+                await writer.drain()
+                writer.close()
+                await writer.wait_closed()
+            r = await client.post("/v2/models/m/infer", data=BODY)  # served on: each close was seen by now
+            return r.status
 
     with caplog.at_level(logging.INFO):
-        asyncio.run(go())
+        assert asyncio.run(go()) == 200
     assert [r.levelno for r in caplog.records if "closed mid-request" in r.getMessage()] == [logging.INFO]
+    assert sum(a.in_flight for a in server.admission.values()) == 0
 
 
 async def _served_raw(endpoints: Endpoints, talk):
     """`talk(reader, writer)` on a connection to `endpoints` served as a front end serves them."""
-    runner = web.AppRunner(InferenceServer(endpoints, endpoints.metrics).app(1 << 20), handler_cancellation=True)
-    connections = HttpConnections(runner, 64)
-    await runner.setup()
-    server = await listen(connections, "127.0.0.1", 0)
-    try:
-        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+    async with http_served(endpoints) as client:
+        reader, writer = await asyncio.open_connection(client.host, client.port)
         try:
             return await talk(reader, writer)
         finally:
             writer.close()
-    finally:
-        server.close()
-        await runner.cleanup()
 
 
 def _infer_head(length: int) -> bytes:

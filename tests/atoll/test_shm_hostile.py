@@ -15,16 +15,15 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.grpc import service_pb2 as pb
 
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
 from atoll.metrics import Metrics
 from atoll.protocol import SharedMemoryRef
-from atoll.server import InferenceServer
 from atoll.shm_registry import SEGMENT_PREFIX, SHM_DIR, Register, Regions, SystemRegion, Unregister
 from tests.atoll.grpc_served import grpc_channel
+from tests.atoll.http_served import http_served
 from tests.atoll.test_server_errors import StuckFrontEnd
 
 SECRET = b"root:$6$not-in-dev-shm\n"
@@ -244,7 +243,7 @@ def test_http_answers_400_to_every_hostile_registration(shm_dir):
     endpoints = _endpoints()
 
     async def go():
-        async with TestClient(TestServer(InferenceServer(endpoints, endpoints.metrics).app(1 << 20))) as client:
+        async with http_served(endpoints) as client:
             answers = {}
             for what, body in bodies.items():
                 r = await client.post("/v2/systemsharedmemory/region/r/register", json=body)

@@ -1,0 +1,130 @@
+"""HTTP/1.1 requests and answers as the front ends' handlers see them, and the routes to the handlers.
+
+A request reaches its handler whole (the connection, `http_edge.Connection`, reads its body within
+bounds first); a handler answers with an `HttpResponse` or raises an `ApiError`, which is answered as
+Triton answers errors: `{"error": "..."}` with its kind's status. Routes are matched segment by
+segment, keyed by the number of segments and the last one, so the infer route costs a dictionary
+lookup and a few comparisons, not a scan of regular expressions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from urllib.parse import unquote
+
+from atoll.errors import ApiError, ErrorCode
+
+_PHRASES = {s.value: s.phrase for s in HTTPStatus}
+
+
+class HttpRequest:
+    """A request whose head and body have arrived. `headers` are keyed in lower case; `params` are
+    the route's captures (`match_info`); `held` is its share of the body budget."""
+
+    __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "held")
+
+    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], connection=None):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = b""
+        self.connection = connection
+        self.params: dict[str, str] = {}
+        self.held = 0
+
+    @property
+    def remote(self) -> str:
+        return self.connection.peer if self.connection is not None else "?"
+
+
+class HttpResponse:
+    __slots__ = ("status", "body", "content_type", "headers")
+
+    def __init__(self, status: int = 200, body: bytes = b"", content_type: str = "text/plain; charset=utf-8",
+                 headers: dict[str, str] | None = None):
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers
+
+    @classmethod
+    def json(cls, doc, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+        return cls(status, json.dumps(doc).encode(), "application/json", headers)
+
+    def encode(self, keep_alive: bool, with_body: bool = True) -> bytes:
+        """The status line, the headers and (unless answering HEAD) the body."""
+        lines = [f"HTTP/1.1 {self.status} {_PHRASES.get(self.status, 'Unknown')}",
+                 f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}"]
+        if self.headers:
+            lines.extend(f"{name}: {value}" for name, value in self.headers.items())
+        if not keep_alive:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head + self.body if with_body and self.body else head
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpResponse:
+    return HttpResponse.json({"error": message}, status, headers)
+
+
+def api_error(exc: ApiError) -> HttpResponse:
+    return error(exc.code.http, exc.message, {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None)
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+class _Route:
+    __slots__ = ("segments", "names", "methods")
+
+    def __init__(self, segments: tuple[str | None, ...], names: list[str]):
+        self.segments = segments  # None: a capture
+        self.names = names
+        self.methods: dict[str, Handler] = {}
+
+
+class Routes:
+    """Handlers by method and path pattern (`/v2/models/{model}/infer`: a `{name}` segment matches
+    any one segment, percent-decoded, and is passed in `request.params`). GET routes answer HEAD."""
+
+    def __init__(self):
+        self._table: dict[tuple[int, str | None], list[_Route]] = {}
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        """`method` "*" takes any method."""
+        parts = pattern.split("/")
+        segments = tuple(None if s.startswith("{") else s for s in parts)
+        routes = self._table.setdefault((len(segments), segments[-1]), [])
+        route = next((r for r in routes if r.segments == segments), None)
+        if route is None:
+            route = _Route(segments, [s[1:-1] for s in parts if s.startswith("{")])
+            routes.append(route)
+        route.methods[method] = handler
+
+    def resolve(self, request: HttpRequest) -> Handler:
+        """The request's handler, its captures put in `request.params`; ApiError 404 or 405."""
+        parts = request.path.split("/")
+        n = len(parts)
+        for route in self._table.get((n, parts[-1]), []) + self._table.get((n, None), []):
+            if all(s is None or s == p for s, p in zip(route.segments, parts)):
+                handler = route.methods.get("GET" if request.method == "HEAD" else request.method)
+                handler = handler or route.methods.get("*")
+                if handler is None:
+                    allowed = sorted(route.methods) + (["HEAD"] if "GET" in route.methods else [])
+                    raise MethodNotAllowed(", ".join(allowed))
+                captured = (unquote(p) for s, p in zip(route.segments, parts) if s is None)
+                request.params = dict(zip(route.names, captured))
+                return handler
+        raise ApiError(ErrorCode.NOT_FOUND, "Not Found")  # Triton's words
+
+
+class MethodNotAllowed(ApiError):
+    def __init__(self, allow: str):
+        super().__init__(ErrorCode.NOT_FOUND, "Method Not Allowed")
+        self.allow = allow
+
+    def response(self) -> HttpResponse:
+        return error(405, self.message, {"Allow": self.allow})

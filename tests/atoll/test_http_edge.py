@@ -1,0 +1,130 @@
+"""HTTP/1.1 as clients speak it to a front end's edge (`http_edge.py`), over raw sockets where a
+client library would hide what is on the wire: 100-continue, HEAD, pipelining, HTTP/1.0, chunked
+bodies, percent-encoded paths, and a 413 that reaches a client still sending its body."""
+
+import asyncio
+import json
+
+from atoll.http_messages import HttpRequest, Routes
+from tests.atoll.http_served import http_served
+from tests.atoll.test_server_errors import BODY, EchoFrontEnd, _serving
+
+
+async def _talk(sent: bytes, *, expect_close: bool = True, pause_after: bytes | None = None, rest: bytes = b""):
+    """What the server answers to `sent` (all of it, if it closes; else what came within 1 s)."""
+    async with http_served(_serving(EchoFrontEnd()), max_bytes=1 << 16) as client:
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        try:
+            writer.write(sent)
+            if pause_after is not None:  # wait for the server's word before sending the rest
+                first = await asyncio.wait_for(reader.readuntil(pause_after), 30)
+                writer.write(rest)
+            else:
+                first = b""
+            if expect_close:
+                return first + await asyncio.wait_for(reader.read(), 30)
+            chunks = [first]
+            try:
+                while chunk := await asyncio.wait_for(reader.read(1 << 16), 1.0):
+                    chunks.append(chunk)
+            except TimeoutError:
+                pass
+            return b"".join(chunks)
+        finally:
+            writer.close()
+
+
+def _infer(body: bytes = BODY.encode(), extra: str = "", version: str = "1.1") -> bytes:
+    return (f"POST /v2/models/m/infer HTTP/{version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+            .encode() + body)  # fmt: skip
+
+
+def _answers(raw: bytes) -> list[tuple[str, dict[str, str], bytes]]:
+    """(status, headers, body) of each answer in `raw`, by their Content-Length."""
+    out = []
+    while raw:
+        head, _, raw = raw.partition(b"\r\n\r\n")
+        status, *lines = head.decode().split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines)
+        size = int(headers.get("Content-Length", 0))
+        out.append((status.split(" ")[1], headers, raw[:size]))
+        raw = raw[size:]
+    return out
+
+
+def test_a_client_that_expects_100_continue_gets_it_before_sending_its_body():
+    raw = asyncio.run(_talk(_infer(extra="Expect: 100-continue\r\n").split(b"\r\n\r\n")[0] + b"\r\n\r\n",
+                            pause_after=b"\r\n\r\n", rest=BODY.encode(), expect_close=False))
+    assert raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert json.loads(_answers(raw.removeprefix(b"HTTP/1.1 100 Continue\r\n\r\n"))[0][2])["outputs"][0]["data"] == [1, 2]
+
+
+def test_head_answers_a_get_route_without_its_body_and_405_names_the_methods_allowed():
+    sent = (b"HEAD /v2 HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"DELETE /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # fmt: skip
+    raw = asyncio.run(_talk(sent))
+    head, rest = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: " in head and b"Content-Length: 0" not in head
+    [(not_allowed, headers, body), (live, _, _)] = _answers(rest)  # HEAD's answer had no body
+    assert not_allowed == "405" and headers["Allow"] == "GET, HEAD" and json.loads(body)["error"] == "Method Not Allowed"
+    assert live == "200"
+
+
+def test_pipelined_requests_are_answered_in_order_and_http_1_0_closes_after_its_answer():
+    bodies = [json.dumps({"id": str(k), "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                                    "data": [k, k]}]}).encode() for k in range(20)]  # fmt: skip
+    sent = b"".join(_infer(b) for b in bodies[:-1]) + _infer(bodies[-1], version="1.0")
+    answers = _answers(asyncio.run(_talk(sent)))  # the server closes after the HTTP/1.0 answer
+    assert [json.loads(body)["id"] for _, _, body in answers] == [str(k) for k in range(20)]
+    assert answers[-1][1].get("Connection") == "close" and "Connection" not in answers[0][1]
+
+
+def test_chunked_bodies_and_percent_encoded_paths_are_read():
+    chunked = BODY.encode()
+    sent = (b"POST /v2/models/%6D/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + b"".join(f"{len(chunked[i:i + 7]):x}\r\n".encode() + chunked[i:i + 7] + b"\r\n"
+                       for i in range(0, len(chunked), 7)) + b"0\r\n\r\n")  # fmt: skip
+    [(status, _, body)] = _answers(asyncio.run(_talk(sent)))
+    assert status == "200" and json.loads(body)["outputs"][0]["data"] == [1, 2]
+
+
+def test_a_client_still_sending_a_body_over_the_limit_reads_the_413_rather_than_a_reset():
+    big = b"x" * (4 << 20)  # far past the limit (64 KiB) and the socket buffers: it is still sending
+
+    async def go():
+        async with http_served(_serving(EchoFrontEnd()), max_bytes=1 << 16) as client:
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(_infer(big))
+            answer = await asyncio.wait_for(reader.read(), 30)  # the server stops sending, then closes
+            writer.transport.abort()
+            return answer
+
+    [(status, headers, body)] = _answers(asyncio.run(go()))
+    assert status == "413" and headers["Connection"] == "close" and "65536" in json.loads(body)["error"]
+
+
+def test_routes_match_segments_and_capture_them_decoded():
+    async def handler(request):
+        return request.params
+
+    routes = Routes()
+    routes.add("GET", "/v2/models/{model}", handler)
+    routes.add("GET", "/v2/models/{model}/versions/{version}", handler)
+    routes.add("POST", "/v2/models/{model}/infer", handler)
+    routes.add("GET", "/v2/models/stats", handler)
+
+    def resolved(method: str, path: str):
+        request = HttpRequest(method, path, "", {})
+        try:
+            routes.resolve(request)
+        except Exception as exc:  # noqa: BLE001 (the error is the answer here)
+            return getattr(exc, "message", str(exc))
+        return request.params
+
+    assert resolved("GET", "/v2/models/a%2Fb") == {"model": "a/b"}
+    assert resolved("GET", "/v2/models/m/versions/3") == {"model": "m", "version": "3"}
+    assert resolved("POST", "/v2/models/m/infer") == {"model": "m"}
+    assert resolved("GET", "/v2/models/stats") == {}  # a fixed segment, not a model named "stats"
+    assert resolved("GET", "/v2/models/m/infer") == "Method Not Allowed"
+    assert resolved("GET", "/v2/models/m/nope") == "Not Found"
