@@ -131,7 +131,8 @@ class HttpServer:
         self.connections = connections
         self.idle_timeout_s = idle_timeout_s
         # Every connection of this loop reads into this one buffer: each read is parsed before the next.
-        self.buffer = memoryview(bytearray(READ_BUFFER))
+        self.raw = bytearray(READ_BUFFER)
+        self.buffer = memoryview(self.raw)
         self._listeners: list[asyncio.Server] = []
 
     async def listen(self, host: str, port: int, backlog: int = 100, reuse_port: bool = False) -> asyncio.Server:
@@ -186,6 +187,11 @@ class Connection(asyncio.BufferedProtocol):
         self._request: HttpRequest | None = None  # the one arriving
         self._chunks: list[bytes] = []
         self._size = 0
+        self._body: bytearray | None = None  # a body of known length read past the parser, being filled
+        self._filled = 0
+        self._direct: int | None = None  # the length of a body to read so, once its head is parsed
+        self._parsed_body = False  # the parser went on past the head (its blank line straddled two reads)
+        self._keep_alive = True
         self._refused = False  # stop parsing: the last answer is queued
         self._queue: deque = deque()  # (HttpRequest, keep_alive), or a last HttpResponse
         self._task: asyncio.Task | None = None
@@ -213,25 +219,59 @@ class Connection(asyncio.BufferedProtocol):
         self.server.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:  # the kernel copies the rest of a body straight to its place
+            return memoryview(self._body)[self._filled:]
         return self.server.buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._refused:  # lingering: what the client still sends is dropped
             return
-        if self.state != BODY:
-            self._head_bytes += nbytes
-        try:
-            self._parser.feed_data(self.server.buffer[:nbytes])
-        except httptools.HttpParserUpgrade:  # after a whole request asking to upgrade (h2c, websocket)
-            self._refused = True  # it is answered as HTTP/1.1, then the connection closes
-            self._eof = True
-        except httptools.HttpParserError as exc:
-            if "PRI" in str(exc):  # llhttp stops at HTTP/2's preface
-                self._malformed("HTTP/2 (PRI) is not served on this port: HTTP/1.1 here, gRPC on the gRPC port")
-            else:
-                self._malformed(str(exc))
-        if self.state == HEAD and self._head_bytes > MAX_HEAD and not self._refused:
-            self._malformed(f"request head over {MAX_HEAD} bytes")
+        if self._body is not None:
+            self._filled += nbytes
+            if self._filled == len(self._body):
+                self._body_read()
+            return
+        self._parse(0, nbytes)
+
+    def _parse(self, start: int, stop: int) -> None:
+        """Parse what was read into the shared buffer, `[start, stop)`. The parser is fed a request's
+        head on its own, so that a body of known length can then be read without it (`_body`): one
+        copy, kernel to body, where llhttp's `on_body` would add a copy and a join. Chunked bodies,
+        and a head whose blank line straddles two reads, go through the parser."""
+        raw, view = self.server.raw, self.server.buffer
+        while start < stop and not self._refused:
+            if self._body is not None:  # the start of a body whose head ended in this read
+                take = min(stop - start, len(self._body) - self._filled)
+                self._body[self._filled:self._filled + take] = view[start:start + take]
+                self._filled += take
+                start += take
+                if self._filled == len(self._body):
+                    self._body_read()
+                continue
+            end = raw.find(b"\r\n\r\n", start, stop) if self.state != BODY else -1
+            cut = stop if end < 0 else end + 4
+            if self.state != BODY:
+                self._head_bytes += cut - start
+            self._direct = None
+            self._parsed_body = False
+            try:
+                self._parser.feed_data(view[start:cut])
+            except httptools.HttpParserUpgrade:  # after a whole request asking to upgrade (h2c, websocket)
+                self._refused = True  # it is answered as HTTP/1.1, then the connection closes
+                self._eof = True
+            except httptools.HttpParserError as exc:
+                if "PRI" in str(exc):  # llhttp stops at HTTP/2's preface
+                    self._malformed("HTTP/2 (PRI) is not served on this port: HTTP/1.1 here, gRPC on the gRPC port")
+                else:
+                    self._malformed(str(exc))
+            start = cut
+            if self.state == HEAD and self._head_bytes > MAX_HEAD and not self._refused:
+                self._malformed(f"request head over {MAX_HEAD} bytes")
+            elif self._direct is not None and not self._parsed_body and not self._refused:
+                # the head ended exactly here: the body is read past the parser, which a fresh one replaces
+                self._keep_alive = self._parser.should_keep_alive()
+                self._parser = httptools.HttpRequestParser(self)
+                self._body, self._filled = bytearray(self._direct), 0
 
     def eof_received(self) -> bool | None:
         """The client shut its sending side. After whole requests (a half-close, as `nc -N` and
@@ -334,9 +374,12 @@ class Connection(asyncio.BufferedProtocol):
             return
         if request.headers.get("expect", "").lower() == "100-continue" and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if length and "transfer-encoding" not in request.headers:
+            self._direct = length  # `_parse` reads it past the parser if the head ended where it cut
 
     def on_body(self, chunk: bytes) -> None:
         request = self._request
+        self._parsed_body = True
         if self._refused or request is None:
             return
         self._size += len(chunk)
@@ -352,14 +395,21 @@ class Connection(asyncio.BufferedProtocol):
         self._chunks.append(chunk)
 
     def on_message_complete(self) -> None:
-        request = self._request
-        if self._refused or request is None:
+        self._parsed_body = True
+        if self._refused or self._request is None:
             return
-        self._request = None
-        self.state = IDLE
-        self._head_bytes = 0
         body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks = []
+        self._complete(body, self._parser.should_keep_alive())
+
+    def _body_read(self) -> None:
+        body, self._body = self._body, None
+        self._complete(body, self._keep_alive)
+
+    def _complete(self, body: bytes | bytearray, keep_alive: bool) -> None:
+        request, self._request = self._request, None
+        self.state = IDLE
+        self._head_bytes = 0
         encoding = request.headers.get("content-encoding", "identity").lower()
         if encoding != "identity" and body:
             try:
@@ -371,7 +421,7 @@ class Connection(asyncio.BufferedProtocol):
         request.body = body
         if self.server.limits.budget is not None:
             self.server.limits.budget.arrived(request)
-        self._queue.append((request, self._parser.should_keep_alive()))
+        self._queue.append((request, keep_alive))
         if len(self._queue) >= MAX_QUEUED and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -425,6 +475,7 @@ class Connection(asyncio.BufferedProtocol):
         """Answer `exc` after what is in hand, then close: what is left of this request is not read."""
         self._refused = True
         self._on_deadline = None
+        self._body = None
         if self._request is not None:
             self._release(self._request)
             self._request = None

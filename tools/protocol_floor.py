@@ -15,6 +15,10 @@ every request (503, as under overload), so its figure against the bare route's i
 to a refusal, the part of `bench robust`'s overload cost that is not contention. It is sent a real
 infer request carrying a 640x480 JPEG.
 
+Every server runs with the glibc heap settings `atoll serve` gives its processes
+(`service.HEAP_TUNING`): without them each body of 128 KB or more is a fresh mmap whose page faults
+cost more than the protocol (a 602 KB body: 0.24 CPU-ms on the edge instead of 0.06).
+
 Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
 """
 
@@ -212,6 +216,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="closed-loop seconds per measurement (default 8)")
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
+    from atoll.service import HEAP_TUNING
+
+    os.environ.update(HEAP_TUNING)  # the servers run with the glibc settings `atoll serve` gives its front ends
     rows = []
     cases = [*((name, protocol) for name in SIZES for protocol in ("http", "aiohttp", "grpc")),
              ("infer_request", "atoll-refusal")]  # fmt: skip

@@ -128,3 +128,26 @@ def test_routes_match_segments_and_capture_them_decoded():
     assert resolved("GET", "/v2/models/stats") == {}  # a fixed segment, not a model named "stats"
     assert resolved("GET", "/v2/models/m/infer") == "Method Not Allowed"
     assert resolved("GET", "/v2/models/m/nope") == "Not Found"
+
+
+def test_a_request_arriving_in_pieces_is_read_wherever_the_pieces_split():
+    """A body of known length is read past the parser once its head has ended (`Connection._parse`);
+    a head whose blank line straddles two reads takes the parser's way. Either way: the same answer."""
+    whole = _infer() + _infer(extra="Connection: close\r\n")
+    blank = whole.index(b"\r\n\r\n")
+    splits = [[blank + 2], [blank + 4], [blank + 4 + 10], list(range(1, len(whole)))]  # the last: byte by byte
+
+    async def go(cuts):
+        async with http_served(_serving(EchoFrontEnd())) as client:
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            for start, stop in zip([0, *cuts], [*cuts, len(whole)]):
+                writer.write(whole[start:stop])
+                await writer.drain()
+                await asyncio.sleep(0.002 if len(cuts) < 10 else 0)  # separate reads (often: not guaranteed)
+            answer = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            return answer
+
+    for cuts in splits:
+        answers = _answers(asyncio.run(go(cuts)))
+        assert [(status, json.loads(body)["outputs"][0]["data"]) for status, _, body in answers] == [("200", [1, 2])] * 2
