@@ -58,10 +58,10 @@ class RowFailed(RuntimeError):
         self.failure = failure
 
 
-def priority_of(spec: ModelSpec, request: InferRequest) -> Priority:
-    """RT or BE from the request's Triton `priority` parameter: level 1 (the highest) is real-time,
+def priority_of(spec: ModelSpec, parameters: dict) -> Priority:
+    """RT or BE from a request's Triton `priority` parameter: level 1 (the highest) is real-time,
     any other level best-effort, and 0 or none takes the model's `default_priority_level`."""
-    level = request.parameters.get("priority", 0)
+    level = parameters.get("priority", 0)
     if isinstance(level, bool) or not isinstance(level, int) or level < 0:
         raise ProtocolError(f"parameter 'priority' must be a non-negative integer, got {described(level)}")
     return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE

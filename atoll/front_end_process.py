@@ -19,7 +19,7 @@ from atoll.control import SupervisorLink
 from atoll.endpoints import Endpoints
 from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEnd, FrontEndSetup
-from atoll.http_edge import BodyBudget, body_budget_bytes
+from atoll.http_bodies import BodyBudget, body_budget_bytes
 from atoll.metrics import Metrics
 from atoll.model_control import AddModel, RetireModel
 from atoll.server import InferenceServer

@@ -3,11 +3,15 @@ by httptools (llhttp, Node.js's parser), each request's body read within bounds 
 runs, and every error answered as Triton answers errors, `{"error": "..."}` with its kind's status.
 
 Why not aiohttp, which served here before: under overload most requests are refused, and a refusal
-must cost next to nothing or the refusals eat the capacity they protect. Refusing a 110 KB JPEG
-request cost 0.111 CPU-ms in aiohttp's server with an empty handler (0.064 user, 0.047 kernel:
-a fresh 256 KB buffer per read), against 0.035 on a bare httptools protocol reading into one
-reused buffer (2-core VM, 700 req/s, server on its own core). This edge is that bare protocol plus
-what a server needs around it:
+must cost next to nothing or the refusals eat the capacity they protect. `tools/protocol_floor.py`
+(2-core VM, closed loop, the server's heap settings) measures a route that only reads the body at
+0.026 CPU-ms a request for 110 KB here and 0.037 on aiohttp (602 KB: 0.061 and 0.102), and Atoll's
+whole refusal of a JPEG infer request at 0.056 here against 0.145 on aiohttp. What makes the
+difference: reads go into one reused buffer (aiohttp allocated 256 KB per read); a body of known
+length is read by the kernel straight into its place once its head is parsed, not copied out of
+the parser and joined; the loop is woken once such a body has arrived whole (SO_RCVLOWAT), not at
+each segment; one timer a connection, re-armed lazily; routes matched by segment count and last
+segment. Around that bare protocol, what a server needs:
 
 - A body is read whole before its request counts as pending (a client sending it slowly holds only
   its own connection): at most `max_bytes` of it after any Content-Encoding is undone (413 beyond),
@@ -29,15 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
-import zlib
 from collections import deque
-from dataclasses import dataclass
 
 import httptools
 
 from atoll.errors import ApiError, ErrorCode
+from atoll.http_bodies import BodyError, BodyLimits, content_length, decoded, too_large
 from atoll.http_messages import HttpRequest, HttpResponse, MethodNotAllowed, Routes, api_error, error
 from atoll.throttled import Throttled
 
@@ -50,76 +52,6 @@ MAX_HEAD = 64 * 1024
 MAX_QUEUED = 16  # whole requests waiting behind the one in hand before the connection stops reading
 LINGER_S = 2.0
 READ_BUFFER = 256 * 1024
-DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-class BodyError(ApiError):
-    """A request body the server will not take; the connection closes after the answer, since
-    what is left of the body is not read."""
-
-
-@dataclass(frozen=True)
-class BodyLimits:
-    max_bytes: int
-    timeout_s: float
-    budget: BodyBudget | None = None
-
-
-class BodyBudget:
-    """Bytes of request bodies one front end holds at once (a body with a Content-Length counts
-    whole from its start, a chunked one as it arrives). Without it, 30 connections each sending
-    all but the last byte of a 64 MB body grew a front end by 1.9 GB (2-core VM); a few hundred
-    would have exhausted the machine's memory within the body timeout. When a body's next bytes
-    would pass `total`, the largest body still arriving goes: another one is cut off (its
-    connection closed), or this one is refused (503, Retry-After). So bodies held back cannot keep
-    smaller requests out, and one largest request always fits. A request's share is given back
-    when it is answered or given up (`release`)."""
-
-    def __init__(self, total: int, refused=None):
-        self.total = total
-        self.used = 0
-        self.refused = refused  # a prometheus Counter, or None
-        self._arriving: dict[int, HttpRequest] = {}  # bodies still being read, by id
-        self._warn = Throttled(log)
-
-    def take(self, request: HttpRequest, size: int) -> None:
-        """Count `size` more bytes of `request`'s body, or BodyError (503) if it is the one to go."""
-        self._arriving[id(request)] = request
-        while self.used + size > self.total:
-            largest = max(self._arriving.values(), key=lambda r: r.held + (size if r is request else 0))
-            if largest is request:
-                if self.refused is not None:
-                    self.refused.inc()
-                raise BodyError(ErrorCode.UNAVAILABLE, f"this front end holds {self.used} bytes of request bodies "
-                                                       f"and may hold {self.total} (server.body_memory_bytes): try "
-                                                       "again", 1)  # fmt: skip
-            self._cut_off(largest)
-        self.used += size
-        request.held += size
-
-    def arrived(self, request: HttpRequest) -> None:
-        """`request`'s body is whole (or given up): it is no longer cut off to make room."""
-        self._arriving.pop(id(request), None)
-
-    def release(self, request: HttpRequest) -> None:
-        self.arrived(request)
-        self.used -= request.held
-        request.held = 0
-
-    def _cut_off(self, request: HttpRequest) -> None:
-        share = request.held
-        self.release(request)
-        request.connection.abort()
-        self._warn.warning("request bodies at server.body_memory_bytes (%d): cut off one still arriving after %d "
-                           "bytes to make room", self.total, share)  # fmt: skip
-
-
-def body_budget_bytes(configured: int, front_ends: int, max_request_bytes: int) -> int:
-    """One front end's `BodyBudget`: `configured`, else an eighth of the machine's memory shared
-    among the front ends; never below one largest request."""
-    if configured <= 0:
-        configured = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8 // max(1, front_ends)
-    return max(configured, max_request_bytes)
 
 
 class HttpServer:
@@ -372,9 +304,9 @@ class Connection(asyncio.BufferedProtocol):
         self.state = BODY
         limits = self.server.limits
         try:
-            length = _content_length(request.headers)
+            length = content_length(request.headers)
             if length is not None and "content-encoding" not in request.headers and length > limits.max_bytes:
-                raise _too_large(limits.max_bytes)
+                raise too_large(limits.max_bytes)
             if length and limits.budget is not None:  # counted whole before it arrives
                 limits.budget.take(request, length)
         except BodyError as exc:
@@ -394,7 +326,7 @@ class Connection(asyncio.BufferedProtocol):
         limits = self.server.limits
         try:
             if self._size > limits.max_bytes:
-                raise _too_large(limits.max_bytes)
+                raise too_large(limits.max_bytes)
             if limits.budget is not None and "content-length" not in request.headers:
                 limits.budget.take(request, len(chunk))  # chunked: counted as it arrives
         except BodyError as exc:
@@ -435,7 +367,7 @@ class Connection(asyncio.BufferedProtocol):
         encoding = request.headers.get("content-encoding", "identity").lower()
         if encoding != "identity" and body:
             try:
-                body = _decoded(body, encoding, self.server.limits.max_bytes)
+                body = decoded(body, encoding, self.server.limits.max_bytes)
             except BodyError as exc:
                 self._release(request)
                 self._refuse(exc)
@@ -552,30 +484,3 @@ class Connection(asyncio.BufferedProtocol):
             return
         action, self._on_deadline = self._on_deadline, None
         action()
-
-
-def _content_length(headers: dict[str, str]) -> int | None:
-    value = headers.get("content-length")
-    return int(value) if value is not None and value.isdigit() else None  # (the parser refuses bad ones)
-
-
-def _too_large(max_bytes: int) -> BodyError:
-    return BodyError(ErrorCode.TOO_LARGE, f"request body larger than {max_bytes} bytes")
-
-
-def _decoded(body: bytes, encoding: str, max_bytes: int) -> bytes:
-    wbits = DECODERS.get(encoding)
-    if wbits is None:
-        raise BodyError(ErrorCode.INVALID_ARG, f"unreadable request body: content-encoding {encoding!r} is not "
-                                               f"supported (gzip, deflate)")  # fmt: skip
-    decoder = zlib.decompressobj(wbits)
-    try:
-        out = decoder.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise BodyError(ErrorCode.INVALID_ARG, f"unreadable request body: content-encoding {encoding}: {exc}") from None
-    if len(out) > max_bytes:
-        raise _too_large(max_bytes)
-    if not decoder.eof:
-        raise BodyError(ErrorCode.INVALID_ARG, f"unreadable request body: content-encoding {encoding}: the stream "
-                                               "is cut short")  # fmt: skip
-    return out

@@ -289,18 +289,27 @@ def json_object(raw: bytes, what: str) -> dict:
     return doc
 
 
-def decode_request(body: bytes, header_length: int | None = None, regions=None) -> InferRequest:
-    """`regions` (`shm_registry.Regions`) supplies inputs that lie in shared memory."""
-    view = memoryview(body)
-    head = view if header_length is None else view[:header_length]
-    binary = None if header_length is None else view[header_length:]
-    doc = json_object(bytes(head), "request header")
+def request_header(body: bytes, header_length: int | None = None) -> dict:
+    """The JSON object of an HTTP infer request: its whole body, or its first `header_length`
+    bytes when binary data follows."""
+    return json_object(bytes(body if header_length is None else memoryview(body)[:header_length]), "request header")
+
+
+def request_parameters(header: dict) -> dict:
+    return _object(header.get("parameters"), "request parameters")
+
+
+def decode_request(body: bytes, header_length: int | None = None, regions=None, header: dict | None = None) -> InferRequest:
+    """`regions` (`shm_registry.Regions`) supplies inputs that lie in shared memory; `header` is
+    `request_header`'s answer where it was read already."""
+    binary = None if header_length is None else memoryview(body)[header_length:]
+    doc = request_header(body, header_length) if header is None else header
     if not isinstance(doc.get("inputs"), list):
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
     request_id = doc.get("id")
     if request_id is not None:
         _string(request_id, "request id")
-    parameters = _object(doc.get("parameters"), "request parameters")
+    parameters = request_parameters(doc)
     outputs = _requested(doc.get("outputs"))
     offset, inputs = 0, []
     for spec in doc["inputs"]:

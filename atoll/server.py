@@ -16,9 +16,11 @@ import binascii
 from atoll.connections import HttpConnections
 from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError, ErrorCode
-from atoll.http_edge import BodyBudget, BodyLimits, HttpServer
+from atoll.http_bodies import BodyBudget, BodyLimits
+from atoll.http_edge import HttpServer
 from atoll.http_messages import HttpRequest, HttpResponse, Routes, error
-from atoll.protocol import HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object
+from atoll.protocol import (HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object,
+                            request_header, request_parameters)
 from atoll.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
@@ -159,15 +161,35 @@ class InferenceServer:
     # -- inference ----------------------------------------------------------------------------------
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
-        async def decode():
-            header = request.headers.get(_HEADER_LENGTH)
-            try:
-                length = int(header) if header else None
-            except ValueError:
-                raise ProtocolError(f"{HEADER_LENGTH} {header!r} is not a number") from None
-            return decode_request(request.body, length, self.endpoints.regions)
-
+        body = _InferBody(request, self.endpoints.regions)
         info = request.params
-        spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), decode)
+        spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), body.decode, body.parameters)
         payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
         return HttpResponse(200, payload, headers.pop("Content-Type"), headers or None)
+
+
+class _InferBody:
+    """An infer request's body, read as `Endpoints.infer` asks for it: the parameters first (its
+    JSON header alone), the tensors only once it is admitted."""
+
+    def __init__(self, request: HttpRequest, regions):
+        self.request, self.regions = request, regions
+        self._header: dict | None = None
+        self._length: int | None = None
+
+    def header(self) -> dict:
+        if self._header is None:
+            value = self.request.headers.get(_HEADER_LENGTH)
+            try:
+                self._length = int(value) if value else None
+            except ValueError:
+                raise ProtocolError(f"{HEADER_LENGTH} {value!r} is not a number") from None
+            self._header = request_header(self.request.body, self._length)
+        return self._header
+
+    def parameters(self) -> dict:
+        return request_parameters(self.header())
+
+    async def decode(self):
+        header = self.header()  # (first: it reads the header's length)
+        return decode_request(self.request.body, self._length, self.regions, header)

@@ -49,7 +49,8 @@ from atoll.control import FrontEnds, reply
 from atoll.dispatcher import Dispatcher, ModelPlan
 from atoll.errors import ApiError, ErrorCode
 from atoll.front_end import FrontEndSetup
-from atoll.http_edge import BodyLimits, HttpServer
+from atoll.http_bodies import BodyLimits
+from atoll.http_edge import HttpServer
 from atoll.http_messages import HttpRequest, HttpResponse, Routes
 from atoll.latency_model import LatencyModel
 from atoll.metrics import Metrics, share_metrics

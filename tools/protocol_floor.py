@@ -100,7 +100,8 @@ def _serve(protocol: str, port: int, ready) -> None:
             await asyncio.Event().wait()
     elif protocol != "grpc":
         from atoll.connections import HttpConnections
-        from atoll.http_edge import BodyLimits, HttpServer
+        from atoll.http_bodies import BodyLimits
+        from atoll.http_edge import HttpServer
         from atoll.http_messages import HttpResponse, Routes
 
         async def answer(request) -> HttpResponse:

@@ -99,7 +99,7 @@ def _endpoints() -> Endpoints:
 def _checked(request: InferRequest) -> None:
     """The checks `Endpoints.infer` makes of a decoded request before any work, and what every later
     stage may then take for granted of it."""
-    priority_of(SPEC, request)
+    priority_of(SPEC, request.parameters)
     _endpoints()._wanted(SPEC, request)
     assert request.id is None or isinstance(request.id, str)
     assert isinstance(request.parameters, dict)

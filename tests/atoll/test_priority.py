@@ -46,15 +46,15 @@ def test_priority_levels_map_to_rt_and_be(tmp_path):
     be_model = load_model(_repository(tmp_path / "a") / "chain")
     rt_model = load_model(_repository(tmp_path / "b", "default_priority_level: 1") / "chain")
     assert (be_model.default_priority_level, rt_model.default_priority_level) == (0, 1)
-    assert priority_of(be_model, _request()) == Priority.BE
-    assert priority_of(be_model, _request(priority=1)) == Priority.RT
-    assert priority_of(be_model, _request(priority=2)) == Priority.BE
-    assert priority_of(rt_model, _request()) == Priority.RT  # 0: the model's default level
-    assert priority_of(rt_model, _request(priority=0)) == Priority.RT
-    assert priority_of(rt_model, _request(priority=3)) == Priority.BE
+    assert priority_of(be_model, _request().parameters) == Priority.BE
+    assert priority_of(be_model, _request(priority=1).parameters) == Priority.RT
+    assert priority_of(be_model, _request(priority=2).parameters) == Priority.BE
+    assert priority_of(rt_model, _request().parameters) == Priority.RT  # 0: the model's default level
+    assert priority_of(rt_model, _request(priority=0).parameters) == Priority.RT
+    assert priority_of(rt_model, _request(priority=3).parameters) == Priority.BE
     for bad in (-1, "1", 1.5, True):
         with pytest.raises(ProtocolError, match="non-negative integer"):
-            priority_of(be_model, _request(priority=bad))
+            priority_of(be_model, _request(priority=bad).parameters)
 
 
 TRITON_CLIENT = r"""
