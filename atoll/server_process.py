@@ -64,8 +64,11 @@ class ServerProcess:
                 front_ends[int(m.group(1))] = int(m.group(2))
         pid, children = self.proc.pid, set()
         for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                children.update(map(int, f.read().split()))
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    children.update(map(int, f.read().split()))
+            except FileNotFoundError:  # a thread that ended meanwhile (asyncio.to_thread's, a pool's)
+                pass
         workers = set()
         for child in children - set(front_ends.values()):
             try:
