@@ -217,6 +217,21 @@ class Endpoints:
         counters.last_inference.set(time.time() * 1e3)
         return spec, request, answer
 
+    def refused_now(self, name: str, version: str | None, parameters: dict) -> Refused | None:
+        """The 503 a request of model `name` with these `parameters` gets at once under overload
+        (counted as `infer` counts its refusals), or None, when `infer` is to decide: it is
+        admitted, or it gets another error."""
+        spec = self.front_end.models.get(name)
+        if spec is None or version not in (None, "", spec.version) or not self.ready:
+            return None
+        try:
+            self._refuse_if_full(spec, priority_of(spec, parameters), time.perf_counter())
+        except ProtocolError:
+            return None
+        except Refused as exc:
+            return exc
+        return None
+
     def _refuse_if_full(self, spec: ModelSpec, priority: Priority, start: float) -> Admission:
         """The admission of `priority`, or the 503 it answers now (`admission.Admission.refuse`)."""
         admission = self.admission[priority]

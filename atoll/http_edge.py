@@ -90,7 +90,9 @@ class HttpServer:
     async def answer(self, request: HttpRequest) -> HttpResponse:
         """The handler's answer, or the error's; raises only CancelledError (the client went away)."""
         try:
-            return await self.routes.resolve(request)(request)
+            if isinstance(request.handler, ApiError):  # no route: answered once the body is read
+                raise request.handler
+            return await request.handler(request)
         except MethodNotAllowed as exc:
             return exc.response()
         except ApiError as exc:
@@ -125,6 +127,7 @@ class Connection(asyncio.BufferedProtocol):
         self._direct: int | None = None  # the length of a body to read so, once its head is parsed
         self._parsed_body = False  # the parser went on past the head (its blank line straddled two reads)
         self._keep_alive = True
+        self._dropping = 0  # bytes still to come of a body answered early
         self._socket = None  # to set SO_RCVLOWAT on (`_wake_at`)
         self._lowat = 1
         self._refused = False  # stop parsing: the last answer is queued
@@ -170,6 +173,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._wake_at(len(self._body) - self._filled)
             return
         self._parse(0, nbytes)
+        if self._dropping:  # a body answered early: wake once the rest of it is here
+            self._wake_at(self._dropping)
 
     def _parse(self, start: int, stop: int) -> None:
         """Parse what was read into the shared buffer, `[start, stop)`. The parser is fed a request's
@@ -178,6 +183,18 @@ class Connection(asyncio.BufferedProtocol):
         and a head whose blank line straddles two reads, go through the parser."""
         raw, view = self.server.raw, self.server.buffer
         while start < stop and not self._refused:
+            if self._dropping:  # the body of a request answered early
+                take = min(stop - start, self._dropping)
+                self._dropping -= take
+                start += take
+                if not self._dropping:
+                    self.state = IDLE
+                    self._head_bytes = 0
+                    if self._lowat > 1:
+                        self._wake_at(1)
+                    if self._task is None and not self._queue:
+                        self._until(self.server.idle_timeout_s, self.close)
+                continue
             if self._body is not None:  # the start of a body whose head ended in this read
                 take = min(stop - start, len(self._body) - self._filled)
                 self._body[self._filled:self._filled + take] = view[start:start + take]
@@ -209,6 +226,9 @@ class Connection(asyncio.BufferedProtocol):
                 # the head ended exactly here: the body is read past the parser, which a fresh one replaces
                 self._keep_alive = self._parser.should_keep_alive()
                 self._parser = httptools.HttpRequestParser(self)
+                if self._answered_early(view[start:min(stop, start + self._direct)]):
+                    self._dropping = self._direct
+                    continue
                 self._body, self._filled = bytearray(self._direct), 0
                 if stop - start < len(self._body):  # more to come than this read holds
                     self._wake_at(len(self._body) - min(stop - start, len(self._body)))
@@ -238,7 +258,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._task is not None:
             self._task.cancel()
         for item in self._queue:
-            if isinstance(item, tuple):
+            if isinstance(item, tuple) and isinstance(item[0], HttpRequest):
                 self._release(item[0])
         self._queue.clear()
         if self._drained is not None and not self._drained.done():
@@ -300,6 +320,10 @@ class Connection(asyncio.BufferedProtocol):
             raw = (parsed.path or b"/") + (b"?" + parsed.query if parsed.query else b"")
         path, _, query = raw.decode("latin-1").partition("?")
         request = HttpRequest(self._parser.get_method().decode("latin-1"), path, query, self._headers, self)
+        try:
+            request.handler = self.server.routes.resolve(request)
+        except ApiError as exc:
+            request.handler = exc
         self._request = request
         self.state = BODY
         limits = self.server.limits
@@ -354,6 +378,27 @@ class Connection(asyncio.BufferedProtocol):
             except OSError:  # not a TCP socket, or the kernel refuses: woken at every segment, as before
                 self._socket = None
 
+    def _answered_early(self, prefix: memoryview) -> bool:
+        """Whether the request's route answered it from its head and `prefix`, the first bytes of
+        its body (`http_messages.Early`): a refusal under overload then costs neither the rest of
+        the body's copy nor a task, and what is left of the body is dropped as it arrives."""
+        request = self._request
+        if request.early is None or not self._keep_alive:
+            return False
+        response = request.early(request, prefix)
+        if response is None:
+            return False
+        self._request = None
+        self._release(request)
+        self._until(self.server.limits.timeout_s, self.close)  # the rest must come, but it has had its answer
+        if self._task is None and not self._queue:
+            self._write(response, True, request.method != "HEAD")
+        else:  # after the answers to the requests before it
+            self._queue.append((response, True))
+            if self._task is None:
+                self._task = asyncio.get_running_loop().create_task(self._run())
+        return True
+
     def _body_read(self) -> None:
         if self._lowat > 1:
             self._wake_at(1)
@@ -396,6 +441,9 @@ class Connection(asyncio.BufferedProtocol):
                     self._write(item, False, True)
                     self._linger()
                     return
+                if isinstance(item[0], HttpResponse):  # answered early (`_answered_early`)
+                    self._write(item[0], True, True)
+                    continue
                 request, keep_alive = item
                 try:
                     response = await self.server.answer(request)
@@ -414,8 +462,8 @@ class Connection(asyncio.BufferedProtocol):
             self._task = None
         if self._open and self.state == IDLE:
             self._until(self.server.idle_timeout_s, self.close)
-        elif self._open:  # the next request has begun: its time counts from now
-            self._until(self.server.limits.timeout_s, self._late)
+        elif self._open:  # the next request has begun (or the rest of one answered early): its time counts from now
+            self._until(self.server.limits.timeout_s, self.close if self._dropping else self._late)
 
     @property
     def _open(self) -> bool:

@@ -21,9 +21,10 @@ _PHRASES = {s.value: s.phrase for s in HTTPStatus}
 
 class HttpRequest:
     """A request whose head and body have arrived. `headers` are keyed in lower case; `params` are
-    the route's captures (`match_info`); `held` is its share of the body budget."""
+    the route's captures (`match_info`); `handler` and `early` are its route's (`Routes.resolve`),
+    or `handler` the 404 or 405 it gets; `held` is its share of the body budget."""
 
-    __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "held")
+    __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "handler", "early", "held")
 
     def __init__(self, method: str, path: str, query: str, headers: dict[str, str], connection=None):
         self.method = method
@@ -33,6 +34,8 @@ class HttpRequest:
         self.body = b""
         self.connection = connection
         self.params: dict[str, str] = {}
+        self.handler: Handler | ApiError | None = None
+        self.early: Early | None = None
         self.held = 0
 
     @property
@@ -75,6 +78,9 @@ def api_error(exc: ApiError) -> HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+# A route's answer from a request's head and the first bytes of its body, where it can give one
+# without the rest (an overload refusal), or None; what is left of the body is then read and dropped.
+Early = Callable[[HttpRequest, memoryview], "HttpResponse | None"]
 
 
 class _Route:
@@ -83,7 +89,7 @@ class _Route:
     def __init__(self, segments: tuple[str | None, ...], names: list[str]):
         self.segments = segments  # None: a capture
         self.names = names
-        self.methods: dict[str, Handler] = {}
+        self.methods: dict[str, tuple[Handler, Early | None]] = {}
 
 
 class Routes:
@@ -93,7 +99,7 @@ class Routes:
     def __init__(self):
         self._table: dict[tuple[int, str | None], list[_Route]] = {}
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
+    def add(self, method: str, pattern: str, handler: Handler, early: Early | None = None) -> None:
         """`method` "*" takes any method."""
         parts = pattern.split("/")
         segments = tuple(None if s.startswith("{") else s for s in parts)
@@ -102,21 +108,23 @@ class Routes:
         if route is None:
             route = _Route(segments, [s[1:-1] for s in parts if s.startswith("{")])
             routes.append(route)
-        route.methods[method] = handler
+        route.methods[method] = (handler, early)
 
     def resolve(self, request: HttpRequest) -> Handler:
-        """The request's handler, its captures put in `request.params`; ApiError 404 or 405."""
+        """The request's handler, its captures put in `request.params` and its route's `Early` in
+        `request.early`; ApiError 404 or 405."""
         parts = request.path.split("/")
         n = len(parts)
         for route in self._table.get((n, parts[-1]), []) + self._table.get((n, None), []):
             if all(s is None or s == p for s, p in zip(route.segments, parts)):
-                handler = route.methods.get("GET" if request.method == "HEAD" else request.method)
-                handler = handler or route.methods.get("*")
-                if handler is None:
+                found = route.methods.get("GET" if request.method == "HEAD" else request.method)
+                found = found or route.methods.get("*")
+                if found is None:
                     allowed = sorted(route.methods) + (["HEAD"] if "GET" in route.methods else [])
                     raise MethodNotAllowed(", ".join(allowed))
                 captured = (unquote(p) for s, p in zip(route.segments, parts) if s is None)
                 request.params = dict(zip(route.names, captured))
+                handler, request.early = found
                 return handler
         raise ApiError(ErrorCode.NOT_FOUND, "Not Found")  # Triton's words
 

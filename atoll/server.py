@@ -18,7 +18,7 @@ from atoll.endpoints import Endpoints, unsupported
 from atoll.errors import ApiError, ErrorCode
 from atoll.http_bodies import BodyBudget, BodyLimits
 from atoll.http_edge import HttpServer
-from atoll.http_messages import HttpRequest, HttpResponse, Routes, error
+from atoll.http_messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.protocol import (HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object,
                             request_header, request_parameters)
 from atoll.shm_registry import CudaRegion, SystemRegion
@@ -61,7 +61,7 @@ class InferenceServer:
             r.add("GET", prefix + "/ready", self.model_ready)
             r.add("GET", prefix + "/config", self.model_config)
             r.add("GET", prefix + "/stats", self.statistics)
-            r.add("POST", prefix + "/infer", self.infer)
+            r.add("POST", prefix + "/infer", self.infer, self.refused_early)
         for kind in SHM_KINDS:
             r.add("GET", f"/v2/{kind}/status", self.region_status)
             r.add("GET", f"/v2/{kind}/region/{{region}}/status", self.region_status)
@@ -159,6 +159,20 @@ class InferenceServer:
         return OK
 
     # -- inference ----------------------------------------------------------------------------------
+
+    def refused_early(self, request: HttpRequest, prefix: memoryview) -> HttpResponse | None:
+        """An overload refusal read from the request's JSON header alone, where the first bytes of
+        its body hold all of it (the binary extension puts it first): the rest of a 110 KB JPEG
+        request is then dropped as it arrives, never gathered into a body nor decoded (`http_edge`)."""
+        value = request.headers.get(_HEADER_LENGTH)
+        if not value or not value.isdigit() or int(value) > len(prefix):
+            return None
+        try:
+            parameters = request_parameters(request_header(prefix, int(value)))
+        except ProtocolError:
+            return None  # `infer` answers it
+        refusal = self.endpoints.refused_now(request.params["model"], request.params.get("version"), parameters)
+        return None if refusal is None else api_error(refusal)
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
         body = _InferBody(request, self.endpoints.regions)

@@ -151,3 +151,36 @@ def test_a_request_arriving_in_pieces_is_read_wherever_the_pieces_split():
     for cuts in splits:
         answers = _answers(asyncio.run(go(cuts)))
         assert [(status, json.loads(body)["outputs"][0]["data"]) for status, _, body in answers] == [("200", [1, 2])] * 2
+
+
+def test_an_overload_refusal_is_answered_from_the_json_header_before_the_body_and_the_connection_serves_on():
+    """Binary-extension requests put their JSON header first: admission's 503 is answered from it
+    while the rest of the body is still on its way, and that rest is dropped, not parsed."""
+    from gpu_runtime.priority import Priority
+    from tests.atoll.test_server_errors import StuckFrontEnd
+
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    body = header + bytes(8) + b"\xff" * 100_000  # a body longer than it says: the rest is never read as tensors
+    head = (f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+            f"Inference-Header-Content-Length: {len(header)}\r\n\r\n").encode()  # fmt: skip
+
+    async def go():
+        async with http_served(server) as client:
+            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
+            while not server.admission[Priority.BE].in_flight:
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(head + body[:len(header) + 100])
+            early = await asyncio.wait_for(reader.readuntil(b'"}'), 30)  # before the rest is sent
+            writer.write(body[len(header) + 100:] + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            rest = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            held.cancel()
+            return early + rest
+
+    (status, headers, body_503), (live, _, _) = _answers(asyncio.run(go()))
+    assert status == "503" and int(headers["Retry-After"]) >= 1 and "overloaded" in json.loads(body_503)["error"]
+    assert live == "200"
+    assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in server.metrics.render()
