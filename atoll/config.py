@@ -44,7 +44,7 @@ class ServerConfig:
     max_pending_requests: int = _num(0, 0, "fixed bound on requests in flight per priority (HTTP 503; 0 = none: "
                                            "the bound follows from request_timeout_s)")
     request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504; one that would "
-                                                "wait more than half of it is refused at once (HTTP 503)")
+                                                "wait more than a tenth of it is refused at once (HTTP 503)")
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
     body_memory_bytes: int = _num(0, 0, "request bodies one front end holds at once, being read or not yet answered; "
                                         "past it the largest body still arriving is cut off, or the request refused "
