@@ -5,8 +5,9 @@ runs, and every error answered as Triton answers errors, `{"error": "..."}` with
 Why not aiohttp, which served here before: under overload most requests are refused, and a refusal
 must cost next to nothing or the refusals eat the capacity they protect. `tools/protocol_floor.py`
 (2-core VM, closed loop, the server's heap settings) measures a route that only reads the body at
-0.026 CPU-ms a request for 110 KB here and 0.037 on aiohttp (602 KB: 0.061 and 0.102), and Atoll's
-whole refusal of a JPEG infer request at 0.056 here against 0.145 on aiohttp. What makes the
+0.032 CPU-ms a request for 110 KB here and 0.042 on aiohttp (602 KB: 0.075 and 0.105), and Atoll's
+whole refusal of a JPEG infer request at 0.043 here (answered from its JSON header, `Connection.
+_answered_early`) against 0.145 on aiohttp. What makes the
 difference: reads go into one reused buffer (aiohttp allocated 256 KB per read); a body of known
 length is read by the kernel straight into its place once its head is parsed, not copied out of
 the parser and joined; the loop is woken once such a body has arrived whole (SO_RCVLOWAT), not at
