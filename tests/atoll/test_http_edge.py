@@ -184,3 +184,11 @@ def test_an_overload_refusal_is_answered_from_the_json_header_before_the_body_an
     assert status == "503" and int(headers["Retry-After"]) >= 1 and "overloaded" in json.loads(body_503)["error"]
     assert live == "200"
     assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in server.metrics.render()
+
+
+def test_a_compressed_body_declaring_more_than_the_limit_on_the_wire_is_refused_before_it_is_read():
+    """Its Content-Length alone decides: nothing the size of what it declares is ever allocated."""
+    sent = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: 100000000000\r\n\r\n" + b"\x1f\x8b" * 10)  # fmt: skip
+    [(status, headers, body)] = _answers(asyncio.run(_talk(sent)))
+    assert status == "413" and headers["Connection"] == "close" and "65536" in json.loads(body)["error"]
