@@ -167,9 +167,10 @@ class Endpoints:
             raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
         counters = self.metrics.of(spec.name, spec.version)
         start = time.perf_counter()
+        admission = None  # decided before the decode where the parameters come first
         try:
             if parameters is not None:
-                self._refuse_if_full(spec, priority_of(spec, parameters()), start)
+                admission = self._refuse_if_full(spec, priority_of(spec, parameters()), start)
             request = await decode()
             priority = priority_of(spec, request.parameters)
             wanted = self._wanted(spec, request)
@@ -179,7 +180,8 @@ class Endpoints:
             raise
         except ApiError as exc:
             raise self._failed(spec, start, "REJECTED", exc) from None
-        admission = self._refuse_if_full(spec, priority, start)
+        if admission is None:
+            admission = self._refuse_if_full(spec, priority, start)
         admission.started(time.monotonic())
         self.metrics.in_flight.inc()
         counters.pending.inc()

@@ -164,11 +164,11 @@ class InferenceServer:
         """An overload refusal read from the request's JSON header alone, where the first bytes of
         its body hold all of it (the binary extension puts it first): the rest of a 110 KB JPEG
         request is then dropped as it arrives, never gathered into a body nor decoded (`http_edge`)."""
-        value = request.headers.get(_HEADER_LENGTH)
-        if not value or not value.isdigit() or int(value) > len(prefix):
-            return None
         try:
-            parameters = request_parameters(request_header(prefix, int(value)))
+            length = _header_length(request)
+            if length is None or length > len(prefix):
+                return None
+            parameters = request_parameters(request_header(prefix, length))
         except ProtocolError:
             return None  # `infer` answers it
         refusal = self.endpoints.refused_now(request.params["model"], request.params.get("version"), parameters)
@@ -189,21 +189,24 @@ class _InferBody:
     def __init__(self, request: HttpRequest, regions):
         self.request, self.regions = request, regions
         self._header: dict | None = None
-        self._length: int | None = None
 
     def header(self) -> dict:
         if self._header is None:
-            value = self.request.headers.get(_HEADER_LENGTH)
-            try:
-                self._length = int(value) if value else None
-            except ValueError:
-                raise ProtocolError(f"{HEADER_LENGTH} {value!r} is not a number") from None
-            self._header = request_header(self.request.body, self._length)
+            self._header = request_header(self.request.body, _header_length(self.request))
         return self._header
 
     def parameters(self) -> dict:
         return request_parameters(self.header())
 
     async def decode(self):
-        header = self.header()  # (first: it reads the header's length)
-        return decode_request(self.request.body, self._length, self.regions, header)
+        return decode_request(self.request.body, _header_length(self.request), self.regions, self.header())
+
+
+def _header_length(request: HttpRequest) -> int | None:
+    """The binary extension's JSON header length (`Inference-Header-Content-Length`), or None when
+    the whole body is JSON."""
+    value = request.headers.get(_HEADER_LENGTH)
+    try:
+        return int(value) if value else None
+    except ValueError:
+        raise ProtocolError(f"{HEADER_LENGTH} {value!r} is not a number") from None
