@@ -132,7 +132,9 @@ class Connection(asyncio.BufferedProtocol):
         self._socket = None  # to set SO_RCVLOWAT on (`_wake_at`)
         self._lowat = 1
         self._refused = False  # stop parsing: the last answer is queued
-        self._queue: deque = deque()  # (HttpRequest, keep_alive), or a last HttpResponse
+        # (HttpRequest, keep_alive) to answer, or (HttpResponse, keep_alive) answered already: early
+        # (keep_alive), or a refusal after which the connection closes (not keep_alive)
+        self._queue: deque = deque()
         self._task: asyncio.Task | None = None
         # One timer a connection, re-armed only when it fires before the deadline now in force
         # (two timers set and cancelled per request cost a refusal ~10 % more).
@@ -258,9 +260,9 @@ class Connection(asyncio.BufferedProtocol):
             self._request = None
         if self._task is not None:
             self._task.cancel()
-        for item in self._queue:
-            if isinstance(item, tuple) and isinstance(item[0], HttpRequest):
-                self._release(item[0])
+        for item, _ in self._queue:
+            if isinstance(item, HttpRequest):
+                self._release(item)
         self._queue.clear()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
@@ -433,18 +435,17 @@ class Connection(asyncio.BufferedProtocol):
     async def _run(self) -> None:
         try:
             while self._queue:
-                item = self._queue.popleft()
+                item, keep_alive = self._queue.popleft()
                 if self._paused and len(self._queue) < MAX_QUEUED // 2 and self.transport is not None:
                     self._paused = False
                     self.transport.resume_reading()
-                if isinstance(item, HttpResponse):  # a refusal: the last answer
-                    self._write(item, False, True)
-                    self._linger()
-                    return
-                if isinstance(item[0], HttpResponse):  # answered early (`_answered_early`)
-                    self._write(item[0], True, True)
+                if isinstance(item, HttpResponse):  # answered early, or a refusal: then the last
+                    self._write(item, keep_alive, True)
+                    if not keep_alive:
+                        self._linger()
+                        return
                     continue
-                request, keep_alive = item
+                request = item
                 try:
                     response = await self.server.answer(request)
                 finally:
@@ -483,7 +484,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._request is not None:
             self._release(self._request)
             self._request = None
-        self._queue.append(api_error(exc))
+        self._queue.append((api_error(exc), False))
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 

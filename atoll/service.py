@@ -33,7 +33,6 @@ import socket
 import tempfile
 from pathlib import Path
 
-
 from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, audio_bucket_edges, image_model,
                       make_batcher)
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
