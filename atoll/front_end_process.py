@@ -22,6 +22,7 @@ from atoll.front_end import FrontEnd, FrontEndSetup
 from atoll.http_bodies import BodyBudget, body_budget_bytes
 from atoll.metrics import Metrics
 from atoll.model_control import AddModel, RetireModel
+from atoll.refusal_pace import RefusalPace
 from atoll.server import InferenceServer
 from atoll.shm_registry import CudaIpc, Register, Regions
 
@@ -57,7 +58,9 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
                         metrics.refused)  # fmt: skip
     server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget)
     bound = connection_bound(c.server.max_connections, raise_open_file_limit())
-    http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s)
+    pace = RefusalPace(c.server.refusals_per_s, metrics.refusals_held)  # HTTP's and gRPC's
+    http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
+                       pace)  # fmt: skip
     # An open loop past capacity connects faster than the loop accepts: beyond a backlog of 128
     # the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024 req/s of
     # tensors on the 2-core VM; none in two runs with 4096, which somaxconn caps anyway).
@@ -65,7 +68,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
-                                       grpc_limits(bound, c.server.idle_timeout_s))  # fmt: skip
+                                       grpc_limits(bound, c.server.idle_timeout_s), pace)  # fmt: skip
     relay_this_thread()  # this loop passes every request on, real-time ones among them
     writer.write(channel.encode(Hello(setup.index, os.getpid())))
     endpoints.ready = True

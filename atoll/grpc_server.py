@@ -22,7 +22,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_grpc
 
 from atoll.endpoints import Endpoints, unsupported
-from atoll.errors import ApiError
+from atoll.errors import ApiError, ErrorCode
+from atoll.refusal_pace import RefusalPace
 from atoll.throttled import Throttled
 from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, element_count, join_bytes,
                             shared_memory_of, tensor_from_bytes, tensor_from_numbers)
@@ -114,8 +115,9 @@ def _answers(method):
 
 
 class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, endpoints: Endpoints):
+    def __init__(self, endpoints: Endpoints, pace: RefusalPace | None = None):
         self.endpoints = endpoints
+        self.pace = pace  # of UNAVAILABLE answers to infer calls, as HTTP's 503s (`refusal_pace`)
 
     # -- health, metadata, statistics ---------------------------------------------------------------
 
@@ -214,7 +216,12 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def decode():
             return request_from_proto(msg, self.endpoints.regions)
 
-        spec, request, outputs = await self.endpoints.infer(msg.model_name, msg.model_version, decode)
+        try:
+            spec, request, outputs = await self.endpoints.infer(msg.model_name, msg.model_version, decode)
+        except ApiError as exc:
+            if exc.code == ErrorCode.UNAVAILABLE and self.pace is not None:
+                await self.pace.turn()
+            raise
         return response_to_proto(spec.name, spec.version, request.id, outputs)
 
     @_answers
@@ -296,14 +303,14 @@ _CALL_ENDED = _CallEnded()
 
 
 async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int,
-                limits: list[tuple[str, int]] = ()) -> grpc.aio.Server:
+                limits: list[tuple[str, int]] = (), pace: RefusalPace | None = None) -> grpc.aio.Server:
     """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT); `limits`
-    are further options (`connections.grpc_limits`)."""
+    are further options (`connections.grpc_limits`), `pace` that of its UNAVAILABLE answers."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
                                       ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
                                       ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits])  # fmt: skip
     logging.getLogger("grpc._cython.cygrpc").addFilter(_CALL_ENDED)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints, pace), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:
         raise OSError(f"gRPC cannot listen on {address}")

@@ -28,6 +28,8 @@ segment. Around that bare protocol, what a server needs:
   client that half-closes after a whole request is answered, then the connection closed. After a
   refusal mid-body, what the client still sends is read and dropped for `LINGER_S` so that it gets
   the answer rather than a reset. A connection with no request is closed after `idle_timeout_s`.
+- 503s go out at `pace`'s rate (`refusal_pace`): one past it waits its turn (up to a second), so a
+  client that resends a refused request at once cannot keep the loop from the work it admitted.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import httptools
 from atoll.errors import ApiError, ErrorCode
 from atoll.http_bodies import BodyError, BodyLimits, content_length, decoded, too_large
 from atoll.http_messages import HttpRequest, HttpResponse, MethodNotAllowed, Routes, api_error, error
+from atoll.refusal_pace import RefusalPace
 from atoll.throttled import Throttled
 
 log = logging.getLogger("atoll.server")
@@ -57,13 +60,15 @@ READ_BUFFER = 256 * 1024
 
 class HttpServer:
     """Serves `routes` on the sockets `listen` opens; `connections` (`connections.HttpConnections`)
-    bounds the connections it holds."""
+    bounds the connections it holds, and `pace` (None: unpaced) the rate of its 503s."""
 
-    def __init__(self, routes: Routes, limits: BodyLimits, connections, idle_timeout_s: float = 300.0):
+    def __init__(self, routes: Routes, limits: BodyLimits, connections, idle_timeout_s: float = 300.0,
+                 pace: RefusalPace | None = None):
         self.routes = routes
         self.limits = limits
         self.connections = connections
         self.idle_timeout_s = idle_timeout_s
+        self.pace = pace
         # Every connection of this loop reads into this one buffer: each read is parsed before the next.
         self.raw = bytearray(READ_BUFFER)
         self.buffer = memoryview(self.raw)
@@ -393,9 +398,9 @@ class Connection(asyncio.BufferedProtocol):
         self._request = None
         self._release(request)
         self._until(self.server.limits.timeout_s, self.close)  # the rest must come, but it has had its answer
-        if self._task is None and not self._queue:
+        if self._task is None and not self._queue and self._goes_now(response):
             self._write(response, True, request.method != "HEAD")
-        else:  # after the answers to the requests before it
+        else:  # after the answers to the requests before it, or at its turn
             self._queue.append((response, True))
             if self._task is None:
                 self._task = asyncio.get_running_loop().create_task(self._run())
@@ -440,6 +445,7 @@ class Connection(asyncio.BufferedProtocol):
                     self._paused = False
                     self.transport.resume_reading()
                 if isinstance(item, HttpResponse):  # answered early, or a refusal: then the last
+                    await self._turn(item)
                     self._write(item, keep_alive, True)
                     if not keep_alive:
                         self._linger()
@@ -450,6 +456,7 @@ class Connection(asyncio.BufferedProtocol):
                     response = await self.server.answer(request)
                 finally:
                     self._release(request)
+                await self._turn(response)
                 if not self._open:
                     return
                 keep_alive = keep_alive and not (self._eof and not self._queue)
@@ -465,6 +472,16 @@ class Connection(asyncio.BufferedProtocol):
             self._until(self.server.idle_timeout_s, self.close)
         elif self._open:  # the next request has begun (or the rest of one answered early): its time counts from now
             self._until(self.server.limits.timeout_s, self.close if self._dropping else self._late)
+
+    def _goes_now(self, response: HttpResponse) -> bool:
+        """Whether `response` may be sent at once: anything but a 503 may, a 503 within the pace."""
+        pace = self.server.pace
+        return pace is None or response.status != 503 or pace.free(asyncio.get_running_loop().time())
+
+    async def _turn(self, response: HttpResponse) -> None:
+        """Wait until `response` may be sent (`refusal_pace`)."""
+        if self.server.pace is not None and response.status == 503:
+            await self.server.pace.turn()
 
     @property
     def _open(self) -> bool:

@@ -10,8 +10,8 @@ compute output (taking the outputs out of the slots). Atoll's own series carry a
 per exact size (the statistics endpoint's batch_stats), preprocessing time per backend, programs
 built after load (a bug if it ever moves: every shape is built at load), what the statistics
 endpoint needs beyond Triton's series, and child processes restarted after they died, by kind
-(vgpu, front_end). GPU utilisation, memory and power come from NVML
-(`gpu_metrics.py`) on servers with GPU vGPUs.
+(vgpu, front_end), and 503s held back to the refusal pace. GPU utilisation, memory and power come
+from NVML (`gpu_metrics.py`) on servers with GPU vGPUs.
 
 A server is several processes (front ends count requests, the supervisor's dispatcher counts
 batches), so its metrics live in prometheus_client's multiprocess files under one directory, and
@@ -95,6 +95,8 @@ class Metrics:
                                "past server.body_memory_bytes)", registry=r)  # fmt: skip
         self.evicted = Counter("atoll_connections_evicted", "HTTP connections holding no whole request closed to "
                                "make room for new ones (server.max_connections)", registry=r)  # fmt: skip
+        self.refusals_held = Counter("atoll_refusals_held", "503 answers that waited their turn: clients resent "
+                                     "refused requests faster than server.refusals_per_s", registry=r)  # fmt: skip
         self.program_builds = Counter("atoll_program_builds", "Programs built after load (a bug)",
                                       ("vgpu",), registry=r)  # fmt: skip
         self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",

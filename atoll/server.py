@@ -21,6 +21,7 @@ from atoll.http_edge import HttpServer
 from atoll.http_messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.protocol import (HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object,
                             request_header, request_parameters)
+from atoll.refusal_pace import RefusalPace
 from atoll.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
@@ -42,10 +43,12 @@ class InferenceServer:
         self.body_timeout_s = body_timeout_s
         self.budget = budget  # request bodies held at once (None: no bound)
 
-    def http(self, max_request_bytes: int, connections: HttpConnections, idle_timeout_s: float = 300.0) -> HttpServer:
-        """The HTTP server of these endpoints, its connections held by `connections`."""
+    def http(self, max_request_bytes: int, connections: HttpConnections, idle_timeout_s: float = 300.0,
+             pace: RefusalPace | None = None) -> HttpServer:
+        """The HTTP server of these endpoints, its connections held by `connections`, its 503s paced
+        by `pace`."""
         limits = BodyLimits(max_request_bytes, self.body_timeout_s, self.budget)
-        return HttpServer(self.routes(), limits, connections, idle_timeout_s)
+        return HttpServer(self.routes(), limits, connections, idle_timeout_s, pace)
 
     def routes(self) -> Routes:
         r = Routes()

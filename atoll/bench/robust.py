@@ -17,6 +17,9 @@ second server, bounded lower):
   open loop at `--overload` times it for `--overload-s` seconds: every request answered exactly
   once (no client timeout or dropped connection), and goodput (answers 200 per second) over
   capacity (target >= 0.9);
+- storm: a closed loop of `--storm` connections, each resending at once whatever it is answered
+  (503s included, as a retry loop that ignores Retry-After): goodput over capacity, the 503s, and
+  how many of them waited for their turn (`refusal_pace`, `atoll_refusals_held_total`);
 - kill: for each kind of child (front end, vGPU worker), SIGKILL under a light load: seconds until a
   request sent after the kill succeeds, seconds until the successor runs, whether readiness said
   503 meanwhile, and the restart counted in `atoll_worker_restarts_total{kind}`.
@@ -67,6 +70,8 @@ def register(subparsers) -> None:
     p.add_argument("--duration", type=float, default=15.0, help="seconds per throughput measurement (default 15)")
     p.add_argument("--overload", type=float, default=3.0, help="open-loop rate over capacity (default 3)")
     p.add_argument("--overload-s", type=float, default=60.0, help="seconds of overload (default 60)")
+    p.add_argument("--storm", type=int, default=256,
+                   help="closed-loop connections resending refused requests at once (default 256)")
     p.add_argument("--request-timeout", type=float, default=2.0, help="the server's request_timeout_s (default 2)")
     add_loadgen_options(p)
     p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"),
@@ -94,12 +99,13 @@ def run(args) -> int:
                            "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
                            "ratio": round(slow["rps"]["rps"] / alone["rps"], 3),
                            "slow_answers": slow["answers"]["half_sent"]}  # fmt: skip
-            doc["overload"] = _overload(server, load, _capacity(server, load, alone, args.concurrency, args.duration),
-                                        args.overload, args.overload_s)
+            capacity = _capacity(server, load, alone, args.concurrency, args.duration)
+            doc["overload"] = _overload(server, load, capacity, args.overload, args.overload_s)
+            doc["storm"] = _storm(server, load, capacity, args.storm, args.duration)
             doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
         with started([*serve, "--set", f"server.max_connections={args.flood_bound}"], server_cpus) as server:
             doc["flood"] = _flood(server, load, args)
-    b, s, o, f = doc["bomb"], doc["slow"], doc["overload"], doc["flood"]
+    b, s, o, f, st = doc["bomb"], doc["slow"], doc["overload"], doc["flood"], doc["storm"]
     summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms; "
                f"1,000 scans: {b['scans']['median_ms']} ms), +{b['extra_peak_rss_mb']} MB peak RSS",
                f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
@@ -111,6 +117,9 @@ def run(args) -> int:
                f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} ({o['goodput_per_server_core_over_capacity']} per "
                f"server core; the server had {o['cores']['server']} cores against {o['capacity_cores']['server']}); "
                f"unanswered {o['unanswered']}",
+               f"storm of {st['connections']} connections resending at once: goodput {st['goodput_rps']} req/s = "
+               f"{st['goodput_over_capacity']:.0%} of capacity; {st['statuses'].get('503', 0)} refusals, "
+               f"{st['held']:g} of them held to the pace",
                *(f"kill {kind}: requests succeed again after {k['recovered_s']} s, successor after {k['successor_s']} s, "
                  f"readiness false meanwhile: {k['readiness_false_seen']}" for kind, k in doc["kill"].items())]  # fmt: skip
     emit(doc, args.out, args.json, summary)
@@ -290,6 +299,16 @@ def _overload(server: ServerProcess, load: Load, alone: dict, factor: float, sec
             if cores["server"] and alone["cores"]["server"] else None,
             "p99_ok_ms": round(float(np.percentile(records["done"][ok] - records["scheduled"][ok], 99)) * 1e3, 1)
             if ok.any() else None}  # fmt: skip
+
+
+def _storm(server: ServerProcess, load: Load, alone: dict, connections: int, seconds: float) -> dict:
+    """A closed loop past what admission lets in: the connections it refuses resend at once."""
+    held = counter_total(server.url, "atoll_refusals_held") or 0.0
+    storm = _closed_loop(server, load, connections, seconds)
+    return {"connections": connections, "seconds": seconds, "capacity_rps": alone["rps"],
+            "goodput_rps": storm["rps"], "goodput_over_capacity": round(storm["rps"] / alone["rps"], 3),
+            "statuses": storm["statuses"], "held": (counter_total(server.url, "atoll_refusals_held") or 0.0) - held,
+            "cores": storm["cores"]}  # fmt: skip
 
 
 def _kill(server: ServerProcess, kind: str, patience_s: float = 120.0) -> dict:

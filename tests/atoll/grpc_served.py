@@ -12,12 +12,13 @@ from atoll import grpc_server
 
 
 @contextlib.asynccontextmanager
-async def grpc_channel(endpoints):
-    """A channel to a gRPC server serving `endpoints`; the server stops on leaving."""
+async def grpc_channel(endpoints, pace=None):
+    """A channel to a gRPC server serving `endpoints` (its UNAVAILABLE answers paced by `pace`);
+    the server stops on leaving."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20)
+    server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20, pace=pace)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             yield channel

@@ -30,10 +30,10 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def http_served(endpoints, max_bytes: int = 1 << 20, body_timeout_s: float = 30.0, bound: int = 64,
-                      idle_timeout_s: float = 300.0):
+                      idle_timeout_s: float = 300.0, pace=None):
     """Serving `endpoints` until the block is left, then shut down."""
     server = InferenceServer(endpoints, endpoints.metrics, body_timeout_s).http(max_bytes, HttpConnections(bound),
-                                                                                idle_timeout_s)
+                                                                                idle_timeout_s, pace)
     listener = await server.listen("127.0.0.1", 0)
     host, port = listener.sockets[0].getsockname()[:2]
     try:

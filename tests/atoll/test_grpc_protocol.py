@@ -7,6 +7,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from atoll.grpc_server import request_from_proto, response_to_proto
 from atoll.protocol import Output, ProtocolError
+from gpu_runtime.priority import Priority
 
 
 class Regions:
@@ -90,6 +91,42 @@ def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog
     cancelled = [r for r in caplog.records if "cancelled" in r.getMessage()]
     assert cancelled and all(r.levelno <= logging.INFO for r in cancelled)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_grpc_refusals_past_the_pace_wait_their_turn_as_http_503s_do():
+    """UNAVAILABLE is gRPC's 503: past the pace (`refusal_pace`) each waits, and all are answered."""
+    import asyncio
+
+    import grpc
+
+    from atoll.bench.bodies import grpc_request
+    from atoll.endpoints import Endpoints
+    from atoll.metrics import Metrics
+    from atoll.refusal_pace import RefusalPace
+    from atoll.shm_registry import Regions as MappedRegions
+    from tests.atoll.grpc_served import grpc_channel
+    from tests.atoll.test_server_errors import SPEC, StuckFrontEnd
+
+    async def go():
+        endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions(), max_pending=1)
+        endpoints.ready = True
+        async with grpc_channel(endpoints, RefusalPace(0.001, endpoints.metrics.refusals_held)) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
+            stuck = asyncio.ensure_future(call(body))  # admitted, then never answered
+            while not endpoints.admission[Priority.BE].in_flight:
+                await asyncio.sleep(0.01)
+            codes = []
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(body, timeout=60)
+                codes.append(info.value.code())
+            stuck.cancel()
+        return endpoints, codes
+
+    endpoints, codes = asyncio.run(go())
+    assert codes == [grpc.StatusCode.UNAVAILABLE] * 3
+    assert "atoll_refusals_held_total 2.0" in endpoints.metrics.render().decode()
 
 
 def _one_input(datatype="FP32", shape=(2,), raw=None, **contents) -> pb.ModelInferRequest:

@@ -186,6 +186,39 @@ def test_an_overload_refusal_is_answered_from_the_json_header_before_the_body_an
     assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in server.metrics.render()
 
 
+def test_503s_past_the_pace_wait_their_turn_and_every_one_is_answered():
+    """A client resending refused requests at once is slowed to the pace (`refusal_pace`): here one
+    503 goes at once, and each one after it waits (the longest hold: this pace's next turn is
+    far off), whether the refusal came after the body (JSON) or from the header (binary)."""
+    from gpu_runtime.priority import Priority
+    from atoll.refusal_pace import RefusalPace
+    from tests.atoll.test_server_errors import StuckFrontEnd
+
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    binary = _infer(header + bytes(8), f"Inference-Header-Content-Length: {len(header)}\r\n")
+
+    async def go():
+        async with http_served(server, pace=RefusalPace(0.001, server.metrics.refusals_held)) as client:
+            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
+            while not server.admission[Priority.BE].in_flight:
+                await asyncio.sleep(0.01)
+            statuses = []
+            for _ in range(2):
+                async with client.post("/v2/models/m/infer", data=BODY) as r:
+                    statuses.append(r.status)
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(binary + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            raw = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            held.cancel()
+            return statuses + [status for status, _, _ in _answers(raw)]
+
+    assert asyncio.run(go()) == [503, 503, "503", "200"]
+    assert b"atoll_refusals_held_total 2.0" in server.metrics.render()
+
+
 def test_a_compressed_body_declaring_more_than_the_limit_on_the_wire_is_refused_before_it_is_read():
     """Its Content-Length alone decides: nothing the size of what it declares is ever allocated."""
     sent = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"

@@ -1,0 +1,65 @@
+"""Pacing of 503 answers: clients that resend a refused request at once must not turn a front
+end's event loop into a machine that only refuses.
+
+A refusal is cheap (~0.05 CPU-ms on the 2-core VM), but a client that sends its next request as
+soon as the 503 arrives (a closed loop, a naive retry, anything ignoring Retry-After) sends as many
+as the loop can answer. On a fresh server, 16 such connections got refusals while the first slow
+answers set admission's rate low; then the loop (SCHED_FIFO, as the relays run) answered ~20,000
+503s a second, the requests it had admitted starved, the answer rate admission measures fell, and
+it refused ever more: 2.5 answers a second against a capacity of ~310, for as long as the load ran
+(`atoll bench robust`'s storm measures it).
+
+So each front end sends at most `rate` 503s a second at once, after a burst of a tenth of a
+second's worth; past that, each waits for its turn (a generic cell rate algorithm: a theoretical
+arrival time advanced by 1 / rate per answer), but never more than `MAX_HOLD_S`. A client that
+waits for its answer before sending again is slowed to the pace, and the loop's time goes to the
+work it admitted; a client that does not (an open loop) is answered as before, each refusal late by
+at most `MAX_HOLD_S`, and only while refusals come faster than the pace. Other answers never wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+MAX_HOLD_S = 1.0  # the least Retry-After a refusal carries: a client that honours it loses nothing
+BURST_S = 0.1  # of the pace, sent at once after a quiet spell
+
+
+class RefusalPace:
+    """The pace of one front end's 503s (`rate` a second; 0: unpaced); every call passes the time
+    (seconds). `held` (a counter, or None) counts the answers that wait."""
+
+    def __init__(self, rate: float, held=None):
+        self.rate = rate
+        self.held = held
+        self._interval = 1.0 / rate if rate > 0 else 0.0
+        self._tat = 0.0  # when the next answer would be due at an even pace
+
+    def free(self, now: float) -> bool:
+        """Whether a 503 may go now (it then takes its place in the pace)."""
+        if not self._interval:
+            return True
+        tat = max(self._tat, now)
+        if tat - BURST_S > now:
+            return False
+        self._tat = tat + self._interval
+        return True
+
+    def hold(self, now: float) -> float:
+        """How long a 503 answered now waits before it is sent (0: at once). It takes its place in
+        the pace, unless its turn is more than `MAX_HOLD_S` away: it then waits that long, outside it."""
+        if self.free(now):
+            return 0.0
+        if self.held is not None:
+            self.held.inc()
+        wait = self._tat - BURST_S - now
+        if wait >= MAX_HOLD_S:
+            return MAX_HOLD_S
+        self._tat += self._interval
+        return wait
+
+    async def turn(self) -> None:
+        """Wait until a 503 answered now may be sent (on the running loop's clock)."""
+        wait = self.hold(asyncio.get_running_loop().time())
+        if wait:
+            await asyncio.sleep(wait)

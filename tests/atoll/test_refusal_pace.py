@@ -1,0 +1,41 @@
+"""The pace of a front end's 503s (`refusal_pace`), on a clock the tests move."""
+
+from atoll.refusal_pace import BURST_S, MAX_HOLD_S, RefusalPace
+
+
+class Count:
+    def __init__(self):
+        self.n = 0
+
+    def inc(self):
+        self.n += 1
+
+
+def test_a_burst_goes_at_once_then_each_503_waits_one_interval_more():
+    held = Count()
+    pace = RefusalPace(100.0, held)  # an answer every 10 ms, a burst of a tenth of a second's
+    burst = [pace.hold(5.0) for _ in range(11)]
+    assert burst == [0.0] * 11  # the first, and BURST_S's worth after it
+    waits = [pace.hold(5.0) for _ in range(3)]
+    assert [round(w, 6) for w in waits] == [0.01, 0.02, 0.03]
+    assert held.n == 3
+    assert pace.hold(5.0 + BURST_S + 1.0) == 0.0  # after a quiet spell, at once again
+
+
+def test_free_takes_a_place_only_when_the_answer_may_go_now():
+    pace = RefusalPace(10.0)
+    assert all(pace.free(0.0) for _ in range(2))  # 0.1 s of burst at 10 a second: two
+    assert not pace.free(0.0) and not pace.free(0.0)  # refused twice, and neither took a place
+    assert round(pace.hold(0.0), 6) == 0.1
+
+
+def test_no_503_waits_longer_than_the_longest_hold():
+    pace = RefusalPace(1.0)
+    waits = [pace.hold(0.0) for _ in range(5)]
+    assert waits[0] == 0.0 and max(waits) == MAX_HOLD_S
+
+
+def test_rate_zero_never_holds():
+    held = Count()
+    pace = RefusalPace(0.0, held)
+    assert [pace.hold(0.0) for _ in range(1000)] == [0.0] * 1000 and held.n == 0
