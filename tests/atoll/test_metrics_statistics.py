@@ -1,12 +1,14 @@
 """Metrics written as Triton writes them, the statistics endpoint read from them, and GPU metrics
 through NVML (a stand-in module here; absent NVML means no GPU series)."""
 
+import os
 from types import SimpleNamespace
 
+from prometheus_client import values
 from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.gpu_metrics import GpuMetrics
-from atoll.metrics import Metrics
+from atoll.metrics import MULTIPROCESS_DIR, Metrics, share_metrics
 from atoll.statistics import model_statistics
 
 
@@ -77,3 +79,21 @@ def test_without_nvml_there_are_no_gpu_series():
 
     assert GpuMetrics(["GPU-0"], SimpleNamespace(nvmlInit=no_driver)).families() == []
     assert GpuMetrics(["GPU-missing"], fake_nvml()).families() == []
+
+
+def test_shared_metrics_of_a_forked_child_go_to_its_own_file_and_are_summed(tmp_path, monkeypatch):
+    """The shared values learn their process's pid once (and again after a fork), not from a
+    getpid call at every update: a forked child must still write a file of its own."""
+    monkeypatch.setattr(values, "ValueClass", values.ValueClass)  # both restored afterwards
+    monkeypatch.setenv(MULTIPROCESS_DIR, str(tmp_path))
+    share_metrics(str(tmp_path))
+    m = Metrics()
+    m.refused.inc()
+    child = os.fork()
+    if child == 0:
+        m.refused.inc(2)
+        os._exit(0)
+    os.waitpid(child, 0)
+    counters = sorted(f.name for f in tmp_path.glob("counter_*"))
+    assert counters == sorted(f"counter_{pid}.db" for pid in (os.getpid(), child))
+    assert "atoll_requests_refused_total 3.0" in m.render().decode()
