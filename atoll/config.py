@@ -54,9 +54,10 @@ class ServerConfig:
     max_connections: int = _num(0, 0, "client connections per front end and protocol; past it HTTP ones holding no "
                                       "whole request are closed, longest open first, and new gRPC ones refused "
                                       "(0 = half the open-file limit left after a reserve)")
-    refusals_per_s: float = _num(1000.0, 0, "503 answers a front end sends at once per second (after a burst of a "
-                                            "tenth of that); past it each waits its turn, up to 1 s, so clients "
-                                            "resending refused requests at once are slowed to it (0 = unpaced)")
+    refusals_per_answer: float = _num(4.0, 0, "503s a front end sends at once per request it answers (its measured "
+                                               "rate, at least 100 a second); past it each waits its turn, up to 1 s, "
+                                               "so clients resending refused requests at once are slowed to it "
+                                               "(0 = unpaced)")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
     rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-98) of the threads relaying requests between the server's "
                               "processes, real-time lanes one above, where the OS permits it (root or CAP_SYS_NICE; "

@@ -219,6 +219,12 @@ class Endpoints:
         counters.last_inference.set(time.time() * 1e3)
         return spec, request, answer
 
+    def answer_rate(self) -> float | None:
+        """Requests answered a second while any were in hand, both priorities (admission's
+        measure); None before the first answer."""
+        rates = [rate for admission in self.admission.values() if (rate := admission.rate) is not None]
+        return sum(rates) if rates else None
+
     def refused_now(self, name: str, version: str | None, parameters: dict) -> Refused | None:
         """The 503 a request of model `name` with these `parameters` gets at once under overload
         (counted as `infer` counts its refusals), or None, when `infer` is to decide: it is

@@ -59,7 +59,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
                         metrics.refused)  # fmt: skip
     server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget)
     bound = connection_bound(c.server.max_connections, raise_open_file_limit())
-    pace = RefusalPace(c.server.refusals_per_s, metrics.refusals_held)  # HTTP's and gRPC's
+    pace = RefusalPace(c.server.refusals_per_answer, endpoints.answer_rate, metrics.refusals_held)  # HTTP's and gRPC's
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
                        pace)  # fmt: skip
     # An open loop past capacity connects faster than the loop accepts: beyond a backlog of 128

@@ -120,7 +120,7 @@ class Metrics:
         self.evicted = Counter("atoll_connections_evicted", "HTTP connections holding no whole request closed to "
                                "make room for new ones (server.max_connections)", registry=r)  # fmt: skip
         self.refusals_held = Counter("atoll_refusals_held", "503 answers that waited their turn: clients resent "
-                                     "refused requests faster than server.refusals_per_s", registry=r)  # fmt: skip
+                                     "refused requests faster than server.refusals_per_answer allows", registry=r)  # fmt: skip
         self.program_builds = Counter("atoll_program_builds", "Programs built after load (a bug)",
                                       ("vgpu",), registry=r)  # fmt: skip
         self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",

@@ -9,40 +9,52 @@ answers set admission's rate low; then the loop (SCHED_FIFO, as the relays run) 
 it refused ever more: 2.5 answers a second against a capacity of ~310, for as long as the load ran
 (`atoll bench robust`'s storm measures it).
 
-So each front end sends at most `rate` 503s a second at once, after a burst of a tenth of a
-second's worth; past that, each waits for its turn (a generic cell rate algorithm: a theoretical
-arrival time advanced by 1 / rate per answer), but never more than `MAX_HOLD_S`. A client that
+So each front end sends 503s at once only up to `per_answer` times the rate at which it answers
+what it admits (admission's measured rate; at least `least_per_s`), after a burst of a tenth of a
+second's worth. Past that, each waits for its turn (a generic cell rate algorithm: a theoretical
+arrival time advanced by one interval per answer), but never more than `MAX_HOLD_S`. A client that
 waits for its answer before sending again is slowed to the pace, and the loop's time goes to the
-work it admitted; a client that does not (an open loop) is answered as before, each refusal late by
-at most `MAX_HOLD_S`, and only while refusals come faster than the pace. Other answers never wait.
+work it admitted. Holding a 503 does not slow a client that does not wait for it (an open loop), and
+each one held costs a connection and a timer; so the pace is relative: 3x overload refuses two
+requests per answer, under the default four, and goes unpaced on any machine (a fixed 1,000 a
+second held nearly every refusal of `bench robust`'s 3x overload with cores shared, ~1,300 a
+second: goodput 0.70 of capacity against 0.89 unpaced). Other answers never wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 MAX_HOLD_S = 1.0  # the least Retry-After a refusal carries: a client that honours it loses nothing
 BURST_S = 0.1  # of the pace, sent at once after a quiet spell
+LEAST_PER_S = 100.0  # the pace while the front end answers little or nothing yet
 
 
 class RefusalPace:
-    """The pace of one front end's 503s (`rate` a second; 0: unpaced); every call passes the time
-    (seconds). `held` (a counter, or None) counts the answers that wait."""
+    """The pace of one front end's 503s: `per_answer` (0: unpaced) times `answers_per_s()` (the
+    front end's answer rate, None before it has one), at least `least_per_s`. Every call passes
+    the time (seconds). `held` (a counter, or None) counts the answers that wait."""
 
-    def __init__(self, rate: float, held=None):
-        self.rate = rate
+    def __init__(self, per_answer: float, answers_per_s: Callable[[], float | None], held=None,
+                 least_per_s: float = LEAST_PER_S):
+        self.per_answer = per_answer
+        self.answers_per_s = answers_per_s
         self.held = held
-        self._interval = 1.0 / rate if rate > 0 else 0.0
+        self.least_per_s = least_per_s
         self._tat = 0.0  # when the next answer would be due at an even pace
+
+    def _interval(self) -> float:
+        return 1.0 / max(self.least_per_s, self.per_answer * (self.answers_per_s() or 0.0))
 
     def free(self, now: float) -> bool:
         """Whether a 503 may go now (it then takes its place in the pace)."""
-        if not self._interval:
+        if not self.per_answer:
             return True
         tat = max(self._tat, now)
         if tat - BURST_S > now:
             return False
-        self._tat = tat + self._interval
+        self._tat = tat + self._interval()
         return True
 
     def hold(self, now: float) -> float:
@@ -55,7 +67,7 @@ class RefusalPace:
         wait = self._tat - BURST_S - now
         if wait >= MAX_HOLD_S:
             return MAX_HOLD_S
-        self._tat += self._interval
+        self._tat += self._interval()
         return wait
 
     async def turn(self) -> None:

@@ -110,7 +110,7 @@ def test_grpc_refusals_past_the_pace_wait_their_turn_as_http_503s_do():
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions(), max_pending=1)
         endpoints.ready = True
-        async with grpc_channel(endpoints, RefusalPace(0.001, endpoints.metrics.refusals_held)) as channel:
+        async with grpc_channel(endpoints, RefusalPace(1, lambda: None, endpoints.metrics.refusals_held, 0.001)) as channel:
             call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
             body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
             stuck = asyncio.ensure_future(call(body))  # admitted, then never answered

@@ -200,7 +200,7 @@ def test_503s_past_the_pace_wait_their_turn_and_every_one_is_answered():
     binary = _infer(header + bytes(8), f"Inference-Header-Content-Length: {len(header)}\r\n")
 
     async def go():
-        async with http_served(server, pace=RefusalPace(0.001, server.metrics.refusals_held)) as client:
+        async with http_served(server, pace=RefusalPace(1, lambda: None, server.metrics.refusals_held, 0.001)) as client:
             held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
             while not server.admission[Priority.BE].in_flight:
                 await asyncio.sleep(0.01)
