@@ -56,6 +56,11 @@ MAX_HEAD = 64 * 1024
 MAX_QUEUED = 16  # whole requests waiting behind the one in hand before the connection stops reading
 LINGER_S = 2.0
 READ_BUFFER = 256 * 1024
+# A request's first read: its head and, for a binary-extension infer request, its JSON header.
+# The body is then read straight into its place, or, answered early, discarded in the kernel
+# (`Connection._discard`): a 110 KB JPEG request read whole into the shared buffer would copy
+# its body there and then again into its place, or, refused, copy it only to drop it.
+HEAD_READ = 8 * 1024
 
 
 class HttpServer:
@@ -72,6 +77,8 @@ class HttpServer:
         # Every connection of this loop reads into this one buffer: each read is parsed before the next.
         self.raw = bytearray(READ_BUFFER)
         self.buffer = memoryview(self.raw)
+        self.head_buffer = self.buffer[:HEAD_READ]
+        self.drop_buffer = self.buffer[:1]  # a body being dropped: its first byte, to wake `_discard`
         self._listeners: list[asyncio.Server] = []
 
     async def listen(self, host: str, port: int, backlog: int = 100, reuse_port: bool = False) -> asyncio.Server:
@@ -135,6 +142,7 @@ class Connection(asyncio.BufferedProtocol):
         self._keep_alive = True
         self._dropping = 0  # bytes still to come of a body answered early
         self._socket = None  # to set SO_RCVLOWAT on (`_wake_at`)
+        self._drain: socket.socket | None = None  # a duplicate of it to discard with (`_discard`)
         self._lowat = 1
         self._refused = False  # stop parsing: the last answer is queued
         # (HttpRequest, keep_alive) to answer, or (HttpResponse, keep_alive) answered already: early
@@ -168,7 +176,11 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:  # the kernel copies the rest of a body straight to its place
             return memoryview(self._body)[self._filled:]
-        return self.server.buffer
+        if self._dropping and not self._refused:
+            return self.server.drop_buffer
+        if self._refused or self.state == BODY:
+            return self.server.buffer
+        return self.server.head_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._refused:  # lingering: what the client still sends is dropped
@@ -181,8 +193,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._wake_at(len(self._body) - self._filled)
             return
         self._parse(0, nbytes)
-        if self._dropping:  # a body answered early: wake once the rest of it is here
-            self._wake_at(self._dropping)
+        if self._dropping:
+            self._discard()
 
     def _parse(self, start: int, stop: int) -> None:
         """Parse what was read into the shared buffer, `[start, stop)`. The parser is fed a request's
@@ -193,15 +205,8 @@ class Connection(asyncio.BufferedProtocol):
         while start < stop and not self._refused:
             if self._dropping:  # the body of a request answered early
                 take = min(stop - start, self._dropping)
-                self._dropping -= take
                 start += take
-                if not self._dropping:
-                    self.state = IDLE
-                    self._head_bytes = 0
-                    if self._lowat > 1:
-                        self._wake_at(1)
-                    if self._task is None and not self._queue:
-                        self._until(self.server.idle_timeout_s, self.close)
+                self._dropped(take)
                 continue
             if self._body is not None:  # the start of a body whose head ended in this read
                 take = min(stop - start, len(self._body) - self._filled)
@@ -241,6 +246,36 @@ class Connection(asyncio.BufferedProtocol):
                 if stop - start < len(self._body):  # more to come than this read holds
                     self._wake_at(len(self._body) - min(stop - start, len(self._body)))
 
+    def _discard(self) -> None:
+        """Drop what has arrived of a body answered early without copying it out of the kernel
+        (MSG_TRUNC: a refusal under overload then never touches the 110 KB it refuses), and have
+        the loop woken once the rest is here."""
+        if self._drain is None and self._socket is not None:
+            try:
+                self._drain = socket.fromfd(self._socket.fileno(), self._socket.family, self._socket.type)
+            except OSError:  # out of descriptors: the rest is read and dropped as before
+                pass
+        if self._drain is not None:
+            try:
+                self._dropped(self._drain.recv_into(self.server.buffer, min(self._dropping, READ_BUFFER),
+                                                    socket.MSG_TRUNC | socket.MSG_DONTWAIT))  # fmt: skip
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # the connection failed: the transport hears of it too
+                return
+        if self._dropping:
+            self._wake_at(self._dropping)
+
+    def _dropped(self, nbytes: int) -> None:
+        self._dropping -= nbytes
+        if not self._dropping:
+            self.state = IDLE
+            self._head_bytes = 0
+            if self._lowat > 1:
+                self._wake_at(1)
+            if self._task is None and not self._queue:
+                self._until(self.server.idle_timeout_s, self.close)
+
     def eof_received(self) -> bool | None:
         """The client shut its sending side. After whole requests (a half-close, as `nc -N` and
         some HTTP/1.0 tools do) they are answered, then the connection closed, as Triton does;
@@ -257,6 +292,9 @@ class Connection(asyncio.BufferedProtocol):
             self._timer.cancel()
             self._timer = None
         self.server.connections.discard(self)
+        if self._drain is not None:
+            self._drain.close()
+            self._drain = None
         if self._request is not None:  # mid-request: nobody to answer
             if not self._refused:
                 _gone.info("%s: the connection closed mid-request (the client went away, or its body was cut off for "

@@ -13,10 +13,11 @@ from atoll.server import InferenceServer
 
 
 class Served:
-    """The server's address, and an aiohttp session whose paths are relative to it."""
+    """The server's address, an aiohttp session whose paths are relative to it, and the edge
+    (`http_edge.HttpServer`) serving it."""
 
-    def __init__(self, host: str, port: int, session: aiohttp.ClientSession):
-        self.host, self.port, self.session = host, port, session
+    def __init__(self, host: str, port: int, session: aiohttp.ClientSession, edge):
+        self.host, self.port, self.session, self.edge = host, port, session, edge
 
     def request(self, method: str, path: str, **kw):
         return self.session.request(method, path, **kw)
@@ -38,6 +39,6 @@ async def http_served(endpoints, max_bytes: int = 1 << 20, body_timeout_s: float
     host, port = listener.sockets[0].getsockname()[:2]
     try:
         async with aiohttp.ClientSession(f"http://{host}:{port}") as session:
-            yield Served(host, port, session)
+            yield Served(host, port, session, server)
     finally:
         await server.shutdown(0)

@@ -186,6 +186,38 @@ def test_an_overload_refusal_is_answered_from_the_json_header_before_the_body_an
     assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in server.metrics.render()
 
 
+def test_the_rest_of_a_refused_body_is_discarded_in_the_kernel_and_never_read():
+    """Past a request's first read (its head and JSON header, `HEAD_READ`), the body of an early
+    refusal is dropped by the kernel (MSG_TRUNC) and never copied into the edge's read buffer:
+    three refused 200 KB requests and a GET in one write are answered in order, and the buffer
+    holds at most a first read's worth of the bodies' bytes."""
+    from gpu_runtime.priority import Priority
+    from atoll.http_edge import HEAD_READ
+    from tests.atoll.test_server_errors import StuckFrontEnd
+
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    body = header + bytes(8) + b"\xab" * 200_000
+    refused = _infer(body, f"Inference-Header-Content-Length: {len(header)}\r\n")
+
+    async def go():
+        async with http_served(server) as client:
+            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
+            while not server.admission[Priority.BE].in_flight:
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(refused * 3 + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            raw = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            held.cancel()
+            return raw, client.edge.raw.count(0xAB)
+
+    raw, copied = asyncio.run(go())
+    assert [status for status, _, _ in _answers(raw)] == ["503", "503", "503", "200"]
+    assert copied <= HEAD_READ
+
+
 def test_503s_past_the_pace_wait_their_turn_and_every_one_is_answered():
     """A client resending refused requests at once is slowed to the pace (`refusal_pace`): here one
     503 goes at once, and each one after it waits (the longest hold: this pace's next turn is
