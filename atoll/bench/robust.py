@@ -11,12 +11,15 @@ second server, bounded lower):
   good client's throughput alone, then beside `--flood` connections that send nothing and as many
   that send headers and one byte of a 1 MB body (ratio; connections the server closed to make
   room, `atoll_connections_evicted_total`);
-- overload: the capacity is the best closed-loop throughput on a ladder of connections (from
-  `--concurrency`, doubling while throughput still grows by 5 %: a few connections leave a
-  pipelined server's cores idle, and capacity measured there would flatter the goodput); then an
-  open loop at `--overload` times it for `--overload-s` seconds: every request answered exactly
-  once (no client timeout or dropped connection), and goodput (answers 200 per second) over
-  capacity (target >= 0.9);
+- overload: a ladder of closed loops chooses the connections that serve most (from `--concurrency`,
+  doubling while throughput still grows by 5 %: a few connections leave a pipelined server's cores
+  idle, and capacity measured there would flatter the goodput); the capacity is then measured at
+  that many connections right before and right after the overload, and is the mean of the two
+  (the ladder's best rung is the largest of several noisy figures, biased upwards, and a shared
+  VM's speed drifts over minutes: a single figure before a minute of overload was off by up to
+  ±10 % on the 2-core VM); the overload is an open loop at `--overload` times the capacity
+  before it, for `--overload-s` seconds: every request answered exactly once (no client timeout
+  or dropped connection), and goodput (answers 200 per second) over capacity (target >= 0.9);
 - storm: a closed loop of `--storm` connections, each resending at once whatever it is answered
   (503s included, as a retry loop that ignores Retry-After): goodput over capacity, the 503s, and
   how many of them waited for their turn (`refusal_pace`, `atoll_refusals_held_total`);
@@ -99,9 +102,9 @@ def run(args) -> int:
                            "with_slow_rps": slow["rps"]["rps"], "with_slow_cores": slow["rps"]["cores"],
                            "ratio": round(slow["rps"]["rps"] / alone["rps"], 3),
                            "slow_answers": slow["answers"]["half_sent"]}  # fmt: skip
-            capacity = _capacity(server, load, alone, args.concurrency, args.duration)
-            doc["overload"] = _overload(server, load, capacity, args.overload, args.overload_s)
-            doc["storm"] = _storm(server, load, capacity, args.storm, args.duration)
+            ladder = _ladder(server, load, alone, args.concurrency, args.duration)
+            doc["overload"] = _overload(server, load, ladder, args.overload, args.overload_s, args.duration)
+            doc["storm"] = _storm(server, load, doc["overload"]["capacity_rps"], args.storm, args.duration)
             doc["kill"] = {kind: _kill(server, kind) for kind in KINDS}
         with started([*serve, "--set", f"server.max_connections={args.flood_bound}"], server_cpus) as server:
             doc["flood"] = _flood(server, load, args)
@@ -114,8 +117,9 @@ def run(args) -> int:
                f"{f['half_sent']} half-sent connections ({f['ratio']:.0%}; bound {f['bound']}, "
                f"{f['evicted']} closed to make room)",
                f"overload {o['factor']:g}x for {o['seconds']:g} s: goodput {o['goodput_rps']} req/s = "
-               f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} ({o['goodput_per_server_core_over_capacity']} per "
-               f"server core; the server had {o['cores']['server']} cores against {o['capacity_cores']['server']}); "
+               f"{o['goodput_over_capacity']:.0%} of {o['capacity_rps']} (closed loops of {o['capacity_connections']} "
+               f"before and after: {' and '.join(map(str, o['capacity_before_after_rps']))}; "
+               f"{o['goodput_per_server_core_over_capacity']} per server core, the server had {o['cores']['server']} cores); "
                f"unanswered {o['unanswered']}",
                f"storm of {st['connections']} connections resending at once: goodput {st['goodput_rps']} req/s = "
                f"{st['goodput_over_capacity']:.0%} of capacity; {st['statuses'].get('503', 0)} refusals, "
@@ -218,20 +222,20 @@ def _closed_loop(server: ServerProcess, load: Load, concurrency: int, seconds: f
     return {"rps": round(statuses.get("200", 0) / seconds, 1), "cores": cores, "statuses": statuses}
 
 
-def _capacity(server: ServerProcess, load: Load, first: dict, concurrency: int, seconds: float, most: int = 256) -> dict:
-    """The best of `first` (measured at `concurrency`) and the closed loops at twice as many
-    connections, and twice again, while throughput grows by 5 % a step."""
+def _ladder(server: ServerProcess, load: Load, first: dict, concurrency: int, seconds: float, most: int = 256) -> dict:
+    """The connections that serve most: of `first` (measured at `concurrency`) and the closed
+    loops at twice as many connections, and twice again, while throughput grows by 5 % a step."""
     ladder = {concurrency: first}
-    best = first
+    best = concurrency
     while concurrency < most:
         concurrency *= 2
         ladder[concurrency] = step = _closed_loop(server, load, concurrency, seconds)
-        if step["rps"] > best["rps"]:
-            previous, best = best, step
-            if step["rps"] >= 1.05 * previous["rps"]:
+        if step["rps"] > ladder[best]["rps"]:
+            previous, best = best, concurrency
+            if step["rps"] >= 1.05 * ladder[previous]["rps"]:
                 continue
         break
-    return {**best, "ladder_rps": {str(c): m["rps"] for c, m in ladder.items()}}
+    return {"concurrency": best, "rps": {str(c): m["rps"] for c, m in ladder.items()}}
 
 
 def _with_connections(server: ServerProcess, idle: int, half_sent: int, measure) -> dict:
@@ -278,35 +282,40 @@ def _flood(server: ServerProcess, load: Load, args) -> dict:
             "evicted": counter_total(server.url, "atoll_connections_evicted") - evicted}  # fmt: skip
 
 
-def _overload(server: ServerProcess, load: Load, alone: dict, factor: float, seconds: float) -> dict:
-    """`alone` (the best closed loop's throughput and cores, `_capacity`) is the capacity. The
-    server's cores are reported beside it: on a small machine the open loop's client takes cores
-    from the server."""
-    capacity = alone["rps"]
-    rate = factor * capacity
+def _overload(server: ServerProcess, load: Load, ladder: dict, factor: float, seconds: float,
+              capacity_s: float) -> dict:
+    """The capacity is the mean of closed loops at the ladder's best concurrency (`_ladder`) just
+    before and just after the overload (`capacity_s` each); its cores are reported beside the
+    overload's: on a small machine the open loop's client takes cores from the server."""
+    before = _closed_loop(server, load, ladder["concurrency"], capacity_s)
+    rate = factor * before["rps"]
     records, start, cores = _drive(server, _plans(server, load, seconds, rate=rate))
+    after = _closed_loop(server, load, ladder["concurrency"], capacity_s)
+    capacity = (before["rps"] + after["rps"]) / 2
+    capacity_cores = (before["cores"]["server"] + after["cores"]["server"]) / 2 if before["cores"]["server"] and after["cores"]["server"] else None
     statuses, counts = np.unique(records["status"], return_counts=True)
     ok = records["status"] == 200
     span = float(records["done"].max()) - start  # until the last answer: the tail counts, as its time does
     goodput = float(ok.sum()) / span
-    return {"factor": factor, "seconds": seconds, "capacity_rps": capacity, "capacity_ladder_rps": alone["ladder_rps"],
-            "offered_rps": round(rate, 1),
+    return {"factor": factor, "seconds": seconds, "capacity_rps": round(capacity, 1),
+            "capacity_before_after_rps": [before["rps"], after["rps"]], "capacity_connections": ladder["concurrency"],
+            "capacity_ladder_rps": ladder["rps"], "offered_rps": round(rate, 1),
             "sent": int(len(records)), "statuses": {str(s): int(c) for s, c in zip(statuses, counts)},
             "unanswered": int((records["status"] < 0).sum()),
             "goodput_rps": round(goodput, 1), "goodput_over_capacity": round(goodput / capacity, 3),
-            "cores": cores, "capacity_cores": alone["cores"],
-            "goodput_per_server_core_over_capacity": round(goodput / cores["server"] / (capacity / alone["cores"]["server"]), 3)
-            if cores["server"] and alone["cores"]["server"] else None,
+            "cores": cores, "capacity_cores": {"before": before["cores"], "after": after["cores"]},
+            "goodput_per_server_core_over_capacity": round(goodput / cores["server"] / (capacity / capacity_cores), 3)
+            if cores["server"] and capacity_cores else None,
             "p99_ok_ms": round(float(np.percentile(records["done"][ok] - records["scheduled"][ok], 99)) * 1e3, 1)
             if ok.any() else None}  # fmt: skip
 
 
-def _storm(server: ServerProcess, load: Load, alone: dict, connections: int, seconds: float) -> dict:
+def _storm(server: ServerProcess, load: Load, capacity: float, connections: int, seconds: float) -> dict:
     """A closed loop past what admission lets in: the connections it refuses resend at once."""
     held = counter_total(server.url, "atoll_refusals_held") or 0.0
     storm = _closed_loop(server, load, connections, seconds)
-    return {"connections": connections, "seconds": seconds, "capacity_rps": alone["rps"],
-            "goodput_rps": storm["rps"], "goodput_over_capacity": round(storm["rps"] / alone["rps"], 3),
+    return {"connections": connections, "seconds": seconds, "capacity_rps": capacity,
+            "goodput_rps": storm["rps"], "goodput_over_capacity": round(storm["rps"] / capacity, 3),
             "statuses": storm["statuses"], "held": (counter_total(server.url, "atoll_refusals_held") or 0.0) - held,
             "cores": storm["cores"]}  # fmt: skip
 
