@@ -141,8 +141,7 @@ class Connection(asyncio.BufferedProtocol):
         self._parsed_body = False  # the parser went on past the head (its blank line straddled two reads)
         self._keep_alive = True
         self._dropping = 0  # bytes still to come of a body answered early
-        self._socket = None  # to set SO_RCVLOWAT on (`_wake_at`)
-        self._drain: socket.socket | None = None  # a duplicate of it to discard with (`_discard`)
+        self._socket = None  # to set SO_RCVLOWAT on (`_wake_at`) and discard with (`_discard`)
         self._lowat = 1
         self._refused = False  # stop parsing: the last answer is queued
         # (HttpRequest, keep_alive) to answer, or (HttpResponse, keep_alive) answered already: early
@@ -176,7 +175,7 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:  # the kernel copies the rest of a body straight to its place
             return memoryview(self._body)[self._filled:]
-        if self._dropping and not self._refused:
+        if self._dropping and not self._refused and self._socket is not None:
             return self.server.drop_buffer
         if self._refused or self.state == BODY:
             return self.server.buffer
@@ -250,19 +249,18 @@ class Connection(asyncio.BufferedProtocol):
         """Drop what has arrived of a body answered early without copying it out of the kernel
         (MSG_TRUNC: a refusal under overload then never touches the 110 KB it refuses), and have
         the loop woken once the rest is here."""
-        if self._drain is None and self._socket is not None:
+        raw = self._socket
+        if raw is not None:  # the transport's descriptor, borrowed for one call: detached, never closed here
+            sock = socket.socket(raw.family, raw.type, raw.proto, raw.fileno())
             try:
-                self._drain = socket.fromfd(self._socket.fileno(), self._socket.family, self._socket.type)
-            except OSError:  # out of descriptors: the rest is read and dropped as before
-                pass
-        if self._drain is not None:
-            try:
-                self._dropped(self._drain.recv_into(self.server.buffer, min(self._dropping, READ_BUFFER),
-                                                    socket.MSG_TRUNC | socket.MSG_DONTWAIT))  # fmt: skip
+                self._dropped(sock.recv_into(self.server.buffer, min(self._dropping, READ_BUFFER),
+                                             socket.MSG_TRUNC | socket.MSG_DONTWAIT))  # fmt: skip
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError:  # the connection failed: the transport hears of it too
                 return
+            finally:
+                sock.detach()
         if self._dropping:
             self._wake_at(self._dropping)
 
@@ -292,9 +290,6 @@ class Connection(asyncio.BufferedProtocol):
             self._timer.cancel()
             self._timer = None
         self.server.connections.discard(self)
-        if self._drain is not None:
-            self._drain.close()
-            self._drain = None
         if self._request is not None:  # mid-request: nobody to answer
             if not self._refused:
                 _gone.info("%s: the connection closed mid-request (the client went away, or its body was cut off for "
