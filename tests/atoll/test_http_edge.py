@@ -3,11 +3,20 @@ client library would hide what is on the wire: 100-continue, HEAD, pipelining, H
 bodies, percent-encoded paths, and a 413 that reaches a client still sending its body."""
 
 import asyncio
+import contextlib
 import json
 
+from gpu_runtime.priority import Priority
+
+from atoll.http_edge import HEAD_READ
 from atoll.http_messages import HttpRequest, Routes
+from atoll.refusal_pace import RefusalPace
 from tests.atoll.http_served import http_served
-from tests.atoll.test_server_errors import BODY, EchoFrontEnd, _serving
+from tests.atoll.test_server_errors import BODY, EchoFrontEnd, StuckFrontEnd, _serving
+
+# The JSON header of a binary-extension request with one FP32 [1, 2] input (8 bytes after it)
+BINARY_HEADER = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                        "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
 
 
 async def _talk(sent: bytes, *, expect_close: bool = True, pause_after: bytes | None = None, rest: bytes = b""):
@@ -37,6 +46,22 @@ async def _talk(sent: bytes, *, expect_close: bool = True, pause_after: bytes | 
 def _infer(body: bytes = BODY.encode(), extra: str = "", version: str = "1.1") -> bytes:
     return (f"POST /v2/models/m/infer HTTP/{version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
             .encode() + body)  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _full(pace=None):
+    """A server whose only place is taken (a request admitted, then stuck): every infer request
+    after it is refused at admission; `pace(server)`, where given, paces its 503s. Yields
+    (server, client)."""
+    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
+    async with http_served(server, pace=pace(server) if pace else None) as client:
+        held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))
+        while not server.admission[Priority.BE].in_flight:
+            await asyncio.sleep(0.01)
+        try:
+            yield server, client
+        finally:
+            held.cancel()
 
 
 def _answers(raw: bytes) -> list[tuple[str, dict[str, str], bytes]]:
@@ -156,34 +181,26 @@ def test_a_request_arriving_in_pieces_is_read_wherever_the_pieces_split():
 def test_an_overload_refusal_is_answered_from_the_json_header_before_the_body_and_the_connection_serves_on():
     """Binary-extension requests put their JSON header first: admission's 503 is answered from it
     while the rest of the body is still on its way, and that rest is dropped, not parsed."""
-    from gpu_runtime.priority import Priority
-    from tests.atoll.test_server_errors import StuckFrontEnd
-
-    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
-    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
-                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    header = BINARY_HEADER
     body = header + bytes(8) + b"\xff" * 100_000  # a body longer than it says: the rest is never read as tensors
     head = (f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
             f"Inference-Header-Content-Length: {len(header)}\r\n\r\n").encode()  # fmt: skip
 
     async def go():
-        async with http_served(server) as client:
-            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
-            while not server.admission[Priority.BE].in_flight:
-                await asyncio.sleep(0.01)
+        async with _full() as (server, client):
             reader, writer = await asyncio.open_connection(client.host, client.port)
             writer.write(head + body[:len(header) + 100])
             early = await asyncio.wait_for(reader.readuntil(b'"}'), 30)  # before the rest is sent
             writer.write(body[len(header) + 100:] + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             rest = await asyncio.wait_for(reader.read(), 30)
             writer.close()
-            held.cancel()
-            return early + rest
+            return early + rest, server.metrics.render()
 
-    (status, headers, body_503), (live, _, _) = _answers(asyncio.run(go()))
+    raw, metrics = asyncio.run(go())
+    (status, headers, body_503), (live, _, _) = _answers(raw)
     assert status == "503" and int(headers["Retry-After"]) >= 1 and "overloaded" in json.loads(body_503)["error"]
     assert live == "200"
-    assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in server.metrics.render()
+    assert b'nv_inference_request_failure{model="m",reason="OVERLOAD",version="1"} 1.0' in metrics
 
 
 def test_the_rest_of_a_refused_body_is_discarded_in_the_kernel_and_never_read():
@@ -191,26 +208,15 @@ def test_the_rest_of_a_refused_body_is_discarded_in_the_kernel_and_never_read():
     refusal is dropped by the kernel (MSG_TRUNC) and never copied into the edge's read buffer:
     three refused 200 KB requests and a GET in one write are answered in order, and the buffer
     holds at most a first read's worth of the bodies' bytes."""
-    from gpu_runtime.priority import Priority
-    from atoll.http_edge import HEAD_READ
-    from tests.atoll.test_server_errors import StuckFrontEnd
-
-    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
-    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
-                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
-    body = header + bytes(8) + b"\xab" * 200_000
-    refused = _infer(body, f"Inference-Header-Content-Length: {len(header)}\r\n")
+    refused = _infer(BINARY_HEADER + bytes(8) + b"\xab" * 200_000,
+                     f"Inference-Header-Content-Length: {len(BINARY_HEADER)}\r\n")
 
     async def go():
-        async with http_served(server) as client:
-            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
-            while not server.admission[Priority.BE].in_flight:
-                await asyncio.sleep(0.01)
+        async with _full() as (_, client):
             reader, writer = await asyncio.open_connection(client.host, client.port)
             writer.write(refused * 3 + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             raw = await asyncio.wait_for(reader.read(), 30)
             writer.close()
-            held.cancel()
             return raw, client.edge.raw.count(0xAB)
 
     raw, copied = asyncio.run(go())
@@ -222,20 +228,10 @@ def test_503s_past_the_pace_wait_their_turn_and_every_one_is_answered():
     """A client resending refused requests at once is slowed to the pace (`refusal_pace`): here one
     503 goes at once, and each one after it waits (the longest hold: this pace's next turn is
     far off), whether the refusal came after the body (JSON) or from the header (binary)."""
-    from gpu_runtime.priority import Priority
-    from atoll.refusal_pace import RefusalPace
-    from tests.atoll.test_server_errors import StuckFrontEnd
-
-    server = _serving(StuckFrontEnd(), max_pending=1, timeout_s=30)
-    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
-                                     "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
-    binary = _infer(header + bytes(8), f"Inference-Header-Content-Length: {len(header)}\r\n")
+    binary = _infer(BINARY_HEADER + bytes(8), f"Inference-Header-Content-Length: {len(BINARY_HEADER)}\r\n")
 
     async def go():
-        async with http_served(server, pace=RefusalPace(1, lambda: None, server.metrics.refusals_held, 0.001)) as client:
-            held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))  # admitted, then stuck
-            while not server.admission[Priority.BE].in_flight:
-                await asyncio.sleep(0.01)
+        async with _full(lambda server: RefusalPace(1, lambda: None, server.metrics.refusals_held, 0.001)) as (server, client):
             statuses = []
             for _ in range(2):
                 async with client.post("/v2/models/m/infer", data=BODY) as r:
@@ -244,11 +240,11 @@ def test_503s_past_the_pace_wait_their_turn_and_every_one_is_answered():
             writer.write(binary + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             raw = await asyncio.wait_for(reader.read(), 30)
             writer.close()
-            held.cancel()
-            return statuses + [status for status, _, _ in _answers(raw)]
+            return statuses + [status for status, _, _ in _answers(raw)], server.metrics.render()
 
-    assert asyncio.run(go()) == [503, 503, "503", "200"]
-    assert b"atoll_refusals_held_total 2.0" in server.metrics.render()
+    statuses, metrics = asyncio.run(go())
+    assert statuses == [503, 503, "503", "200"]
+    assert b"atoll_refusals_held_total 2.0" in metrics
 
 
 def test_a_compressed_body_declaring_more_than_the_limit_on_the_wire_is_refused_before_it_is_read():
