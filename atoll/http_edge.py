@@ -8,10 +8,11 @@ must cost next to nothing or the refusals eat the capacity they protect. `tools/
 0.032 CPU-ms a request for 110 KB here and 0.042 on aiohttp (602 KB: 0.075 and 0.105), and Atoll's
 whole refusal of a JPEG infer request at 0.043 here (answered from its JSON header, `Connection.
 _answered_early`) against 0.145 on aiohttp. What makes the
-difference: reads go into one reused buffer (aiohttp allocated 256 KB per read); a body of known
-length is read by the kernel straight into its place once its head is parsed, not copied out of
-the parser and joined; the loop is woken once such a body has arrived whole (SO_RCVLOWAT), not at
-each segment; one timer a connection, re-armed lazily; routes matched by segment count and last
+difference: reads go into one reused buffer (aiohttp allocated 256 KB per read); a request's first
+read is at most `HEAD_READ`, and a body of known length is then read by the kernel straight into
+its place, not copied out of the parser and joined, or, answered early, discarded by the kernel
+(MSG_TRUNC); the loop is woken once such a body has arrived whole (SO_RCVLOWAT), not at each
+segment; one timer a connection, re-armed lazily; routes matched by segment count and last
 segment. Around that bare protocol, what a server needs:
 
 - A body is read whole before its request counts as pending (a client sending it slowly holds only
