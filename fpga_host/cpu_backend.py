@@ -10,6 +10,7 @@ import concurrent.futures as cf
 import functools
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fpga_host import jpeg_header
-from fpga_host.status import PreprocessError, Status
+from fpga_host.status import PreprocessError, Status, reason_of
 
 log = logging.getLogger("atoll.preprocess")
 IMAGE_STAGES = ("decode", "resize", "crop", "normalize")
@@ -315,3 +316,14 @@ class CpuPool:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)  # drain: accepted requests are answered
+
+
+def probe_cpu(_manifest=None) -> dict:
+    """Never raises: whether OpenCV and librosa import here."""
+    try:
+        import cv2
+        import librosa
+    except Exception as exc:
+        return {"available": False, "reason": reason_of(exc)}
+    return {"available": True, "cores": os.cpu_count(), "opencv": cv2.__version__,
+            "librosa": librosa.__version__}

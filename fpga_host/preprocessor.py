@@ -1,4 +1,4 @@
-"""`Preprocessor`: the one entry point for request preprocessing, whatever runs it (xrt | emu | cpu).
+"""`Preprocessor`: the one entry point for request preprocessing, whatever backend runs it.
 
 Requests go to DPU compute units when a device (or its emulation) is open; media the DPU reports
 UNSUPPORTED, and requests whose CU failed or timed out, are redone on the CPU path and say why in
@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fpga_host import cpu_backend
+from fpga_host.backends import backend as backend_spec
+from fpga_host.probe import probe_backends
 from fpga_host.status import PreprocessError, Status
-
-BACKENDS = ("auto", "xrt", "emu", "cpu")
-
 
 @dataclass
 class Result:
     array: np.ndarray
-    backend: str  # the backend that produced `array`: "xrt" | "emu" | "cpu"
+    backend: str  # the backend that produced `array` (a `fpga_host.BACKENDS` name)
     status: Status = Status.OK
     fallback_reason: str | None = None  # why the CPU produced it when a DPU backend was selected
     timings: dict[str, float] = field(default_factory=dict)  # milliseconds
@@ -38,8 +37,8 @@ class Preprocessor:
                  cu_share: tuple[int, int] = (0, 1)):
         """`cu_share` = (k, n): open only every n-th compute unit starting at the k-th, so n
         processes can share one DPU (each then opens at most `*_cus` of its share)."""
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        if backend != "auto":
+            backend_spec(backend)  # an unknown name raises, listing the choices
         if not 0 < crop <= resize_short:
             raise ValueError(f"crop ({crop}) must be in 1..resize_short ({resize_short})")
         self.image_params = cpu_backend.ImageParams(resize_short=resize_short, crop=crop,
@@ -47,16 +46,13 @@ class Preprocessor:
                                                     max_scans=max_jpeg_scans)
         self.max_audio_seconds = max_audio_seconds
         if backend == "auto":
-            from fpga_host.probe import probe_backends
-
             backend = probe_backends(manifest)["backend"]
         self.backend = backend
         self._driver = None
-        if backend != "cpu":
-            from fpga_host.xrt_driver import open_driver
-
-            self._driver = open_driver(
-                backend, manifest=manifest, cu_timeout_s=cu_timeout_s, image_params=self.image_params,
+        opener = backend_spec(backend).open
+        if opener is not None:
+            self._driver = opener(
+                manifest=manifest, cu_timeout_s=cu_timeout_s, image_params=self.image_params,
                 max_audio_seconds=max_audio_seconds, cu_share=cu_share, cu_counts={
                     "image_cu": image_cus, "audio_mel_cu": audio_mel_cus,
                     "audio_norm_cu": audio_norm_cus})

@@ -27,3 +27,8 @@ class PreprocessError(Exception):
 
     def __reduce__(self):  # keep both fields when the error crosses a process-pool boundary
         return (PreprocessError, (self.status, self.reason))
+
+
+def reason_of(exc: BaseException) -> str:
+    """One line naming an exception, for `available: False` probe entries and logs."""
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0]

@@ -23,13 +23,14 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from fpga_host import jpeg_header
+from fpga_host import csim, emu_xrt, jpeg_header
 from fpga_host.cpu_backend import AUDIO_RATE, ImageParams, resized_shape
 from fpga_host.manifest import DEFAULT_MANIFEST, KernelSpec, Manifest, load_manifest
-from fpga_host.status import Status
+from fpga_host.status import Status, reason_of
 
 IMAGE_STAGE_CODES = {"decode": 0, "resize": 1, "crop": 2, "normalize": 3}
 STATUS_WORDS = 8
@@ -427,22 +428,62 @@ class XrtDriver:
             close()
 
 
-def open_driver(backend: str, *, manifest: str | os.PathLike | None = None, device_index: int = 0,
-                **options) -> XrtDriver:
-    """Open the DPU on real XRT (`xrt`: the built xclbin) or its emulation (`emu`: the manifest)."""
-    spec = load_manifest(manifest or DEFAULT_MANIFEST)
-    if backend not in ("xrt", "emu"):
-        raise ValueError(f"no DPU driver for backend {backend!r}")
+def _open(xrt, xclbin_path, spec: Manifest, backend: str, device_index: int, options: dict) -> XrtDriver:
     try:
-        if backend == "xrt":
-            import pyxrt as xrt
-
-            xclbin_path = spec.path.parent / spec.xclbin
-        else:
-            from fpga_host import emu_xrt as xrt
-
-            xclbin_path = spec.path
-        device = xrt.device(device_index)
-        return XrtDriver(xrt, device, xclbin_path, spec, backend=backend, **options)
-    except (ImportError, OSError, RuntimeError, AttributeError) as exc:
+        return XrtDriver(xrt, xrt.device(device_index), xclbin_path, spec, backend=backend, **options)
+    except (OSError, RuntimeError, AttributeError) as exc:
         raise BackendUnavailable(f"backend {backend!r} unavailable: {type(exc).__name__}: {exc}") from exc
+
+
+def open_xrt(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> XrtDriver:
+    """The DPU on real XRT: the xclbin the manifest names, on device `device_index`."""
+    spec = load_manifest(manifest or DEFAULT_MANIFEST)
+    try:
+        import pyxrt  # optional: only machines with XRT installed have it
+    except ImportError as exc:
+        raise BackendUnavailable(f"backend 'xrt' unavailable: {type(exc).__name__}: {exc}") from exc
+    return _open(pyxrt, spec.path.parent / spec.xclbin, spec, "xrt", device_index, options)
+
+
+def open_emu(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> XrtDriver:
+    """The DPU's functional model: the C-simulation library behind the emulated pyxrt."""
+    spec = load_manifest(manifest or DEFAULT_MANIFEST)
+    return _open(emu_xrt, spec.path, spec, "emu", device_index, options)
+
+
+def probe_xrt(manifest: Path) -> dict:
+    """Never raises: the XRT devices present and whether the built xclbin is there."""
+    try:
+        import pyxrt  # optional, as in open_xrt
+    except Exception as exc:  # absent or broken install: both mean "no XRT here"
+        return {"available": False, "reason": f"pyxrt not importable ({reason_of(exc)})"}
+    devices = []
+    try:
+        while True:  # pyxrt has no device count; indices are dense from 0
+            dev = pyxrt.device(len(devices))
+            devices.append(str(dev.get_info(pyxrt.xrt_info_device.name)))
+    except Exception:
+        pass
+    if not devices:
+        return {"available": False, "reason": "pyxrt imported but no device was found"}
+    try:
+        xclbin = manifest.parent / load_manifest(manifest).xclbin
+    except Exception:
+        xclbin = None
+    if xclbin is None or not xclbin.is_file():
+        return {"available": False, "devices": devices,
+                "reason": f"no built xclbin next to {manifest} (run `make -C hls`)"}
+    return {"available": True, "devices": devices, "xclbin": str(xclbin)}
+
+
+def probe_emu(manifest: Path) -> dict:
+    """Never raises: whether the C-simulation library builds, and which kernels it holds."""
+    try:
+        kernels = load_manifest(manifest).kernels
+        lib = csim.load_library()
+    except Exception as exc:  # missing sources, compiler errors, bad manifest: all "unavailable"
+        return {"available": False, "reason": reason_of(exc)}
+    # A library built before some kernels' sources existed serves those requests on the CPU path.
+    present = {name: hasattr(lib, name) for name in kernels}
+    return {"available": any(present.values()), "library": str(getattr(lib, "_name", lib)),
+            "manifest": str(manifest), "kernels": present}

@@ -1,0 +1,1 @@
+"""A front-end process: HTTP routes, gRPC service, endpoints, admission, lanes, limits, slots, media."""

@@ -1,0 +1,1 @@
+"""Metrics, GPU metrics and logging helpers."""

@@ -1,0 +1,1 @@
+"""The model repository: Triton layout, config.pbtxt reader, the demo repository."""

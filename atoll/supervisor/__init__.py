@@ -1,0 +1,1 @@
+"""The supervisor process: model control, dispatcher (batcher + placement), front ends kept alive."""

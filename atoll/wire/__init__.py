@@ -1,0 +1,1 @@
+"""Typed messages between the processes of one server, and their channels."""
