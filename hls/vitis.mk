@@ -1,13 +1,12 @@
-# Shared Vitis rules: compile each kernel to a .xo, link them with a connectivity .cfg into an
-# xclbin, and put the manifest beside it. Inputs: TARGET, PLATFORM, DESIGN, KERNELS, CONNECTIVITY.
+# Shared Vitis rules: compile each kernel's HLS component to a .xo (`v++ -c --mode hls`), link them
+# with a connectivity .cfg into an xclbin (`v++ -l`), and put the manifest beside it. Inputs:
+# TARGET, PLATFORM, DESIGN, KERNELS, CONNECTIVITY, KERNEL_FREQ_HZ.
 #
-# A kernel K's top function is in hls/<unit>/K.cpp (the headers of that folder are its other
-# sources); an optional hls/K.cfg is passed to its compile (HLS settings, RTL blackbox JSON files).
-#
-# RTL blackboxes: hls/K.cfg names each descriptor a kernel uses as syn.blackbox.file=rtl/<unit>.json
-# (relative to hls/), and a descriptor names its C model, include folders and Verilog relative to
-# hls/rtl/. v++ gets copies of both with absolute paths, so the build does not depend on how a
-# Vitis version resolves relative ones.
+# A kernel K is the HLS component hls/K.cfg ([hls] section: syn.top, syn.file, syn.cflags, its RTL
+# blackbox descriptors as syn.blackbox.file, flow_target=vitis, syn.output.format=xo), paths
+# relative to hls/. Its build copy makes every path absolute and names the .xo; the blackbox
+# descriptors (whose C model, include folders and Verilog are relative to hls/rtl/) get absolute
+# copies too, so the build does not depend on how a Vitis version resolves relative paths.
 
 ifeq ($(filter $(TARGET),hw hw_emu),)
 $(error TARGET=$(TARGET): use hw or hw_emu (sw_emu is deprecated since Vitis 2024.2; fpga_host's emulated XRT replaces it))
@@ -21,12 +20,15 @@ MANIFEST := $(BITSTREAMS)/$(DESIGN).json
 
 VPP ?= v++
 EMCONFIGUTIL ?= emconfigutil
-VPP_FLAGS := -t $(TARGET) --platform $(PLATFORM) --save-temps \
-             --log_dir $(BUILD_DIR)/logs --report_dir $(BUILD_DIR)/reports -I$(HLS_DIR)/common
+# The platform's default kernel clock on the U55C (300 MHz), passed to compile and link alike.
+KERNEL_FREQ_HZ ?= 300000000
+LINK_FLAGS := -t $(TARGET) --platform $(PLATFORM) --freqhz=$(KERNEL_FREQ_HZ) --save-temps \
+              --log_dir $(BUILD_DIR)/logs --report_dir $(BUILD_DIR)/reports
 
-kernel_top = $(firstword $(wildcard $(HLS_DIR)/*/$(1).cpp) $(HLS_DIR)/$(1)/$(1).cpp)
-kernel_cfg = $(wildcard $(HLS_DIR)/$(1).cfg)
-kernel_blackboxes = $(if $(call kernel_cfg,$(1)),$(patsubst rtl/%.json,%,$(shell sed -n 's/^syn\.blackbox\.file=//p' $(call kernel_cfg,$(1)))))
+kernel_cfg = $(HLS_DIR)/$(1).cfg
+cfg_values = $(shell sed -n 's/^$(2)=//p' $(call kernel_cfg,$(1)))
+kernel_top = $(addprefix $(HLS_DIR)/,$(call cfg_values,$(1),syn\.file))
+kernel_blackboxes = $(patsubst rtl/%.json,%,$(call cfg_values,$(1),syn\.blackbox\.file))
 blackbox_json = $(foreach u,$(call kernel_blackboxes,$(1)),$(BUILD_DIR)/blackbox/$(u).json)
 
 XOS := $(foreach k,$(KERNELS),$(BUILD_DIR)/$(k).xo)
@@ -44,14 +46,14 @@ help:
 	@echo "make -C hls rtl                                  export each kernel's Verilog to build/rtl/<kernel>"
 
 define compile_rule
-$(BUILD_DIR)/$(1).xo: $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h) $(addprefix $(BUILD_DIR)/cfg/,$(notdir $(call kernel_cfg,$(1))))
-	@mkdir -p $(BUILD_DIR)
-	$(VPP) -c $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/$(1) -k $(1) -I$(patsubst %/,%,$(dir $(call kernel_top,$(1)))) \
-	  $(addprefix --config $(BUILD_DIR)/cfg/,$(notdir $(call kernel_cfg,$(1)))) -o $$@ $(call kernel_top,$(1))
+$(BUILD_DIR)/$(1).xo: $(BUILD_DIR)/cfg/$(1).cfg $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h)
+	$(VPP) -c --mode hls --platform $(PLATFORM) --freqhz=$(KERNEL_FREQ_HZ) --config $(BUILD_DIR)/cfg/$(1).cfg --work_dir $(BUILD_DIR)/hls/$(1)
 
 $(BUILD_DIR)/cfg/$(1).cfg: $(call kernel_cfg,$(1)) $(call blackbox_json,$(1))
 	@mkdir -p $$(@D)
-	sed 's#^syn\.blackbox\.file=rtl/#syn.blackbox.file=$(BUILD_DIR)/blackbox/#' $$< > $$@
+	sed -e 's#^syn\.blackbox\.file=rtl/#syn.blackbox.file=$(BUILD_DIR)/blackbox/#' -e 's#^syn\.file=#&$(HLS_DIR)/#' \
+	  -e '/^syn\.cflags=/s#-I\([^/ ]\)#-I$(HLS_DIR)/\1#g' $$< > $$@
+	echo 'package.output.file=$(BUILD_DIR)/$(1).xo' >> $$@
 endef
 $(foreach k,$(KERNELS),$(eval $(call compile_rule,$(k))))
 
@@ -60,7 +62,7 @@ $(BUILD_DIR)/blackbox/%.json: $(HLS_DIR)/rtl/%.json
 	sed -e 's#"\([^"/][^"]*\.\(v\|cpp\)\)"#"$(HLS_DIR)/rtl/\1"#g' -e 's#-I\([^/][^ "]*\)#-I$(HLS_DIR)/rtl/\1#g' $< > $@
 
 $(XCLBIN): $(XOS) $(HLS_DIR)/$(CONNECTIVITY)
-	$(VPP) -l $(VPP_FLAGS) --temp_dir $(BUILD_DIR)/tmp/link --config $(HLS_DIR)/$(CONNECTIVITY) -o $@ $(XOS)
+	$(VPP) -l $(LINK_FLAGS) --temp_dir $(BUILD_DIR)/tmp/link --config $(HLS_DIR)/$(CONNECTIVITY) -o $@ $(XOS)
 
 # The driver reads kernel argument lists from the manifest, so every xclbin travels with one.
 $(BUILD_DIR)/$(DESIGN).json: $(MANIFEST)
