@@ -213,3 +213,31 @@ def render_toml(config: Config) -> str:
             lines.append(f"{f.name} = {text}" + (f"  # {doc}" if doc else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+# ---- the command line's settings: a config file, --set overrides, then named flags ------------
+
+
+def add_config_options(p) -> None:
+    p.add_argument("--config", help="atoll.toml with settings (defaults for every key)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", default=[],
+                   help="override one config key, e.g. --set batching.batcher=triton (repeatable)")  # fmt: skip
+
+
+def config_from_args(args, flags: dict[str, str]):
+    """Config file, then --set overrides, then the named flags (attribute -> section.key)."""
+    overrides = parse_set_options(args.set)
+    for attr, key in flags.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides[key] = ",".join(value) if isinstance(value, list) else value
+    return load_config(args.config, overrides)
+
+
+SERVE_FLAGS = {
+    "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
+    "grpc_port": "server.grpc_port", "metrics_port": "server.metrics_port", "front_ends": "server.front_ends",
+    "model_control_mode": "server.model_control_mode", "load_model": "server.load_model",
+    "repository_poll_secs": "server.repository_poll_secs", "backend": "preprocessing.backend",
+    "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
+}  # fmt: skip

@@ -36,9 +36,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atoll.commands.model import TOLERANCES  # noqa: E402
 from gpu_runtime.compiler.importer import import_model  # noqa: E402
 from gpu_runtime.executors.cupy_executor import NVRTC_OPTIONS, CupyExecutor  # noqa: E402
+from gpu_runtime.model_check import TOLERANCES  # noqa: E402
 from gpu_runtime.zoo import MODELS, build  # noqa: E402
 
 AUDIO_FRAMES = 300

@@ -1,5 +1,5 @@
 """What a request costs a bare server of each protocol Atoll's front ends speak, before any Atoll
-code runs: Atoll's HTTP edge (`http_edge.HttpServer`, on httptools) with one POST route that
+code runs: Atoll's HTTP edge (`edge.HttpServer`, on httptools) with one POST route that
 answers a few bytes once the body is read, the same route on aiohttp (which served Atoll's HTTP
 before the edge), and a grpc.aio server whose one unary method (raw bytes in, a few bytes out)
 does the same. Each is
@@ -16,7 +16,7 @@ to a refusal, the part of `bench robust`'s overload cost that is not contention.
 infer request carrying a 640x480 JPEG.
 
 Every server runs with the glibc heap settings `atoll serve` gives its processes
-(`service.HEAP_TUNING`): without them each body of 128 KB or more is a fresh mmap whose page faults
+(`supervisor.HEAP_TUNING`): without them each body of 128 KB or more is a fresh mmap whose page faults
 cost more than the protocol (a 602 KB body: 0.24 CPU-ms on the edge instead of 0.06).
 
 Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
@@ -63,13 +63,13 @@ def _infer_request() -> tuple[bytes, dict[str, str]]:
 
 def _refusing_server():
     """Atoll's HTTP server whose admission refuses everything: each priority's one place is taken."""
-    from atoll.connections import HttpConnections
-    from atoll.demo_repository import demo_repository
-    from atoll.endpoints import Endpoints
-    from atoll.metrics import Metrics
-    from atoll.repository import load_repository
-    from atoll.server import InferenceServer
-    from atoll.shm_registry import Regions
+    from atoll.front_end.endpoints import Endpoints
+    from atoll.front_end.http_routes import InferenceServer
+    from atoll.http.connections import HttpConnections
+    from atoll.kserve.shm_registry import Regions
+    from atoll.observe.metrics import Metrics
+    from atoll.repository.demo import demo_repository
+    from atoll.repository.specs import load_repository
 
     class FrontEnd:
         models = {MODEL: load_repository(str(demo_repository()))[MODEL]}
@@ -99,10 +99,10 @@ def _serve(protocol: str, port: int, ready) -> None:
             ready.set()
             await asyncio.Event().wait()
     elif protocol != "grpc":
-        from atoll.connections import HttpConnections
-        from atoll.http_bodies import BodyLimits
-        from atoll.http_edge import HttpServer
-        from atoll.http_messages import HttpResponse, Routes
+        from atoll.http.bodies import BodyLimits
+        from atoll.http.connections import HttpConnections
+        from atoll.http.edge import HttpServer
+        from atoll.http.messages import HttpResponse, Routes
 
         async def answer(request) -> HttpResponse:
             return HttpResponse(body=ANSWER)
@@ -121,7 +121,7 @@ def _serve(protocol: str, port: int, ready) -> None:
     else:
         import grpc
 
-        from atoll.grpc_server import STREAM_WINDOW_BYTES
+        from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 
         async def echo(request: bytes, context) -> bytes:
             return ANSWER
@@ -217,7 +217,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="closed-loop seconds per measurement (default 8)")
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
-    from atoll.service import HEAP_TUNING
+    from atoll.supervisor.supervisor import HEAP_TUNING
 
     os.environ.update(HEAP_TUNING)  # the servers run with the glibc settings `atoll serve` gives its front ends
     rows = []

@@ -9,7 +9,7 @@ What a competent engineer builds from OpenCV and onnxruntime alone, written to b
 - per request: OpenCV decode, resize, centre crop and normalise (`fpga_host.cpu_backend`, the same
   numerics as Atoll's CPU path), or librosa for WAV audio, then one onnxruntime run on one thread
   (one core per worker: intra-op threads would only fight the other workers). No batching;
-- KServe v2 with the binary tensor extension (`atoll.protocol`), so the bench sends it the very
+- KServe v2 with the binary tensor extension (`atoll.kserve.protocol`), so the bench sends it the very
   bytes it sends Atoll; ready FP32 tensors skip the preprocessing.
 
 Run as `python -m atoll.bench.baseline_server --repository DIR [--port 0] [--workers N]`; it prints
@@ -27,13 +27,20 @@ import subprocess
 import sys
 
 import numpy as np
-
-from atoll.pipeline import pad_stack, read_wav
-from atoll.protocol import (HEADER_LENGTH, Output, ProtocolError, binary_outputs, decode_request, encode_response,
-                            requested_outputs)
-from atoll.repository import load_repository
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError
+
+from atoll.front_end.media import pad_stack, read_wav
+from atoll.kserve.protocol import (
+    HEADER_LENGTH,
+    Output,
+    ProtocolError,
+    binary_outputs,
+    decode_request,
+    encode_response,
+    requested_outputs,
+)
+from atoll.repository.specs import load_repository
 
 MAX_BODY = 64 << 20
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",

@@ -16,7 +16,7 @@ import json
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from atoll.protocol import HEADER_LENGTH, join_bytes
+from atoll.kserve.protocol import HEADER_LENGTH, join_bytes
 
 Body = tuple[bytes, dict[str, str]]  # request body and its headers
 

@@ -16,8 +16,9 @@ import math
 import threading
 import time
 
-from atoll.commands.profile import measure, pool_runner
 from gpu_runtime.executors import resolve_executor
+
+from atoll.bench.knee_profile import measure, pool_runner
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 BUCKET_S = 2.5

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from atoll.bench.harness import percentiles
-from atoll.protocol import HEADER_LENGTH
+from atoll.kserve.protocol import HEADER_LENGTH
 
 LATENCY_QS = (50, 95, 99)
 IMAGE_SIZES = ((640, 480), (500, 375), (800, 600), (1024, 768), (375, 500), (1280, 720))

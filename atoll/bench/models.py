@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from atoll.bench.harness import percentiles
 from gpu_runtime.executors import EXECUTORS
+
+from atoll.bench.harness import percentiles
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
 COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch", "torch-graph")
@@ -91,7 +92,7 @@ def run(args) -> int:
 def _models(repository: str | None, names: list[str] | None) -> tuple[dict[str, tuple[Path, int]], list]:
     """{model: (onnx path, max batch or 0)} and [{model, reason}] for the ones that cannot run."""
     if repository:
-        from atoll.repository import load_repository
+        from atoll.repository.specs import load_repository
 
         found = {n: (s.path, s.max_batch_size) for n, s in load_repository(repository).items()}
         unknown = sorted(set(names or ()) - set(found))
@@ -228,10 +229,10 @@ def graph_runner(path, batch: int, length: int | None, inputs: dict, args) -> di
     import cupy
     import numpy as np
     import torch
-
-    from atoll.bench.torch_eager import TorchGraphModel
     from gpu_runtime.compiler.importer import import_model
     from gpu_runtime.executors.cupy_executor import CupyExecutor
+
+    from atoll.bench.torch_eager import TorchGraphModel
 
     def torch_events():
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -283,10 +284,9 @@ def _time_direct(run, inputs: dict, warmup: int, repeats: int) -> list[float]:
 
 def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[int], args) -> dict:
     import numpy as np
-    from tqdm import tqdm
-
     from gpu_runtime.vgpu.discovery import discover_vgpus
-    from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
+    from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
+    from tqdm import tqdm
 
     vgpus = discover_vgpus(args.vgpu_mode)
     chosen = next((v for v in vgpus if v.id == (args.vgpu or vgpus[0].id)), None)
@@ -385,8 +385,9 @@ def _device(vgpu) -> dict:
 
 
 def _versions() -> dict:
-    from atoll import __version__
     from gpu_runtime.executors import probe_executors
+
+    from atoll import __version__
 
     return {
         "atoll": __version__,

@@ -53,9 +53,9 @@ from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request, split
+from atoll.bench.server_process import ServerProcess
 from atoll.bench.servers import add_loadgen_options, counter_total, split_cores, started
-from atoll.connections import raise_open_file_limit
-from atoll.server_process import ServerProcess
+from atoll.http.connections import raise_open_file_limit
 
 MODEL = "mobilenet_v3_small"
 KINDS = ("front_end", "vgpu")

@@ -30,9 +30,10 @@ PROBE_CONCURRENCY = 64  # closed-loop probe that sets the sweep's first rate
 
 
 def register(subparsers) -> None:
-    from atoll.bench.servers import add_loadgen_options
-    from atoll.commands.serve import add_config_options
     from gpu_runtime.executors import EXECUTORS
+
+    from atoll.bench.servers import add_loadgen_options
+    from atoll.config import add_config_options
 
     p = subparsers.add_parser("serve", help="end-to-end serving throughput/latency vs baselines and Ideal")
     p.add_argument("--url", help="drive this running server instead of starting `atoll serve`")
@@ -307,9 +308,8 @@ def run(args) -> int:
     from atoll.bench.ideal import measure_ideal, served_vgpus
     from atoll.bench.loadproc import TRANSPORTS
     from atoll.bench.servers import split_cores
-    from atoll.commands.serve import SERVE_FLAGS, config_from_args
-    from atoll.config import ConfigError
-    from atoll.repository import RepositoryError, load_repository
+    from atoll.config import SERVE_FLAGS, ConfigError, config_from_args
+    from atoll.repository.specs import RepositoryError, load_repository
 
     if not 0.0 <= args.rt_share <= 1.0:
         print(f"atoll bench serve: --rt-share must be between 0 and 1, got {args.rt_share}", file=sys.stderr)
@@ -322,7 +322,7 @@ def run(args) -> int:
         config = config_from_args(args, SERVE_FLAGS)
         repository = config.server.repository or args.repository
         if not repository:
-            from atoll.demo_repository import demo_repository
+            from atoll.repository.demo import demo_repository
 
             repository = str(demo_repository())
         models = load_repository(repository)

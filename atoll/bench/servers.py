@@ -11,7 +11,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from atoll.server_process import ServerProcess
+from atoll.bench.server_process import ServerProcess
 
 
 @dataclass

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from fpga_host import cpu_backend
 
 from atoll.bench.bodies import media_bytes
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes, synthetic_wav
 from atoll.bench.loadproc import Request
-from atoll.pipeline import read_wav
-from fpga_host import cpu_backend
+from atoll.front_end.media import read_wav
 
 INPUTS = ("media", "tensor")
 IMAGES_PER_SET = 20

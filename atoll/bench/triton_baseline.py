@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from atoll.bench.servers import System, pinned
-from atoll.repository import load_repository
+from atoll.repository.specs import load_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_SOURCE = Path(__file__).with_name("triton_model.py")

@@ -22,10 +22,10 @@ class TritonPythonModel:
         # the stub's interpreter knows nothing of Atoll's environment: the bench names its paths
         sys.path[:0] = [p for p in params["atoll_sys_path"].split(":") if p not in sys.path]
         import onnxruntime as ort
+        from fpga_host import cpu_backend
 
         from atoll.bench.baseline_server import media_rows
-        from atoll.pipeline import pad_stack
-        from fpga_host import cpu_backend
+        from atoll.front_end.media import pad_stack
 
         cpu_backend.init_worker()
         options = ort.SessionOptions()

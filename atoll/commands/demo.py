@@ -34,7 +34,7 @@ def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
 
     from atoll.bench.bodies import infer_body
     from atoll.bench.corpus import jpeg_bytes, synthetic_wav
-    from atoll.loadgen import IMAGE_SIZES, Workload
+    from atoll.bench.loadgen import IMAGE_SIZES, Workload
 
     rng = np.random.default_rng(seed)
     with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:
@@ -84,8 +84,8 @@ def _batch_summary(url: str) -> dict[str, float]:
 def run(args) -> int:
     import asyncio
 
-    from atoll.loadgen import format_table, run_load
-    from atoll.server_process import ServerProcess
+    from atoll.bench.loadgen import format_table, run_load
+    from atoll.bench.server_process import ServerProcess
 
     for flag, share in (("--audio-share", args.audio_share), ("--rt-share", args.rt_share)):
         if not 0.0 <= share <= 1.0:

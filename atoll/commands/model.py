@@ -1,11 +1,6 @@
 """`atoll model check PATH.onnx`: run a model on one of our executors and on onnxruntime with the
-same seeded input and report the difference (exit 1 above tolerance).
-
-The tolerance on max|ours - ort| / max|ort| depends on the program's precision: fp32 kernels
-compute in fp32 (only the summation order differs from onnxruntime); fp16 programs store every
-activation and weight in fp16 (11-bit significands, ~5e-4 relative per rounding) and accumulate
-in fp32, which puts the zoo models at 2e-4..2e-3 from the fp32 reference: 1e-2 leaves a margin.
-"""
+same seeded input and report the difference (exit 1 above the precision's tolerance,
+`gpu_runtime.model_check.TOLERANCES`)."""
 
 from __future__ import annotations
 
@@ -13,9 +8,9 @@ import json
 import sys
 
 from gpu_runtime.executors import EXECUTORS, program_executor
+from gpu_runtime.model_check import TOLERANCES, compare
 
 PROGRAM_EXECUTORS = sorted(n for n, s in EXECUTORS.items() if s.program_executor)
-TOLERANCES = {"fp32": 1e-3, "fp16": 1e-2}
 
 
 def register(subparsers) -> None:
@@ -49,33 +44,13 @@ def _resolve(path: str):
     return p
 
 
-def compare(got: dict, want: dict) -> dict:
-    """Per output: max abs difference and max relative difference max|a-b| / max|b|."""
-    import numpy as np
-
-    report = {}
-    for name, b in want.items():
-        a = got[name]
-        if a.shape != b.shape:
-            report[name] = {"shape": list(a.shape), "expected_shape": list(b.shape),
-                            "max_abs": float("inf"), "max_rel": float("inf")}
-            continue
-        diff = float(np.abs(a.astype(np.float64) - b).max()) if b.size else 0.0
-        scale = float(np.abs(b).max()) if b.size else 0.0
-        report[name] = {"shape": list(b.shape), "max_abs": diff,
-                        "max_rel": diff / scale if scale > 0 else diff}
-    return report
-
-
 def run_check(args) -> int:
     import time
 
     import numpy as np
     import onnx
     import onnxruntime as ort
-
     from google.protobuf.message import DecodeError
-
     from gpu_runtime.compiler.importer import import_model
 
     try:

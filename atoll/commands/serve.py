@@ -7,11 +7,8 @@ from pathlib import Path
 
 from gpu_runtime.executors import EXECUTORS
 
-
-def add_config_options(p) -> None:
-    p.add_argument("--config", help="atoll.toml with settings (defaults for every key)")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", default=[],
-                   help="override one config key, e.g. --set batching.batcher=triton (repeatable)")  # fmt: skip
+from atoll.config import SERVE_FLAGS, add_config_options, config_from_args
+from atoll.supervisor.supervisor import serve_forever
 
 
 def register(subparsers) -> None:
@@ -41,50 +38,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_args(args, flags: dict[str, str]):
-    """Config file, then --set overrides, then the named flags (attribute -> section.key)."""
-    from atoll.config import load_config, parse_set_options
-
-    overrides = parse_set_options(args.set)
-    for attr, key in flags.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            overrides[key] = ",".join(value) if isinstance(value, list) else value
-    return load_config(args.config, overrides)
-
-
-SERVE_FLAGS = {
-    "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
-    "grpc_port": "server.grpc_port", "metrics_port": "server.metrics_port", "front_ends": "server.front_ends",
-    "model_control_mode": "server.model_control_mode", "load_model": "server.load_model",
-    "repository_poll_secs": "server.repository_poll_secs", "backend": "preprocessing.backend",
-    "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
-}  # fmt: skip
-
-
-async def serve_forever(service) -> None:
-    import asyncio
-    import signal
-
-    from gpu_runtime.priority import relay_this_thread
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await service.start()
-        relay_this_thread()  # the dispatcher's loop passes every row on, real-time ones among them
-        print(f"atoll: serving on {service.http_url}"
-              + (f" and grpc://{service.grpc_address}" if service.grpc_address else "")
-              + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),
-              flush=True)  # fmt: skip
-        await stop.wait()
-        print("atoll: shutting down", flush=True)
-    finally:
-        await service.stop()
-
-
 def run(args) -> int:
     import asyncio
     import logging
@@ -92,14 +45,14 @@ def run(args) -> int:
     from batching.profile import ProfileError
 
     from atoll.config import ConfigError
-    from atoll.repository import RepositoryError
-    from atoll.service import Service
+    from atoll.repository.specs import RepositoryError
+    from atoll.supervisor.supervisor import Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         config = config_from_args(args, SERVE_FLAGS)
         repo = Path(config.server.repository) if config.server.repository else None
-        asyncio.run(serve_forever(Service(config, repo)))
+        asyncio.run(serve_forever(Supervisor(config, repo)))
     except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 2

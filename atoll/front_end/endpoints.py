@@ -1,6 +1,6 @@
 """What each KServe v2 / Triton endpoint answers, whatever the transport.
 
-The HTTP server (`server.py`) and the gRPC server (`grpc_server.py`) of a front end decode their
+The HTTP server (`front_end/http_routes.py`) and the gRPC server (`front_end/grpc_service.py`) of a front end decode their
 calls and encode the answers; everything between is here, once: the model table, readiness,
 admission, the request timeout, outputs (classification, shared memory), the per-model metrics, and
 the errors, raised as `ApiError`s with Triton's codes. Every accepted request gets exactly one
@@ -27,26 +27,24 @@ import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
-
 from fpga_host.status import PreprocessError
 from gpu_runtime.priority import Priority
 
 from atoll import __version__
-from atoll.admission import Admission
-from atoll.channel import Failure
-from atoll.classification import classify
-from atoll.errors import ApiError, ErrorCode
-from atoll.front_end import RowFailed, priority_of
-from atoll.model_control import IndexModels, LoadModel, UnloadModel
-from atoll.pipeline import MediaError
-from atoll.protocol import (InferRequest, Output, ProtocolError, join_bytes, requested_outputs,
-                            shared_memory_of)
-from atoll.repository import ModelSpec
-from atoll.shm_registry import CudaRegion, Register, SystemRegion, Unregister
-from atoll.statistics import model_statistics
-from atoll.throttled import Throttled
+from atoll.front_end.admission import Admission
+from atoll.front_end.media import MediaError
+from atoll.front_end.rows import RowFailed, priority_of
+from atoll.kserve.classification import classify
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import InferRequest, Output, ProtocolError, join_bytes, requested_outputs, shared_memory_of
+from atoll.kserve.shm_registry import CudaRegion, Register, SystemRegion, Unregister
+from atoll.kserve.statistics import model_statistics
+from atoll.observe.throttled import Throttled
+from atoll.repository.specs import ModelSpec
+from atoll.wire.channel import Failure
+from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.endpoints")
+log = logging.getLogger("atoll.front_end.endpoints")
 EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
               "binary_tensor_data", "parameters", "statistics"]  # fmt: skip
 
@@ -63,7 +61,7 @@ class Refused(ApiError):
 class Endpoints:
     def __init__(self, front_end, metrics, regions, supervisor=None, max_pending: int = 0,
                  timeout_s: float = 120.0):
-        """`front_end` (`front_end.FrontEnd`) holds the models and runs requests; `regions`
+        """`front_end` (`rows.FrontEnd`) holds the models and runs requests; `regions`
         (`shm_registry.Regions`) the mapped shared-memory regions; `supervisor` passes calls on;
         `max_pending` (> 0) is a fixed bound per priority on top of admission's."""
         self.front_end = front_end

@@ -19,17 +19,28 @@ import logging
 import grpc
 import numpy as np
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2, service_pb2 as pb, service_pb2_grpc
+from tritonclient.grpc import model_config_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
 
-from atoll.endpoints import Endpoints, unsupported
-from atoll.errors import ApiError, ErrorCode
-from atoll.refusal_pace import RefusalPace
-from atoll.throttled import Throttled
-from atoll.protocol import (DTYPES, InferRequest, Output, ProtocolError, Tensor, element_count, join_bytes,
-                            shared_memory_of, tensor_from_bytes, tensor_from_numbers)
-from atoll.shm_registry import CudaRegion, SystemRegion
+from atoll.front_end.endpoints import Endpoints, unsupported
+from atoll.http.refusal_pace import RefusalPace
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import (
+    DTYPES,
+    InferRequest,
+    Output,
+    ProtocolError,
+    Tensor,
+    element_count,
+    join_bytes,
+    shared_memory_of,
+    tensor_from_bytes,
+    tensor_from_numbers,
+)
+from atoll.kserve.shm_registry import CudaRegion, SystemRegion
+from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.grpc_server")
+log = logging.getLogger("atoll.front_end.grpc_service")
 STREAM_UNSENT = 64  # a stream's requests read and not yet answered to the client
 
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",

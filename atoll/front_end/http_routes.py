@@ -1,11 +1,11 @@
-"""KServe v2 / Triton HTTP server (`http_edge.HttpServer`) over a front end's `endpoints.Endpoints`, plus metrics.
+"""KServe v2 / Triton HTTP server (`edge.HttpServer`) over a front end's `endpoints.Endpoints`, plus metrics.
 
 Endpoints follow the KServe v2 inference protocol with Triton's extensions (binary tensors, system
 and CUDA shared memory, model repository and control, statistics, classification), so
 `tritonclient.http` works unchanged. Every front-end process runs one, on the shared port. Every
 failure, an unknown endpoint or an extension this server does not support included, is answered
 with JSON `{"error": ...}` and Triton's HTTP status for its kind (`errors.ErrorCode`); bodies are
-read within a size and a time limit (`http_edge.py`).
+read within a size and a time limit (`http/edge.py`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,24 @@ from __future__ import annotations
 import base64
 import binascii
 
-from atoll.connections import HttpConnections
-from atoll.endpoints import Endpoints, unsupported
-from atoll.errors import ApiError, ErrorCode
-from atoll.http_bodies import BodyBudget, BodyLimits
-from atoll.http_edge import HttpServer
-from atoll.http_messages import HttpRequest, HttpResponse, Routes, api_error, error
-from atoll.protocol import (HEADER_LENGTH, ProtocolError, binary_outputs, decode_request, encode_response, json_object,
-                            request_header, request_parameters)
-from atoll.refusal_pace import RefusalPace
-from atoll.shm_registry import CudaRegion, SystemRegion
+from atoll.front_end.endpoints import Endpoints, unsupported
+from atoll.http.bodies import BodyBudget, BodyLimits
+from atoll.http.connections import HttpConnections
+from atoll.http.edge import HttpServer
+from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
+from atoll.http.refusal_pace import RefusalPace
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import (
+    HEADER_LENGTH,
+    ProtocolError,
+    binary_outputs,
+    decode_request,
+    encode_response,
+    json_object,
+    request_header,
+    request_parameters,
+)
+from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
 _HEADER_LENGTH = HEADER_LENGTH.lower()

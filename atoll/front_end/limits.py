@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fpga_host.cpu_backend import image_size, resized_size, validate_length
 
 from atoll.config import PreprocessingConfig
-from atoll.pipeline import MediaError, audio_header
+from atoll.front_end.media import MediaError, audio_header
 
 
 @dataclass(frozen=True)

@@ -13,21 +13,23 @@ import signal
 
 from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
 
-from atoll import channel, grpc_server, native_stderr
-from atoll.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
-from atoll.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
-from atoll.control import SupervisorLink
-from atoll.endpoints import Endpoints
-from atoll.errors import ApiError, ErrorCode
-from atoll.front_end import FrontEnd, FrontEndSetup
-from atoll.http_bodies import BodyBudget, body_budget_bytes
-from atoll.metrics import Metrics
-from atoll.model_control import AddModel, RetireModel
-from atoll.refusal_pace import RefusalPace
-from atoll.server import InferenceServer
-from atoll.shm_registry import CudaIpc, Register, Regions
+from atoll.front_end import grpc_service
+from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.http_routes import InferenceServer
+from atoll.front_end.rows import FrontEnd, FrontEndSetup
+from atoll.http.bodies import BodyBudget, body_budget_bytes
+from atoll.http.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
+from atoll.http.refusal_pace import RefusalPace
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.shm_registry import CudaIpc, Regions, Register
+from atoll.observe import native_stderr
+from atoll.observe.metrics import Metrics
+from atoll.wire import channel
+from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
+from atoll.wire.control import SupervisorLink
+from atoll.wire.model_control import AddModel, RetireModel
 
-log = logging.getLogger("atoll.front_end")
+log = logging.getLogger("atoll.front_end.rows")
 LISTEN_BACKLOG = 4096
 
 
@@ -68,7 +70,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
     grpc = None
     if setup.grpc_port is not None:
-        grpc = await grpc_server.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
+        grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
                                        grpc_limits(bound, c.server.idle_timeout_s), pace)  # fmt: skip
     relay_this_thread()  # this loop passes every request on, real-time ones among them
     writer.write(channel.encode(Hello(setup.index, os.getpid())))

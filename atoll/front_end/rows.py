@@ -11,7 +11,7 @@ told (`Cancel`), so rows of it still queued are dropped unexecuted. A front end 
 one that died first holds the slots its predecessor left at the dispatcher (`FrontEndSetup.held`),
 until their `Done` arrives: a vGPU may still be writing into them.
 
-Models come and go while it serves (`add_model`, `retire_model`: see `model_control.py`); a model
+Models come and go while it serves (`add_model`, `retire_model`: see `supervisor/model_control.py`); a model
 is retired once no request of it is left and every one of its slots is back.
 
 Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-
 from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
@@ -37,17 +36,16 @@ from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.slots import SlotArena
 
-from atoll import channel
-from atoll.channel import Cancel, Done, Failure, Submit
 from atoll.config import Config
-from atoll.errors import ApiError, ErrorCode
-from atoll.lanes import Lanes
-from atoll.limits import MediaLimits
-from atoll.pipeline import pad_stack, read_wav
-from atoll.protocol import InferRequest, ProtocolError, Tensor, described
-from atoll.repository import ModelSpec
-from atoll.slot_allocator import SlotAllocator
-
+from atoll.front_end.lanes import Lanes
+from atoll.front_end.limits import MediaLimits
+from atoll.front_end.media import pad_stack, read_wav
+from atoll.front_end.slots import SlotAllocator
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import InferRequest, ProtocolError, Tensor, described
+from atoll.repository.specs import ModelSpec
+from atoll.wire import channel
+from atoll.wire.channel import Cancel, Done, Failure, Submit
 
 
 class RowFailed(RuntimeError):

@@ -1,6 +1,6 @@
 """Request bodies a front end will take: how large (after any Content-Encoding is undone), in
 which encodings, and how many bytes of them all it holds at once (`BodyBudget`). The connection
-(`http_edge.Connection`) applies them as a body arrives, before its handler runs."""
+(`edge.Connection`) applies them as a body arrives, before its handler runs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.http_messages import HttpRequest
-from atoll.throttled import Throttled
+from atoll.http.messages import HttpRequest
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.server")
+log = logging.getLogger("atoll.front_end.http_routes")
 DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 

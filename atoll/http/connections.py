@@ -11,7 +11,7 @@ descriptors for its own files and pipes, and bounds each protocol's connections:
   room, longest open first, so they cannot keep a real client out; a request whose body has
   arrived is never cut. Connections with no request are also closed after
   `server.idle_timeout_s`, and requests must arrive within `server.body_timeout_s`
-  (`http_edge.py`).
+  (`http/edge.py`).
 - gRPC (`grpc_limits`): grpcio's core refuses connections past the bound itself and drops those
   that have not finished the HTTP/2 handshake in time, or that carry no call for the idle timeout.
 """
@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import resource
 
-from atoll.http_edge import BODY
-from atoll.throttled import Throttled
+from atoll.http.edge import BODY
+from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.connections")
+log = logging.getLogger("atoll.http.connections")
 
 RESERVE_FDS = 256  # a front end's own descriptors: pipes, the supervisor link, DPU and shm files
 EVICT_SHARE = 8  # a full front end frees 1/8 of its bound at once, not one connection per accept
@@ -61,7 +61,7 @@ def grpc_limits(bound: int, idle_timeout_s: float) -> list[tuple[str, int]]:
 
 
 class HttpConnections:
-    """The live connections of an `http_edge.HttpServer`, oldest first, at most `bound` of them.
+    """The live connections of an `edge.HttpServer`, oldest first, at most `bound` of them.
 
     Past the bound, a new connection makes room by closing, longest open first, connections that
     hold no whole request: those with nothing or part of a request head first, then those whose

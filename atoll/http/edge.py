@@ -42,13 +42,13 @@ from collections import deque
 
 import httptools
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.http_bodies import BodyError, BodyLimits, content_length, decoded, too_large
-from atoll.http_messages import HttpRequest, HttpResponse, MethodNotAllowed, Routes, api_error, error
-from atoll.refusal_pace import RefusalPace
-from atoll.throttled import Throttled
+from atoll.http.bodies import BodyError, BodyLimits, content_length, decoded, too_large
+from atoll.http.messages import HttpRequest, HttpResponse, MethodNotAllowed, Routes, api_error, error
+from atoll.http.refusal_pace import RefusalPace
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.server")
+log = logging.getLogger("atoll.front_end.http_routes")
 _gone = Throttled(log)  # connections closed mid-request: a client can repeat that at will
 _refusals = Throttled(log)  # malformed requests
 
@@ -421,7 +421,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _answered_early(self, prefix: memoryview) -> bool:
         """Whether the request's route answered it from its head and `prefix`, the first bytes of
-        its body (`http_messages.Early`): a refusal under overload then costs neither the rest of
+        its body (`messages.Early`): a refusal under overload then costs neither the rest of
         the body's copy nor a task, and what is left of the body is dropped as it arrives."""
         request = self._request
         if request.early is None or not self._keep_alive:

@@ -1,6 +1,6 @@
 """HTTP/1.1 requests and answers as the front ends' handlers see them, and the routes to the handlers.
 
-A request reaches its handler whole (the connection, `http_edge.Connection`, reads its body within
+A request reaches its handler whole (the connection, `edge.Connection`, reads its body within
 bounds first); a handler answers with an `HttpResponse` or raises an `ApiError`, which is answered as
 Triton answers errors: `{"error": "..."}` with its kind's status. Routes are matched segment by
 segment, keyed by the number of segments and the last one, so the infer route costs a dictionary
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from urllib.parse import unquote
 
-from atoll.errors import ApiError, ErrorCode
+from atoll.kserve.errors import ApiError, ErrorCode
 
 _PHRASES = {s.value: s.phrase for s in HTTPStatus}
 

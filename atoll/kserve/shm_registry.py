@@ -36,11 +36,10 @@ import stat
 from dataclasses import dataclass
 
 import numpy as np
-
 from gpu_runtime.vgpu.shm import SEGMENT_PREFIX
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.protocol import SharedMemoryRef, described, is_count
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import SharedMemoryRef, described, is_count
 
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects (glibc's shm_open)

@@ -1,7 +1,7 @@
 """Triton's statistics extension: per-model counts and cumulative durations, read from the metrics.
 
 A server's requests are counted in its front ends and its batches in its dispatcher, so the one
-place that sees them all is the metrics every process writes (`metrics.py`); the statistics are
+place that sees them all is the metrics every process writes (`observe/metrics.py`); the statistics are
 those same counters in Triton's shape (`ModelStatistics`), durations in nanoseconds. The request
 counts of Triton's `inference_stats` are requests; `inference_count` counts batch rows (Triton's
 inferences), `execution_count` batches. `batch_stats` gives each batch size's executions and their

@@ -11,7 +11,7 @@ per exact size (the statistics endpoint's batch_stats), preprocessing time per b
 built after load (a bug if it ever moves: every shape is built at load), what the statistics
 endpoint needs beyond Triton's series, and child processes restarted after they died, by kind
 (vgpu, front_end), and 503s held back to the refusal pace. GPU utilisation, memory and power come
-from NVML (`gpu_metrics.py`) on servers with GPU vGPUs.
+from NVML (`observe/gpu_metrics.py`) on servers with GPU vGPUs.
 
 A server is several processes (front ends count requests, the supervisor's dispatcher counts
 batches), so its metrics live in prometheus_client's multiprocess files under one directory, and
@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from atoll.gpu_metrics import GpuMetrics
+from atoll.observe.gpu_metrics import GpuMetrics
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"

@@ -8,7 +8,7 @@ Atoll reads its own settings from the config's `parameters`:
 From Triton's own fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename`
 names a file of class labels beside config.pbtxt, for classification), and in `dynamic_batching`
 `max_queue_delay_microseconds`, `preferred_batch_size` and `default_priority_level` (the priority of
-requests that name none; level 1 runs as real-time work, see `atoll.pipeline.priority_class`).
+requests that name none; level 1 runs as real-time work, see `atoll.front_end.media.priority_class`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atoll import pbtxt
-from atoll.classification import load_labels
+from atoll.kserve.classification import load_labels
+from atoll.repository import pbtxt
 
 TYPES = {
     "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",

@@ -24,10 +24,11 @@ from batching import Item, ModelSettings, RtPlacement
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 
-from atoll import channel, lengths
-from atoll.channel import Cancel, Done, Failure, Submit
+from atoll.supervisor import lengths
+from atoll.wire import channel
+from atoll.wire.channel import Cancel, Done, Failure, Submit
 
-log = logging.getLogger("atoll.dispatcher")
+log = logging.getLogger("atoll.supervisor.dispatcher")
 
 
 @dataclass(frozen=True)

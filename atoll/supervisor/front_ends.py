@@ -23,13 +23,13 @@ from collections.abc import Callable
 from gpu_runtime.vgpu.backoff import Backoff
 from prometheus_client.multiprocess import mark_process_dead
 
-from atoll import channel
-from atoll.channel import Cancel, Health, Hello, Stop, Submit
-from atoll.dispatcher import Dispatcher, FrontEndLink
-from atoll.front_end import FrontEndSetup
-from atoll.front_end_process import front_end_main
+from atoll.front_end.process import front_end_main
+from atoll.front_end.rows import FrontEndSetup
+from atoll.supervisor.dispatcher import Dispatcher, FrontEndLink
+from atoll.wire import channel
+from atoll.wire.channel import Cancel, Health, Hello, Stop, Submit
 
-log = logging.getLogger("atoll.service")
+log = logging.getLogger("atoll.supervisor.supervisor")
 HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
 
 

@@ -20,47 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.repository import ModelSpec, RepositoryError, load_model
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.repository.specs import ModelSpec, RepositoryError, load_model
+from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.model_control")
+log = logging.getLogger("atoll.supervisor.model_control")
 MODES = ("none", "explicit", "poll")
 NAME_MAX = 255  # bytes in a model name, as in a file name
-
-
-# ---- what a front end asks the supervisor (`channel.Control`) -----------------------------------
-
-
-@dataclass(frozen=True)
-class LoadModel:
-    name: str
-
-
-@dataclass(frozen=True)
-class UnloadModel:
-    name: str
-
-
-@dataclass(frozen=True)
-class IndexModels:
-    ready: bool = False  # only the models ready to serve
-
-
-# ---- what the supervisor has every front end do (`channel.Apply`) -------------------------------
-
-
-@dataclass(frozen=True)
-class AddModel:
-    spec: ModelSpec
-    arenas: dict[int, str]  # front-end index -> the model's slot arena there
-
-
-@dataclass(frozen=True)
-class RetireModel:
-    name: str
 
 
 def check_model_name(name: str) -> None:

@@ -1,23 +1,23 @@
 """The supervisor of one server: repository, vGPU workers, dispatcher, front-end processes, metrics.
 
-`Service.start()` starts the vGPU workers and the dispatcher on this process's event loop, loads
+`Supervisor.start()` starts the vGPU workers and the dispatcher on this process's event loop, loads
 the models the model-control mode serves at start (`add_model`: every model built and warmed on
 every vGPU worker, in every shape the batcher can ask for, and given a slot arena in each front
 end), reserves the HTTP and gRPC ports and starts the front ends on them, and reports ready once
 every front end listens. Models are loaded and unloaded while serving through the same
-`add_model`/`remove_model` (`model_control.py`). `stop()` takes it down in reverse: front ends
+`add_model`/`remove_model` (`supervisor/model_control.py`). `stop()` takes it down in reverse: front ends
 answer what they hold, then the dispatcher, workers and shared memory go, so nothing outlives the
 server.
 
 Processes and what runs where (ARCHITECTURE §1):
 - front ends (`server.front_ends`, one per 4 cores by default): HTTP and gRPC, parsing, admission,
-  CPU preprocessing or DPU hand-off straight into slots (`front_end.py`);
-- this process: the dispatcher (batcher, placement; `dispatcher.py`), model control, the registry
+  CPU preprocessing or DPU hand-off straight into slots (`front_end/rows.py`);
+- this process: the dispatcher (batcher, placement; `supervisor/dispatcher.py`), model control, the registry
   of shared-memory regions, and the metrics port;
 - one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
 
 Children that die are started again: vGPU workers by their pool, front ends by their supervisors
-(`supervision.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
+(`supervisor/front_ends.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
 models have a live worker (`channel.Health`) at every change, and answer readiness from that.
 """
 
@@ -33,32 +33,30 @@ import socket
 import tempfile
 from pathlib import Path
 
-from batching import (BucketPolicy, ModelBatching, ModelSettings, TritonConfig, audio_bucket_edges, image_model,
-                      make_batcher)
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
-from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
 
-from atoll import lengths
-from atoll.channel import Applied, Control, Health, Hello
 from atoll.config import Config
-from atoll.connections import HttpConnections, raise_open_file_limit
-from atoll.control import FrontEnds, reply
-from atoll.dispatcher import Dispatcher, ModelPlan
-from atoll.errors import ApiError, ErrorCode
-from atoll.front_end import FrontEndSetup
-from atoll.http_bodies import BodyLimits
-from atoll.http_edge import HttpServer
-from atoll.http_messages import HttpRequest, HttpResponse, Routes
-from atoll.latency_model import LatencyModel
-from atoll.metrics import Metrics, share_metrics
-from atoll.model_control import AddModel, ModelControl, RetireModel
-from atoll.repository import ModelSpec
-from atoll.shm_registry import RegionBook, Register, Unregister
-from atoll.supervision import FrontEndSupervisor
+from atoll.front_end.rows import FrontEndSetup
+from atoll.http.bodies import BodyLimits
+from atoll.http.connections import HttpConnections, raise_open_file_limit
+from atoll.http.edge import HttpServer
+from atoll.http.messages import HttpRequest, HttpResponse, Routes
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.shm_registry import RegionBook, Register, Unregister
+from atoll.observe.metrics import Metrics, share_metrics
+from atoll.repository.specs import ModelSpec
+from atoll.supervisor.dispatcher import Dispatcher
+from atoll.supervisor.front_ends import FrontEndSupervisor
+from atoll.supervisor.latency_model import LatencyModel
+from atoll.supervisor.model_batching import Batching, batch_spec, plan_for
+from atoll.supervisor.model_control import ModelControl
+from atoll.wire.channel import Applied, Control, Health, Hello
+from atoll.wire.control import FrontEnds, reply
+from atoll.wire.model_control import AddModel, RetireModel
 
-log = logging.getLogger("atoll.service")
+log = logging.getLogger("atoll.supervisor.supervisor")
 CORES_PER_FRONT_END = 4
 # glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
 # heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
@@ -71,119 +69,6 @@ SLOTS_PER_FRONT_END = 1024
 # Connections to the metrics port: a few scrapers; idle ones past this make room as a front end's do.
 METRICS_CONNECTIONS = 64
 METRICS_BODY_BYTES = 64 * 1024  # a scrape sends none
-
-
-def _clamped(policy, max_batch: int):
-    """A profiled policy with Batch_max capped at the model's own max_batch_size."""
-    buckets = tuple(BucketPolicy(b.max_length, min(b.batch_max, max_batch), b.time_knee)
-                    for b in policy.buckets)  # fmt: skip
-    return ModelBatching(policy.modality, buckets, policy.vgpus)
-
-
-def batch_max_default(config: Config, kinds) -> int:
-    """[batching] max_batch_size, or its default for these vGPU kinds: 4 on CPU vGPUs, where
-    onnxruntime's time per image stops falling (MobileNetV3, 2-core VM: 1.76, 1.47, 1.43, 1.60,
-    1.70 ms at batch 1, 2, 4, 8, 16) and a larger Batch_max only holds batches back; else 8."""
-    return config.batching.max_batch_size or (4 if set(kinds) == {"cpu"} else 8)
-
-
-def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, batch_default: int = 8):
-    """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
-    Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
-    the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
-    2.5 s up to the longest clip."""
-    b = config.batching
-    policies = {}
-    for name, spec in models.items():
-        batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
-        if profile is not None and name in profile.models:
-            policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
-            continue
-        delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
-        time_knee = max(delay_us, 1) * 1e-6
-        if spec.preprocess == "audio":
-            edges = audio_bucket_edges(config.preprocessing.max_audio_seconds)
-            buckets = tuple(BucketPolicy(edge, batch_max, time_knee) for edge in edges)
-            policies[name] = ModelBatching("audio", buckets)
-        else:
-            policies[name] = image_model(batch_max, time_knee)
-    return policies
-
-
-def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int) -> dict[str, TritonConfig]:
-    """The Triton-style baseline's settings per model: its config.pbtxt, capped by `batch_max`."""
-    b = config.batching
-    return {
-        name: TritonConfig(
-            max_batch_size=min(batch_max, max(spec.max_batch_size, 1)),
-            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
-            if spec.max_queue_delay_microseconds is not None
-            else b.max_queue_delay_microseconds,
-            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= batch_max),
-        )
-        for name, spec in models.items()
-    }
-
-
-class Batching:
-    """The configured batcher over the server's vGPUs ({id: profile kind}, running `slots` batches
-    at once), and how it batches each model: its PREBA policy, its Triton-style config and its
-    largest batch. Service times come from the knee profile (`batching.profile`) where it covers a
-    model, else from measured batches (`latency`)."""
-
-    def __init__(self, config: Config, vgpus: dict[str, str], latency, slots: dict[str, int] | None = None):
-        from batching.profile import load_profile, shipped_profile
-
-        b = config.batching
-        self.config = config
-        # Without a configured profile, the one shipped for these vGPUs (batching/profiles/) if any.
-        path = b.profile or shipped_profile(dict.fromkeys(vgpus.values()))
-        self.profile = load_profile(path) if path else None
-        if self.profile is not None and self.profile.kind not in vgpus.values():
-            log.warning("profile %s is for %r vGPUs; serving on %s", path, self.profile.kind,
-                        sorted(set(vgpus.values())))  # fmt: skip
-
-        def service_time(model: str, batch: int, length: float, kind: str) -> float:
-            if self.profile is not None and model in self.profile.models:
-                return self.profile.service_time(model, batch, length)
-            return latency(model, batch, length, kind)
-
-        self.batch_max = batch_max_default(config, vgpus.values())
-        self.batcher = make_batcher(b.batcher, vgpus, service_time, static_batch=self.batch_max,
-                                    static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
-
-    def settings(self, spec: ModelSpec) -> tuple[ModelSettings, int]:
-        """How `spec` is batched, and its largest batch under the configured batcher."""
-        models = {spec.name: spec}
-        policy = preba_policies(self.config, models, self.profile, self.batch_max)[spec.name]
-        triton = triton_configs(self.config, models, self.batch_max)[spec.name]
-        largest = {"preba": max(bucket.batch_max for bucket in policy.buckets), "triton": triton.max_batch_size,
-                   "static": self.batch_max}[self.config.batching.batcher]  # fmt: skip
-        return ModelSettings(policy, triton), largest
-
-
-def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency,
-                slots: dict[str, int] | None = None):
-    """`Batching`'s batcher serving `models`, with each model's PREBA policy and largest batch."""
-    batching = Batching(config, vgpus, latency, slots)
-    policies, largest = {}, {}
-    for name, spec in models.items():
-        settings, largest[name] = batching.settings(spec)
-        batching.batcher.add_model(name, settings)
-        policies[name] = settings.batching
-    return batching.batcher, policies, largest
-
-
-def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
-    dims = spec.inputs[0].dims
-    frame_axis = dims.index(-1) if -1 in dims else None
-    padded = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
-    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded)
-
-
-def batch_spec(spec: ModelSpec) -> BatchSpec:
-    return BatchSpec(spec.inputs[0].name, tuple(spec.inputs[0].dims),
-                     {t.name: tuple(t.dims) for t in spec.outputs})
 
 
 def _shm_label(name: str) -> str:
@@ -201,7 +86,7 @@ def _reserve_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Service:
+class Supervisor:
     def __init__(self, config: Config, repository: Path | None = None, progress: bool = True):
         self.config = config
         self.repository = repository
@@ -243,7 +128,7 @@ class Service:
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         raise_open_file_limit()  # children inherit it: pipes and shared memory for every worker and front end
         if self.repository is None:
-            from atoll.demo_repository import demo_repository
+            from atoll.repository.demo import demo_repository
 
             self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
@@ -448,3 +333,26 @@ class Service:
             port.close()
         if self._metrics_dir:
             shutil.rmtree(self._metrics_dir, ignore_errors=True)
+
+
+async def serve_forever(service) -> None:
+    import asyncio
+    import signal
+
+    from gpu_runtime.priority import relay_this_thread
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        relay_this_thread()  # the dispatcher's loop passes every row on, real-time ones among them
+        print(f"atoll: serving on {service.http_url}"
+              + (f" and grpc://{service.grpc_address}" if service.grpc_address else "")
+              + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),
+              flush=True)  # fmt: skip
+        await stop.wait()
+        print("atoll: shutting down", flush=True)
+    finally:
+        await service.stop()

@@ -19,7 +19,7 @@ from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.shm import Layout
 
-from atoll.errors import ApiError
+from atoll.kserve.errors import ApiError
 
 _LENGTH = struct.Struct("<I")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from atoll import channel
-from atoll.channel import Applied, Apply, Control, Reply
-from atoll.errors import ApiError, ErrorCode
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.wire import channel
+from atoll.wire.channel import Applied, Apply, Control, Reply
 
 
 class SupervisorLink:

@@ -1,5 +1,5 @@
 """How long to wait before restarting a process that died: the one policy of every supervisor
-(the vGPU worker pool here, the server's front ends in `atoll.service`).
+(the vGPU worker pool here, the server's front ends in `atoll.supervisor.supervisor`).
 
 There is no lifetime budget: a process that crashes now and then is restarted every time, at once,
 so a server that lost one runs again within seconds. Only deaths in quick succession (a process

@@ -22,7 +22,7 @@ import numpy as np
 ALIGN = 64  # cache-line alignment for every tensor in a segment
 MIN_SEGMENT = 64 << 10
 # Every segment a server makes (worker-pool segments, slot arenas) starts so; clients may name
-# none of them as a shared-memory region (atoll/shm_registry.py).
+# none of them as a shared-memory region (atoll/kserve/shm_registry.py).
 SEGMENT_PREFIX = "atoll-"
 
 

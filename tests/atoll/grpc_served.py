@@ -8,7 +8,7 @@ import socket
 
 import grpc
 
-from atoll import grpc_server
+from atoll.front_end import grpc_service
 
 
 @contextlib.asynccontextmanager
@@ -18,7 +18,7 @@ async def grpc_channel(endpoints, pace=None):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = await grpc_server.start(endpoints, "127.0.0.1", port, 1 << 20, pace=pace)
+    server = await grpc_service.start(endpoints, "127.0.0.1", port, 1 << 20, pace=pace)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             yield channel

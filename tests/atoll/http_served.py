@@ -1,5 +1,5 @@
 """An `InferenceServer` on a free local port over the given `Endpoints`, served as a front end
-serves it (`http_edge.HttpServer`), for tests that talk to it through a real aiohttp client or a
+serves it (`edge.HttpServer`), for tests that talk to it through a real aiohttp client or a
 raw socket in this process."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import contextlib
 
 import aiohttp
 
-from atoll.connections import HttpConnections
-from atoll.server import InferenceServer
+from atoll.front_end.http_routes import InferenceServer
+from atoll.http.connections import HttpConnections
 
 
 class Served:
     """The server's address, an aiohttp session whose paths are relative to it, and the edge
-    (`http_edge.HttpServer`) serving it."""
+    (`edge.HttpServer`) serving it."""
 
     def __init__(self, host: str, port: int, session: aiohttp.ClientSession, edge):
         self.host, self.port, self.session, self.edge = host, port, session, edge

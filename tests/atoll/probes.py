@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from atoll.server_process import ServerProcess
+from atoll.bench.server_process import ServerProcess
 
 PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
 

@@ -11,15 +11,15 @@ import urllib.request
 import numpy as np
 import onnxruntime
 import pytest
-
-from atoll.front_end import priority_of
-from atoll.protocol import InferRequest, ProtocolError
 from gpu_runtime.priority import RT_FIFO, Priority
-from atoll.repository import load_model
-from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
 from tests.gpu_runtime.chain_model import matmul_chain
 from tests.gpu_runtime.test_priority_threads import fifo_permitted
+
+from atoll.bench.server_process import ServerProcess
+from atoll.front_end.rows import priority_of
+from atoll.kserve.protocol import InferRequest, ProtocolError
+from atoll.repository.specs import load_model
 
 CONFIG = """
 name: "chain"

@@ -9,20 +9,20 @@ import json
 import os
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
-
-from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
-from atoll.bench.bodies import infer_body
-from atoll.protocol import HEADER_LENGTH
-from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
+
+from atoll.bench.bodies import infer_body
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
+from atoll.bench.server_process import ServerProcess
+from atoll.kserve.protocol import HEADER_LENGTH
 
 MODEL = "mobilenet_v3_small"
 AUDIO_MODEL = "citrinet"

@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from tests.atoll.client_env import run_client
 
 CALLS = Path(__file__).with_name("triton_calls.py")
@@ -67,7 +66,7 @@ def differences(atoll: dict, triton: dict) -> dict:
 
 def main() -> None:
     from atoll.bench import triton_baseline
-    from atoll.server_process import ServerProcess
+    from atoll.bench.server_process import ServerProcess
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the differences here as JSON")

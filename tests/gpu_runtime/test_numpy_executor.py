@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from atoll.commands.model import TOLERANCES
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
+from gpu_runtime.model_check import TOLERANCES
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
 
 

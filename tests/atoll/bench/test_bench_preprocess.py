@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from atoll.bench import preprocess as bench
-from atoll.bench.corpus import jpeg_bytes
 from fpga_host.preprocessor import Preprocessor
 from tests.fpga_host.fake_dpu import fake_library, use_fake_library  # noqa: F401 (fixtures)
+
+from atoll.bench import preprocess as bench
+from atoll.bench.corpus import jpeg_bytes
 
 
 def test_measure_counts_every_request(use_fake_library):

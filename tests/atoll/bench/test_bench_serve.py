@@ -15,8 +15,8 @@ from atoll.bench import serve_analysis as analysis
 from atoll.bench import traffic as traffic_mod
 from atoll.bench.bodies import http_body
 from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, split
-from atoll.protocol import HEADER_LENGTH, decode_request
-from atoll.repository import load_repository
+from atoll.kserve.protocol import HEADER_LENGTH, decode_request
+from atoll.repository.specs import load_repository
 
 MODEL = "mobilenet_v3_small"
 
@@ -133,7 +133,7 @@ def test_load_processes_speak_grpc_and_shared_memory(repository):
     """Every transport of the load processes against `atoll serve`: all answered, and the
     processes' shared-memory regions unregistered when they end."""
     from atoll.bench.loadproc import LoadProcesses
-    from atoll.server_process import ServerProcess
+    from atoll.bench.server_process import ServerProcess
 
     models = load_repository(repository)
     traffic = traffic_mod.build(models, {MODEL: 1.0}, 0.5, traffic_mod.Media("web", seed=1), "tensor")
@@ -168,10 +168,10 @@ def _post(url: str, body: bytes, headers: dict) -> tuple[int, bytes, dict]:
 
 def test_plain_baseline_answers_as_onnxruntime_does(plain_server, repository):
     import onnxruntime as ort
+    from fpga_host import cpu_backend
 
     from atoll.bench.bodies import infer_body, tensor_body
     from atoll.bench.corpus import jpeg_bytes
-    from fpga_host import cpu_backend
 
     jpeg = jpeg_bytes(500, 375, seed=3)
     x = cpu_backend.image(jpeg)[None]
@@ -266,11 +266,11 @@ def test_triton_twin_config_takes_media_or_tensors(repository):
 def test_triton_baseline_answers_as_onnxruntime_does(repository):
     """Real tritonserver where nvidia-pytriton is installed (never required: skipped elsewhere)."""
     import onnxruntime as ort
+    from fpga_host import cpu_backend
 
     from atoll.bench import triton_baseline
     from atoll.bench.bodies import infer_body, tensor_body
     from atoll.bench.corpus import jpeg_bytes
-    from fpga_host import cpu_backend
 
     try:
         triton_baseline.triton_home()

@@ -3,7 +3,6 @@ on every zoo model. PyTorch is not an Atoll dependency: it exists on the GPU mac
 
 import numpy as np
 import pytest
-
 from gpu_runtime.zoo import MODELS, build
 
 

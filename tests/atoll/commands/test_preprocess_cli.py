@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from atoll.commands import preprocess
 from atoll.bench.corpus import jpeg_bytes, tone
+from atoll.commands import preprocess
 
 
 def run_cli(argv: list[str]) -> int:

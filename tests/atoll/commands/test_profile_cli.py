@@ -7,12 +7,13 @@ import json
 
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
-from atoll.cli import main
-from atoll.commands.profile import measure, parse_batches, parse_lengths
 from batching.knee import knee
 from batching.profile import load_profile
+from onnx import TensorProto, helper
+
+from atoll.bench.knee_profile import measure
+from atoll.cli import main
+from atoll.commands.profile import parse_batches, parse_lengths
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from atoll.cli import main
 
-PROFILE = str(Path(__file__).resolve().parents[2] / "batching" / "profiles" / "a100-1g.5gb.json")
+PROFILE = str(Path(__file__).resolve().parents[3] / "batching" / "profiles" / "a100-1g.5gb.json")
 
 
 def _run(capsys, *extra):

@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 import pytest
 
-from atoll.admission import FLOOR, WAIT_SHARE, Admission
+from atoll.front_end.admission import FLOOR, WAIT_SHARE, Admission
 
 
 def test_admits_up_to_the_floor_before_anything_is_answered():

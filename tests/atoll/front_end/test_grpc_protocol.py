@@ -3,11 +3,11 @@
 
 import numpy as np
 import pytest
+from gpu_runtime.priority import Priority
 from tritonclient.grpc import service_pb2 as pb
 
-from atoll.grpc_server import request_from_proto, response_to_proto
-from atoll.protocol import Output, ProtocolError
-from gpu_runtime.priority import Priority
+from atoll.front_end.grpc_service import request_from_proto, response_to_proto
+from atoll.kserve.protocol import Output, ProtocolError
 
 
 class Regions:
@@ -60,13 +60,13 @@ def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog
     import logging
 
     import grpc
+    from tests.atoll.front_end.test_server_errors import SPEC, StuckFrontEnd
+    from tests.atoll.grpc_served import grpc_channel
 
     from atoll.bench.bodies import grpc_request
-    from atoll.endpoints import Endpoints
-    from atoll.metrics import Metrics
-    from atoll.shm_registry import Regions as MappedRegions
-    from tests.atoll.grpc_served import grpc_channel
-    from tests.atoll.test_server_errors import SPEC, StuckFrontEnd
+    from atoll.front_end.endpoints import Endpoints
+    from atoll.kserve.shm_registry import Regions as MappedRegions
+    from atoll.observe.metrics import Metrics
 
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions())
@@ -98,14 +98,14 @@ def test_grpc_refusals_past_the_pace_wait_their_turn_as_http_503s_do():
     import asyncio
 
     import grpc
+    from tests.atoll.front_end.test_server_errors import SPEC, StuckFrontEnd
+    from tests.atoll.grpc_served import grpc_channel
 
     from atoll.bench.bodies import grpc_request
-    from atoll.endpoints import Endpoints
-    from atoll.metrics import Metrics
-    from atoll.refusal_pace import RefusalPace
-    from atoll.shm_registry import Regions as MappedRegions
-    from tests.atoll.grpc_served import grpc_channel
-    from tests.atoll.test_server_errors import SPEC, StuckFrontEnd
+    from atoll.front_end.endpoints import Endpoints
+    from atoll.http.refusal_pace import RefusalPace
+    from atoll.kserve.shm_registry import Regions as MappedRegions
+    from atoll.observe.metrics import Metrics
 
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions(), max_pending=1)
@@ -174,23 +174,23 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     import logging
 
     import grpc
+    from tests.atoll.front_end.test_server_errors import EchoFrontEnd
+    from tests.atoll.grpc_served import grpc_channel
     from tritonclient.grpc import service_pb2_grpc
 
-    from atoll import grpc_server
-    from atoll.endpoints import Endpoints
-    from atoll.metrics import Metrics
-    from atoll.shm_registry import Regions as MappedRegions
-    from tests.atoll.grpc_served import grpc_channel
-    from tests.atoll.test_server_errors import EchoFrontEnd
+    from atoll.front_end import grpc_service
+    from atoll.front_end.endpoints import Endpoints
+    from atoll.kserve.shm_registry import Regions as MappedRegions
+    from atoll.observe.metrics import Metrics
 
-    decode = grpc_server.request_from_proto
+    decode = grpc_service.request_from_proto
 
     def buggy(msg, regions):
         if msg.id == "bug":
             raise RuntimeError("a bug")
         return decode(msg, regions)
 
-    monkeypatch.setattr(grpc_server, "request_from_proto", buggy)
+    monkeypatch.setattr(grpc_service, "request_from_proto", buggy)
 
     def request(id_: str, shape=(1, 2), values=(1.0, 2.0)) -> pb.ModelInferRequest:
         msg = pb.ModelInferRequest(model_name="m", id=id_)
@@ -229,11 +229,12 @@ def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
     one answer and asks for no more: however long the loop runs, STREAM_UNSENT requests are read."""
     import asyncio
 
-    from atoll import grpc_server
-    from atoll.endpoints import Endpoints
-    from atoll.metrics import Metrics
-    from atoll.shm_registry import Regions as MappedRegions
-    from tests.atoll.test_server_errors import EchoFrontEnd
+    from tests.atoll.front_end.test_server_errors import EchoFrontEnd
+
+    from atoll.front_end import grpc_service
+    from atoll.front_end.endpoints import Endpoints
+    from atoll.kserve.shm_registry import Regions as MappedRegions
+    from atoll.observe.metrics import Metrics
 
     read = [0]
 
@@ -247,7 +248,7 @@ def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
     async def go():
         endpoints = Endpoints(EchoFrontEnd(), Metrics(), MappedRegions())
         endpoints.ready = True
-        answers = grpc_server.GrpcService(endpoints).ModelStreamInfer(requests(), None)
+        answers = grpc_service.GrpcService(endpoints).ModelStreamInfer(requests(), None)
         first = await anext(answers)
         for _ in range(200):  # the loop's turns: each would read on, were nothing holding it back
             await asyncio.sleep(0.005)
@@ -255,18 +256,18 @@ def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
         return first
 
     assert asyncio.run(go()).error_message == ""
-    assert read[0] == grpc_server.STREAM_UNSENT
+    assert read[0] == grpc_service.STREAM_UNSENT
 
 
 def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):
     """grpcio logs ExecuteBatchError at ERROR with a traceback when a call ends (cancelled, past
     its deadline) before its answer is sent: a storm of 1-100 ms deadlines filled the log so. The
-    filter grpc_server.start installs turns them into one INFO line every 10 s; other records pass."""
+    filter grpc_service.start installs turns them into one INFO line every 10 s; other records pass."""
     import logging
 
     from grpc._cython.cygrpc import ExecuteBatchError
 
-    from atoll.grpc_server import _CallEnded
+    from atoll.front_end.grpc_service import _CallEnded
 
     gone = _CallEnded()
 
@@ -278,5 +279,5 @@ def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):
         passed = [gone.filter(record(ExecuteBatchError('Failed "execute_batch"'))) for _ in range(100)]
         other = gone.filter(record(RuntimeError("a real failure")))
     assert passed == [False] * 100 and other
-    said = [r for r in caplog.records if r.name == "atoll.grpc_server"]
+    said = [r for r in caplog.records if r.name == "atoll.front_end.grpc_service"]
     assert [(r.levelno, "its call had ended" in r.getMessage()) for r in said] == [(logging.INFO, True)]

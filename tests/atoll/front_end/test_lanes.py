@@ -8,9 +8,9 @@ import os
 import threading
 
 import pytest
-
-from atoll.lanes import Lanes
 from gpu_runtime.priority import BE_NICE, Priority
+
+from atoll.front_end.lanes import Lanes
 
 
 def test_rt_job_runs_while_the_be_lane_is_busy():

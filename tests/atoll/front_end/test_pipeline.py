@@ -1,4 +1,4 @@
-"""Reading a request's audio (`pipeline.read_wav`): WAV (RIFF, RF64, WAVE_FORMAT_EXTENSIBLE) and
+"""Reading a request's audio (`media.read_wav`): WAV (RIFF, RF64, WAVE_FORMAT_EXTENSIBLE) and
 FLAC are read as libsndfile (the reference, through soundfile) writes them; every other container
 libsndfile knows is refused before it parses a byte, and float samples far past full scale too."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from atoll.pipeline import MediaError, read_wav
+from atoll.front_end.media import MediaError, read_wav
 
 TONE = (0.3 * np.sin(np.arange(8000) / 10)).astype(np.float32)
 

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from atoll import http_edge
-from atoll.endpoints import Endpoints
-from atoll.throttled import Throttled
-from atoll.metrics import Metrics
-from atoll.model_control import IndexModels
-from atoll.repository import ModelSpec, TensorSpec
-from atoll.shm_registry import Regions
 from gpu_runtime.priority import Priority
 from tests.atoll.http_served import http_served
+
+from atoll.front_end.endpoints import Endpoints
+from atoll.http import edge as http_edge
+from atoll.kserve.shm_registry import Regions
+from atoll.observe.metrics import Metrics
+from atoll.observe.throttled import Throttled
+from atoll.repository.specs import ModelSpec, TensorSpec
+from atoll.wire.model_control import IndexModels
 
 SPEC = ModelSpec("m", "1", Path("m.onnx"), "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
                  [TensorSpec("y", "FP32", (2,))], "none", "none")  # fmt: skip
@@ -153,7 +154,7 @@ def test_what_the_http_parser_refuses_is_a_json_400_logged_at_info_without_a_tra
         return (await asyncio.wait_for(reader.read(), 30)).decode()  # the server closes after the answer
 
     # each case's line, not only the first in 10 s
-    monkeypatch.setattr(http_edge, "_refusals", Throttled(logging.getLogger("atoll.server"), every_s=0))
+    monkeypatch.setattr(http_edge, "_refusals", Throttled(logging.getLogger("atoll.front_end.http_routes"), every_s=0))
     with caplog.at_level(logging.INFO):
         answer = asyncio.run(_served_raw(_serving(EchoFrontEnd()), talk))
     status, _, body = answer.partition("\r\n\r\n")
@@ -270,7 +271,7 @@ def test_an_overload_refusal_says_when_to_retry():
 def test_connections_closed_mid_request_are_one_info_line_every_10_s(caplog, monkeypatch):
     """A client can close mid-body at will: each was an INFO line, as requests whose client went
     away after sending were before they were throttled too (40,000 lines in a minute)."""
-    monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.server")))  # its 10 s start afresh
+    monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.front_end.http_routes")))  # its 10 s start afresh
     server = _serving(EchoFrontEnd())
 
     async def go():

@@ -7,10 +7,10 @@ import asyncio
 import secrets
 
 import pytest
-
-from atoll.slot_allocator import SlotAllocator
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.slots import SlotArena
+
+from atoll.front_end.slots import SlotAllocator
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Connections that hold no whole request cannot lock real clients out (`atoll/connections.py`),
-and bodies held back cannot exhaust a front end's memory (`http_bodies.BodyBudget`).
+"""Connections that hold no whole request cannot lock real clients out (`atoll/http/connections.py`),
+and bodies held back cannot exhaust a front end's memory (`bodies.BodyBudget`).
 
 Before: with the common soft limit of 1,024 open files, 1,100 TCP connections that sent nothing
 made every infer and readiness probe time out. Here a real `atoll serve` bounded to a few
@@ -18,17 +18,17 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from atoll.connections import connection_bound, grpc_limits
-from atoll.http_bodies import BodyBudget, BodyError
-from atoll.http_messages import HttpRequest
-from atoll.server_process import ServerProcess
-from atoll.service import METRICS_CONNECTIONS
-from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
+from atoll.bench.server_process import ServerProcess
+from atoll.http.bodies import BodyBudget, BodyError
+from atoll.http.connections import connection_bound, grpc_limits
+from atoll.http.messages import HttpRequest
+from atoll.supervisor.supervisor import METRICS_CONNECTIONS
 
 MODEL = "mobilenet_v3_small"
 BOUND = 16

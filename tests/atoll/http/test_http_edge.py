@@ -1,4 +1,4 @@
-"""HTTP/1.1 as clients speak it to a front end's edge (`http_edge.py`), over raw sockets where a
+"""HTTP/1.1 as clients speak it to a front end's edge (`http/edge.py`), over raw sockets where a
 client library would hide what is on the wire: 100-continue, HEAD, pipelining, HTTP/1.0, chunked
 bodies, percent-encoded paths, and a 413 that reaches a client still sending its body."""
 
@@ -7,12 +7,12 @@ import contextlib
 import json
 
 from gpu_runtime.priority import Priority
-
-from atoll.http_edge import HEAD_READ
-from atoll.http_messages import HttpRequest, Routes
-from atoll.refusal_pace import RefusalPace
+from tests.atoll.front_end.test_server_errors import BODY, EchoFrontEnd, StuckFrontEnd, _serving
 from tests.atoll.http_served import http_served
-from tests.atoll.test_server_errors import BODY, EchoFrontEnd, StuckFrontEnd, _serving
+
+from atoll.http.edge import HEAD_READ
+from atoll.http.messages import HttpRequest, Routes
+from atoll.http.refusal_pace import RefusalPace
 
 # The JSON header of a binary-extension request with one FP32 [1, 2] input (8 bytes after it)
 BINARY_HEADER = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],

@@ -17,19 +17,19 @@ import struct
 
 import numpy as np
 import pytest
+from fpga_host.status import PreprocessError
 
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
 from atoll.config import PreprocessingConfig
-from atoll.endpoints import Endpoints
-from atoll.errors import ApiError, ErrorCode
-from atoll.front_end import priority_of
-from atoll.limits import MediaLimits
-from atoll.metrics import Metrics
-from atoll.pipeline import read_wav
-from atoll.protocol import DTYPES, HEADER_LENGTH, InferRequest, ProtocolError, decode_request
-from atoll.repository import ModelSpec, TensorSpec
-from atoll.shm_registry import Regions
-from fpga_host.status import PreprocessError
+from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.limits import MediaLimits
+from atoll.front_end.media import read_wav
+from atoll.front_end.rows import priority_of
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import DTYPES, HEADER_LENGTH, InferRequest, ProtocolError, decode_request
+from atoll.kserve.shm_registry import Regions
+from atoll.observe.metrics import Metrics
+from atoll.repository.specs import ModelSpec, TensorSpec
 
 MUTATIONS = 2000
 SPEC = ModelSpec("m", "1", None, "onnxruntime_onnx", 8, [TensorSpec("x", "FP32", (2,))],
@@ -299,9 +299,9 @@ def _grpc_mutants(seed: int):
 
 
 def test_grpc_infer_requests():
-    """What `grpc_server.request_from_proto` and the checks after it make of ModelInferRequests
+    """What `grpc_service.request_from_proto` and the checks after it make of ModelInferRequests
     with fields no client should send."""
-    from atoll.grpc_server import request_from_proto
+    from atoll.front_end.grpc_service import request_from_proto
 
     def parse(msg) -> None:
         _checked(request_from_proto(msg, OneRegion()))

@@ -1,6 +1,6 @@
 """The pace of a front end's 503s (`refusal_pace`), on a clock the tests move."""
 
-from atoll.refusal_pace import BURST_S, MAX_HOLD_S, RefusalPace
+from atoll.http.refusal_pace import BURST_S, MAX_HOLD_S, RefusalPace
 
 
 class Count:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from atoll.classification import classify
+from atoll.kserve.classification import classify
 
 
 def test_top_classes_of_each_row_with_labels():

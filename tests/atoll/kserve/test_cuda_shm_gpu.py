@@ -10,9 +10,9 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
-
-from atoll.server_process import ServerProcess
 from tests.atoll.client_env import run_client
+
+from atoll.bench.server_process import ServerProcess
 
 pytestmark = pytest.mark.gpu
 MODEL = "mobilenet_v3_small"
@@ -38,7 +38,6 @@ print(json.dumps(registered))
 
 def test_inputs_and_outputs_in_cuda_shared_memory(tmp_path):
     import cupy
-
     from gpu_runtime.zoo import build
     from gpu_runtime.zoo.repository import write_model
 

@@ -5,10 +5,18 @@ import struct
 
 import numpy as np
 import pytest
-
-from atoll.protocol import (HEADER_LENGTH, Output, ProtocolError, binary_outputs, decode_request,
-                            encode_response, join_bytes, requested_outputs)
 from tests.atoll.client_env import run_client
+
+from atoll.kserve.protocol import (
+    HEADER_LENGTH,
+    Output,
+    ProtocolError,
+    binary_outputs,
+    decode_request,
+    encode_response,
+    join_bytes,
+    requested_outputs,
+)
 
 MAKE_REQUEST = r"""
 import sys, numpy as np, tritonclient.http as h

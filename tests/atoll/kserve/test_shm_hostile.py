@@ -15,16 +15,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from tritonclient.grpc import service_pb2 as pb
-
-from atoll.endpoints import Endpoints
-from atoll.errors import ApiError, ErrorCode
-from atoll.metrics import Metrics
-from atoll.protocol import SharedMemoryRef
-from atoll.shm_registry import SEGMENT_PREFIX, SHM_DIR, Register, Regions, SystemRegion, Unregister
+from tests.atoll.front_end.test_server_errors import StuckFrontEnd
 from tests.atoll.grpc_served import grpc_channel
 from tests.atoll.http_served import http_served
-from tests.atoll.test_server_errors import StuckFrontEnd
+from tritonclient.grpc import service_pb2 as pb
+
+from atoll.front_end.endpoints import Endpoints
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import SharedMemoryRef
+from atoll.kserve.shm_registry import SEGMENT_PREFIX, SHM_DIR, Regions, Register, SystemRegion, Unregister
+from atoll.observe.metrics import Metrics
 
 SECRET = b"root:$6$not-in-dev-shm\n"
 

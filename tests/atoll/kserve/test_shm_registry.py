@@ -11,9 +11,9 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.protocol import SharedMemoryRef
-from atoll.shm_registry import CudaRegion, RegionBook, Regions, Register, SystemRegion, Unregister
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.protocol import SharedMemoryRef
+from atoll.kserve.shm_registry import CudaRegion, RegionBook, Regions, Register, SystemRegion, Unregister
 
 
 @pytest.fixture

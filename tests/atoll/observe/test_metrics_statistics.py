@@ -7,9 +7,9 @@ from types import SimpleNamespace
 from prometheus_client import values
 from prometheus_client.parser import text_string_to_metric_families
 
-from atoll.gpu_metrics import GpuMetrics
-from atoll.metrics import MULTIPROCESS_DIR, Metrics, share_metrics
-from atoll.statistics import model_statistics
+from atoll.kserve.statistics import model_statistics
+from atoll.observe.gpu_metrics import GpuMetrics
+from atoll.observe.metrics import MULTIPROCESS_DIR, Metrics, share_metrics
 
 
 def test_triton_counters_have_no_total_suffix_and_statistics_read_them():

@@ -11,7 +11,7 @@ import sys
 SCRIPT = r"""
 import logging, os
 import cv2, numpy as np
-from atoll import native_stderr
+from atoll.observe import native_stderr
 from atoll.bench.corpus import jpeg_bytes
 
 native_stderr.BURST, native_stderr.WINDOW_S = 5, 1e9

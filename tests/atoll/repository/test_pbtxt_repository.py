@@ -1,7 +1,7 @@
 import pytest
 
-from atoll import pbtxt
-from atoll.repository import RepositoryError, load_repository
+from atoll.repository import pbtxt
+from atoll.repository.specs import RepositoryError, load_repository
 
 CONFIG = '''
 name: "resnet"  # a comment

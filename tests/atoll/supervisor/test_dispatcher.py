@@ -10,14 +10,15 @@ import pickle
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from atoll import lengths
-from atoll.channel import Cancel, Done, Failure, Submit
-from atoll.dispatcher import Dispatcher, FrontEndLink, ModelPlan
-from atoll.latency_model import LatencyModel
-from atoll.metrics import Metrics
 from batching import BucketPolicy, ModelBatching, ModelSettings, TritonConfig, make_batcher
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
+
+from atoll.observe.metrics import Metrics
+from atoll.supervisor import lengths
+from atoll.supervisor.dispatcher import Dispatcher, FrontEndLink, ModelPlan
+from atoll.supervisor.latency_model import LatencyModel
+from atoll.wire.channel import Cancel, Done, Failure, Submit
 
 AUDIO = ModelPlan("asr", "1", max_batch=2, frame_axis=1, padded_frames=(251, 501))
 PLANS = {"asr": AUDIO}

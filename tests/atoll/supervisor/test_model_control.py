@@ -4,13 +4,13 @@ add/remove (the real ones run in test_triton_protocol.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 
 import pytest
 
-from atoll.errors import ApiError, ErrorCode
-from atoll.model_control import IndexModels, LoadModel, ModelControl, UnloadModel, check_model_name
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.supervisor.model_control import ModelControl, check_model_name
+from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
 CONFIG = """name: "{name}"
 max_batch_size: 4

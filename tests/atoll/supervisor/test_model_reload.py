@@ -1,7 +1,7 @@
 """Loading and unloading models while serving: a model loaded again answers as it did the first time
 (it answered all zeros: its vGPU worker kept the old slot arena mapped under the same name), a load
 of anything but a folder of the repository is refused and changes nothing served, and a load that
-fails part way takes back what it did (`Service.add_model`, over stand-ins for the workers and the
+fails part way takes back what it did (`Supervisor.add_model`, over stand-ins for the workers and the
 front ends)."""
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
+from tests.atoll.probes import PATIENCE_S, request, serving, until
+from tests.atoll.test_server_e2e import _reference_logits
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
 from atoll.config import load_config
-from atoll.model_control import AddModel, RetireModel
-from atoll.repository import ModelSpec, TensorSpec
-from atoll.service import Batching, Service
-from gpu_runtime.zoo import build
-from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, request, serving, until
-from tests.atoll.test_server_e2e import _reference_logits
+from atoll.repository.specs import ModelSpec, TensorSpec
+from atoll.supervisor.model_batching import Batching
+from atoll.supervisor.supervisor import Supervisor
+from atoll.wire.model_control import AddModel, RetireModel
 
 MODEL = "mobilenet_v3_small"
 
-# ---- Service.add_model over stand-ins ------------------------------------------------------------
+# ---- Supervisor.add_model over stand-ins ------------------------------------------------------------
 
 
 class Pool:
@@ -78,9 +79,9 @@ class FrontEnds:
             raise RuntimeError("front end 1 cannot attach")
 
 
-def service(front_ends: FrontEnds) -> Service:
+def service(front_ends: FrontEnds) -> Supervisor:
     config = load_config()
-    s = Service(config, Path("."), progress=False)
+    s = Supervisor(config, Path("."), progress=False)
     s.pool, s.dispatcher, s._channels = Pool(), Dispatcher(), front_ends
     s._batching = Batching(config, {"cpu0": "cpu"}, lambda *a: 1e-3)
     s._front_end_count = 2
@@ -92,12 +93,12 @@ def spec(name: str) -> ModelSpec:
                      [TensorSpec("y", "FP32", (10,))], "none", "none")  # fmt: skip
 
 
-def state(s: Service) -> tuple:
+def state(s: Supervisor) -> tuple:
     return (set(s.models), set(s._arenas), set(s.dispatcher.plans), set(s.pool.loaded),
             [set(m) for m in s._channels.models])  # fmt: skip
 
 
-def shm_names(s: Service) -> set[str]:
+def shm_names(s: Supervisor) -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith(s._arena_prefix)}
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from atoll.config import load_config
-from atoll.repository import ModelSpec, TensorSpec
-from atoll.service import batcher_for, preba_policies
+from atoll.repository.specs import ModelSpec, TensorSpec
+from atoll.supervisor.model_batching import batcher_for, preba_policies
 
-PROFILE = Path(__file__).resolve().parents[2] / "batching" / "profiles" / "a100-1g.5gb.json"
+PROFILE = Path(__file__).resolve().parents[3] / "batching" / "profiles" / "a100-1g.5gb.json"
 
 
 def _spec(name, preprocess, max_batch=32, delay_us=None):

@@ -1,0 +1,137 @@
+"""How the supervisor batches each model: the configured batcher over the server's vGPUs, each
+model's PREBA bucket policy (from the knee profile or its config), its Triton-style config and its
+largest batch, and the plans the dispatcher and workers follow."""
+
+from __future__ import annotations
+
+import logging
+
+from batching import (
+    BucketPolicy,
+    ModelBatching,
+    ModelSettings,
+    TritonConfig,
+    audio_bucket_edges,
+    image_model,
+    make_batcher,
+)
+from batching.profile import load_profile, shipped_profile
+from gpu_runtime.vgpu.messages import BatchSpec
+
+from atoll.config import Config
+from atoll.repository.specs import ModelSpec
+from atoll.supervisor import lengths
+from atoll.supervisor.dispatcher import ModelPlan
+
+log = logging.getLogger("atoll.supervisor.model_batching")
+
+
+def _clamped(policy, max_batch: int):
+    """A profiled policy with Batch_max capped at the model's own max_batch_size."""
+    buckets = tuple(BucketPolicy(b.max_length, min(b.batch_max, max_batch), b.time_knee)
+                    for b in policy.buckets)  # fmt: skip
+    return ModelBatching(policy.modality, buckets, policy.vgpus)
+
+
+def batch_max_default(config: Config, kinds) -> int:
+    """[batching] max_batch_size, or its default for these vGPU kinds: 4 on CPU vGPUs, where
+    onnxruntime's time per image stops falling (MobileNetV3, 2-core VM: 1.76, 1.47, 1.43, 1.60,
+    1.70 ms at batch 1, 2, 4, 8, 16) and a larger Batch_max only holds batches back; else 8."""
+    return config.batching.max_batch_size or (4 if set(kinds) == {"cpu"} else 8)
+
+
+def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, batch_default: int = 8):
+    """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
+    Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
+    the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
+    2.5 s up to the longest clip."""
+    b = config.batching
+    policies = {}
+    for name, spec in models.items():
+        batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
+        if profile is not None and name in profile.models:
+            policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
+            continue
+        delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
+        time_knee = max(delay_us, 1) * 1e-6
+        if spec.preprocess == "audio":
+            edges = audio_bucket_edges(config.preprocessing.max_audio_seconds)
+            buckets = tuple(BucketPolicy(edge, batch_max, time_knee) for edge in edges)
+            policies[name] = ModelBatching("audio", buckets)
+        else:
+            policies[name] = image_model(batch_max, time_knee)
+    return policies
+
+
+def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int) -> dict[str, TritonConfig]:
+    """The Triton-style baseline's settings per model: its config.pbtxt, capped by `batch_max`."""
+    b = config.batching
+    return {
+        name: TritonConfig(
+            max_batch_size=min(batch_max, max(spec.max_batch_size, 1)),
+            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
+            if spec.max_queue_delay_microseconds is not None
+            else b.max_queue_delay_microseconds,
+            preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= batch_max),
+        )
+        for name, spec in models.items()
+    }
+
+
+class Batching:
+    """The configured batcher over the server's vGPUs ({id: profile kind}, running `slots` batches
+    at once), and how it batches each model: its PREBA policy, its Triton-style config and its
+    largest batch. Service times come from the knee profile (`batching.profile`) where it covers a
+    model, else from measured batches (`latency`)."""
+
+    def __init__(self, config: Config, vgpus: dict[str, str], latency, slots: dict[str, int] | None = None):
+        b = config.batching
+        self.config = config
+        # Without a configured profile, the one shipped for these vGPUs (batching/profiles/) if any.
+        path = b.profile or shipped_profile(dict.fromkeys(vgpus.values()))
+        self.profile = load_profile(path) if path else None
+        if self.profile is not None and self.profile.kind not in vgpus.values():
+            log.warning("profile %s is for %r vGPUs; serving on %s", path, self.profile.kind,
+                        sorted(set(vgpus.values())))  # fmt: skip
+
+        def service_time(model: str, batch: int, length: float, kind: str) -> float:
+            if self.profile is not None and model in self.profile.models:
+                return self.profile.service_time(model, batch, length)
+            return latency(model, batch, length, kind)
+
+        self.batch_max = batch_max_default(config, vgpus.values())
+        self.batcher = make_batcher(b.batcher, vgpus, service_time, static_batch=self.batch_max,
+                                    static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
+
+    def settings(self, spec: ModelSpec) -> tuple[ModelSettings, int]:
+        """How `spec` is batched, and its largest batch under the configured batcher."""
+        models = {spec.name: spec}
+        policy = preba_policies(self.config, models, self.profile, self.batch_max)[spec.name]
+        triton = triton_configs(self.config, models, self.batch_max)[spec.name]
+        largest = {"preba": max(bucket.batch_max for bucket in policy.buckets), "triton": triton.max_batch_size,
+                   "static": self.batch_max}[self.config.batching.batcher]  # fmt: skip
+        return ModelSettings(policy, triton), largest
+
+
+def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, str], latency,
+                slots: dict[str, int] | None = None):
+    """`Batching`'s batcher serving `models`, with each model's PREBA policy and largest batch."""
+    batching = Batching(config, vgpus, latency, slots)
+    policies, largest = {}, {}
+    for name, spec in models.items():
+        settings, largest[name] = batching.settings(spec)
+        batching.batcher.add_model(name, settings)
+        policies[name] = settings.batching
+    return batching.batcher, policies, largest
+
+
+def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
+    dims = spec.inputs[0].dims
+    frame_axis = dims.index(-1) if -1 in dims else None
+    padded = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded)
+
+
+def batch_spec(spec: ModelSpec) -> BatchSpec:
+    return BatchSpec(spec.inputs[0].name, tuple(spec.inputs[0].dims),
+                     {t.name: tuple(t.dims) for t in spec.outputs})
