@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Protocol, Sequence
 
-from gpu_runtime.compiler.program import Program
+from gpu_runtime.program import Program
+
 from scheduler.task import Task
 
 # (task, launch index): one kernel of one task.

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from gpu_runtime.compiler.program import KernelDef, Program
+from gpu_runtime.program import KernelDef, Program
 
 
 @dataclass(frozen=True)

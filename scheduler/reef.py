@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gpu_runtime.program import Program
 
-from gpu_runtime.compiler.program import Program
 from scheduler.padding import pair_table, plan_padding
 from scheduler.policies import Policy, make_policy
 from scheduler.profiler import KernelProfile, profile_program

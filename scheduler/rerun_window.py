@@ -9,7 +9,7 @@ writes overlap i's reads. The scheduler caps each task's outstanding kernels at 
 
 from __future__ import annotations
 
-from gpu_runtime.compiler.program import BufferRef, Program
+from gpu_runtime.program import BufferRef, Program
 
 # Looking further than this is pointless: nobody keeps more kernels outstanding.
 MAX_WINDOW = 64

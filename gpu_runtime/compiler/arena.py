@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpu_runtime.compiler.program import BufferRef, Program
+from gpu_runtime.program import BufferRef, Program
 
 ALIGN = 256
 

@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 
 from gpu_runtime.compiler.arena import Lifetime, pack, plan
-from gpu_runtime.compiler.program import BufferRef, BufferSpec, KernelDef, Launch, Program
 from gpu_runtime.kernels.source import contiguous_strides
+from gpu_runtime.program import BufferRef, BufferSpec, KernelDef, Launch, Program
 
 
 class UnsupportedModelError(ValueError):

@@ -18,11 +18,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from gpu_runtime.compiler.graph import (GraphContext, ProgramBuilder, Tensor, UnsupportedModelError, Value,
-                                        attrs_of)
+from gpu_runtime.compiler.graph import GraphContext, ProgramBuilder, Tensor, UnsupportedModelError, Value, attrs_of
 from gpu_runtime.compiler.lowering import LOWERINGS
 from gpu_runtime.compiler.lowering.common import materialize_view
-from gpu_runtime.compiler.program import Program
+from gpu_runtime.program import Program
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16"}
 

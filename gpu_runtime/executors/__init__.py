@@ -43,7 +43,7 @@ EXECUTORS: dict[str, ExecutorSpec] = {
                      description="our guarded CUDA kernels via NVRTC, captured as CUDA graphs"),
         ExecutorSpec("cuda-emu", "gpu_runtime.executors:load_cuda_emu",
                      "gpu_runtime.executors:probe_cuda_emu", preemptible=True,
-                     program_executor="gpu_runtime.kernels.emulator.executor:EmulatedExecutor",
+                     program_executor="gpu_runtime.executors.emulated_executor:EmulatedExecutor",
                      description="the same CUDA kernels compiled with g++ and run on the CPU "
                                  "(checks the CUDA side without a GPU; slow)"),
     )
@@ -204,8 +204,8 @@ def load_cupy(onnx_path, info, max_batch=None):
     """On a green-context vGPU all work goes to the partition's stream: CuPy makes the device's
     primary context current on first use, so only streams made inside the green context (measured on
     an H100: 16 of 132 SMs ran a compute-bound kernel 7.8x slower) stay on the partition."""
-    from gpu_runtime.vgpu import green_context as vgpu_green_context
     from gpu_runtime.executors.cupy_executor import CupyExecutor
+    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     green = vgpu_green_context.active()
     stream = None
@@ -217,6 +217,6 @@ def load_cupy(onnx_path, info, max_batch=None):
 
 
 def load_cuda_emu(onnx_path, info, max_batch=None):
-    from gpu_runtime.kernels.emulator.executor import EmulatedExecutor
+    from gpu_runtime.executors.emulated_executor import EmulatedExecutor
 
     return ProgramRunner(EmulatedExecutor(), onnx_path, max_batch=max_batch)

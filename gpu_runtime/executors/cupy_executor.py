@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.compiler.arena import chunked
-from gpu_runtime.compiler.program import BufferRef, KernelDef, Program
+from gpu_runtime.program import BufferRef, KernelDef, Program
 
 NVRTC_OPTIONS = ("--std=c++14",)
 # Captures made while other threads serve: only this thread's unsafe calls may break a capture.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu_runtime.compiler.program import BufferRef, Program
+from gpu_runtime.program import BufferRef, Program
 
 
 def host_views(program: Program) -> list[np.ndarray]:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runtime.compiler.program import KernelDef
-from gpu_runtime.kernels.source import (BLOCK_REDUCE, CTYPES, act_cuda, act_numpy, kernel_source,
-                                        storage_prelude, tag)
+from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, act_cuda, act_numpy, kernel_source, storage_prelude, tag
+from gpu_runtime.program import KernelDef
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,18 @@ import functools
 import numpy as np
 from scipy.special import erf
 
-from gpu_runtime.compiler.program import KernelDef
-from gpu_runtime.kernels.source import (ACTS, CTYPES, FASTDIV, act_cuda, act_numpy, addresses,
-                                        kernel_source, storage_prelude, tag)
+from gpu_runtime.kernels.source import (
+    ACTS,
+    CTYPES,
+    FASTDIV,
+    act_cuda,
+    act_numpy,
+    addresses,
+    kernel_source,
+    storage_prelude,
+    tag,
+)
+from gpu_runtime.program import KernelDef
 
 # op -> (CUDA expression of {0} with parameters alpha/beta, NumPy function of (x, alpha, beta))
 UNARY = {

@@ -23,10 +23,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runtime.compiler.program import KernelDef
 from gpu_runtime.kernels.conv import Geometry
-from gpu_runtime.kernels.source import (CTYPES, FASTDIV, TAGS, act_cuda, act_numpy, addresses,
-                                        kernel_source, storage_prelude, strided)
+from gpu_runtime.kernels.source import (
+    CTYPES,
+    FASTDIV,
+    TAGS,
+    act_cuda,
+    act_numpy,
+    addresses,
+    kernel_source,
+    storage_prelude,
+    strided,
+)
+from gpu_runtime.program import KernelDef
 
 THREADS = 256
 SPLIT_WORKSPACE = "float32"

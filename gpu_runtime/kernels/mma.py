@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 
-from gpu_runtime.compiler.program import KernelDef
 from gpu_runtime.kernels import gemm as g
 from gpu_runtime.kernels.source import kernel_source
+from gpu_runtime.program import KernelDef
 
 BK = 32
 PAD = 8  # halves per smem row: 80-byte rows put the 8 rows of an ldmatrix in distinct banks

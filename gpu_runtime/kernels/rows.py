@@ -16,8 +16,8 @@ import functools
 
 import numpy as np
 
-from gpu_runtime.compiler.program import KernelDef
 from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, kernel_source, storage_prelude, tag
+from gpu_runtime.program import KernelDef
 
 OPS = ("mean", "softmax", "logsoftmax", "layernorm")
 WARP_ROWS = 8  # rows per 256-thread block in the warp variant

@@ -14,9 +14,8 @@ import functools
 
 import numpy as np
 
-from gpu_runtime.compiler.program import KernelDef
-from gpu_runtime.kernels.source import (CTYPES, WARP_REDUCE, act_cuda, act_numpy, kernel_source,
-                                        storage_prelude, tag)
+from gpu_runtime.kernels.source import CTYPES, WARP_REDUCE, act_cuda, act_numpy, kernel_source, storage_prelude, tag
+from gpu_runtime.program import KernelDef
 
 THREADS = 512
 MAX_CHANNELS = 4096  # C + hidden must fit the block's shared vector

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf
 
-from gpu_runtime.compiler.program import GUARD_PROLOGUE
+from gpu_runtime.program import GUARD_PROLOGUE
 
 THREADS = 256
 CTYPES = {"float32": "float", "float16": "__half", "int32": "int"}

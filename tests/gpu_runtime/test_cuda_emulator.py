@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from gpu_runtime.compiler.program import KernelDef
-from gpu_runtime.kernels.emulator import (CXXFLAGS, EmulatedKernel, EmulatorError,
-                                          KernelCompileError)
+from gpu_runtime.kernels.emulator import CXXFLAGS, EmulatedKernel, EmulatorError, KernelCompileError
+from gpu_runtime.program import KernelDef
 
 RNG = np.random.default_rng(7)
 

@@ -15,11 +15,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.emulated_executor import EmulatedExecutor
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
-from gpu_runtime.kernels.emulator.executor import EmulatedExecutor
+from onnx import TensorProto, helper, numpy_helper
 from tests.gpu_runtime.zoo_cases import zoo_model
 
 RNG = np.random.default_rng(11)

@@ -7,10 +7,9 @@ import re
 
 import numpy as np
 import pytest
-
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
-from gpu_runtime.compiler.program import BufferRef
+from gpu_runtime.program import BufferRef
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
 
 SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\((.*?)\)\s*\{', re.S)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
-from gpu_runtime.compiler.program import BufferRef
+from gpu_runtime.program import BufferRef
 from tests.gpu_runtime.zoo_cases import input_for, zoo_model
 
 

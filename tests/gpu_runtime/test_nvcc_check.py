@@ -7,8 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
-from gpu_runtime.kernels.nvcc_check import check, zoo_kernels
+from gpu_runtime.nvcc_check import check, zoo_kernels
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Tiny kernel programs and an instrumented arena executor for the scheduler tests.
 
-Programs follow gpu_runtime.compiler.program exactly: buffers at byte offsets in one arena (temporaries
+Programs follow gpu_runtime.program exactly: buffers at byte offsets in one arena (temporaries
 rotate through a few shared slots, as a planner would place them), launches naming numpy kernels.
 """
 
@@ -10,8 +10,7 @@ import threading
 import time
 
 import numpy as np
-
-from gpu_runtime.compiler.program import BufferRef, BufferSpec, KernelDef, Launch, Program
+from gpu_runtime.program import BufferRef, BufferSpec, KernelDef, Launch, Program
 
 
 def _dense_tanh(x, w, out):

@@ -4,8 +4,7 @@ program run once straight through), and that the window is tight (one more kerne
 
 import numpy as np
 import pytest
-
-from gpu_runtime.compiler.program import BufferRef, BufferSpec, Launch, Program
+from gpu_runtime.program import BufferRef, BufferSpec, Launch, Program
 from scheduler.rerun_window import NotRestartable, rerun_window
 from scheduler_fakes import DENSE, ArenaExecutor, dense_chain, run_alone
 

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_runtime.compiler.program import KernelDef
-from gpu_runtime.native import BUILD_ROOT as NATIVE_BUILD, NativeBuildError, build_library
+from gpu_runtime.native import BUILD_ROOT as NATIVE_BUILD
+from gpu_runtime.native import NativeBuildError, build_library
+from gpu_runtime.program import KernelDef
 
 HEADER = Path(__file__).with_name("cuda_emu.h")
 BUILD_ROOT = NATIVE_BUILD / "cuda_emu"

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runtime.compiler.program import Program
 from gpu_runtime.executors.numpy_executor import HostArenaExecutor, bound_args, host_views
 from gpu_runtime.kernels.emulator import EmulatedKernel
+from gpu_runtime.program import Program
 
 
 class HostFlag:

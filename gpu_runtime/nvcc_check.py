@@ -1,7 +1,7 @@
 """Every CUDA kernel variant the zoo models lower to, compiled for a GPU with nvcc (no GPU needed):
 compile errors, and per kernel the registers, spills, stack and shared memory ptxas reports.
 
-    python -m gpu_runtime.kernels.nvcc_check [--arch sm_90] [--batches 1 32] [--json out.json]
+    python -m gpu_runtime.nvcc_check [--arch sm_90] [--batches 1 32] [--json out.json]
 
 Exits 1 when a kernel does not compile or spills. Results are cached per source and flags under
 build/nvcc/, so a re-run only compiles what changed.
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpu_runtime.compiler.importer import PRECISIONS, import_model
-from gpu_runtime.compiler.program import KernelDef
+from gpu_runtime.program import KernelDef
 from gpu_runtime.zoo import MODELS, build
 
 CACHE = Path(__file__).resolve().parents[2] / "build" / "nvcc"
