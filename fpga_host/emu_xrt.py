@@ -1,13 +1,15 @@
-"""Emulated XRT: the subset of the `pyxrt` API that `fpga_host.xrt_driver` uses, run on the host.
+"""Emulated XRT: pyxrt's names (a subset, nothing pyxrt lacks), run on the host.
 
 Like XRT's software emulation, kernels execute the HLS C++ compiled for the host (the C-simulation
 library, `fpga_host.csim`) through ctypes, which releases the GIL. Each CU has one worker thread that
 runs its commands in order, so CUs of a device run concurrently and a CU never runs two commands at
 once, as on the FPGA. An "xclbin" here is the manifest JSON; buffer objects are NumPy arrays.
 
-Fault injection for tests: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) when the device is
-opened, or added to `device.hang_cus`, complete no command while they are listed there (or until
-the device closes), so `run.wait(timeout)` times out.
+Every public name of the pyxrt classes here is one pyxrt binds (tests/fpga_host/test_pyxrt_surface.py
+compares them with XRT 2.20's); what only the emulation needs is in the module functions of
+`CONTROL`. Fault injection: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) when the device is
+opened, or passed to `hang()`, complete no command while hung (or until `release()`), so their
+commands stay RUNNING.
 """
 
 from __future__ import annotations
@@ -21,20 +23,29 @@ import uuid as _uuid
 
 import numpy as np
 
+from fpga_host import csim
 from fpga_host.manifest import KernelSpec, Manifest, load_manifest
 
-_CTYPES = {"bo": ctypes.c_void_p, "u32": ctypes.c_uint32, "f32": ctypes.c_float}
+_CTYPES = {"bo": ctypes.c_void_p, "u32": ctypes.c_uint32}
+CONTROL = ("load_default_library", "use_library", "hang", "release")
+_RUNNING = 3  # ert.h's ERT_CMD_STATE_RUNNING: pyxrt returns it unnamed
 
 
-class ert_cmd_state(enum.IntEnum):  # values as in XRT's ert.h
+class ert_cmd_state(enum.IntEnum):  # values as in XRT's ert.h; pyxrt names no RUNNING (3)
     ERT_CMD_STATE_NEW = 1
     ERT_CMD_STATE_QUEUED = 2
-    ERT_CMD_STATE_RUNNING = 3
     ERT_CMD_STATE_COMPLETED = 4
     ERT_CMD_STATE_ERROR = 5
     ERT_CMD_STATE_ABORT = 6
     ERT_CMD_STATE_SUBMITTED = 7
     ERT_CMD_STATE_TIMEOUT = 8
+    ERT_CMD_STATE_NORESPONSE = 9
+    ERT_CMD_STATE_SKERROR = 10
+    ERT_CMD_STATE_SKCRASHED = 11
+
+
+class xrt_info_device(enum.IntEnum):  # the keys the probe asks for
+    name = 5
 
 
 class xclBOSyncDirection(enum.IntEnum):
@@ -44,45 +55,65 @@ class xclBOSyncDirection(enum.IntEnum):
 
 def load_default_library() -> ctypes.CDLL:
     """The C-simulation library of the DPU kernels (tests substitute their own)."""
-    from fpga_host import csim
-
     return csim.load_library()
+
+
+def use_library(dev: "device", library: ctypes.CDLL) -> None:
+    """Run `library`'s kernels on `dev` instead of the default one (before loading an xclbin)."""
+    dev._library = library
+
+
+def hang(dev: "device", cus, hung: bool = True) -> None:
+    """Make the named CUs complete nothing (a hung CU), or let them finish again."""
+    (dev._hung.update if hung else dev._hung.difference_update)(cus)
+
+
+def release(dev: "device") -> None:
+    """Stop the device's CU threads (hung commands end without completing)."""
+    dev._closed.set()
+    for cu in dev._cus.values():
+        cu.commands.put(None)
 
 
 class uuid:
     def __init__(self, value: str):
-        self.value = value
+        self._value = value
 
     def to_string(self) -> str:
-        return self.value
+        return self._value
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, uuid) and other.value == self.value
+        return isinstance(other, uuid) and other._value == self._value
 
     def __hash__(self) -> int:
-        return hash(self.value)
-
-
-class _xclbin_kernel:
-    def __init__(self, spec: KernelSpec):
-        self.spec = spec
-
-    def get_name(self) -> str:
-        return self.spec.name
+        return hash(self._value)
 
 
 class xclbin:
     """Reads the manifest JSON where real XRT reads the binary container."""
 
+    class xclbinkernel:
+        def __init__(self, spec: KernelSpec):
+            self._spec = spec
+
+        def get_name(self) -> str:
+            return self._spec.name
+
+        def get_num_args(self) -> int:
+            return len(self._spec.args)
+
     def __init__(self, path: str | os.PathLike):
-        self.manifest: Manifest = load_manifest(path)
-        self._uuid = uuid(str(_uuid.uuid5(_uuid.NAMESPACE_URL, str(self.manifest.path.resolve()))))
+        self._manifest: Manifest = load_manifest(path)
+        self._uuid = uuid(str(_uuid.uuid5(_uuid.NAMESPACE_URL, str(self._manifest.path.resolve()))))
 
     def get_uuid(self) -> uuid:
         return self._uuid
 
-    def get_kernels(self) -> list[_xclbin_kernel]:
-        return [_xclbin_kernel(k) for k in self.manifest.kernels.values()]
+    def get_kernels(self) -> list[xclbinkernel]:
+        return [self.xclbinkernel(k) for k in self._manifest.kernels.values()]
+
+    def get_xsa_name(self) -> str:
+        return "atoll-emulated-dpu"
 
 
 class _ComputeUnit:
@@ -105,13 +136,12 @@ class _ComputeUnit:
 
 
 class device:
-    def __init__(self, index: int = 0, library: ctypes.CDLL | None = None):
+    def __init__(self, index: int = 0):
         if index != 0:
             raise RuntimeError(f"emulated XRT has one device (index 0), not {index}")
-        self.index = index
-        self.library = library
-        self.hang_cus: set[str] = {c for c in os.environ.get("ATOLL_EMU_HANG_CUS", "").split(",") if c}
-        self.closed = threading.Event()  # releases hung commands so threads can exit
+        self._library: ctypes.CDLL | None = None
+        self._hung: set[str] = {c for c in os.environ.get("ATOLL_EMU_HANG_CUS", "").split(",") if c}
+        self._closed = threading.Event()  # releases hung commands so threads can exit
         self._xclbin: xclbin | None = None
         self._cus: dict[str, _ComputeUnit] = {}
         self._lock = threading.Lock()
@@ -119,13 +149,16 @@ class device:
     def get_info(self, _key=None) -> str:
         return "atoll-emulated-dpu"
 
+    def get_xclbin_uuid(self) -> uuid:
+        return self._xclbin.get_uuid() if self._xclbin else uuid("")
+
     def load_xclbin(self, xb: xclbin) -> uuid:
-        if self.library is None:
-            self.library = load_default_library()
-        for spec in xb.manifest.kernels.values():
+        if self._library is None:
+            self._library = load_default_library()
+        for spec in xb._manifest.kernels.values():
             # A kernel whose sources are not in the library yet cannot be opened (kernel() says so),
             # like a CU missing from a partial bitstream; the others work.
-            fn = getattr(self.library, spec.name, None)
+            fn = getattr(self._library, spec.name, None)
             if fn is not None:
                 fn.argtypes = [_CTYPES[a.kind] for a in spec.args]
                 fn.restype = None
@@ -137,35 +170,31 @@ class device:
     def _cu(self, spec: KernelSpec, name: str) -> _ComputeUnit:
         with self._lock:
             if name not in self._cus:
-                self._cus[name] = _ComputeUnit(self, name, getattr(self.library, spec.name))
+                self._cus[name] = _ComputeUnit(self, name, getattr(self._library, spec.name))
             return self._cus[name]
-
-    def close(self) -> None:
-        self.closed.set()
-        for cu in self._cus.values():
-            cu.commands.put(None)
 
 
 class kernel:
     class cu_access_mode(enum.IntEnum):
         exclusive = 0
         shared = 1
+        none = 2
 
     exclusive = cu_access_mode.exclusive
     shared = cu_access_mode.shared
+    none = cu_access_mode.none
 
     def __init__(self, dev: device, xclbin_uuid: uuid, name: str, mode=cu_access_mode.shared):
         if dev._xclbin is None or dev._xclbin.get_uuid() != xclbin_uuid:
             raise RuntimeError("xclbin not loaded on this device")
         kernel_name, _, cu_part = name.partition(":")
-        self.spec = dev._xclbin.manifest.kernel(kernel_name)
-        if getattr(dev.library, kernel_name, None) is None:
+        self._spec = dev._xclbin._manifest.kernel(kernel_name)
+        if getattr(dev._library, kernel_name, None) is None:
             raise RuntimeError(f"kernel {kernel_name} is not in the C-simulation library")
-        cus = cu_part.strip("{}").split(",") if cu_part else [self.spec.cus[0]]
-        if len(cus) != 1 or cus[0] not in self.spec.cus:
-            raise RuntimeError(f"{name}: the emulation opens exactly one CU of {self.spec.cus}")
-        self.device = dev
-        self.cu = dev._cu(self.spec, cus[0])
+        cus = cu_part.strip("{}").split(",") if cu_part else [self._spec.cus[0]]
+        if len(cus) != 1 or cus[0] not in self._spec.cus:
+            raise RuntimeError(f"{name}: the emulation opens exactly one CU of {self._spec.cus}")
+        self._cu = dev._cu(self._spec, cus[0])
 
     def group_id(self, _arg_index: int) -> int:
         return 0  # one flat host memory stands in for every HBM bank
@@ -187,6 +216,8 @@ class bo:
 
     normal = flags.normal
     cacheable = flags.cacheable
+    device_only = flags.device_only
+    host_only = flags.host_only
 
     def __init__(self, dev: device, size: int, flags=flags.normal, group: int = 0):
         if size <= 0:
@@ -218,26 +249,33 @@ class bo:
 
 class run:
     def __init__(self, krnl: kernel):
-        self.kernel = krnl
-        self._args: list = [None] * len(krnl.spec.args)
+        self._kernel = krnl
+        self._args: list = [None] * len(krnl._spec.args)
         self._state = ert_cmd_state.ERT_CMD_STATE_NEW
         self._done = threading.Event()
 
     def set_arg(self, index: int, value) -> None:
-        self._args[index] = value.address() if isinstance(value, bo) else value
+        """pyxrt binds a bo or a C `int`: anything else is a TypeError there, and here."""
+        if isinstance(value, bo):
+            self._args[index] = value.address()
+        elif isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31:
+            self._args[index] = value & 0xFFFFFFFF
+        else:
+            raise TypeError(f"set_arg(): incompatible arguments: {type(value).__name__} {value!r} is "
+                            "neither a bo nor a C int")
 
     def start(self) -> None:
-        missing = [a.name for a, v in zip(self.kernel.spec.args, self._args) if v is None]
+        missing = [a.name for a, v in zip(self._kernel._spec.args, self._args) if v is None]
         if missing:
-            raise RuntimeError(f"{self.kernel.cu.name}: arguments not set: {', '.join(missing)}")
+            raise RuntimeError(f"{self._kernel._cu.name}: arguments not set: {', '.join(missing)}")
         self._done.clear()
         self._state = ert_cmd_state.ERT_CMD_STATE_QUEUED
-        self.kernel.cu.commands.put(self)
+        self._kernel._cu.commands.put(self)
 
     def _execute(self, cu: _ComputeUnit) -> None:
-        self._state = ert_cmd_state.ERT_CMD_STATE_RUNNING
-        while cu.name in cu.device.hang_cus:  # a hung CU: nothing completes while it is listed
-            if cu.device.closed.wait(0.01):  # (or once the device goes away)
+        self._state = _RUNNING
+        while cu.name in cu.device._hung:  # a hung CU: nothing completes while it is listed
+            if cu.device._closed.wait(0.01):  # (or once the device is released)
                 return
         try:
             cu.fn(*self._args)
@@ -252,8 +290,11 @@ class run:
             return ert_cmd_state.ERT_CMD_STATE_TIMEOUT
         return self._state
 
-    def state(self) -> ert_cmd_state:
-        return self._state
+    def wait2(self) -> None:
+        """Blocks until the run ends; raises (pyxrt: a RuntimeError) unless it completed."""
+        self._done.wait()
+        if self._state != ert_cmd_state.ERT_CMD_STATE_COMPLETED:
+            raise RuntimeError(f"command ended in {ert_cmd_state(self._state).name}")
 
-    def abort(self) -> ert_cmd_state:
+    def state(self) -> ert_cmd_state:
         return self._state

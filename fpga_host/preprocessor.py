@@ -16,6 +16,7 @@ import numpy as np
 
 from fpga_host import cpu_backend
 from fpga_host.backends import backend as backend_spec
+from fpga_host.dpu_driver import CuFailure
 from fpga_host.probe import probe_backends
 from fpga_host.status import PreprocessError, Status
 
@@ -107,8 +108,6 @@ class Preprocessor:
         return outer
 
     def _from_dpu(self, inner: cf.Future, cpu, start: float) -> cf.Future:
-        from fpga_host.xrt_driver import CuFailure
-
         outer: cf.Future = cf.Future()
 
         def redo_on_cpu(reason: str) -> None:

@@ -1,441 +1,95 @@
-"""XRT driver for the Atoll DPU: one code path for real `pyxrt` and for `fpga_host.emu_xrt`.
-
-It opens every CU listed in the manifest (`image_cu:{image_cu_1}`, ...), gives each CU its own
-pre-allocated buffer objects, and runs one request per CU at a time on a thread per CU. Audio is
-chained as in PREBA: a mel CU writes the log-mel and its per-bin sums into a hand-off buffer pair
-that a norm CU then reads on the device, so the mel CU takes the next request while the norm CU
-finishes the previous one. A CU that errors is retired for good; one whose command times out is
-out of service until that command ends (it may finish late, or take the abort), for at most
-`QUARANTINE_S`, then back if it ended and retired if not. Either way the request fails with
-`CuFailure`, which the Preprocessor answers on the CPU path. (A timeout once retired its CU for
-good: four legal 8192x8192 JPEGs at once, slower than the timeout in C simulation on two cores,
-left an emulated DPU with no image CU for the rest of the server's life.)
+"""The pyxrt backend of the DPU driver (`XrtPort`), also run on `fpga_host.emu_xrt`, which offers
+the same names. It calls only what pyxrt binds (XRT 2.20 / 2025.2, src/python/pybind11/src/pyxrt.cpp;
+tests/fpga_host/test_pyxrt_surface.py holds the table): no `run.abort` (not bound), and no
+`run.wait2(timeout)` (its std::chrono argument and std::cv_status result have no pybind11 caster
+there), so a command's end is polled with `run.state()`, which is non-blocking and updates lazily
+scheduled commands itself. Scalars go to `run.set_arg(int, int)`, bound for a C `int`: u32
+arguments are passed as the signed 32-bit value with the same bits.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import logging
-import math
 import os
-import threading
-import time
-from collections import deque
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fpga_host import csim, emu_xrt, jpeg_header
-from fpga_host.cpu_backend import AUDIO_RATE, ImageParams, resized_shape
-from fpga_host.manifest import DEFAULT_MANIFEST, KernelSpec, Manifest, load_manifest
-from fpga_host.status import Status, reason_of
+from fpga_host import csim, emu_xrt
+from fpga_host.dpu_driver import BackendUnavailable, CuFailure, DpuDriver, Ended
+from fpga_host.manifest import DEFAULT_MANIFEST, Manifest, load_manifest
+from fpga_host.status import reason_of
 
-IMAGE_STAGE_CODES = {"decode": 0, "resize": 1, "crop": 2, "normalize": 3}
-STATUS_WORDS = 8
-N_MELS = 80
-HOP = 160
-MAX_RATE = 48000
-INITIAL_JPEG_BYTES = 1 << 20
-HANDOFFS_PER_MEL_CU = 2  # a mel CU can run ahead of the norm CUs by one request
+__all__ = ["BackendUnavailable", "CuFailure", "XrtPort", "open_emu", "open_xrt", "probe_emu", "probe_xrt"]
 
-# What the driver sets on each kernel, by name (hls/ABI_DPU.md); checked against the manifest at open.
-KERNEL_ARGS = {
-    "image_cu": ("jpeg", "jpeg_len", "scratch", "scratch_bytes", "out", "out_bytes", "status",
-                 "stage", "resize_short", "crop", "out_fp16", "max_dim"),
-    "audio_mel_cu": ("pcm", "n_samples", "sample_format", "sample_rate", "max_samples", "mel",
-                     "mel_capacity", "status"),
-    "audio_norm_cu": ("mel", "n_frames", "out", "status"),
-}
-
-REASONS = {
-    Status.UNSUPPORTED: "JPEG coding the image CU does not implement "
-                        "(progressive, arithmetic, 12-bit, lossless or CMYK)",
-    Status.CORRUPT: "malformed JPEG stream",
-    Status.TOO_LARGE: "image larger than the configured maximum dimension",
-    Status.BAD_ARGS: "CU rejected its arguments (buffer too small or bad parameter)",
-    Status.EMPTY: "audio has no samples (or too few to normalise)",
-    Status.TOO_LONG: "audio longer than the configured maximum",
-    Status.NON_FINITE: "audio contains NaN or infinite samples",
-    Status.BAD_RATE: "sample rate outside 8000..48000 Hz",
-}
+# A command has ended once in one of these; pyxrt binds no name for ERT_CMD_STATE_RUNNING (3), so
+# "still going" is everything else (NEW, QUEUED, SUBMITTED and the unnamed RUNNING).
+ENDED = ("ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_ERROR", "ERT_CMD_STATE_ABORT", "ERT_CMD_STATE_TIMEOUT",
+         "ERT_CMD_STATE_NORESPONSE", "ERT_CMD_STATE_SKERROR", "ERT_CMD_STATE_SKCRASHED")
 
 
-class BackendUnavailable(RuntimeError):
-    """A forced backend (xrt or emu) cannot be opened on this machine."""
+def c_int(value: int) -> int:
+    """A u32 argument as the C `int` pyxrt's scalar `set_arg` takes (same 32 bits)."""
+    if not 0 <= value < 1 << 32:
+        raise ValueError(f"scalar argument {value} does not fit 32 bits")
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
-class CuFailure(Exception):
-    """A CU timed out or failed, or none is left: the request belongs on the CPU path."""
+class XrtPort:
+    """pyxrt's device, kernel, bo and run under the DPU driver (`xrt` is pyxrt or emu_xrt)."""
 
-
-@dataclass
-class DpuOutput:
-    status: Status
-    reason: str = ""
-    array: np.ndarray | None = None
-    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
-
-
-def scratch_bytes(max_dim: int) -> int:
-    """Frame store for the largest accepted image: 3 planes padded to whole 16x16 MCUs."""
-    side = (max_dim + 15) // 16 * 16
-    return 3 * side * side
-
-
-def max_frames(max_seconds: float) -> int:
-    """Frames of the longest accepted clip (T = 1 + n16 // hop), plus one for resampling rounding."""
-    return 1 + math.ceil(max_seconds * AUDIO_RATE) // HOP + 1
-
-
-class _Slot:
-    """One opened CU and its buffer objects, grown on demand (stages with larger outputs)."""
-
-    def __init__(self, xrt, device, spec: KernelSpec, name: str, kernel):
-        self.xrt, self.device, self.spec, self.name, self.kernel = xrt, device, spec, name, kernel
-        self.bos: dict = {}
-
-    def bo(self, arg: str, size: int):
-        size = max(size, 1)
-        current = self.bos.get(arg)
-        if current is None or current.size() < size:
-            capacity = 1 << (size - 1).bit_length() if current is not None else size
-            self.bos[arg] = self.xrt.bo(self.device, capacity, self.xrt.bo.flags.normal,
-                                        self.kernel.group_id(self.spec.index(arg)))
-        return self.bos[arg]
-
-
-QUARANTINE_S = 60.0
-
-log = logging.getLogger("atoll.dpu")
-
-
-class _Pool:
-    """Free items of one kind (CUs or hand-off buffers); retired items are not handed out again
-    unless restored."""
-
-    def __init__(self, kind: str, items: list):
-        self.kind = kind
-        self.names = [getattr(i, "name", kind) for i in items]
-        self._free = deque(items)
-        self._alive = len(items)
-        self.retired: list[str] = []
-        self._cond = threading.Condition()
-
-    def acquire(self):
-        with self._cond:
-            while not self._free and self._alive:
-                self._cond.wait()
-            return self._free.popleft() if self._free else None
-
-    def release(self, item) -> None:
-        with self._cond:
-            self._free.append(item)
-            self._cond.notify()
-
-    def retire(self, item) -> None:
-        with self._cond:
-            self._alive -= 1
-            self.retired.append(item.name)
-            self._cond.notify_all()
-
-    def restore(self, item) -> None:
-        with self._cond:
-            self._alive += 1
-            self.retired.remove(item.name)
-            self._free.append(item)
-            self._cond.notify()
-
-
-class XrtDriver:
-    def __init__(self, xrt, device, xclbin_path: str | os.PathLike, manifest: Manifest, *,
-                 backend: str = "xrt", cu_timeout_s: float = 5.0,
-                 image_params: ImageParams = ImageParams(), max_audio_seconds: float = 30.0,
-                 cu_counts: dict[str, int | None] | None = None, cu_share: tuple[int, int] = (0, 1)):
-        self.xrt, self.device, self.backend = xrt, device, backend
-        self.image_params = image_params
-        self.max_audio_seconds = max_audio_seconds
-        self.timeout_ms = max(1, int(cu_timeout_s * 1000))
+    def __init__(self, xrt, device, xclbin_path: str | os.PathLike, on_close=None):
+        self.xrt, self.device, self._on_close = xrt, device, on_close
+        self.uuid = device.load_xclbin(xrt.xclbin(str(xclbin_path)))
+        self._ended = {getattr(xrt.ert_cmd_state, name) for name in ENDED}
         self._completed = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
-        self._aborted = xrt.ert_cmd_state.ERT_CMD_STATE_ABORT
-        self._timeout = xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
-        uuid = device.load_xclbin(xrt.xclbin(str(xclbin_path)))
-        self.pools: dict[str, _Pool] = {}
-        self.unopened: dict[str, str] = {}  # kernel -> why its CUs could not be opened
-        for name, needed in KERNEL_ARGS.items():
-            spec = manifest.kernel(name)
-            spec.require(needed)
-            count = (cu_counts or {}).get(name)
-            if count is not None and not 0 <= count <= len(spec.cus):
-                raise ValueError(f"{name}: {count} CUs asked for, the manifest has {len(spec.cus)}")
-            mine = spec.cus[cu_share[0]::cu_share[1]]
-            try:
-                slots = [_Slot(xrt, device, spec, cu, xrt.kernel(
-                    device, uuid, f"{name}:{{{cu}}}", xrt.kernel.cu_access_mode.exclusive))
-                    for cu in mine[:count]]
-            except RuntimeError as exc:  # that kernel's requests go to the CPU, saying why
-                self.unopened[name] = str(exc)
-                slots = []
-            self.pools[name] = _Pool(name, slots)
-            self._preallocate(name, slots)
-            if name == "audio_mel_cu":
-                mel_slots = slots
-        self._handoffs = _Pool("handoff", [self._handoff(mel_slots[0]) for _ in range(
-            HANDOFFS_PER_MEL_CU * len(mel_slots))] if mel_slots else [])
-        self._executors = {name: cf.ThreadPoolExecutor(max(1, len(pool.names)), f"dpu-{name}")
-                           for name, pool in self.pools.items()}
+        sync = xrt.xclBOSyncDirection
+        self._to_device, self._from_device = sync.XCL_BO_SYNC_BO_TO_DEVICE, sync.XCL_BO_SYNC_BO_FROM_DEVICE
 
-    # -- buffers ----------------------------------------------------------------------------------
+    def open_cu(self, kernel: str, cu: str):
+        return self.xrt.kernel(self.device, self.uuid, f"{kernel}:{{{cu}}}", self.xrt.kernel.cu_access_mode.exclusive)
 
-    def _preallocate(self, kernel: str, slots: list[_Slot]) -> None:
-        p, frames = self.image_params, max_frames(self.max_audio_seconds)
-        sizes = {
-            "image_cu": {"jpeg": INITIAL_JPEG_BYTES, "scratch": scratch_bytes(p.max_dim),
-                         "out": self._image_out_bytes(b"", "normalize")},
-            "audio_mel_cu": {"pcm": 4 * int(self.max_audio_seconds * MAX_RATE)},
-            "audio_norm_cu": {"out": 4 * N_MELS * frames},
-        }[kernel]
-        for slot in slots:
-            for arg, size in {**sizes, "status": 4 * STATUS_WORDS}.items():
-                slot.bo(arg, size)
+    def buffer(self, cu, arg_index: int, size: int):
+        return self.xrt.bo(self.device, size, self.xrt.bo.flags.normal, cu.group_id(arg_index))
 
-    def _handoff(self, mel_slot: _Slot) -> _Slot:
-        """A log-mel buffer in the mel CUs' memory, read by whichever norm CU comes next."""
-        handoff = _Slot(self.xrt, self.device, mel_slot.spec, "handoff", mel_slot.kernel)
-        handoff.bo("mel", 4 * N_MELS * max_frames(self.max_audio_seconds))
-        return handoff
+    def size(self, buf) -> int:
+        return buf.size()
 
-    def _image_out_bytes(self, data: bytes, stage: str) -> int:
-        p = self.image_params
-        if stage == "normalize":
-            return 3 * p.crop * p.crop * (2 if p.fp16 else 4)
-        if stage == "crop":
-            return 3 * p.crop * p.crop
-        dims = jpeg_header.frame_size(data)
-        if dims is None or max(dims) > p.max_dim:
-            return 0  # the CU reports CORRUPT / TOO_LARGE without writing
-        h, w = dims if stage == "decode" else resized_shape(*dims, p.resize_short)
-        return 3 * h * w
+    def write(self, buf, data: np.ndarray) -> None:
+        buf.write(data, 0)
+        buf.sync(self._to_device, max(data.size, 1), 0)
 
-    def _read(self, bo, dtype, shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
-        """The buffer's contents as an array: a copy, or written into the start of `out` (a
-        caller's buffer such as a shared-memory slot, in `out`'s dtype) and returned as that view."""
-        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        bo.sync(self.xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE, n, 0)
-        data = np.frombuffer(bo.map(), dtype=np.uint8, count=n).view(dtype).reshape(shape)
-        if out is None:
-            return data.copy()
-        dst = out.reshape(-1)[: data.size].reshape(shape)
-        dst[...] = data
-        return dst
+    def read(self, buf, nbytes: int) -> np.ndarray:
+        buf.sync(self._from_device, nbytes, 0)
+        return np.frombuffer(buf.map(), dtype=np.uint8, count=nbytes)
 
-    def _write(self, bo, data: np.ndarray) -> int:
-        data = data.reshape(-1).view(np.uint8)[:bo.size()]
-        bo.write(data, 0)
-        bo.sync(self.xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE, max(data.size, 1), 0)
-        return data.size
-
-    # -- running a CU -----------------------------------------------------------------------------
-
-    def _no_cu(self, kernel: str) -> CuFailure:
-        if kernel in self.unopened:
-            return CuFailure(f"no {kernel} CU opened: {self.unopened[kernel]}")
-        retired = self.pools[kernel].retired
-        return CuFailure(f"no working {kernel} CU" + (f" ({', '.join(retired)} failed)" if retired else ""))
-
-    @contextmanager
-    def _using(self, kernel: str):
-        pool = self.pools[kernel]
-        slot = pool.acquire()
-        if slot is None:
-            raise self._no_cu(kernel)
-        try:
-            yield slot
-        except CuFailure:
-            raise
-        except Exception as exc:  # XRT errors and inconsistent CU output: never reuse that CU
-            pool.retire(slot)
-            raise CuFailure(f"{slot.name} failed: {exc}") from exc
-        pool.release(slot)
-
-    def _execute(self, kernel: str, slot: _Slot, values: dict) -> np.ndarray:
-        """Run one command on `slot`; returns its status words. Retires the CU on timeout/error."""
-        run = self.xrt.run(slot.kernel)
-        for i, arg in enumerate(slot.spec.args):
-            run.set_arg(i, values[arg.name])
+    def start(self, cu, args: list):
+        run = self.xrt.run(cu)
+        for i, value in enumerate(args):
+            run.set_arg(i, value if isinstance(value, self.xrt.bo) else c_int(value))
         run.start()
-        state = run.wait(self.timeout_ms)
-        if state != self._completed:
-            try:
-                run.abort()
-            except Exception:  # the CU is out of service either way
-                pass
-            self.pools[kernel].retire(slot)
-            what = getattr(state, "name", str(state))
-            if state == self._timeout:
-                threading.Thread(target=self._quarantine, args=(kernel, slot, run), daemon=True,
-                                 name=f"{slot.name}-quarantine").start()  # fmt: skip
-            raise CuFailure(f"{slot.name}: {what} (timeout {self.timeout_ms} ms)")
-        return self._read(values["status"], np.uint32, (STATUS_WORDS,))
+        return run
 
-    def _quarantine(self, kernel: str, slot: _Slot, run) -> None:
-        """Back into service once the command that timed out has ended, if it ends within
-        QUARANTINE_S; its output goes nowhere."""
-        log.warning("%s: a command ran past %d ms; the CU is out of service until it ends", slot.name,
-                    self.timeout_ms)  # fmt: skip
-        state = run.wait(round(QUARANTINE_S * 1000))
-        if state in (self._completed, self._aborted):
-            self.pools[kernel].restore(slot)
-            log.info("%s: its late command ended (%s); back in service", slot.name, getattr(state, "name", state))
-        else:
-            log.warning("%s: still busy after %g s (%s); retired", slot.name, QUARANTINE_S,
-                        getattr(state, "name", state))  # fmt: skip
-
-    @staticmethod
-    def _status(words: np.ndarray) -> Status:
-        try:
-            return Status(int(words[0]))
-        except ValueError:
-            raise RuntimeError(f"unknown status code {int(words[0])}") from None
-
-    # -- image ------------------------------------------------------------------------------------
-
-    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None) -> cf.Future:
-        """Future[DpuOutput]; raises CuFailure through the future when no CU can run it. With `out`
-        the normalised output is read from the CU's buffer straight into it (see `_read`)."""
-        return self._executors["image_cu"].submit(self._image, data, stage, time.perf_counter(), out)
-
-    def _image(self, data: bytes, stage: str, submitted: float, out: np.ndarray | None) -> DpuOutput:
-        p = self.image_params
-        with self._using("image_cu") as slot:
-            started = time.perf_counter()
-            jpeg = slot.bo("jpeg", len(data))
-            self._write(jpeg, np.frombuffer(data, dtype=np.uint8))
-            out_bo = slot.bo("out", self._image_out_bytes(data, stage))
-            words = self._execute("image_cu", slot, {
-                "jpeg": jpeg, "jpeg_len": len(data), "scratch": slot.bos["scratch"],
-                "scratch_bytes": slot.bos["scratch"].size(), "out": out_bo, "out_bytes": out_bo.size(),
-                "status": slot.bos["status"], "stage": IMAGE_STAGE_CODES[stage],
-                "resize_short": p.resize_short, "crop": p.crop, "out_fp16": int(p.fp16),
-                "max_dim": p.max_dim})
-            status = self._status(words)
-            if status != Status.OK:
-                return DpuOutput(status, self._image_reason(status, words))
-            c, h, w, written = (int(x) for x in (words[1], words[2], words[3], words[7]))
-            if stage == "normalize":
-                dtype, shape = (np.float16 if p.fp16 else np.float32), (c, h, w)
-            else:
-                dtype, shape = np.uint8, (h, w, c)
-            if written != np.prod(shape) * np.dtype(dtype).itemsize or written > out_bo.size():
-                raise RuntimeError(f"status says {written} bytes for a {shape} {np.dtype(dtype)} output")
-            array = self._read(out_bo, dtype, shape, out if stage == "normalize" else None)
-            cu_ms = (time.perf_counter() - started) * 1e3
-        return DpuOutput(Status.OK, "", array, {"queue_ms": (started - submitted) * 1e3, "cu_ms": cu_ms})
-
-    def _image_reason(self, status: Status, words: np.ndarray) -> str:
-        if status == Status.TOO_LARGE and words[4] and words[5]:
-            return f"{int(words[5])}x{int(words[4])} exceeds the {self.image_params.max_dim} pixel limit"
-        return REASONS.get(status, status.name)
-
-    # -- audio ------------------------------------------------------------------------------------
-
-    def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
-                     out: np.ndarray | None = None) -> cf.Future:
-        """Future[DpuOutput] of a mel CU run chained (for `normalize`) into a norm CU run; `out` as
-        for images."""
-        outer: cf.Future = cf.Future()
-        pcm = np.asarray(pcm)
-        if pcm.ndim != 1 or pcm.dtype not in (np.int16, np.float32):
-            outer.set_result(DpuOutput(Status.BAD_ARGS,
-                                       f"audio must be 1-D int16 or float32, got {pcm.dtype} {pcm.shape}"))
-            return outer
-        self._executors["audio_mel_cu"].submit(
-            self._settle, outer, self._mel, outer, pcm, int(sample_rate), stage, time.perf_counter(), out)
-        return outer
-
-    @staticmethod
-    def _settle(outer: cf.Future, fn, *args) -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:
-            if not outer.done():
-                outer.set_exception(exc)
-
-    def _mel(self, outer: cf.Future, pcm: np.ndarray, rate: int, stage: str, submitted: float,
-             out: np.ndarray | None) -> None:
-        handoff = self._handoffs.acquire()
-        if handoff is None:
-            raise self._no_cu("audio_mel_cu")
-        passed_on = False
-        try:
-            with self._using("audio_mel_cu") as slot:
-                started = time.perf_counter()
-                self._write(slot.bos["pcm"], pcm)
-                words = self._execute("audio_mel_cu", slot, {
-                    "pcm": slot.bos["pcm"], "n_samples": pcm.size,
-                    "sample_format": int(pcm.dtype == np.float32), "sample_rate": rate,
-                    "max_samples": int(self.max_audio_seconds * rate), "mel": handoff.bos["mel"],
-                    "mel_capacity": handoff.bos["mel"].size() // 4, "status": slot.bos["status"]})
-                status = self._status(words)
-                frames = int(words[2])
-                timings = {"queue_ms": (started - submitted) * 1e3,
-                           "mel_cu_ms": (time.perf_counter() - started) * 1e3}
-                if status != Status.OK:
-                    outer.set_result(DpuOutput(status, REASONS.get(status, status.name)))
-                elif stage == "mel":
-                    mel = self._read(handoff.bos["mel"], np.float32, (N_MELS, frames), out)
-                    outer.set_result(DpuOutput(Status.OK, "", mel, timings))
-                else:
-                    self._executors["audio_norm_cu"].submit(
-                        self._settle, outer, self._norm, outer, handoff, frames, timings, out)
-                    passed_on = True
-        finally:
-            if not passed_on:
-                self._handoffs.release(handoff)
-
-    def _norm(self, outer: cf.Future, handoff: _Slot, frames: int, timings: dict,
-              out: np.ndarray | None) -> None:
-        try:
-            with self._using("audio_norm_cu") as slot:
-                started = time.perf_counter()
-                words = self._execute("audio_norm_cu", slot, {
-                    "mel": handoff.bos["mel"], "n_frames": frames,
-                    "out": slot.bos["out"], "status": slot.bos["status"]})
-                status = self._status(words)
-                if status != Status.OK:
-                    outer.set_result(DpuOutput(status, REASONS.get(status, status.name)))
-                    return
-                array = self._read(slot.bos["out"], np.float32, (N_MELS, frames), out)
-                timings = dict(timings, norm_cu_ms=(time.perf_counter() - started) * 1e3)
-        finally:
-            self._handoffs.release(handoff)
-        outer.set_result(DpuOutput(Status.OK, "", array, timings))
-
-    # -- state and lifetime -----------------------------------------------------------------------
-
-    def cu_states(self) -> dict[str, str]:
-        return {name: ("failed" if name in pool.retired else "ok")
-                for pool in self.pools.values() for name in pool.names}
+    def ended(self, run) -> Ended | None:
+        state = run.state()
+        if state not in self._ended:
+            return None
+        return Ended(state == self._completed, state.name)
 
     def close(self) -> None:
-        # Drain rather than cancel: every accepted request gets its answer (a hung CU costs at
-        # most its timeout).
-        for executor in self._executors.values():
-            executor.shutdown(wait=True)
-        close = getattr(self.device, "close", None)  # the emulation's worker threads; XRT has none
-        if close is not None:
-            close()
+        if self._on_close is not None:  # the emulation's worker threads; XRT has none to stop
+            self._on_close()
 
 
-def _open(xrt, xclbin_path, spec: Manifest, backend: str, device_index: int, options: dict) -> XrtDriver:
+def _open(xrt, xclbin_path, spec: Manifest, backend: str, device_index: int, options: dict) -> DpuDriver:
     try:
-        return XrtDriver(xrt, xrt.device(device_index), xclbin_path, spec, backend=backend, **options)
+        device = xrt.device(device_index)
+        on_close = (lambda: emu_xrt.release(device)) if xrt is emu_xrt else None
+        return DpuDriver(XrtPort(xrt, device, xclbin_path, on_close), spec, backend=backend, **options)
     except (OSError, RuntimeError, AttributeError) as exc:
         raise BackendUnavailable(f"backend {backend!r} unavailable: {type(exc).__name__}: {exc}") from exc
 
 
-def open_xrt(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> XrtDriver:
+def open_xrt(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> DpuDriver:
     """The DPU on real XRT: the xclbin the manifest names, on device `device_index`."""
     spec = load_manifest(manifest or DEFAULT_MANIFEST)
     try:
@@ -445,7 +99,7 @@ def open_xrt(*, manifest: str | os.PathLike | None = None, device_index: int = 0
     return _open(pyxrt, spec.path.parent / spec.xclbin, spec, "xrt", device_index, options)
 
 
-def open_emu(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> XrtDriver:
+def open_emu(*, manifest: str | os.PathLike | None = None, device_index: int = 0, **options) -> DpuDriver:
     """The DPU's functional model: the C-simulation library behind the emulated pyxrt."""
     spec = load_manifest(manifest or DEFAULT_MANIFEST)
     return _open(emu_xrt, spec.path, spec, "emu", device_index, options)

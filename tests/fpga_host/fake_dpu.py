@@ -11,7 +11,8 @@ import pytest
 
 from fpga_host import emu_xrt
 from fpga_host.manifest import DEFAULT_MANIFEST, load_manifest
-from fpga_host.xrt_driver import XrtDriver
+from fpga_host.dpu_driver import DpuDriver
+from fpga_host.xrt_driver import XrtPort
 
 SOURCE = Path(__file__).with_name("fake_dpu.c")
 
@@ -34,8 +35,15 @@ def use_fake_library(fake_library, monkeypatch):
     return fake_library
 
 
-def fake_driver(library, hang=(), **options) -> XrtDriver:
-    device = emu_xrt.device(0, library=library)
-    device.hang_cus.update(hang)
+def fake_device(library, hang=()) -> emu_xrt.device:
+    device = emu_xrt.device(0)
+    emu_xrt.use_library(device, library)
+    emu_xrt.hang(device, hang)
+    return device
+
+
+def fake_driver(library, hang=(), **options) -> DpuDriver:
+    device = fake_device(library, hang)
     manifest = load_manifest(DEFAULT_MANIFEST)
-    return XrtDriver(emu_xrt, device, manifest.path, manifest, backend="emu", **options)
+    port = XrtPort(emu_xrt, device, manifest.path, on_close=lambda: emu_xrt.release(device))
+    return DpuDriver(port, manifest, backend="emu", **options)

@@ -7,12 +7,12 @@ import pytest
 
 from fpga_host import emu_xrt
 from fpga_host.manifest import DEFAULT_MANIFEST
-from tests.fpga_host.fake_dpu import fake_library  # noqa: F401 (fixture)
+from tests.fpga_host.fake_dpu import fake_device, fake_library  # noqa: F401 (fixture)
 from atoll.bench.corpus import jpeg_bytes
 
 
-def _open(library, **env):
-    dev = emu_xrt.device(0, library=library)
+def _open(library):
+    dev = fake_device(library)
     xb = emu_xrt.xclbin(str(DEFAULT_MANIFEST))
     uuid = dev.load_xclbin(xb)
     return dev, xb, uuid
@@ -33,13 +33,13 @@ def test_pyxrt_style_round_trip(fake_library):
     assert list(status[:4]) == [0, 3, 224, 224] and status[7] == 224 * 224 * 3
     src = np.frombuffer(data, np.uint8)
     np.testing.assert_array_equal(bos[2].read(10, 0), src[:10])
-    dev.close()
+    emu_xrt.release(dev)
 
 
 def test_hang_injection_and_errors(fake_library, monkeypatch):
     monkeypatch.setenv("ATOLL_EMU_HANG_CUS", "image_cu_1")
     dev, _, uuid = _open(fake_library)
-    assert dev.hang_cus == {"image_cu_1"}
+    assert dev._hung == {"image_cu_1"}
     k = emu_xrt.kernel(dev, uuid, "image_cu:{image_cu_1}")
     bo = emu_xrt.bo(dev, 64)
     run = emu_xrt.run(k)
@@ -49,10 +49,13 @@ def test_hang_injection_and_errors(fake_library, monkeypatch):
         run.set_arg(i, bo if i in (0, 2, 4, 6) else 0)
     run.start()
     assert run.wait(50) == emu_xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
+    assert run.state() == 3  # ert.h's RUNNING, which pyxrt returns unnamed
+    with pytest.raises(TypeError, match="neither a bo nor a C int"):
+        run.set_arg(1, 1 << 31)  # pyxrt binds a signed 32-bit int
     with pytest.raises(RuntimeError, match="overflows"):
         bo.write(b"x" * 65, 0)
     with pytest.raises(RuntimeError, match="exactly one CU"):
         emu_xrt.kernel(dev, uuid, "image_cu:{image_cu_9}")
     with pytest.raises(RuntimeError, match="one device"):
         emu_xrt.device(1)
-    dev.close()  # releases the hung command's thread
+    emu_xrt.release(dev)  # releases the hung command's thread

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fpga_host.status import Status
-from fpga_host.xrt_driver import CuFailure
+from fpga_host import emu_xrt
+from fpga_host.dpu_driver import CuFailure
 from tests.fpga_host.fake_dpu import fake_driver, fake_library  # noqa: F401 (fixture)
 from atoll.bench.corpus import jpeg_bytes, tone
 
@@ -106,7 +107,7 @@ def test_a_cu_that_ran_late_is_back_in_service_once_its_command_ends(fake_librar
             with pytest.raises(CuFailure, match="TIMEOUT"):
                 driver.submit_image(jpeg_bytes(32, 32)).result(10)
             assert driver.cu_states()["image_cu_1"] == "failed"
-            driver.device.hang_cus.clear()  # the late command ends
+            emu_xrt.hang(driver.port.device, {"image_cu_1"}, hung=False)  # the late command ends
             deadline = time.monotonic() + 60
             while driver.cu_states()["image_cu_1"] != "ok":
                 assert time.monotonic() < deadline, "the CU never came back"
