@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from atoll import __version__
+
 # subcommand -> module; an explicit registry, no discovery magic.
 COMMANDS: dict[str, str] = {
     "info": "atoll.commands.info",
@@ -25,8 +27,6 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from atoll import __version__
-
     parser = argparse.ArgumentParser(
         prog="atoll",
         description="Atoll inference server: FPGA preprocessing, PREBA batching, REEF scheduling.",

@@ -134,7 +134,7 @@ class CudaDevice:
 
     def __init__(self, executor: Any, clock=time.perf_counter, chunk_s: float = CHUNK_S,
                  measure_start: bool = False, native: bool = True):
-        import cupy
+        import cupy  # optional: CuPy, GPU only
 
         self.cp = cupy
         self.executor = executor

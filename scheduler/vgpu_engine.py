@@ -18,6 +18,7 @@ the partition's), run on a `SerialEngine` beside the scheduler: RT batches on a 
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future
 
 from gpu_runtime.compiler.shapes import ModelShapes
@@ -25,13 +26,14 @@ from gpu_runtime.executors import EXECUTORS, program_executor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.serial_engine import SerialEngine
+from scheduler.cpu_device import CpuDevice
+from scheduler.cuda_device import CudaDevice
+from scheduler.policies import make_policy
 from scheduler.reef import DEFAULT_CAPACITY, Reef
 
 
 class ReefEngine:
     def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY):
-        from scheduler.policies import make_policy
-
         make_policy(policy)  # an unknown policy fails the worker's start-up, with the choices
         self.info = info
         self.policy = policy
@@ -125,13 +127,9 @@ class ReefEngine:
                                  f" cannot mix them with {executor}")  # fmt: skip
             return self.reef
         if EXECUTORS[executor].gpu:
-            from scheduler.cuda_device import CudaDevice
-
             ex = program_executor(executor)()
             device, streams = CudaDevice(ex), 4
         else:
-            from scheduler.cpu_device import CpuDevice
-
             # A stream is a CPU vGPU's unit of parallelism: one BLAS thread each, and as many BE
             # streams as the vGPU has cores.
             ex = program_executor(executor)(blas_threads=1)
@@ -162,7 +160,6 @@ def _resolve(done: Future, task: Future) -> None:
 
 def engine_for(policy: str, capacity: int = DEFAULT_CAPACITY):
     """What to hand `WorkerPool(engine=...)`: picklable, so spawned workers can build it."""
-    import functools
 
     return functools.partial(ReefEngine, policy=policy, capacity=capacity)
 

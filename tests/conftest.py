@@ -10,7 +10,7 @@ import pytest
 @functools.cache
 def cuda_available() -> bool:
     try:
-        import cupy
+        import cupy  # optional: CuPy, GPU only
 
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no cupy, no driver, or no device: all mean "no GPU here"

@@ -33,6 +33,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+
+from atoll.bench.torch_eager import TorchGraphModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,7 +51,7 @@ TARGET_RATIO = 1.25
 
 def _compile_chunk(kernels: list[tuple[str, str]]) -> list[tuple[str, str | None, float]]:
     """(name, error, seconds) per kernel, compiled in this worker process."""
-    import cupy
+    import cupy  # optional: CuPy, GPU only
 
     out = []
     for name, source in kernels:
@@ -113,9 +117,8 @@ def per_kernel(cp, ex, state, passes: int = 3) -> dict[str, list]:
 
 
 def torch_graph_ms(onnx_path: str, feeds: dict[str, np.ndarray], dtype: str, repeats: int) -> float:
-    import torch
+    import torch  # optional: PyTorch, the GPU baseline only
 
-    from atoll.bench.torch_eager import TorchGraphModel
 
     model = TorchGraphModel(onnx_path, feeds, dtype)
     stream = torch.cuda.current_stream()
@@ -136,8 +139,6 @@ def torch_graph_ms(onnx_path: str, feeds: dict[str, np.ndarray], dtype: str, rep
 
 
 def _onnxruntime(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
@@ -154,7 +155,7 @@ def environment(cp) -> dict:
            "cuda_driver": cp.cuda.runtime.driverGetVersion(), "sm_count": props["multiProcessorCount"],
            "compute_capability": f"{props['major']}.{props['minor']}"}
     try:
-        import torch
+        import torch  # optional: PyTorch, the GPU baseline only
 
         env["torch"] = torch.__version__
     except ImportError:
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    import cupy as cp
+    import cupy as cp  # optional: CuPy, GPU only
 
     report = {"what": "tools/gpu_check.py: Atoll graph replay vs torch graph replay per zoo model",
               "env": environment(cp), "results": {}, "errors": {}}
@@ -241,8 +242,6 @@ def main(argv=None) -> int:
                 continue
             path = Path(tmp) / f"{name}.onnx"
             if not path.exists():
-                import onnx
-
                 onnx.save(models[name], str(path))
             for dtype in ("float32", "float16"):
                 field = f"torch_graph_{'fp32' if dtype == 'float32' else 'fp16'}_ms"

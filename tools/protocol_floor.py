@@ -35,6 +35,28 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
+import grpc
+import httptools
+from aiohttp import web
+
+from atoll.bench.bodies import infer_body
+from atoll.bench.corpus import jpeg_bytes
+from atoll.bench.http_client import HttpClient
+from atoll.bench.loadproc import grpc_channels
+from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
+from atoll.front_end.http_routes import InferenceServer
+from atoll.http.bodies import BodyLimits
+from atoll.http.connections import HttpConnections
+from atoll.http.edge import HttpServer
+from atoll.http.messages import HttpResponse, Routes
+from atoll.kserve.shm_registry import Regions
+from atoll.observe.metrics import Metrics
+from atoll.repository.demo import demo_repository
+from atoll.repository.specs import load_repository
+from atoll.supervisor.supervisor import HEAP_TUNING
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from atoll.bench.cpustat import process_cpu_s  # noqa: E402
@@ -55,21 +77,12 @@ def _free_port() -> int:
 
 def _infer_request() -> tuple[bytes, dict[str, str]]:
     """What `atoll-refusal` is sent: a real infer request carrying one 640x480 JPEG."""
-    from atoll.bench.bodies import infer_body
-    from atoll.bench.corpus import jpeg_bytes
 
     return infer_body("image", [jpeg_bytes(640, 480, seed=1)])
 
 
 def _refusing_server():
     """Atoll's HTTP server whose admission refuses everything: each priority's one place is taken."""
-    from atoll.front_end.endpoints import Endpoints
-    from atoll.front_end.http_routes import InferenceServer
-    from atoll.http.connections import HttpConnections
-    from atoll.kserve.shm_registry import Regions
-    from atoll.observe.metrics import Metrics
-    from atoll.repository.demo import demo_repository
-    from atoll.repository.specs import load_repository
 
     class FrontEnd:
         models = {MODEL: load_repository(str(demo_repository()))[MODEL]}
@@ -83,8 +96,6 @@ def _refusing_server():
 
 def _serve(protocol: str, port: int, ready) -> None:
     if protocol == "aiohttp":
-        from aiohttp import web
-
         async def echo(request: web.Request) -> web.Response:
             await request.content.readexactly(request.content_length)
             return web.Response(body=ANSWER)
@@ -99,11 +110,6 @@ def _serve(protocol: str, port: int, ready) -> None:
             ready.set()
             await asyncio.Event().wait()
     elif protocol != "grpc":
-        from atoll.http.bodies import BodyLimits
-        from atoll.http.connections import HttpConnections
-        from atoll.http.edge import HttpServer
-        from atoll.http.messages import HttpResponse, Routes
-
         async def answer(request) -> HttpResponse:
             return HttpResponse(body=ANSWER)
 
@@ -119,9 +125,6 @@ def _serve(protocol: str, port: int, ready) -> None:
             ready.set()
             await asyncio.Event().wait()
     else:
-        import grpc
-
-        from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 
         async def echo(request: bytes, context) -> bytes:
             return ANSWER
@@ -143,8 +146,6 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
     """Requests answered in `seconds` of closed loop on CONNECTIONS connections."""
     body = bytes(size)
     if protocol != "grpc":
-        from atoll.bench.http_client import HttpClient
-
         client = HttpClient(f"http://127.0.0.1:{port}", 30.0, max_connections=CONNECTIONS)
         if protocol in ("http", "aiohttp"):
             request, expected = client.request(PATH, body, {"Content-Type": "application/octet-stream"}), 200
@@ -157,8 +158,6 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
         async def close() -> None:
             client.close()
     else:
-        from atoll.bench.loadproc import grpc_channels
-
         channels = grpc_channels(f"127.0.0.1:{port}")
         calls = itertools.cycle([channel.unary_unary(METHOD) for channel in channels])
 
@@ -217,7 +216,6 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="closed-loop seconds per measurement (default 8)")
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
-    from atoll.supervisor.supervisor import HEAP_TUNING
 
     os.environ.update(HEAP_TUNING)  # the servers run with the glibc settings `atoll serve` gives its front ends
     rows = []
@@ -230,9 +228,6 @@ def main() -> int:
         print(f"{protocol:>13} {name:>13}: {row['requests_per_s']:8.1f} req/s, "
               f"{row['server_cpu_ms_per_request']:.3f} server CPU-ms a request", file=sys.stderr)
         rows.append(row)
-    import aiohttp
-    import grpc
-    import httptools
 
     doc = {"tool": "protocol_floor", "device": "cpu", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "cores": len(os.sched_getaffinity(0)), "connections": CONNECTIONS,

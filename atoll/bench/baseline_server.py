@@ -27,6 +27,7 @@ import subprocess
 import sys
 
 import numpy as np
+import onnxruntime as ort
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError
 
@@ -65,8 +66,6 @@ class Model:
     """One model of the repository in this worker: its onnxruntime session and preprocessing."""
 
     def __init__(self, spec):
-        import onnxruntime as ort
-
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import io
 
+import cv2
 import numpy as np
-
+import soundfile
 from fpga_host import jpeg_header
 
 # (width, height) from phone thumbnails to 12 MP camera frames
@@ -25,8 +26,6 @@ CLIP_SECONDS = (2.5, 5.0, 15.0, 25.0)
 
 def jpeg_bytes(width: int, height: int, seed: int = 0, progressive: bool = False,
                quality: int = 90, noise: float = 12.0) -> bytes:
-    import cv2
-
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     phase = rng.uniform(0, 2 * np.pi, 3).astype(np.float32)
@@ -88,7 +87,6 @@ def tone(seconds: float, rate: int, freq: float = 440.0, dtype=np.int16, seed: i
 
 def synthetic_wav(rng: np.random.Generator, seconds: float, rate: int = 16000) -> bytes:
     """Speech-like audio: a gliding harmonic source with formant-like weights, syllable envelope."""
-    import soundfile
 
     t = np.arange(int(seconds * rate)) / rate
     f0 = 110 + 30 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6))

@@ -22,9 +22,28 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from atoll.bench.harness import (AUDIO_FRAMES, IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, Recorder, closed_loop, emit,
-                                 load_program, make_device, open_loop, percentiles, pin_cpu_vgpu,
-                                 plot_cdf, policies_from, random_inputs, solo_latency_s)
+import numpy as np
+from scheduler.reef import DEFAULT_CAPACITY, Reef
+from tqdm import tqdm
+
+from atoll.bench.harness import (
+    AUDIO_FRAMES,
+    IMAGE_SIZE_CPU,
+    POLICY_ORDER,
+    RT_ONLY,
+    Recorder,
+    closed_loop,
+    emit,
+    load_program,
+    make_device,
+    open_loop,
+    percentiles,
+    pin_cpu_vgpu,
+    plot_cdf,
+    policies_from,
+    random_inputs,
+    solo_latency_s,
+)
 
 FIVE = ("mobilenet_v3_small", "squeezenet1_1", "swin_t", "conformer", "citrinet")
 TARGET_RT_LOAD = {"cpu": 0.15, "cuda": 0.5}
@@ -73,9 +92,6 @@ def register(subparsers) -> None:
 
 def run_policy(policy: str, kind: str, workload: Workload, programs: dict, inputs: dict,
                rate: float | None, duration: float, capacity: int | None, seed: int) -> dict:
-    import numpy as np
-
-    from scheduler.reef import DEFAULT_CAPACITY, Reef
 
     ex, dev, _ = make_device(kind, measure_start=True)
     be = [] if policy == RT_ONLY else list(programs["be"])
@@ -157,8 +173,6 @@ def summarise(results: list[dict]) -> None:
         r["throughput_vs_rt_only"] = round(r["throughput_rps"]["overall"] / ref["throughput_rps"]["overall"], 3)
 
 def run(args) -> int:
-    from tqdm import tqdm
-
     policies = policies_from(args.policy)
     cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None
     workload = WORKLOADS[args.workload]

@@ -10,6 +10,13 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+from gpu_runtime import zoo
+from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
+from scheduler.cpu_device import CpuDevice
+from scheduler.reef import Reef
+
 RT_ONLY = "rt-only"
 POLICY_ORDER = ("seq", "streams", "wait", "reset", "reef")
 IMAGE_SIZE_CPU = 112
@@ -32,7 +39,6 @@ def emit(doc: dict, path: Path, as_json: bool, summary: list[str]) -> None:
 
 def percentiles(values_s, unit: str = "ms", qs=(50, 99), digits: int = 3) -> dict:
     """p<q> for each q, mean, max and n of durations given in seconds, in `unit` (s, ms or us)."""
-    import numpy as np
 
     keys = [f"p{q}" for q in qs]
     if len(values_s) == 0:
@@ -46,11 +52,10 @@ def percentiles(values_s, unit: str = "ms", qs=(50, 99), digits: int = 3) -> dic
 def plot_cdf(latencies: dict[str, list[float]], title: str, path: Path,
              xlabel: str = "RT latency (ms)") -> None:
     """One CDF curve per key (latencies in seconds, plotted in ms)."""
-    import matplotlib
+    import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for policy, lat in latencies.items():
@@ -69,7 +74,6 @@ def plot_cdf(latencies: dict[str, list[float]], title: str, path: Path,
 
 def random_inputs(program, seed: int) -> dict:
     """Standard-normal float32 inputs for every graph input of a kernel program."""
-    import numpy as np
 
     rng = np.random.default_rng(seed)
     return {name: rng.standard_normal(program.buffers[i].shape).astype(np.float32)
@@ -93,7 +97,6 @@ def policies_from(arg: str | None) -> list[str]:
 def zoo_model(name: str, device: str, seed: int):
     """A zoo model as ONNX; on CPU vGPUs image models get smaller inputs (the graphs are
     resolution-free up to their global pooling)."""
-    from gpu_runtime import zoo
 
     model = zoo.build(name, seed=seed)
     if zoo.MODELS[name].kind == "image" and device == "cpu" and name not in FIXED_SIZE:
@@ -104,8 +107,6 @@ def zoo_model(name: str, device: str, seed: int):
 
 def load_program(name: str, device: str, seed: int):
     """Import a zoo model (`zoo_model`) for batch 1."""
-    from gpu_runtime import zoo
-    from gpu_runtime.compiler.importer import import_model
 
     model = zoo_model(name, device, seed)
     length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
@@ -117,16 +118,13 @@ def make_device(kind: str, measure_start: bool = False):
     """(executor, scheduler device, description) for a vGPU of this kind; `measure_start`: RT
     tasks learn when their first kernel got the GPU (the arriving thread waits for it)."""
     if kind == "cpu":
-        from gpu_runtime.executors.numpy_executor import NumpyExecutor
-        from scheduler.cpu_device import CpuDevice
-
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
         # nested BLAS pools would oversubscribe the cores whenever two streams run.
         ex = NumpyExecutor(blas_threads=1)
         return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
     try:
-        from gpu_runtime.executors.cupy_executor import CupyExecutor
-        from scheduler.cuda_device import CudaDevice
+        from gpu_runtime.executors.cupy_executor import CupyExecutor  # optional
+        from scheduler.cuda_device import CudaDevice  # optional
 
         ex = CupyExecutor()
         dev = CudaDevice(ex, measure_start=measure_start)
@@ -137,7 +135,6 @@ def make_device(kind: str, measure_start: bool = False):
 
 def solo_latency_s(kind: str, program, inputs, reps: int = 5, warmup: int = 2) -> float:
     """Median end-to-end time of one request alone (used to scale rates to what the device does)."""
-    from scheduler.reef import Reef
 
     ex, dev, _ = make_device(kind)
     reef = Reef(ex, dev, "reset", be_streams=1)

@@ -17,6 +17,8 @@ import threading
 import time
 
 from gpu_runtime.executors import resolve_executor
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool
 
 from atoll.bench.knee_profile import measure, pool_runner
 
@@ -52,7 +54,6 @@ def _saturate(runners: list, batch: int, length: float, seconds: float) -> float
 
 def served_vgpus(config) -> list:
     """The vGPUs `atoll serve` finds with this configuration."""
-    from gpu_runtime.vgpu.discovery import discover_vgpus
 
     v = config.vgpus
     return discover_vgpus(v.mode, v.cpu_vgpus or None, v.green_context_sms or None)
@@ -63,7 +64,6 @@ def measure_ideal(config, models: dict, shares: dict[str, float], audio_median_s
     """{"ideal_rps", "executor", "vgpus", "per_model": {model: {batch_knee, time_knee_ms,
     latency_ms, length_s, items_per_s}}} for the mix `shares` ({model: share}) of `models`
     (ModelSpecs)."""
-    from gpu_runtime.vgpu.pool import WorkerPool
 
     vgpus = served_vgpus(config)
     executor = resolve_executor(config.vgpus.executor, vgpus)

@@ -7,6 +7,19 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from batching.knee import knee
+from batching.profile import BucketProfile, ModelProfile, Profile, load_profile, save_profile
+from gpu_runtime.executors import resolve_executor
+from gpu_runtime.vgpu.discovery import discover
+from gpu_runtime.vgpu.pool import WorkerPool
+from tqdm import tqdm
+
+from atoll.repository.demo import demo_repository
+from atoll.repository.specs import load_repository
+from atoll.supervisor import lengths
 
 Runner = Callable[[int, float], None]  # run one batch of `batch` inputs of `length` seconds
 
@@ -15,10 +28,6 @@ def measure(runner: Runner, model: str, modality: str, lengths: Sequence[float],
             batches: Sequence[int], repeats: int, warmup: int, percentile: float,
             clock: Callable[[], float] = time.perf_counter, progress: bool = True):
     """A ModelProfile of tail latency (ms) per (length, batch), with knees by the knee rule."""
-    import numpy as np
-    from batching.knee import knee
-    from batching.profile import BucketProfile, ModelProfile
-    from tqdm import tqdm
 
     points = [None] if modality == "image" else list(lengths)
     buckets = []
@@ -42,12 +51,6 @@ def measure(runner: Runner, model: str, modality: str, lengths: Sequence[float],
 
 
 def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[float]) -> None:
-    from pathlib import Path
-
-    from batching.profile import Profile, load_profile, save_profile
-    from gpu_runtime.vgpu.discovery import discover
-    from gpu_runtime.vgpu.pool import WorkerPool
-
     spec = _model_spec(args.repository, args.model)
     modality = "audio" if spec.preprocess == "audio" else "image"
     vgpus = discover(args.vgpu_mode).vgpus
@@ -57,7 +60,6 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
     if spec.max_batch_size and batches[-1] > spec.max_batch_size:
         raise ValueError(f"{spec.name} accepts batches up to {spec.max_batch_size} (config.pbtxt)")
 
-    from gpu_runtime.executors import resolve_executor
 
     with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
         pool.load_model(spec.name, spec.path, max_batch=batches[-1])
@@ -82,11 +84,7 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
 
 
 def _model_spec(repository: str | None, model: str):
-    from atoll.repository.specs import load_repository
-
     if repository is None:
-        from atoll.repository.demo import demo_repository
-
         repository = demo_repository()
     models = load_repository(repository)
     if model not in models:
@@ -95,10 +93,6 @@ def _model_spec(repository: str | None, model: str):
 
 
 def pool_runner(pool, vgpu_id: str, spec) -> Runner:
-    import numpy as np
-
-    from atoll.supervisor import lengths
-
     tensor = spec.inputs[0]
     rng = np.random.default_rng(0)
     inputs: dict[tuple[int, float], np.ndarray] = {}  # built once per point, outside the timing

@@ -12,7 +12,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+import aiohttp
 import numpy as np
+from tqdm import tqdm
 
 from atoll.bench.harness import percentiles
 from atoll.kserve.protocol import HEADER_LENGTH
@@ -74,8 +76,6 @@ async def run_load(url: str, workloads: list[Workload], requests: int, rate: flo
                    arrival: str = "poisson", seed: int = 0, progress: bool = True,
                    timeout_s: float = 60.0) -> Summary:  # fmt: skip
     """Send `requests` requests at `rate` per second; every one is awaited (bounded by timeout_s)."""
-    import aiohttp
-    from tqdm import tqdm
 
     rng = np.random.default_rng(seed)
     weights = np.array([w.weight for w in workloads], dtype=float)

@@ -21,9 +21,22 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_runtime.executors import EXECUTORS
+import numpy as np
+import onnx
+import onnxruntime
+from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors import EXECUTORS, probe_executors
+from gpu_runtime.executors.cupy_executor import CupyExecutor
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
+from gpu_runtime.zoo import MODELS, build
+from gpu_runtime.zoo.repository import write_model
+from tqdm import tqdm
 
+from atoll import __version__
 from atoll.bench.harness import percentiles
+from atoll.bench.torch_eager import TorchEagerModel, TorchGraphModel
+from atoll.repository.specs import load_repository
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
 COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch", "torch-graph")
@@ -92,8 +105,6 @@ def run(args) -> int:
 def _models(repository: str | None, names: list[str] | None) -> tuple[dict[str, tuple[Path, int]], list]:
     """{model: (onnx path, max batch or 0)} and [{model, reason}] for the ones that cannot run."""
     if repository:
-        from atoll.repository.specs import load_repository
-
         found = {n: (s.path, s.max_batch_size) for n, s in load_repository(repository).items()}
         unknown = sorted(set(names or ()) - set(found))
         if unknown:
@@ -109,8 +120,6 @@ def zoo_cache() -> Path:
 
 def _zoo(names: list[str] | None) -> tuple[dict[str, tuple[Path, int]], list]:
     """Zoo models built once (seed 0) into the cache; models whose builder fails are skipped."""
-    from gpu_runtime.zoo import MODELS, build
-    from gpu_runtime.zoo.repository import write_model
 
     unknown = sorted(set(names or ()) - set(MODELS))
     if unknown:
@@ -130,8 +139,6 @@ def _zoo(names: list[str] | None) -> tuple[dict[str, tuple[Path, int]], list]:
 
 def _inputs(path: Path, batch: int, length: int, rng) -> dict:
     """Random inputs for every graph input: dim 0 is the batch, other symbolic dims take `length`."""
-    import numpy as np
-    import onnx
 
     model = onnx.load(str(path), load_external_data=False)
     weights = {i.name for i in model.graph.initializer}
@@ -153,8 +160,6 @@ def _inputs(path: Path, batch: int, length: int, rng) -> dict:
 
 
 def _has_length(path: Path) -> bool:
-    import onnx
-
     model = onnx.load(str(path), load_external_data=False)
     weights = {i.name for i in model.graph.initializer}
     return any(
@@ -172,12 +177,11 @@ def _comparator(kind: str | None):
         return None, None
     if kind in ("torch", "torch-graph"):
         try:
-            import torch
+            import torch  # optional: PyTorch, the GPU baseline only
         except ImportError as exc:
             return {"kind": kind, "skipped": f"PyTorch not importable ({exc})"}, None
         if not torch.cuda.is_available():
             return {"kind": kind, "skipped": "PyTorch sees no CUDA device"}, None
-        from atoll.bench.torch_eager import TorchEagerModel
 
         if kind == "torch-graph":
             return {"kind": kind, "runtime": f"torch {torch.__version__} CUDA graph vs atoll graph, "
@@ -189,7 +193,6 @@ def _comparator(kind: str | None):
 
         return {"kind": kind, "runtime": f"torch {torch.__version__} eager (ONNX graph op by op)",
                 "device": torch.cuda.get_device_name()}, make_torch  # fmt: skip
-    import onnxruntime
 
     if kind == "onnxruntime-cpu":
         providers = ["CPUExecutionProvider"]
@@ -209,7 +212,6 @@ def _comparator(kind: str | None):
 
 def _event_ms(replay, events, synchronize, warmup: int, repeats: int) -> float:
     """Median GPU time of `replay()` between two device events."""
-    import numpy as np
 
     for _ in range(warmup):
         replay()
@@ -226,13 +228,9 @@ def _event_ms(replay, events, synchronize, warmup: int, repeats: int) -> float:
 
 def graph_runner(path, batch: int, length: int | None, inputs: dict, args) -> dict:
     """Atoll's program graph and PyTorch's CUDA graph of the same ONNX model, fp32 and fp16."""
-    import cupy
-    import numpy as np
-    import torch
-    from gpu_runtime.compiler.importer import import_model
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
+    import cupy  # optional: CuPy, GPU only
+    import torch  # optional: PyTorch, the GPU baseline only
 
-    from atoll.bench.torch_eager import TorchGraphModel
 
     def torch_events():
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -283,11 +281,6 @@ def _time_direct(run, inputs: dict, warmup: int, repeats: int) -> list[float]:
 
 
 def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[int], args) -> dict:
-    import numpy as np
-    from gpu_runtime.vgpu.discovery import discover_vgpus
-    from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
-    from tqdm import tqdm
-
     vgpus = discover_vgpus(args.vgpu_mode)
     chosen = next((v for v in vgpus if v.id == (args.vgpu or vgpus[0].id)), None)
     if chosen is None:
@@ -385,10 +378,6 @@ def _device(vgpu) -> dict:
 
 
 def _versions() -> dict:
-    from gpu_runtime.executors import probe_executors
-
-    from atoll import __version__
-
     return {
         "atoll": __version__,
         "python": sys.version.split()[0],

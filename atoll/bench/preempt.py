@@ -16,8 +16,23 @@ import threading
 import time
 from pathlib import Path
 
-from atoll.bench.harness import (POLICY_ORDER, RT_ONLY, Recorder, closed_loop, emit, load_program,
-                                 make_device, percentiles, pin_cpu_vgpu, policies_from, random_inputs)
+import numpy as np
+from scheduler.reef import DEFAULT_CAPACITY, Reef
+from tqdm import tqdm
+
+from atoll.bench.harness import (
+    POLICY_ORDER,
+    RT_ONLY,
+    Recorder,
+    closed_loop,
+    emit,
+    load_program,
+    make_device,
+    percentiles,
+    pin_cpu_vgpu,
+    policies_from,
+    random_inputs,
+)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 MODELS_CPU = {"rt": "mobilenet_v3_small", "be": "mobilenet_v3_small"}  # short BE kernels, see disb
@@ -43,9 +58,6 @@ def register(subparsers) -> None:
 
 def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: int,
             capacity: int | None = None) -> tuple[dict, list]:
-    import numpy as np
-
-    from scheduler.reef import DEFAULT_CAPACITY, Reef
 
     capacity = capacity or DEFAULT_CAPACITY
     ex, dev, _ = make_device(kind, measure_start=True)
@@ -102,11 +114,10 @@ def measure(policy: str, kind: str, programs: dict, inputs: dict, n: int, seed: 
 
 
 def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     names = list(latencies)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -122,9 +133,6 @@ def plot(latencies: dict[str, list[float]], title: str, path: Path) -> None:
 
 
 def run(args) -> int:
-    from tqdm import tqdm
-
-
     policies = policies_from(args.policy)
     cores = pin_cpu_vgpu(args.cpu_cores) if args.device == "cpu" else None
     names = MODELS_CPU if args.device == "cpu" else MODELS

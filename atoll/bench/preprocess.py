@@ -14,6 +14,7 @@ request, not its throughput); latencies are submit-to-result times in that run (
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import itertools
 import json
 import os
@@ -22,6 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from fpga_host.preprocessor import Preprocessor
+from tqdm import tqdm
+
+from atoll.bench.corpus import CLIP_SECONDS, IMAGE_SIZES, jpeg_bytes, tone
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import percentiles
 
@@ -47,9 +52,7 @@ def register(subparsers) -> None:
 
 def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
     """Throughput and latency of `requests` (callables pre -> Future[Result]) on one Preprocessor."""
-    import concurrent.futures as cf
 
-    from tqdm import tqdm
 
     cf.wait(pre.warming())  # every CPU worker started: its start-up is not preprocessing time
     for request in requests[:max(1, min(pre.parallelism, len(requests)))]:
@@ -100,8 +103,6 @@ def configurations(modality: str, backends: list[str], cus: int | None) -> list[
 
 
 def image_requests(n: int, stage: str = "normalize") -> tuple[list, dict]:
-    from atoll.bench.corpus import IMAGE_SIZES, jpeg_bytes
-
     files = [jpeg_bytes(*IMAGE_SIZES[i % len(IMAGE_SIZES)], seed=i) for i in range(n)]
     sizes = [IMAGE_SIZES[i % len(IMAGE_SIZES)] for i in range(n)]
     corpus = {"sizes": {f"{w}x{h}": sizes.count((w, h)) for w, h in dict.fromkeys(sizes)},
@@ -110,8 +111,6 @@ def image_requests(n: int, stage: str = "normalize") -> tuple[list, dict]:
 
 
 def audio_clips(n: int) -> list[tuple]:
-    from atoll.bench.corpus import CLIP_SECONDS, tone
-
     rates = (16000, 44100, 22050, 48000)
     return [(tone(CLIP_SECONDS[i % 4], rates[i % 4], seed=i), rates[i % 4]) for i in range(n)]
 
@@ -122,7 +121,6 @@ def audio_requests(clips: list[tuple]) -> list:
 
 def mel_norm_overlap(clips: list[tuple]) -> dict:
     """Wall time of the same requests: serial fused mel+norm vs pipelined over 1+1 and 2+2 CUs."""
-    from fpga_host.preprocessor import Preprocessor
 
     results = {}
     with Preprocessor("emu", cpu_workers=0, image_cus=0, audio_mel_cus=1, audio_norm_cus=1) as pre:
@@ -158,8 +156,6 @@ def _require_cus(pre, kernels: tuple[str, ...]) -> None:
 
 
 def run(args) -> int:
-    from fpga_host.preprocessor import Preprocessor
-
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = set(backends) - {"cpu", "emu", "xrt"}
     if unknown:
@@ -216,10 +212,10 @@ def run(args) -> int:
 
 
 def plot(report: dict, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     rows = {k: v for k, v in report["configs"].items() if "throughput_per_s" in v}
     fig, ax = plt.subplots(figsize=(6, 3.5))

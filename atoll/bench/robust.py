@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
 
 from atoll.bench.bodies import infer_body, media_bytes
 from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
@@ -84,9 +86,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-
     server_cpus, load_cpus, procs = split_cores(args, "robust")
     load = Load(load_cpus, procs)
     with tempfile.TemporaryDirectory(prefix="atoll-robust-") as root:

@@ -22,7 +22,22 @@ import time
 import urllib.request
 from pathlib import Path
 
-from atoll.bench.harness import emit
+import numpy as np
+from gpu_runtime.executors import EXECUTORS
+from tqdm import tqdm
+
+from atoll.bench import servers, triton_baseline
+from atoll.bench import traffic as traffic_mod
+from atoll.bench.cpustat import CpuMeter
+from atoll.bench.harness import emit, percentiles
+from atoll.bench.ideal import measure_ideal, served_vgpus
+from atoll.bench.loadproc import TRANSPORTS, LoadPlan, LoadProcesses, split
+from atoll.bench.serve_analysis import class_latencies, loadgen_saturated, plot, summarise, sweep
+from atoll.bench.servers import add_loadgen_options, counter_total, split_cores
+from atoll.bench.traffic import weights_of
+from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_from_args
+from atoll.repository.demo import demo_repository
+from atoll.repository.specs import RepositoryError, load_repository
 
 SYSTEMS = ("plain", "triton")
 DEFAULTS = {"duration": 10.0, "warmup": 3.0, "slo_ms": 100.0}
@@ -30,11 +45,6 @@ PROBE_CONCURRENCY = 64  # closed-loop probe that sets the sweep's first rate
 
 
 def register(subparsers) -> None:
-    from gpu_runtime.executors import EXECUTORS
-
-    from atoll.bench.servers import add_loadgen_options
-    from atoll.config import add_config_options
-
     p = subparsers.add_parser("serve", help="end-to-end serving throughput/latency vs baselines and Ideal")
     p.add_argument("--url", help="drive this running server instead of starting `atoll serve`")
     p.add_argument("--repository", help="model repository (default: the built-in demo)")
@@ -137,13 +147,7 @@ class Bench:
         requests in closed loop at `concurrency` (or alone). `during(stop)` runs on a thread of its
         own through the measurement window, until the `stop` event is set. (row, every request's
         record, the measurement window)."""
-        from tqdm import tqdm
 
-        from atoll.bench.cpustat import CpuMeter
-        from atoll.bench.loadproc import LoadPlan, LoadProcesses, split
-        from atoll.bench.serve_analysis import loadgen_saturated, summarise
-        from atoll.bench.servers import counter_total
-        from atoll.bench.traffic import weights_of
 
         a = self.args
         duration = seconds or a.duration
@@ -212,10 +216,7 @@ class Bench:
         one short point rests on its few largest samples (at 5 req/s for 10 s, the second largest
         of 50), so single runs of the same server gave ratios from 1.47 to 2.07; the headline
         p99s pool every round's real-time latencies, and each round's own figures show the spread."""
-        import numpy as np
 
-        from atoll.bench.harness import percentiles
-        from atoll.bench.serve_analysis import class_latencies
 
         a = self.args
         rt = [i for i, name in enumerate(traffic.classes) if name.endswith("/rt")]
@@ -263,7 +264,6 @@ class Bench:
 
     def drive(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
         """Every load point the arguments ask for; (rows, summary of this configuration)."""
-        from atoll.bench.serve_analysis import sweep
 
         a = self.args
         if a.rate:
@@ -289,7 +289,6 @@ class Bench:
 
 def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[int, ...]):
     """(name, context manager factory) of every system to drive, Atoll first."""
-    from atoll.bench import servers
 
     out = [("atoll", (lambda: servers.remote(args.url, args.grpc_address or "")) if args.url
             else (lambda: servers.atoll(serve_args, server_cpus)))]  # fmt: skip
@@ -297,20 +296,11 @@ def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[in
         if name == "plain":
             out.append(("plain", lambda: servers.plain(repository, server_cpus)))
         else:
-            from atoll.bench import triton_baseline
-
             out.append(("triton", lambda: triton_baseline.server(repository, server_cpus)))
     return out
 
 
 def run(args) -> int:
-    from atoll.bench import traffic as traffic_mod
-    from atoll.bench.ideal import measure_ideal, served_vgpus
-    from atoll.bench.loadproc import TRANSPORTS
-    from atoll.bench.servers import split_cores
-    from atoll.config import SERVE_FLAGS, ConfigError, config_from_args
-    from atoll.repository.specs import RepositoryError, load_repository
-
     if not 0.0 <= args.rt_share <= 1.0:
         print(f"atoll bench serve: --rt-share must be between 0 and 1, got {args.rt_share}", file=sys.stderr)
         return 2
@@ -322,8 +312,6 @@ def run(args) -> int:
         config = config_from_args(args, SERVE_FLAGS)
         repository = config.server.repository or args.repository
         if not repository:
-            from atoll.repository.demo import demo_repository
-
             repository = str(demo_repository())
         models = load_repository(repository)
         mix = traffic_mod.parse_mix(args.mix, models)
@@ -391,8 +379,6 @@ def run(args) -> int:
     }  # fmt: skip
     out = args.out or Path("bench/results") / f"serve_{device}.json"
     if args.plot:
-        from atoll.bench.serve_analysis import plot
-
         plot(rows, args.slo_ms, f"atoll bench serve on {device} ({doc['host']['cores']} cores)", args.plot)
     emit(doc, out, args.json, [_summary_line(s, args.slo_ms) for s in summary])
     return 0

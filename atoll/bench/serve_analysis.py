@@ -116,10 +116,10 @@ def curve_label(row: dict) -> str:
 def plot(rows: list[dict], slo_ms: float, title: str, path: Path) -> None:
     """Throughput vs p99, one curve per configuration (open-loop points by rate), closed-loop
     points as separate markers."""
-    import matplotlib
+    import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     rows = [r for r in rows if r["mode"] in ("open", "closed")]  # not the real-time isolation points
     fig, ax = plt.subplots(figsize=(7.5, 4.8))

@@ -11,6 +11,8 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from atoll.bench.server_process import ServerProcess
 
 
@@ -107,7 +109,6 @@ def counter_total(url: str, family: str, **labels: str) -> float | None:
     """The counter `family` (prometheus_client's name, without `_total`) from the server's
     /metrics, summed over its samples carrying `labels`; None where the server has no such metric
     (a baseline, or an Atoll before it counted it)."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 
 class UnsupportedOp(ValueError):
@@ -23,8 +25,6 @@ class UnsupportedOp(ValueError):
 
 
 def _attrs(node) -> dict[str, Any]:
-    from onnx import helper
-
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -176,10 +176,8 @@ class TorchEagerModel:
     ("float32" with TF32 off, or "float16": float weights and inputs cast to half)."""
 
     def __init__(self, path: str, device: str = "cuda", dtype: str = "float32"):
-        import onnx
-        import torch
-        import torch.nn.functional as F
-        from onnx import numpy_helper
+        import torch  # optional: PyTorch, the GPU baseline only
+        import torch.nn.functional as F  # optional: PyTorch, the GPU baseline only
 
         self.torch, self.F, self.device = torch, F, device
         self.dtype = {"float32": torch.float32, "float16": torch.float16}[dtype]

@@ -12,7 +12,12 @@ import json
 import sys
 
 import numpy as np
+import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from fpga_host import cpu_backend
+
+from atoll.bench.baseline_server import media_rows
+from atoll.front_end.media import pad_stack
 
 
 class TritonPythonModel:
@@ -21,11 +26,7 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         # the stub's interpreter knows nothing of Atoll's environment: the bench names its paths
         sys.path[:0] = [p for p in params["atoll_sys_path"].split(":") if p not in sys.path]
-        import onnxruntime as ort
-        from fpga_host import cpu_backend
 
-        from atoll.bench.baseline_server import media_rows
-        from atoll.front_end.media import pad_stack
 
         cpu_backend.init_worker()
         options = ort.SessionOptions()

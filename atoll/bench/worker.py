@@ -17,8 +17,25 @@ import threading
 import time
 from pathlib import Path
 
-from atoll.bench.harness import (IMAGE_SIZE_CPU, POLICY_ORDER, RT_ONLY, emit, make_device, percentiles,
-                                 plot_cdf, policies_from, zoo_model)
+import numpy as np
+import onnx
+from gpu_runtime.executors import preemptible_executor
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool
+from scheduler.vgpu_engine import engine_for
+from tqdm import tqdm
+
+from atoll.bench.harness import (
+    IMAGE_SIZE_CPU,
+    POLICY_ORDER,
+    RT_ONLY,
+    emit,
+    make_device,
+    percentiles,
+    plot_cdf,
+    policies_from,
+    zoo_model,
+)
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 DEFAULTS = {"cpu": {"n": 40, "be_batch": 8}, "cuda": {"n": 300, "be_batch": 64}}
@@ -40,7 +57,6 @@ def register(subparsers) -> None:
 
 def write_models(device: str, folder: Path, seed: int) -> dict[str, str]:
     """The zoo models as ONNX files, sized for the device as `bench disb` sizes them."""
-    import onnx
 
     paths = {}
     for role, name in MODELS.items():
@@ -50,13 +66,6 @@ def write_models(device: str, folder: Path, seed: int) -> dict[str, str]:
 
 
 def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: int) -> tuple[dict, list]:
-    import numpy as np
-
-    from gpu_runtime.vgpu.discovery import discover_vgpus
-    from gpu_runtime.executors import preemptible_executor
-    from gpu_runtime.vgpu.pool import WorkerPool
-    from scheduler.vgpu_engine import engine_for
-
     vgpus = discover_vgpus("cpu", cpu_vgpus=1) if device == "cpu" else discover_vgpus("gpu")[:1]
     executor = preemptible_executor(gpu=device != "cpu")
     rng = np.random.default_rng(seed)
@@ -103,8 +112,6 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
 
 
 def run(args) -> int:
-    from tqdm import tqdm
-
     policies = policies_from(args.policy)
     n = args.n or DEFAULTS[args.device]["n"]
     be_batch = args.be_batch or DEFAULTS[args.device]["be_batch"]

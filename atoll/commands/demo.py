@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import urllib.request
 
+import numpy as np
 from gpu_runtime.executors import EXECUTORS
+from prometheus_client.parser import text_string_to_metric_families
+
+from atoll.bench.bodies import infer_body
+from atoll.bench.corpus import jpeg_bytes, synthetic_wav
+from atoll.bench.loadgen import IMAGE_SIZES, Workload, format_table, run_load
+from atoll.bench.server_process import ServerProcess
 
 
 def register(subparsers) -> None:
@@ -28,14 +37,6 @@ def register(subparsers) -> None:
 
 
 def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
-    import urllib.request
-
-    import numpy as np
-
-    from atoll.bench.bodies import infer_body
-    from atoll.bench.corpus import jpeg_bytes, synthetic_wav
-    from atoll.bench.loadgen import IMAGE_SIZES, Workload
-
     rng = np.random.default_rng(seed)
     with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:
         index = json.load(r)
@@ -62,9 +63,7 @@ def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
 
 def _batch_summary(url: str) -> dict[str, float]:
     """Mean batch size per model, from the server's own Prometheus metrics."""
-    import urllib.request
 
-    from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"{url}/metrics") as r:
         text = r.read().decode()
@@ -82,11 +81,6 @@ def _batch_summary(url: str) -> dict[str, float]:
 
 
 def run(args) -> int:
-    import asyncio
-
-    from atoll.bench.loadgen import format_table, run_load
-    from atoll.bench.server_process import ServerProcess
-
     for flag, share in (("--audio-share", args.audio_share), ("--rt-share", args.rt_share)):
         if not 0.0 <= share <= 1.0:
             print(f"atoll demo: {flag} must be between 0 and 1, got {share}", file=sys.stderr)

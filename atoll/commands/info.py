@@ -7,6 +7,13 @@ import json
 import platform
 import sys
 
+from fpga_host.probe import probe_backends
+from gpu_runtime.executors import probe_executors
+from gpu_runtime.vgpu.discovery import discover
+
+from atoll import __version__
+from atoll.config import ConfigError, load_config
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("info", help="report preprocessing backends, vGPUs and executors")
@@ -23,11 +30,6 @@ def _safe(fn, *args, **kwargs):
 
 
 def collect(config) -> dict:
-    from atoll import __version__
-    from fpga_host.probe import probe_backends
-    from gpu_runtime.executors import probe_executors
-    from gpu_runtime.vgpu.discovery import discover
-
     fpga, error = _safe(probe_backends, config.preprocessing.manifest)
     if fpga is None:
         fpga = {"backend": "cpu", "backends": {}, "error": error}
@@ -72,8 +74,6 @@ def _table(info: dict) -> str:
 
 
 def run(args) -> int:
-    from atoll.config import ConfigError, load_config
-
     try:
         config = load_config(args.config)
     except ConfigError as exc:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from pathlib import Path
 
+import numpy as np
+import onnx
+import onnxruntime as ort
+from google.protobuf.message import DecodeError
+from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors import EXECUTORS, program_executor
 from gpu_runtime.model_check import TOLERANCES, compare
 
@@ -34,8 +41,6 @@ def register(subparsers) -> None:
 
 
 def _resolve(path: str):
-    from pathlib import Path
-
     p = Path(path)
     if p.is_dir():
         p = p / "1" / "model.onnx"
@@ -45,14 +50,6 @@ def _resolve(path: str):
 
 
 def run_check(args) -> int:
-    import time
-
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-    from google.protobuf.message import DecodeError
-    from gpu_runtime.compiler.importer import import_model
-
     try:
         path = _resolve(args.path)
         model = onnx.load(str(path))

@@ -13,6 +13,14 @@ import time
 from collections import deque
 from pathlib import Path
 
+import numpy as np
+import soundfile as sf
+from fpga_host.manifest import ManifestError
+from fpga_host.preprocessor import Preprocessor
+from fpga_host.status import PreprocessError
+from fpga_host.xrt_driver import BackendUnavailable
+from tqdm import tqdm
+
 BACKEND_CHOICES = ("auto", "xrt", "emu", "cpu")
 
 
@@ -43,8 +51,6 @@ def register(subparsers) -> None:
 
 def read_audio(path: Path):
     """(mono PCM, sample rate): int16 kept as int16 for 16-bit mono files, else float32."""
-    import numpy as np
-    import soundfile as sf
 
     info = sf.info(str(path))
     exact_int16 = info.channels == 1 and info.subtype == "PCM_16"
@@ -65,10 +71,6 @@ def output_names(files: list[Path]) -> list[str]:
 
 
 def run(args) -> int:
-    from fpga_host.manifest import ManifestError
-    from fpga_host.preprocessor import Preprocessor
-    from fpga_host.xrt_driver import BackendUnavailable
-
     options = {"cpu_workers": args.cpu_workers, "manifest": args.manifest}
     if args.modality == "image":
         options.update(resize_short=args.resize_short, crop=args.crop, fp16=args.fp16,
@@ -91,8 +93,6 @@ def run(args) -> int:
 
 def process(pre, args) -> int:
     """Submits files with a bounded number in flight; returns how many failed."""
-    import numpy as np
-    from tqdm import tqdm
 
     files = [Path(f) for f in args.files]
     names = output_names(files)
@@ -120,8 +120,6 @@ def submit(pre, args, path: Path):
 
 
 def report(path: Path, name: str, started: float, future, args, np) -> bool:
-    from fpga_host.status import PreprocessError
-
     record = {"file": str(path)}
     try:
         if isinstance(future, Exception):

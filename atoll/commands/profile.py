@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from batching.profile import ProfileError
+from batching.sweep import parse_rates
+
 from atoll.bench.knee_profile import profile_on_vgpu
 
 
@@ -37,8 +40,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batching.profile import ProfileError
-
     try:
         batches = parse_batches(args.batches)
         lengths = parse_lengths(args.lengths)
@@ -62,8 +63,6 @@ def parse_batches(spec: str) -> list[int]:
 
 
 def parse_lengths(spec: str) -> list[float]:
-    from batching.sweep import parse_rates
-
     if ":" in spec:
         return parse_rates(spec)  # the same START:STOP:STEP grammar
     try:

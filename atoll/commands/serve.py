@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 from pathlib import Path
 
+from batching.profile import ProfileError
 from gpu_runtime.executors import EXECUTORS
 
-from atoll.config import SERVE_FLAGS, add_config_options, config_from_args
-from atoll.supervisor.supervisor import serve_forever
+from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_from_args
+from atoll.repository.specs import RepositoryError
+from atoll.supervisor.supervisor import Supervisor, serve_forever
 
 
 def register(subparsers) -> None:
@@ -39,15 +43,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import asyncio
-    import logging
-
-    from batching.profile import ProfileError
-
-    from atoll.config import ConfigError
-    from atoll.repository.specs import RepositoryError
-    from atoll.supervisor.supervisor import Supervisor
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         config = config_from_args(args, SERVE_FLAGS)

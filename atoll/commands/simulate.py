@@ -16,7 +16,14 @@ import argparse
 import json
 import sys
 
+import numpy as np
+from batching import TritonConfig, make_batcher
 from batching.factory import BATCHERS
+from batching.profile import load_profile, service_time_from
+from batching.sim import simulate
+from batching.sweep import max_rate_at_slo, parse_rates
+from batching.workload import arrival_times, input_lengths
+from tqdm import tqdm
 
 # not part of the default side-by-side set: PREBA placing timed-out batches on busy vGPUs too
 VARIANTS = ("preba-eager",)
@@ -65,14 +72,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def simulate_command(args: argparse.Namespace) -> dict:
-    import numpy as np
-    from tqdm import tqdm
-
-    from batching.profile import load_profile, service_time_from
-    from batching.sim import simulate
-    from batching.sweep import max_rate_at_slo, parse_rates
-    from batching.workload import arrival_times, input_lengths
-
     if args.vgpus < 1 or not args.duration > 0:
         raise ValueError("--vgpus must be >= 1 and --duration > 0")
     if not args.sweep and args.rate is None:
@@ -143,8 +142,6 @@ def batcher_params(name: str, profile, args, typical_batch: int) -> dict:
 
 
 def batcher_factories(profile, args, vgpus, service_time, typical_batch):
-    from batching import TritonConfig, make_batcher
-
     triton = batcher_params("triton", profile, args, typical_batch)
     static = batcher_params("static", profile, args, typical_batch)
     policy = {args.model: profile.model_batching(args.model)}
@@ -173,10 +170,10 @@ def print_table(report: dict) -> None:
 
 
 def plot(report: dict, path: str) -> None:
-    import matplotlib
+    import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, entry in report["batchers"].items():

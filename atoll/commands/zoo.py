@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+from gpu_runtime.zoo import MODELS, build
+from gpu_runtime.zoo.repository import write_model
+from tqdm import tqdm
 
 
 def register(subparsers) -> None:
@@ -22,8 +27,6 @@ def register(subparsers) -> None:
 
 
 def run_list(args) -> int:
-    from gpu_runtime.zoo import MODELS
-
     rows = [
         {"name": m.name, "kind": m.kind, "input": [m.input_name, list(m.input_dims)],
          "output": [m.output_name, list(m.output_dims)], "description": m.description}
@@ -38,13 +41,6 @@ def run_list(args) -> int:
 
 
 def run_build(args) -> int:
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from gpu_runtime.zoo import MODELS, build
-    from gpu_runtime.zoo.repository import write_model
-
     names = args.models or list(MODELS)
     unknown = [n for n in names if n not in MODELS]
     if unknown:

@@ -8,7 +8,7 @@ import io
 from dataclasses import dataclass
 
 import numpy as np
-
+import soundfile
 from fpga_host.cpu_backend import validate_length
 
 MAX_CHANNELS = 8  # FLAC's most; more would only multiply what a lying header makes us allocate
@@ -43,7 +43,6 @@ def _open(data: bytes):
     their first bytes: it would parse a dozen more containers (AIFF, CAF, VOC, IRCAM, MAT5...),
     whose parsers are where its history of memory-safety bugs lies, and a crash there would take a
     front end down with every request it holds."""
-    import soundfile
 
     if not (data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE" or data[:4] == b"fLaC"):
         raise MediaError("not a WAV or FLAC file")
@@ -65,7 +64,6 @@ def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
     """WAV/FLAC bytes -> (mono float32 PCM, sample rate); stereo is averaged to mono. The header
     is checked before any sample is decoded: the decoder allocates what it claims (`max_seconds`
     defaults to `cpu_backend.audio`'s)."""
-    import soundfile
 
     with _open(data) as f:
         header = AudioHeader.of(f)

@@ -233,7 +233,7 @@ class CudaIpc:
 
     @functools.cached_property
     def cupy(self):
-        import cupy
+        import cupy  # optional: CuPy, GPU only
 
         return cupy
 

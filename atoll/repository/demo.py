@@ -11,6 +11,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
+from tqdm import tqdm
+
 from atoll import __version__
 
 DEMO_MODELS = ("mobilenet_v3_small", "citrinet")
@@ -21,10 +25,6 @@ def cache_dir() -> Path:
 
 
 def demo_repository(models: tuple[str, ...] = DEMO_MODELS, progress: bool = True) -> Path:
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-    from tqdm import tqdm
-
     root = cache_dir() / f"demo-repository-{__version__}"
     if all((root / m / "config.pbtxt").is_file() for m in models):
         return root

@@ -29,13 +29,18 @@ import logging
 import math
 import os
 import shutil
+import signal
 import socket
 import tempfile
 from pathlib import Path
 
-from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
+from gpu_runtime.executors import resolve_executor
+from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads, relay_this_thread
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
+from scheduler.vgpu_engine import engine_for
 
 from atoll.config import Config
 from atoll.front_end.rows import FrontEndSetup
@@ -46,6 +51,7 @@ from atoll.http.messages import HttpRequest, HttpResponse, Routes
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.shm_registry import RegionBook, Register, Unregister
 from atoll.observe.metrics import Metrics, share_metrics
+from atoll.repository.demo import demo_repository
 from atoll.repository.specs import ModelSpec
 from atoll.supervisor.dispatcher import Dispatcher
 from atoll.supervisor.front_ends import FrontEndSupervisor
@@ -116,10 +122,6 @@ class Supervisor:
         self.metrics_url = ""
 
     async def start(self) -> None:
-        from gpu_runtime.vgpu.discovery import discover_vgpus
-        from gpu_runtime.vgpu.pool import WorkerPool
-        from scheduler.vgpu_engine import engine_for
-
         c = self.config
         os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
         os.environ[RT_FIFO_ENV] = str(c.server.rt_fifo)
@@ -128,15 +130,12 @@ class Supervisor:
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         raise_open_file_limit()  # children inherit it: pipes and shared memory for every worker and front end
         if self.repository is None:
-            from atoll.repository.demo import demo_repository
-
             self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
         share_metrics(self._metrics_dir)
         vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         self._gpu_uuids = tuple(v.uuid for v in vgpus if v.kind != "cpu" and v.uuid)
         self.metrics = Metrics(self._gpu_uuids)
-        from gpu_runtime.executors import resolve_executor
 
         executor = resolve_executor(c.vgpus.executor, vgpus)
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
@@ -336,11 +335,6 @@ class Supervisor:
 
 
 async def serve_forever(service) -> None:
-    import asyncio
-    import signal
-
-    from gpu_runtime.priority import relay_this_thread
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from gpu_runtime.compiler.graph import GraphContext, ProgramBuilder, Tensor, UnsupportedModelError, Value, attrs_of
 from gpu_runtime.compiler.lowering import LOWERINGS
@@ -27,8 +28,6 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16"}
 
 
 def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
-    from onnx.reference import ReferenceEvaluator
-
     feeds = {name: arr for name, arr in zip(node.input, inputs) if name}
     return ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 
+import onnx
+
+from gpu_runtime.compiler.importer import import_model
+
 Key = tuple[int, int | None]
 
 
@@ -16,8 +20,6 @@ class ModelShapes:
     """`precision` ("fp32" or "fp16") is the storage of every program planned for the model."""
 
     def __init__(self, onnx_path: str | os.PathLike, precision: str = "fp32"):
-        import onnx
-
         self.precision = precision
         self.model = onnx.load(os.fspath(onnx_path))
         weights = {i.name for i in self.model.graph.initializer}
@@ -51,7 +53,5 @@ class ModelShapes:
         return [(batch, None) for batch in sorted(sizes | {max_batch})]
 
     def program(self, key: Key, name: str | None = None):
-        from gpu_runtime.compiler.importer import import_model
-
         return import_model(self.model, batch=key[0], length=key[1], name=name,
                             precision=self.precision)

@@ -14,7 +14,20 @@ A spec names (as "module:attr", imported only when first used):
 from __future__ import annotations
 
 import importlib
+import shutil
 from dataclasses import dataclass
+
+import numpy
+import onnxruntime
+
+from gpu_runtime.compiler.shapes import ModelShapes
+from gpu_runtime.executors.cupy_executor import CupyExecutor
+from gpu_runtime.executors.emulated_executor import EmulatedExecutor
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
+from gpu_runtime.executors.ort_executor import OrtExecutor
+from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
+from gpu_runtime.kernels.emulator import CXX
+from gpu_runtime.vgpu import green_context as vgpu_green_context
 
 
 @dataclass(frozen=True)
@@ -109,34 +122,25 @@ def probe_executors() -> dict[str, dict]:
 
 
 def probe_numpy() -> dict:
-    import numpy
-
     return {"version": numpy.__version__}
 
 
 def probe_onnxruntime() -> dict:
-    import onnxruntime
-
     return {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
 
 
 def probe_cuda_emu() -> dict:
-    import shutil
-
-    from gpu_runtime.kernels.emulator import CXX
-
     if shutil.which(CXX) is None:
         raise RuntimeError(f"no C++ compiler ({CXX}) to build the emulated kernels")
     return {"version": "g++ (CUDA C sources on CPU fibers)"}
 
 
 def probe_cupy() -> dict:
-    import cupy
+    import cupy  # optional: CuPy, GPU only
 
     devices = cupy.cuda.runtime.getDeviceCount()  # raises without a driver
     if devices < 1:
         raise RuntimeError("CUDA driver present but no device")
-    from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
 
     try:
         RtLauncher()
@@ -153,7 +157,6 @@ def probe_cupy() -> dict:
 
 def load_onnxruntime(onnx_path, info, max_batch=None):
     """Whole-graph onnxruntime; any batch size the graph accepts (`max_batch` is not needed)."""
-    from gpu_runtime.executors.ort_executor import OrtExecutor
 
     device = "cpu" if info.kind == "cpu" else "cuda"
     return OrtExecutor(onnx_path, intra_op_threads=info.threads, device=device)
@@ -167,8 +170,6 @@ class ProgramRunner:
     (and, on cupy, NVRTC)."""
 
     def __init__(self, executor, onnx_path, stream=None, max_batch=None):
-        from gpu_runtime.compiler.shapes import ModelShapes
-
         self.executor = executor
         self.stream = stream  # every state's stream, when the vGPU dictates one (green contexts)
         self.shapes = ModelShapes(onnx_path)
@@ -195,8 +196,6 @@ class ProgramRunner:
 
 
 def load_numpy(onnx_path, info, max_batch=None):
-    from gpu_runtime.executors.numpy_executor import NumpyExecutor
-
     return ProgramRunner(NumpyExecutor(), onnx_path, max_batch=max_batch)
 
 
@@ -204,19 +203,15 @@ def load_cupy(onnx_path, info, max_batch=None):
     """On a green-context vGPU all work goes to the partition's stream: CuPy makes the device's
     primary context current on first use, so only streams made inside the green context (measured on
     an H100: 16 of 132 SMs ran a compute-bound kernel 7.8x slower) stay on the partition."""
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     green = vgpu_green_context.active()
     stream = None
     if green:
-        import cupy
+        import cupy  # optional: CuPy, GPU only
 
         stream = cupy.cuda.ExternalStream(int(green["stream"]))
     return ProgramRunner(CupyExecutor(), onnx_path, stream=stream, max_batch=max_batch)
 
 
 def load_cuda_emu(onnx_path, info, max_batch=None):
-    from gpu_runtime.executors.emulated_executor import EmulatedExecutor
-
     return ProgramRunner(EmulatedExecutor(), onnx_path, max_batch=max_batch)

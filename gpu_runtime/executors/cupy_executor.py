@@ -51,7 +51,7 @@ class CudaUnavailableError(RuntimeError):
 
 def _cupy():
     try:
-        import cupy
+        import cupy  # optional: CuPy, GPU only
     except ImportError as e:
         raise CudaUnavailableError(
             "the cupy executor needs CuPy (pip install 'atoll[gpu]') and an NVIDIA GPU") from e
@@ -71,7 +71,7 @@ class DeviceFlag:
 
     def __init__(self):
         cp = _cupy()
-        import cupyx
+        import cupyx  # optional: CuPy, GPU only
 
         self.device = cp.zeros(1, cp.int32)
         self._stream = cp.cuda.Stream(non_blocking=True)

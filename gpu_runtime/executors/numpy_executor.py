@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from gpu_runtime.program import BufferRef, Program
 
@@ -85,8 +86,6 @@ class NumpyExecutor(HostArenaExecutor):
 
     def __init__(self, blas_threads: int | None = None):
         if blas_threads is not None:
-            from threadpoolctl import threadpool_limits
-
             threadpool_limits(limits=blas_threads, user_api="blas")
 
     def new_flag(self) -> threading.Event:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 
 
 def default_providers(device: str) -> list[str]:
     """CUDA EP first on a GPU vGPU when this onnxruntime build has it; CPU always last."""
-    import onnxruntime
 
     available = onnxruntime.get_available_providers()
     providers = []
@@ -37,8 +37,6 @@ class OrtExecutor:
         providers: list[str] | None = None,
         device: str = "cpu",
     ):
-        import onnxruntime
-
         options = onnxruntime.SessionOptions()
         if intra_op_threads:
             options.intra_op_num_threads = intra_op_threads

@@ -221,7 +221,7 @@ def _whole_gpus() -> tuple[list[VGpuInfo], str]:
 def _sm_count(uuid: str) -> int | None:
     """NVML reports SM counts only for MIG handles; whole GPUs ask the CUDA driver (lazily)."""
     try:
-        from gpu_runtime.vgpu import green_context as vgpu_green_context
+        from gpu_runtime.vgpu import green_context as vgpu_green_context  # optional
 
         return vgpu_green_context.device_sm_count(uuid)
     except Exception:  # no cuda-python / driver: the count is informative only
@@ -230,7 +230,7 @@ def _sm_count(uuid: str) -> int | None:
 
 def _green_partitions(gpus: list[VGpuInfo], sms: int) -> tuple[list[VGpuInfo], str]:
     try:
-        from gpu_runtime.vgpu import green_context as vgpu_green_context
+        from gpu_runtime.vgpu import green_context as vgpu_green_context  # optional
 
         counts = [vgpu_green_context.partition_count(gpu.uuid, sms) for gpu in gpus]
     except Exception as exc:  # cuda-python missing, driver < 12.4, or split refused

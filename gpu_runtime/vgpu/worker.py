@@ -28,10 +28,24 @@ from concurrent.futures import Future
 import numpy as np
 
 from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background, relay_this_thread
+from gpu_runtime.vgpu import green_context as vgpu_green_context
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
-from gpu_runtime.vgpu.messages import (Failed, Fatal, Forget, Load, Loaded, Ran, RanRows, Ready, Run,
-                                       RunRows, Stop, Unload, Unloaded)
+from gpu_runtime.vgpu.messages import (
+    Failed,
+    Fatal,
+    Forget,
+    Load,
+    Loaded,
+    Ran,
+    RanRows,
+    Ready,
+    Run,
+    RunRows,
+    Stop,
+    Unload,
+    Unloaded,
+)
 
 
 def worker_main(conn, info, engine=None) -> None:
@@ -45,8 +59,6 @@ def worker_main(conn, info, engine=None) -> None:
         if info.cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, info.cpus)
         if info.green_context is not None:
-            from gpu_runtime.vgpu import green_context as vgpu_green_context
-
             vgpu_green_context.activate(*info.green_context)
         if engine is None:
             from gpu_runtime.vgpu.serial_engine import SerialEngine as engine

@@ -9,6 +9,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
+
 from atoll.bench.server_process import ServerProcess
 
 PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
@@ -49,8 +52,6 @@ def metric(url: str, name: str) -> float:
 def serving(root: Path, model: str, *args: str):
     """`atoll serve` (CPU backend, one CPU vGPU) on a repository at `root` holding zoo `model`,
     with `args` on top; it must stop cleanly."""
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
 
     write_model(root, model, build(model))
     with ServerProcess(["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", *args]) as s:

@@ -11,6 +11,7 @@ waits (with a generous bound) for the condition it needs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,12 +20,13 @@ import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import shared_memory
 
 import pytest
+from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
 
 MODEL = "mobilenet_v3_small"
 BODY_TIMEOUT_S = 2
@@ -99,8 +101,6 @@ def test_a_shared_memory_object_shrunk_by_its_client_kills_no_front_end(server):
     """A client that shrinks its object after registering it: the next read of the mapping past the
     new end was a SIGBUS that killed the front end, and each successor, mapping the registered
     regions as it starts, died again. Now the read is refused, and a successor leaves it out."""
-    import json
-    from multiprocessing import shared_memory
 
     meta = json.loads(urllib.request.urlopen(f"{server.url}/v2/models/{MODEL}", timeout=PATIENCE_S).read())
     tensor = meta["inputs"][-1]

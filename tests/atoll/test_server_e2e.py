@@ -17,10 +17,13 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
+import soundfile
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
 from tests.atoll.client_env import run_client
 
 from atoll.bench.bodies import infer_body
-from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb, synthetic_wav
 from atoll.bench.server_process import ServerProcess
 from atoll.kserve.protocol import HEADER_LENGTH
 
@@ -32,9 +35,6 @@ STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-
     root = tmp_path_factory.mktemp("repo")
     for name in (MODEL, AUDIO_MODEL):
         write_model(root, name, build(name))
@@ -209,12 +209,9 @@ def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
     """The audio path end to end: WAV -> librosa features (ARCHITECTURE 4.2) -> CitriNet, the
     features zero-padded to the upper edge of their 2.5 s bucket (every batch is, so the model
     only ever sees the bucket lengths) and the output cut back to the clip's share of it."""
-    import io
 
-    import librosa
-    import soundfile
+    import librosa  # heavy: librosa loads numba, paid only where audio is used
 
-    from atoll.bench.corpus import synthetic_wav
 
     wav = synthetic_wav(np.random.default_rng(7), 3.2, rate=22050)
     body, headers = infer_body("audio", [wav])
@@ -240,7 +237,6 @@ def test_wav_inference_matches_librosa_plus_onnxruntime(server, repository):
 
 def test_audio_batches_are_bucketed_in_metrics(server):
     """PREBA buckets audio by 2.5 s: clips of 1 s and 6 s land in buckets 0 and 2."""
-    from atoll.bench.corpus import synthetic_wav
 
     rng = np.random.default_rng(8)
     for seconds in (1.0, 6.0):
@@ -321,7 +317,6 @@ def test_what_the_http_parser_refuses_is_a_json_400(server):
 def test_float_audio_far_past_full_scale_is_a_400(server):
     """Finite float samples of 3e38 overflowed to inf inside librosa, which refused the clip in
     mid-pipeline: a 500."""
-    import soundfile
 
     buf = io.BytesIO()
     soundfile.write(buf, np.full(16000, 3e38, np.float32), 16000, format="WAV", subtype="FLOAT")

@@ -19,7 +19,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
 from tests.atoll.client_env import run_client
+
+from atoll.bench import triton_baseline
+from atoll.bench.corpus import jpeg_bytes, synthetic_wav
+from atoll.bench.server_process import ServerProcess
 
 CALLS = Path(__file__).with_name("triton_calls.py")
 MODELS = ("mobilenet_v3_small", "citrinet")
@@ -29,8 +35,6 @@ TRITON_ARGS = ("--model-control-mode=explicit", f"--load-model={MODELS[0]}")
 
 def calls_repository(root: Path) -> Path:
     """The models the calls expect: MobileNetV3's logits labelled (class0..class999), CitriNet."""
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
 
     for name in MODELS:
         write_model(root, name, build(name))
@@ -41,8 +45,6 @@ def calls_repository(root: Path) -> Path:
 
 
 def write_media(directory: Path) -> Path:
-    from atoll.bench.corpus import jpeg_bytes, synthetic_wav
-
     (directory / "image.jpg").write_bytes(jpeg_bytes(640, 480, seed=3))
     (directory / "audio.wav").write_bytes(synthetic_wav(np.random.default_rng(7), 3.2, rate=22050))
     return directory
@@ -65,9 +67,6 @@ def differences(atoll: dict, triton: dict) -> dict:
 
 
 def main() -> None:
-    from atoll.bench import triton_baseline
-    from atoll.bench.server_process import ServerProcess
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the differences here as JSON")
     args = parser.parse_args()

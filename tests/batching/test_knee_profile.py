@@ -15,7 +15,7 @@ import pytest
 
 from batching.knee import knee
 from batching.paper_profiles import KINDS, paper_profile
-from batching.profile import ProfileError, load_profile, parse_profile, service_time_from
+from batching.profile import ProfileError, load_profile, parse_profile, service_time_from, shipped_profile
 
 PROFILES = Path(__file__).resolve().parents[2] / "batching" / "profiles"
 DOUBLING = [2**i for i in range(10)]
@@ -145,8 +145,6 @@ def test_load_profile_errors_are_one_line(tmp_path):
 
 
 def test_shipped_profiles_are_found_by_vgpu_kind():
-    from batching.profile import shipped_profile
-
     assert shipped_profile(["cpu"]) is None
     path = shipped_profile(["cpu", "a100-1g.5gb"])
     assert path is not None and load_profile(path).kind == "a100-1g.5gb"

@@ -4,11 +4,10 @@ OpenBLAS pool spins against other processes and small products get ~50x slower."
 from __future__ import annotations
 
 import pytest
+from threadpoolctl import threadpool_limits
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _single_threaded_blas():
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=1, user_api="blas"):
         yield

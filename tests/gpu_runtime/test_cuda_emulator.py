@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.special import erf
+
 from gpu_runtime.kernels.emulator import CXXFLAGS, EmulatedKernel, EmulatorError, KernelCompileError
 from gpu_runtime.program import KernelDef
 
@@ -313,8 +315,6 @@ def _bit_terms(i: np.ndarray) -> np.ndarray:
 
 
 def test_math_vector_loads_and_atomics():
-    from scipy.special import erf
-
     n = 203
     x = (RNG.standard_normal(n + 1) * 2).astype(np.float32)  # + 1: the last float4 is whole
     y = np.zeros(12 * n, np.float32)

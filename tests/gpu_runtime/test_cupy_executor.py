@@ -7,7 +7,9 @@ import re
 
 import numpy as np
 import pytest
+
 from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.cupy_executor import CupyExecutor
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.program import BufferRef
 from tests.gpu_runtime.zoo_cases import CASES, input_for, onnxruntime_outputs, zoo_model
@@ -56,8 +58,6 @@ def test_launch_arguments_match_cuda_signatures(name, length, precision):
 
 @pytest.fixture(scope="module")
 def gpu():
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-
     return CupyExecutor()
 
 
@@ -112,7 +112,7 @@ def test_cupy_set_flag_makes_launches_no_ops(gpu):
 def test_cupy_preempted_and_restored_run_is_bit_identical(gpu):
     """REEF's protocol with c = 3 kernels outstanding: note which launches had finished (events),
     set the flag, drain, clear, and re-run from the first launch not known to have finished."""
-    import cupy
+    import cupy  # optional: CuPy, GPU only
 
     name, outstanding = "mobilenet_v3_small", 3
     program = import_model(zoo_model(name), 2)

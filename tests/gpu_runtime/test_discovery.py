@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpu_runtime.vgpu import discovery
+from gpu_runtime.vgpu import green_context as vgpu_green_context
 from gpu_runtime.vgpu.discovery import VGpuUnavailable, discover, discover_vgpus
 
 
@@ -157,7 +158,6 @@ def test_whole_gpus_when_mig_is_off(nvml):
 
 def test_green_context_partitions(nvml, monkeypatch):
     nvml([H100])
-    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     monkeypatch.setattr(vgpu_green_context, "partition_count", lambda uuid, sms: 132 // sms)
     monkeypatch.setattr(vgpu_green_context, "device_sm_count", lambda uuid: 132)
@@ -169,7 +169,6 @@ def test_green_context_partitions(nvml, monkeypatch):
 
 def test_green_context_failure_falls_back_to_whole_gpu(nvml, monkeypatch):
     nvml([H100])
-    from gpu_runtime.vgpu import green_context as vgpu_green_context
 
     def refuse(uuid, sms):
         raise RuntimeError("driver 12.2 < 12.4")

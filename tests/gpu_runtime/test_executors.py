@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
+import numpy
 import numpy as np
 import onnx
 import onnxruntime
@@ -14,8 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime import executors as vgpu_executors
 from gpu_runtime.executors import probe_executors
+from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.vgpu.discovery import discover_vgpus
-from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
+from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,8 +66,6 @@ def test_numpy_executor_through_the_pool(conv1d):
 
 
 def test_program_runner_plans_once_per_shape(conv1d):
-    from gpu_runtime.executors.numpy_executor import NumpyExecutor
-
     runner = vgpu_executors.ProgramRunner(NumpyExecutor(), conv1d)
     for batch, length in [(2, 9), (2, 9), (2, 12), (4, 9)]:
         runner.run({"x": np.ones((batch, 8, length), np.float32)})
@@ -73,8 +73,6 @@ def test_program_runner_plans_once_per_shape(conv1d):
 
 
 def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
-    from gpu_runtime.executors.numpy_executor import NumpyExecutor
-
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
@@ -90,9 +88,6 @@ def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
 
 
 def test_probe_executors_never_raises(monkeypatch):
-    import numpy
-    import onnxruntime
-
     monkeypatch.setitem(sys.modules, "cupy", None)
     probes = probe_executors()
     assert probes["numpy"] == {"available": True, "version": numpy.__version__}

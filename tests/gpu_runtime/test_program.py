@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gpu_runtime.compiler.arena import ALIGN, Lifetime, chunked, plan
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
@@ -73,8 +74,6 @@ def test_zoo_programs_never_alias_live_buffers(name, length):
 
 
 def test_inputs_are_checked_before_any_write():
-    from gpu_runtime.executors.numpy_executor import NumpyExecutor
-
     program = import_model(zoo_model("squeezenet1_1"), batch=2)
     ex = NumpyExecutor()
     state = ex.load(program)

@@ -5,7 +5,9 @@ else counted; results equal onnxruntime on the same rows (the reference)."""
 
 from __future__ import annotations
 
+import gc
 import secrets
+import sys
 
 import numpy as np
 import onnxruntime
@@ -152,8 +154,6 @@ def test_an_arena_closed_under_a_live_view_lets_go_quietly(monkeypatch):
     """A batch's input can still view an arena when its model is unloaded: the mapping then stays
     until the view goes, and nothing is printed (SharedMemory.__del__ used to close it again and
     print 'Exception ignored ... BufferError: cannot close exported pointers exist')."""
-    import gc
-    import sys
 
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)

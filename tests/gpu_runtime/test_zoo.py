@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
+from atoll.commands import zoo as zoo_cmd
 from gpu_runtime.zoo import MODELS, build
 from gpu_runtime.zoo.repository import write_model
-
 from tests.gpu_runtime.zoo_cases import onnxruntime_outputs
 
 IMAGE_MODELS = ["mobilenet_v3_small", "squeezenet1_1", "swin_t"]
@@ -36,11 +39,6 @@ def test_audio_model_has_dynamic_batch_and_length(name, length, frames):
 
 
 def test_zoo_cli_list_and_build(tmp_path, capsys):
-    import argparse
-    import json
-
-    from atoll.commands import zoo as zoo_cmd
-
     parser = argparse.ArgumentParser()
     zoo_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["zoo", "list", "--json"])

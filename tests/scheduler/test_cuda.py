@@ -9,6 +9,11 @@ import numpy as np
 import pytest
 
 from atoll.bench.harness import load_program, random_inputs
+from gpu_runtime.executors.cupy_executor import CupyExecutor
+from scheduler.cuda_device import CudaDevice, device_limits
+from scheduler.profiler import occupancy
+from scheduler.reef import Reef
+from scheduler.task import RT, Task
 from scheduler.vhq import chunk_bounds
 
 
@@ -31,8 +36,6 @@ def _run_alone(ex, program, inputs):
 
 @pytest.mark.gpu
 def test_graph_replay_equals_launch_by_launch(programs):
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-
     ex = CupyExecutor()
     program = programs["be"]
     x = random_inputs(program, 3)
@@ -53,10 +56,6 @@ def test_graph_replay_equals_launch_by_launch(programs):
 
 @pytest.mark.gpu
 def test_native_rt_launch_raises_the_flag_and_stamps(programs):
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from scheduler.cuda_device import CudaDevice
-    from scheduler.task import RT, Task
-
     ex = CupyExecutor()
     dev = CudaDevice(ex, measure_start=True)
     assert dev.launcher is not None, "cc should build the launcher on a GPU machine"
@@ -79,10 +78,6 @@ def test_native_rt_launch_raises_the_flag_and_stamps(programs):
 @pytest.mark.gpu
 @pytest.mark.parametrize("policy", ["seq", "streams", "wait", "reset", "reef"])
 def test_scheduler_on_cuda_is_bit_identical(programs, policy):
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from scheduler.cuda_device import CudaDevice
-    from scheduler.reef import Reef
-
     ex = CupyExecutor()
     # Short chunks so that RT requests land mid-task and BE tasks have several chunks to rewind.
     dev = CudaDevice(ex, chunk_s=20e-6)
@@ -115,11 +110,8 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
 def test_occupancy_matches_the_cuda_occupancy_api(programs):
     """Reference: cuOccupancyMaxActiveBlocksPerMultiprocessor on the compiled zoo kernels, with
     the limits read from this device."""
-    import cupy
+    import cupy  # optional: CuPy, GPU only
 
-    from gpu_runtime.executors.cupy_executor import CupyExecutor
-    from scheduler.cuda_device import device_limits
-    from scheduler.profiler import occupancy
 
     driver = cupy.cuda.driver
     if not hasattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor"):

@@ -4,8 +4,9 @@ formula (per-SM limits of compute capability 9.0 from NVIDIA's CUDA C Programmin
 import numpy as np
 import pytest
 
-from scheduler.padding import PaddingRules, is_candidate, plan_padding
+from scheduler.padding import PaddingRules, is_candidate, pair_table, plan_padding
 from scheduler.profiler import DeviceLimits, KernelProfile, occupancy
+from scheduler.profiler import KernelProfile as P
 from scheduler.task import BE, Task
 
 # NVIDIA's published per-SM limits for compute capability 9.0 (H100/H200).
@@ -65,9 +66,6 @@ def test_serial_budget_on_cpu():
 
 
 def test_candidate_pairs_group_by_kernel_names():
-    from scheduler.profiler import KernelProfile as P
-    from scheduler.padding import pair_table
-
     rt = [P("conv", 1e-3, 8, 256, 0.5), P("add", 1e-4, 8, 256, 0.5), P("conv", 2e-3, 8, 256, 0.5)]
     be = [P("relu", 5e-5, 8, 256, 1.0), P("conv", 5e-4, 8, 256, 0.5), P("relu", 5e-5, 8, 128, 1.0),
           P("relu", 5e-5, 8, 256, 0.25)]

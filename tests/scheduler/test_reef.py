@@ -8,12 +8,12 @@ import time
 
 import numpy as np
 import pytest
+from scheduler_fakes import ArenaExecutor, dense_chain, gated_chain, run_alone, sleep_chain
 
 from scheduler.cpu_device import CpuDevice
 from scheduler.policies import POLICIES
 from scheduler.reef import Reef
-from scheduler.task import BE, RT
-from scheduler_fakes import ArenaExecutor, dense_chain, gated_chain, run_alone, sleep_chain
+from scheduler.task import BE, RT, Task
 
 WIDTH = 48
 
@@ -199,8 +199,6 @@ def test_every_task_completes_exactly_once(policy):
 
 
 def test_a_task_resolves_once():
-    from scheduler.task import Task
-
     t = Task(0, BE, "c", {}, 1, 1, 0.0)
     assert t.finish({}, 1.0)
     assert not t.finish({}, 2.0) and not t.fail(RuntimeError())

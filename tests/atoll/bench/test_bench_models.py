@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -64,7 +65,6 @@ def test_gpu_compare_without_cuda_is_skipped_with_a_reason(repository, capsys):
                  "--compare", "onnxruntime-gpu", "--json"])  # fmt: skip
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
-    import onnxruntime
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         assert "CUDAExecutionProvider" in doc["compare"]["skipped"]

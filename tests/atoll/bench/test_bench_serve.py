@@ -5,16 +5,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from fpga_host import cpu_backend
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
 
+from atoll.bench import serve, servers, triton_baseline
 from atoll.bench import serve_analysis as analysis
 from atoll.bench import traffic as traffic_mod
-from atoll.bench.bodies import http_body
-from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, split
+from atoll.bench.bodies import http_body, infer_body, tensor_body
+from atoll.bench.corpus import jpeg_bytes
+from atoll.bench.cpustat import CpuMeter, descendants
+from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, LoadProcesses, split
+from atoll.bench.server_process import ServerProcess
+from atoll.bench.triton_baseline import model_config
+from atoll.cli import build_parser
 from atoll.kserve.protocol import HEADER_LENGTH, decode_request
 from atoll.repository.specs import load_repository
 
@@ -23,9 +36,6 @@ MODEL = "mobilenet_v3_small"
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
-
     root = tmp_path_factory.mktemp("repo")
     write_model(root, MODEL, build(MODEL))
     return root
@@ -132,8 +142,6 @@ def test_mix_and_traffic(repository):
 def test_load_processes_speak_grpc_and_shared_memory(repository):
     """Every transport of the load processes against `atoll serve`: all answered, and the
     processes' shared-memory regions unregistered when they end."""
-    from atoll.bench.loadproc import LoadProcesses
-    from atoll.bench.server_process import ServerProcess
 
     models = load_repository(repository)
     traffic = traffic_mod.build(models, {MODEL: 1.0}, 0.5, traffic_mod.Media("web", seed=1), "tensor")
@@ -152,8 +160,6 @@ def test_load_processes_speak_grpc_and_shared_memory(repository):
 
 @pytest.fixture(scope="module")
 def plain_server(repository):
-    from atoll.bench import servers
-
     with servers.plain(str(repository), ()) as system:
         yield system
 
@@ -167,12 +173,6 @@ def _post(url: str, body: bytes, headers: dict) -> tuple[int, bytes, dict]:
 
 
 def test_plain_baseline_answers_as_onnxruntime_does(plain_server, repository):
-    import onnxruntime as ort
-    from fpga_host import cpu_backend
-
-    from atoll.bench.bodies import infer_body, tensor_body
-    from atoll.bench.corpus import jpeg_bytes
-
     jpeg = jpeg_bytes(500, 375, seed=3)
     x = cpu_backend.image(jpeg)[None]
     session = ort.InferenceSession(str(load_repository(repository)[MODEL].path),
@@ -193,8 +193,6 @@ def test_plain_baseline_answers_as_onnxruntime_does(plain_server, repository):
 
 def test_bench_serve_writes_rows(plain_server, repository, tmp_path):
     """The whole command against a running server (the baseline stands in for Atoll at --url)."""
-    from atoll.bench import serve
-    from atoll.cli import build_parser
 
     out = tmp_path / "serve.json"
     args = build_parser().parse_args([
@@ -243,7 +241,6 @@ def test_bench_serve_writes_rows(plain_server, repository, tmp_path):
 ])
 def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, procs, server, load, processes):
     """`bench serve` and `bench robust` alike (`servers.split_cores`)."""
-    from atoll.bench import servers
 
     monkeypatch.setattr(servers.os, "sched_getaffinity", lambda pid: set(range(cores)))
     args = argparse.Namespace(loadgen_cores=reserved, loadgen_procs=procs)
@@ -253,8 +250,6 @@ def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, proc
 
 
 def test_triton_twin_config_takes_media_or_tensors(repository):
-    from atoll.bench.triton_baseline import model_config
-
     text = model_config(load_repository(repository)[MODEL], instances=3, sys_path="/a:/b")
     assert 'backend: "python"' in text and "max_batch_size: 32" in text
     assert '{ name: "image" data_type: TYPE_STRING dims: [ 1 ] optional: true }' in text
@@ -265,12 +260,7 @@ def test_triton_twin_config_takes_media_or_tensors(repository):
 
 def test_triton_baseline_answers_as_onnxruntime_does(repository):
     """Real tritonserver where nvidia-pytriton is installed (never required: skipped elsewhere)."""
-    import onnxruntime as ort
-    from fpga_host import cpu_backend
 
-    from atoll.bench import triton_baseline
-    from atoll.bench.bodies import infer_body, tensor_body
-    from atoll.bench.corpus import jpeg_bytes
 
     try:
         triton_baseline.triton_home()
@@ -292,12 +282,6 @@ def test_triton_baseline_answers_as_onnxruntime_does(repository):
 
 
 def test_cpu_meter_counts_a_process_tree():
-    import os
-    import subprocess
-    import sys
-
-    from atoll.bench.cpustat import CpuMeter, descendants
-
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert child.pid in descendants(os.getpid()) and os.getpid() in descendants(os.getpid())

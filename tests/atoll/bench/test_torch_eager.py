@@ -2,18 +2,19 @@
 on every zoo model. PyTorch is not an Atoll dependency: it exists on the GPU machines this runs on."""
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from gpu_runtime.zoo import MODELS, build
+
+from atoll.bench.torch_eager import TorchEagerModel
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(MODELS))
 def test_torch_eager_matches_onnxruntime(name, tmp_path):
     pytest.importorskip("torch")
-    import onnx
-    import onnxruntime as ort
 
-    from atoll.bench.torch_eager import TorchEagerModel
 
     path = tmp_path / f"{name}.onnx"
     onnx.save(build(name), str(path))

@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from atoll.bench.corpus import jpeg_bytes, tone
+from atoll.cli import main
 from atoll.commands import preprocess
 
 
@@ -103,8 +104,6 @@ def test_usage_errors(argv):
 
 
 def test_registered_in_the_atoll_cli(tmp_path, capsys):
-    from atoll.cli import main
-
     good = tmp_path / "a.jpg"
     good.write_bytes(jpeg_bytes(100, 80))
     assert main(["preprocess", "image", str(good), "--backend", "cpu", "--cpu-workers", "0",

@@ -1,13 +1,27 @@
 """gRPC messages to and from Atoll's requests: typed contents, raw contents, shared memory (what
 `tritonclient.grpc` sends is raw contents; test_triton_protocol.py drives it end to end)."""
 
+import asyncio
+import logging
+
+import grpc
 import numpy as np
 import pytest
 from gpu_runtime.priority import Priority
+from grpc._cython.cygrpc import ExecuteBatchError
+from tests.atoll.front_end.test_server_errors import SPEC, EchoFrontEnd, StuckFrontEnd
+from tests.atoll.grpc_served import grpc_channel
 from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 
-from atoll.front_end.grpc_service import request_from_proto, response_to_proto
+from atoll.bench.bodies import grpc_request
+from atoll.front_end import grpc_service
+from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.grpc_service import _CallEnded, request_from_proto, response_to_proto
+from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.protocol import Output, ProtocolError
+from atoll.kserve.shm_registry import Regions as MappedRegions
+from atoll.observe.metrics import Metrics
 
 
 class Regions:
@@ -56,17 +70,8 @@ def test_response_has_an_empty_raw_entry_for_an_output_in_shared_memory():
 def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog):
     """The client gives up (its deadline passes, the call is cancelled): the request stops, gives
     its admission place back, and is counted as CANCELED at INFO, not as a BACKEND failure."""
-    import asyncio
-    import logging
 
-    import grpc
-    from tests.atoll.front_end.test_server_errors import SPEC, StuckFrontEnd
-    from tests.atoll.grpc_served import grpc_channel
 
-    from atoll.bench.bodies import grpc_request
-    from atoll.front_end.endpoints import Endpoints
-    from atoll.kserve.shm_registry import Regions as MappedRegions
-    from atoll.observe.metrics import Metrics
 
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions())
@@ -95,17 +100,8 @@ def test_a_cancelled_grpc_call_cancels_its_request_and_counts_as_canceled(caplog
 
 def test_grpc_refusals_past_the_pace_wait_their_turn_as_http_503s_do():
     """UNAVAILABLE is gRPC's 503: past the pace (`refusal_pace`) each waits, and all are answered."""
-    import asyncio
 
-    import grpc
-    from tests.atoll.front_end.test_server_errors import SPEC, StuckFrontEnd
-    from tests.atoll.grpc_served import grpc_channel
 
-    from atoll.bench.bodies import grpc_request
-    from atoll.front_end.endpoints import Endpoints
-    from atoll.http.refusal_pace import RefusalPace
-    from atoll.kserve.shm_registry import Regions as MappedRegions
-    from atoll.observe.metrics import Metrics
 
     async def go():
         endpoints = Endpoints(StuckFrontEnd(), Metrics(), MappedRegions(), max_pending=1)
@@ -170,18 +166,8 @@ def test_every_request_of_a_stream_is_answered_once_whatever_fails(caplog, monke
     the stream goes on: each request gets exactly one answer. (A bad message was never answered,
     and its task's exception never retrieved.) A unary call's bug is INTERNAL, not grpcio's UNKNOWN
     with the exception's repr."""
-    import asyncio
-    import logging
 
-    import grpc
-    from tests.atoll.front_end.test_server_errors import EchoFrontEnd
-    from tests.atoll.grpc_served import grpc_channel
-    from tritonclient.grpc import service_pb2_grpc
 
-    from atoll.front_end import grpc_service
-    from atoll.front_end.endpoints import Endpoints
-    from atoll.kserve.shm_registry import Regions as MappedRegions
-    from atoll.observe.metrics import Metrics
 
     decode = grpc_service.request_from_proto
 
@@ -227,14 +213,8 @@ def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
     of answers waiting: the server now reads a request only while fewer than STREAM_UNSENT of its
     answers wait to be taken (an answer is taken when the next is asked for). Here the client takes
     one answer and asks for no more: however long the loop runs, STREAM_UNSENT requests are read."""
-    import asyncio
 
-    from tests.atoll.front_end.test_server_errors import EchoFrontEnd
 
-    from atoll.front_end import grpc_service
-    from atoll.front_end.endpoints import Endpoints
-    from atoll.kserve.shm_registry import Regions as MappedRegions
-    from atoll.observe.metrics import Metrics
 
     read = [0]
 
@@ -263,11 +243,8 @@ def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):
     """grpcio logs ExecuteBatchError at ERROR with a traceback when a call ends (cancelled, past
     its deadline) before its answer is sent: a storm of 1-100 ms deadlines filled the log so. The
     filter grpc_service.start installs turns them into one INFO line every 10 s; other records pass."""
-    import logging
 
-    from grpc._cython.cygrpc import ExecuteBatchError
 
-    from atoll.front_end.grpc_service import _CallEnded
 
     gone = _CallEnded()
 

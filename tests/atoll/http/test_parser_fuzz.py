@@ -18,10 +18,13 @@ import struct
 import numpy as np
 import pytest
 from fpga_host.status import PreprocessError
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
 
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
 from atoll.config import PreprocessingConfig
 from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.grpc_service import request_from_proto
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import read_wav
 from atoll.front_end.rows import priority_of
@@ -250,8 +253,6 @@ def test_jpeg_headers_and_their_limits():
 def _grpc_mutants(seed: int):
     """ModelInferRequests that protobuf accepts but whose fields are off: byte-level mutants (of
     those, the ones protobuf still parses) and messages built with random field values."""
-    from google.protobuf.message import DecodeError
-    from tritonclient.grpc import service_pb2 as pb
 
     rng = np.random.default_rng(seed)
     valid = pb.ModelInferRequest(model_name="m", id="7")
@@ -301,7 +302,6 @@ def _grpc_mutants(seed: int):
 def test_grpc_infer_requests():
     """What `grpc_service.request_from_proto` and the checks after it make of ModelInferRequests
     with fields no client should send."""
-    from atoll.front_end.grpc_service import request_from_proto
 
     def parse(msg) -> None:
         _checked(request_from_proto(msg, OneRegion()))

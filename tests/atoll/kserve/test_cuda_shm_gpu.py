@@ -10,6 +10,8 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
 from tests.atoll.client_env import run_client
 
 from atoll.bench.server_process import ServerProcess
@@ -37,9 +39,7 @@ print(json.dumps(registered))
 
 
 def test_inputs_and_outputs_in_cuda_shared_memory(tmp_path):
-    import cupy
-    from gpu_runtime.zoo import build
-    from gpu_runtime.zoo.repository import write_model
+    import cupy  # optional: CuPy, GPU only
 
     write_model(tmp_path, MODEL, build(MODEL))
     x = np.random.default_rng(3).normal(size=(1, 3, 224, 224)).astype(np.float32)

@@ -3,6 +3,8 @@
 from pathlib import Path
 
 import pytest
+from batching import Item, PrebaBatcher, TritonBatcher
+from batching.profile import load_profile
 
 from atoll.config import load_config
 from atoll.repository.specs import ModelSpec, TensorSpec
@@ -29,8 +31,6 @@ def test_defaults_without_profile():
 
 
 def test_profile_knees_become_batch_max_and_time_knee():
-    from batching.profile import load_profile
-
     profile = load_profile(PROFILE)
     config = load_config(overrides={"batching.profile": str(PROFILE)})
     models = {"mobilenet_v3_small": _spec("mobilenet_v3_small", "image"),
@@ -44,8 +44,6 @@ def test_profile_knees_become_batch_max_and_time_knee():
 
 
 def test_batcher_kinds_and_service_times():
-    from batching import Item, PrebaBatcher, TritonBatcher
-
     config = load_config(overrides={"batching.profile": str(PROFILE)})
     models = {"mobilenet_v3_small": _spec("mobilenet_v3_small", "image")}
     vgpus = {f"mig{i}": "a100-1g.5gb" for i in range(7)}
