@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from fpga_host import cpu_backend, xrt_driver
+from fpga_host import cpu_backend, pynq_driver, xrt_driver
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "xrt": Backend(xrt_driver.probe_xrt, xrt_driver.open_xrt, auto=True,
                    description="DPU compute units on an XRT device through pyxrt"),
+    "pynq": Backend(pynq_driver.probe_pynq, pynq_driver.open_pynq, auto=True,
+                    description="DPU compute units through pynq's Overlay (pynq 3.x, the fpga extra)"),
     "emu": Backend(xrt_driver.probe_emu, xrt_driver.open_emu, auto=False,
                    description="the DPU's C simulation behind an emulated pyxrt (functional model)"),
     "cpu": Backend(cpu_backend.probe_cpu, None, auto=True,

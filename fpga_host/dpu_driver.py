@@ -38,6 +38,7 @@ from fpga_host.status import Status
 
 IMAGE_STAGE_CODES = {"decode": 0, "resize": 1, "crop": 2, "normalize": 3}
 STATUS_WORDS = 8
+UNSET_STATUS = np.full(STATUS_WORDS, 0xFFFFFFFF, np.uint32).view(np.uint8)  # no Status has this code
 N_MELS = 80
 HOP = 160
 MAX_RATE = 48000
@@ -278,6 +279,7 @@ class DpuDriver:
     def _execute(self, kernel: str, slot: _Slot, values: dict) -> np.ndarray:
         """Run one command on `slot`; returns its status words. A command that fails retires the
         CU; one that runs past the timeout puts it in quarantine."""
+        self.port.write(values["status"], UNSET_STATUS)  # a CU that ends without writing is caught
         command = self.port.start(slot.cu, [values[arg.name] for arg in slot.spec.args])
         ended = self._await(command, time.monotonic() + self.timeout_s)
         if ended is None:

@@ -69,7 +69,7 @@ def hang(dev: "device", cus, hung: bool = True) -> None:
 
 
 def release(dev: "device") -> None:
-    """Stop the device's CU threads (hung commands end without completing)."""
+    """Stop the device's CU threads; hung commands end in ERT_CMD_STATE_ABORT."""
     dev._closed.set()
     for cu in dev._cus.values():
         cu.commands.put(None)
@@ -275,7 +275,9 @@ class run:
     def _execute(self, cu: _ComputeUnit) -> None:
         self._state = _RUNNING
         while cu.name in cu.device._hung:  # a hung CU: nothing completes while it is listed
-            if cu.device._closed.wait(0.01):  # (or once the device is released)
+            if cu.device._closed.wait(0.01):  # until the device is released, which aborts it
+                self._state = ert_cmd_state.ERT_CMD_STATE_ABORT
+                self._done.set()
                 return
         try:
             cu.fn(*self._args)
