@@ -40,7 +40,8 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/atoll demo
 
 test: $(VENV)/.installed $(CLIENT_VENV)/.installed sysdeps
-	ATOLL_CLIENT_PYTHON=$(abspath $(CLIENT_VENV))/bin/python $(PY) -m pytest -q
+	$(VENV)/bin/lint-imports
+	ATOLL_CLIENT_PYTHON=$(abspath $(CLIENT_VENV))/bin/python $(PY) -m pytest -q -n auto --dist loadfile
 
 clean:
 	rm -rf build .pytest_cache

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 from gpu_runtime import zoo
 from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.executors.cupy_executor import CupyExecutor
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from scheduler.cpu_device import CpuDevice
+from scheduler.cuda_device import CudaDevice
 from scheduler.reef import Reef
 
 RT_ONLY = "rt-only"
@@ -123,9 +125,6 @@ def make_device(kind: str, measure_start: bool = False):
         ex = NumpyExecutor(blas_threads=1)
         return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
     try:
-        from gpu_runtime.executors.cupy_executor import CupyExecutor  # optional
-        from scheduler.cuda_device import CudaDevice  # optional
-
         ex = CupyExecutor()
         dev = CudaDevice(ex, measure_start=measure_start)
     except Exception as e:  # no cupy, no driver, no device: a user mistake, not a crash

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy
 import onnxruntime
 
+from gpu_runtime import green_context as vgpu_green_context
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.executors.cupy_executor import CupyExecutor
 from gpu_runtime.executors.emulated_executor import EmulatedExecutor
@@ -27,7 +28,6 @@ from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.executors.ort_executor import OrtExecutor
 from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
 from gpu_runtime.kernels.emulator import CXX
-from gpu_runtime.vgpu import green_context as vgpu_green_context
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from gpu_runtime import green_context
+
 MODES = ("auto", "mig", "gpu", "cpu")
 
 
@@ -221,18 +223,14 @@ def _whole_gpus() -> tuple[list[VGpuInfo], str]:
 def _sm_count(uuid: str) -> int | None:
     """NVML reports SM counts only for MIG handles; whole GPUs ask the CUDA driver (lazily)."""
     try:
-        from gpu_runtime.vgpu import green_context as vgpu_green_context  # optional
-
-        return vgpu_green_context.device_sm_count(uuid)
+        return green_context.device_sm_count(uuid)
     except Exception:  # no cuda-python / driver: the count is informative only
         return None
 
 
 def _green_partitions(gpus: list[VGpuInfo], sms: int) -> tuple[list[VGpuInfo], str]:
     try:
-        from gpu_runtime.vgpu import green_context as vgpu_green_context  # optional
-
-        counts = [vgpu_green_context.partition_count(gpu.uuid, sms) for gpu in gpus]
+        counts = [green_context.partition_count(gpu.uuid, sms) for gpu in gpus]
     except Exception as exc:  # cuda-python missing, driver < 12.4, or split refused
         return [], f"green contexts unavailable: {exc}"
     parts = []

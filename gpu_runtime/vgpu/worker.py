@@ -27,8 +27,8 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from gpu_runtime import green_context as vgpu_green_context
 from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background, relay_this_thread
-from gpu_runtime.vgpu import green_context as vgpu_green_context
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (
@@ -46,6 +46,7 @@ from gpu_runtime.vgpu.messages import (
     Unload,
     Unloaded,
 )
+from gpu_runtime.vgpu.serial_engine import SerialEngine
 
 
 def worker_main(conn, info, engine=None) -> None:
@@ -60,9 +61,7 @@ def worker_main(conn, info, engine=None) -> None:
             os.sched_setaffinity(0, info.cpus)
         if info.green_context is not None:
             vgpu_green_context.activate(*info.green_context)
-        if engine is None:
-            from gpu_runtime.vgpu.serial_engine import SerialEngine as engine
-        runner = engine(info)
+        runner = (engine or SerialEngine)(info)
     except Exception as exc:  # restarting would fail the same way: say why and stop
         conn.send(Fatal(f"{type(exc).__name__}: {exc}"))
         return

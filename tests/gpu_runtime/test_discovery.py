@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpu_runtime import green_context as vgpu_green_context
 from gpu_runtime.vgpu import discovery
-from gpu_runtime.vgpu import green_context as vgpu_green_context
 from gpu_runtime.vgpu.discovery import VGpuUnavailable, discover, discover_vgpus
 
 
