@@ -1,7 +1,7 @@
 """cocotb testbench: hls/rtl/resize_tap_gen.v gives resize_tap()'s taps, bit for bit.
 
 Reference: resize_tap() of hls/image/resize.h (the post-decode unit's C model, bit-exact with
-cv2.resize's INTER_LINEAR coordinates: tests/sim_tb/test_hls_hygiene.py checks its float64
+cv2.resize's INTER_LINEAR coordinates: tests/sim_tb/test_float64_replacements.py checks its float64
 emulation against the float64 expression), compiled behind sim_tb/image_postdecode/postdecode_ref.cpp,
 in both modes (columns: weights clamped; rows: indices clamped). Vectors: every destination index
 of every (src, dst) up to 32, of random pairs up to 8192, of pairs whose dst is a multiple of 2048

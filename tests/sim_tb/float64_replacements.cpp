@@ -1,6 +1,6 @@
 // float64_replacements.cpp: the integer arithmetic that replaced float64 in the kernels, against
 // the float64 expressions it replaces (OpenCV's resize coordinate, librosa's resampled length),
-// evaluated here with the host's IEEE double. Called through ctypes by test_hls_hygiene.py.
+// evaluated here with the host's IEEE double. Called through ctypes by test_float64_replacements.py.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
