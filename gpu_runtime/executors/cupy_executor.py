@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.compiler.arena import chunked
+from gpu_runtime.kernels import cubins
 from gpu_runtime.program import BufferRef, KernelDef, Program
 
 NVRTC_OPTIONS = ("--std=c++14",)
@@ -162,11 +163,16 @@ class CupyExecutor:
         return DeviceFlag()
 
     def compile(self, kernel: KernelDef):
-        """NVRTC-compiles a kernel once per process (names are unique per source)."""
+        """Loads a kernel once per process (names are unique per source): its cubin from the
+        ahead-of-time cache (`kernels.cubins`) for this GPU's architecture, else NVRTC."""
         fn = self._kernels.get(kernel.name)
         if fn is None:
-            fn = self._cp.RawKernel(kernel.cuda_source, kernel.name, options=NVRTC_OPTIONS)
-            fn.compile()
+            cubin = cubins.cached(kernel, self._cp.cuda.Device().compute_capability)
+            if cubin is not None:
+                fn = self._cp.RawModule(path=str(cubin)).get_function(kernel.name)
+            else:
+                fn = self._cp.RawKernel(kernel.cuda_source, kernel.name, options=NVRTC_OPTIONS)
+                fn.compile()
             self._kernels[kernel.name] = fn
         return fn
 
