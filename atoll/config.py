@@ -9,10 +9,14 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from gpu_runtime.executors import EXECUTORS
+from batching import BATCHERS, DEFAULT_BATCHER
+from fpga_host import BACKEND_CHOICES
+from gpu_runtime.executors import EXECUTOR_CHOICES
+from gpu_runtime.vgpu.discovery import MODES
 from scheduler.policies import POLICIES
 
 
@@ -20,8 +24,10 @@ class ConfigError(ValueError):
     """A configuration file or override that names an unknown key or holds a bad value."""
 
 
-def _choice(default: str, *allowed: str, doc: str = "") -> Any:
-    return field(default=default, metadata={"choices": (default, *allowed), "doc": doc})
+def _choice(allowed: Sequence[str], default: str | None = None, doc: str = "") -> Any:
+    """A key taking one of `allowed` (a registry's names), by default the first."""
+    default = allowed[0] if default is None else default
+    return field(default=default, metadata={"choices": (default, *(a for a in allowed if a != default)), "doc": doc})
 
 
 def _num(default: float | int, minimum: float | int | None = None, doc: str = "") -> Any:
@@ -36,7 +42,7 @@ class ServerConfig:
     front_ends: int = _num(0, 0, "front-end processes serving the HTTP and gRPC ports (0 = one per 4 cores)")
     metrics_port: int = _num(8002, -1, "Prometheus metrics port (0 = any free port, -1 = off)")
     repository: str = field(default="", metadata={"doc": "model repository (empty: built-in demo)"})
-    model_control_mode: str = _choice("none", "explicit", "poll",
+    model_control_mode: str = _choice(("none", "explicit", "poll"),
                                       doc="which models are served: all (none, poll) or those loaded on request")
     load_model: str = field(default="", metadata={"doc": "explicit mode: models loaded at start, comma-separated (* = all)"})
     repository_poll_secs: float = _num(15.0, 0.1, "poll mode: seconds between scans of the repository")
@@ -46,6 +52,8 @@ class ServerConfig:
     request_timeout_s: float = _num(120.0, 0.1, "a request not answered by then gets HTTP 504; one that would "
                                                 "wait more than a tenth of it is refused at once (HTTP 503)")
     body_timeout_s: float = _num(30.0, 0.1, "a request body not received by then gets HTTP 408")
+    drain_s: float = _num(30.0, 0, "on a stop (SIGTERM or SIGINT) the front ends refuse new requests (HTTP 503) and "
+                                   "answer those in flight for up to this long, then close every connection")
     body_memory_bytes: int = _num(0, 0, "request bodies one front end holds at once, being read or not yet answered; "
                                         "past it the largest body still arriving is cut off, or the request refused "
                                         "(HTTP 503; 0 = an eighth of the machine's memory shared among the front "
@@ -70,7 +78,7 @@ class ServerConfig:
 
 @dataclass
 class PreprocessingConfig:
-    backend: str = _choice("auto", "xrt", "emu", "cpu", doc="DPU backend")
+    backend: str = _choice(BACKEND_CHOICES, doc="DPU backend")
     cpu_threads: int = _num(0, 0, "best-effort CPU preprocessing threads per front end (0 = cores / front ends)")
     image_cus: int = _num(4, 1, "image_cu compute units (emulated XRT)")
     audio_mel_cus: int = _num(2, 1, "audio_mel_cu compute units (emulated XRT)")
@@ -90,7 +98,7 @@ class PreprocessingConfig:
 
 @dataclass
 class BatchingConfig:
-    batcher: str = _choice("preba", "triton", "static", doc="batching policy")
+    batcher: str = _choice(tuple(BATCHERS), DEFAULT_BATCHER, doc="batching policy")
     profile: str = field(default="", metadata={"doc": "knee profile JSON (empty: measured/default)"})
     max_batch_size: int = _num(0, 0, "Batch_max when no profile gives one (0 = 4 on CPU vGPUs, 8 on GPUs)")
     max_queue_delay_microseconds: int = _num(5000, 0, "Time_queue when no profile gives one")
@@ -98,16 +106,16 @@ class BatchingConfig:
 
 @dataclass
 class SchedulerConfig:
-    policy: str = _choice("reset", *(p for p in POLICIES if p != "reset"),
+    policy: str = _choice(tuple(POLICIES), "reset",
                           doc="preemption policy in each vGPU worker (preemptible executors)")
     outstanding_kernels: int = _num(4, 1, "c: kernels in flight per best-effort stream")
 
 
 @dataclass
 class VGpuConfig:
-    mode: str = _choice("auto", "mig", "gpu", "cpu", doc="which vGPUs to use")
+    mode: str = _choice(MODES, doc="which vGPUs to use")
     cpu_vgpus: int = _num(0, 0, "CPU vGPUs (0 = one per two cores)")
-    executor: str = _choice("auto", *EXECUTORS, doc="model executor")
+    executor: str = _choice(EXECUTOR_CHOICES, doc="model executor")
     green_context_sms: int = _num(0, 0, "split whole GPUs into partitions of this many SMs (0 = off)")
 
 

@@ -41,7 +41,8 @@ from atoll.bench.torch_eager import TorchGraphModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_runtime.compiler.importer import import_model  # noqa: E402
-from gpu_runtime.executors.cupy_executor import NVRTC_OPTIONS, CupyExecutor  # noqa: E402
+from gpu_runtime.executors import preemptible_executor, program_executor  # noqa: E402
+from gpu_runtime.executors.cupy_executor import NVRTC_OPTIONS  # noqa: E402
 from gpu_runtime.model_check import TOLERANCES  # noqa: E402
 from gpu_runtime.zoo import MODELS, build  # noqa: E402
 
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
     print(f"compiled {len(kernels)} kernels in {report['nvrtc']['wall_s']} s "
           f"({len(compile_errors)} failed)", flush=True)
     references = {}
-    ex = CupyExecutor()
+    ex = program_executor(preemptible_executor(gpu=True))()
     with tempfile.TemporaryDirectory() as tmp:
         for key, program in programs.items():
             name, batch, precision = key.split("/")

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 from gpu_runtime import zoo
 from gpu_runtime.compiler.importer import import_model
-from gpu_runtime.executors.cupy_executor import CupyExecutor
-from gpu_runtime.executors.numpy_executor import NumpyExecutor
+from gpu_runtime.executors import preemptible_executor, program_executor
 from scheduler.cpu_device import CpuDevice
 from scheduler.cuda_device import CudaDevice
 from scheduler.reef import Reef
@@ -122,10 +121,10 @@ def make_device(kind: str, measure_start: bool = False):
     if kind == "cpu":
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
         # nested BLAS pools would oversubscribe the cores whenever two streams run.
-        ex = NumpyExecutor(blas_threads=1)
-        return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, numpy executor)"
+        ex = program_executor(preemptible_executor(gpu=False))(blas_threads=1)
+        return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, {ex.name} executor)"
     try:
-        ex = CupyExecutor()
+        ex = program_executor(preemptible_executor(gpu=True))()
         dev = CudaDevice(ex, measure_start=measure_start)
     except Exception as e:  # no cupy, no driver, no device: a user mistake, not a crash
         raise SystemExit(f"atoll bench: --device cuda is unavailable here: {e}") from None

@@ -25,9 +25,8 @@ import numpy as np
 import onnx
 import onnxruntime
 from gpu_runtime.compiler.importer import import_model
-from gpu_runtime.executors import EXECUTORS, probe_executors
-from gpu_runtime.executors.cupy_executor import CupyExecutor
-from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, preemptible_executor, probe_executors, program_executor
+from gpu_runtime.vgpu.discovery import MODES, discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
 from gpu_runtime.zoo import MODELS, build
 from gpu_runtime.zoo.repository import write_model
@@ -44,14 +43,14 @@ COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch", "torch-graph")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("models", help="latency/throughput per model and batch size (knee profiles)")
-    p.add_argument("--executor", default="onnxruntime", choices=sorted(EXECUTORS), help="vGPU executor")
+    p.add_argument("--executor", default=DEFAULT_EXECUTOR, choices=sorted(EXECUTORS), help="vGPU executor")
     p.add_argument("--models", nargs="+", metavar="NAME", help="models to run (default: all)")
     p.add_argument("--repository", help="Triton-layout model repository (default: the zoo, built once into a cache)")
     p.add_argument("--batches", default=DEFAULT_BATCHES, help=f"batch sizes (default {DEFAULT_BATCHES})")
     p.add_argument("--lengths", default="256",
                    help="values for variable non-batch dims, e.g. audio frames (default 256)")
     p.add_argument("--vgpu", help="vGPU id to run on (default: the first discovered)")
-    p.add_argument("--vgpu-mode", default="auto", choices=("auto", "mig", "gpu", "cpu"))
+    p.add_argument("--vgpu-mode", default=MODES[0], choices=MODES)
     p.add_argument("--repeats", type=int, default=10, help="timed runs per point (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per point (default 2)")
     p.add_argument("--compare", choices=COMPARE,
@@ -247,7 +246,7 @@ def graph_runner(path, batch: int, length: int | None, inputs: dict, args) -> di
             model.replay, torch_events, lambda a, b: a.elapsed_time(b), warm, reps)
         got = {k: v.float().cpu().numpy() for k, v in model(inputs).items()}
         reference = reference or got
-        ex = CupyExecutor()
+        ex = program_executor(preemptible_executor(gpu=True))()
         try:
             options = {} if precision == "fp32" else {"precision": precision}
             state = ex.load(import_model(str(path), batch, length, **options))

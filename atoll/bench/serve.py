@@ -23,7 +23,10 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from gpu_runtime.executors import EXECUTORS
+from batching import BATCHERS
+from fpga_host import BACKEND_CHOICES
+from gpu_runtime.executors import EXECUTOR_CHOICES
+from scheduler.policies import POLICIES
 from tqdm import tqdm
 
 from atoll.bench import servers, triton_baseline
@@ -89,10 +92,10 @@ def register(subparsers) -> None:
                         "in explicit model-control mode")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
     add_loadgen_options(p)
-    p.add_argument("--executor", choices=("auto", *EXECUTORS), help="passed to `atoll serve`")
-    p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="passed to `atoll serve`")
-    p.add_argument("--batcher", choices=("preba", "triton", "static"), help="passed to `atoll serve`")
-    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"), help="passed to `atoll serve`")
+    p.add_argument("--executor", choices=EXECUTOR_CHOICES, help="passed to `atoll serve`")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, help="passed to `atoll serve`")
+    p.add_argument("--batcher", choices=tuple(BATCHERS), help="passed to `atoll serve`")
+    p.add_argument("--policy", choices=tuple(POLICIES), help="passed to `atoll serve`")
     add_config_options(p)
     p.add_argument("--timeout", type=float, default=60.0, help="client timeout per request, s (default 60)")
     p.add_argument("--seed", type=int, default=0)

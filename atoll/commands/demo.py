@@ -8,8 +8,9 @@ import sys
 import urllib.request
 
 import numpy as np
-from gpu_runtime.executors import EXECUTORS
+from gpu_runtime.executors import EXECUTOR_CHOICES, EXECUTORS
 from prometheus_client.parser import text_string_to_metric_families
+from scheduler.policies import POLICIES
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
@@ -27,9 +28,10 @@ def register(subparsers) -> None:
     p.add_argument("--rt-share", type=float, default=0.1,
                    help="fraction of requests sent as real-time (Triton priority 1; default 0.1)")
     p.add_argument("--repository", help="model repository (default: the built-in demo)")
-    p.add_argument("--executor", choices=("auto", *EXECUTORS),
-                   help="passed to `atoll serve` (numpy and cupy run the REEF scheduler)")
-    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
+    p.add_argument("--executor", choices=EXECUTOR_CHOICES,
+                   help="passed to `atoll serve` (" + ", ".join(
+                       n for n, s in EXECUTORS.items() if s.preemptible) + " run the REEF scheduler)")
+    p.add_argument("--policy", choices=tuple(POLICIES),
                    help="passed to `atoll serve`: preemption policy in the vGPU workers")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print only the JSON summary line")

@@ -14,11 +14,8 @@ import onnx
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
 from gpu_runtime.compiler.importer import import_model
-from gpu_runtime.executors import EXECUTORS, program_executor
+from gpu_runtime.executors import REFERENCE_EXECUTOR, program_executor, program_executors
 from gpu_runtime.model_check import TOLERANCES, compare
-
-PROGRAM_EXECUTORS = sorted(n for n, s in EXECUTORS.items() if s.program_executor)
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("model", help="inspect and check ONNX models")
@@ -26,7 +23,7 @@ def register(subparsers) -> None:
     sub.required = True
     p = sub.add_parser("check", help="compare our executor with onnxruntime on a seeded input")
     p.add_argument("path", help="ONNX file (or a Triton model directory holding 1/model.onnx)")
-    p.add_argument("--executor", choices=PROGRAM_EXECUTORS, default="numpy")
+    p.add_argument("--executor", choices=program_executors(), default=REFERENCE_EXECUTOR)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--length", type=int, default=200,
                    help="frames for a dynamic (non-batch) input dimension (default 200)")

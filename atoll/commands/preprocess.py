@@ -15,14 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from fpga_host import BACKEND_CHOICES
 from fpga_host.manifest import ManifestError
 from fpga_host.preprocessor import Preprocessor
 from fpga_host.status import PreprocessError
 from fpga_host.xrt_driver import BackendUnavailable
 from tqdm import tqdm
-
-BACKEND_CHOICES = ("auto", "xrt", "emu", "cpu")
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("preprocess", help="preprocess image or audio files to .npy")
@@ -39,7 +37,7 @@ def register(subparsers) -> None:
     audio.add_argument("--max-seconds", type=float, default=30.0, help="longest accepted clip")
     for p in (image, audio):
         p.add_argument("files", nargs="+", metavar="FILE")
-        p.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
+        p.add_argument("--backend", choices=BACKEND_CHOICES, default=BACKEND_CHOICES[0])
         p.add_argument("--out", required=True, type=Path, help="directory for the .npy files")
         p.add_argument("--json", action="store_true", help="one JSON line per input on stdout")
         p.add_argument("--manifest", type=Path, default=None,

@@ -7,8 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
+from batching import BATCHERS
 from batching.profile import ProfileError
-from gpu_runtime.executors import EXECUTORS
+from fpga_host import BACKEND_CHOICES
+from gpu_runtime.executors import EXECUTOR_CHOICES, EXECUTORS
+from scheduler.policies import POLICIES
 
 from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_from_args
 from atoll.repository.specs import RepositoryError
@@ -31,12 +34,12 @@ def register(subparsers) -> None:
     p.add_argument("--load-model", action="append", metavar="MODEL",
                    help="explicit mode: a model to load at start (repeatable; * = all)")
     p.add_argument("--repository-poll-secs", type=float, help="poll mode: seconds between scans (default 15)")
-    p.add_argument("--backend", choices=("auto", "xrt", "emu", "cpu"), help="preprocessing backend")
-    p.add_argument("--batcher", choices=("preba", "triton", "static"), help="batching policy")
-    p.add_argument("--executor", choices=("auto", *EXECUTORS),
+    p.add_argument("--backend", choices=BACKEND_CHOICES, help="preprocessing backend")
+    p.add_argument("--batcher", choices=tuple(BATCHERS), help="batching policy")
+    p.add_argument("--executor", choices=EXECUTOR_CHOICES,
                    help="model executor in the vGPU workers (" + ", ".join(
                        n for n, s in EXECUTORS.items() if s.preemptible) + " can be preempted)")
-    p.add_argument("--policy", choices=("seq", "streams", "wait", "reset", "reef"),
+    p.add_argument("--policy", choices=tuple(POLICIES),
                    help="how real-time batches preempt best-effort ones in a vGPU worker")
     add_config_options(p)
     p.set_defaults(func=run)

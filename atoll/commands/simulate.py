@@ -17,17 +17,13 @@ import json
 import sys
 
 import numpy as np
-from batching import TritonConfig, make_batcher
-from batching.factory import BATCHERS
+from batching import BATCHERS, DEFAULT_BATCHER, BatcherSettings, TritonConfig
+from batching.factory import VARIANTS, variant
 from batching.profile import load_profile, service_time_from
 from batching.sim import simulate
 from batching.sweep import max_rate_at_slo, parse_rates
 from batching.workload import arrival_times, input_lengths
 from tqdm import tqdm
-
-# not part of the default side-by-side set: PREBA placing timed-out batches on busy vGPUs too
-VARIANTS = ("preba-eager",)
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("simulate", help="simulate a batcher on vGPUs from a knee profile")
@@ -37,8 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     p.add_argument("--rate", type=float, help="offered load, requests/s (without --sweep)")
     p.add_argument("--lengths", default="librispeech", help="librispeech | fixed:SECONDS (audio)")
-    p.add_argument("--batcher", choices=BATCHERS + VARIANTS,
-                   help="default: preba; with --sweep, all three side by side")
+    p.add_argument("--batcher", choices=(*BATCHERS, *VARIANTS),
+                   help=f"default: {DEFAULT_BATCHER}; with --sweep, {', '.join(BATCHERS)} side by side")
     p.add_argument("--duration", type=float, default=30.0, help="simulated seconds of arrivals")
     p.add_argument("--warmup", type=float, help="seconds excluded from metrics (default 10%%)")
     p.add_argument("--seed", type=int, default=0)
@@ -85,8 +81,8 @@ def simulate_command(args: argparse.Namespace) -> dict:
     mean_length = float(input_lengths(lengths_spec, 20000, np.random.default_rng(args.seed)).mean())
     policy = profile.model_batching(args.model)
     typical = policy.buckets[policy.bucket_of(min(mean_length, policy.buckets[-1].max_length))]
-    names = [args.batcher] if args.batcher else (list(BATCHERS) if args.sweep else ["preba"])
-    factories = batcher_factories(profile, args, vgpus, service_time, typical.batch_max)
+    names = [args.batcher] if args.batcher else (list(BATCHERS) if args.sweep else [DEFAULT_BATCHER])
+    kinds = {name: variant(name, batcher_settings(profile, args, typical.batch_max)) for name in names}
     if args.sweep:
         rates = parse_rates(args.rates) if args.rates else default_rates(
             args.vgpus * typical.batch_max / typical.time_knee)
@@ -102,8 +98,9 @@ def simulate_command(args: argparse.Namespace) -> dict:
             arrivals = arrival_times(args.arrival, rate, args.duration, rng)
             lengths = input_lengths(lengths_spec, len(arrivals), rng)
             for name in names:
-                result = simulate(factories[name](), args.model, arrivals, lengths, vgpus,
-                                  service_time, args.duration, warmup)
+                kind, settings = kinds[name]
+                result = simulate(kind.build(vgpus, service_time, settings), args.model, arrivals, lengths,
+                                  vgpus, service_time, args.duration, warmup)
                 runs[name].append({"rate_rps": rate, **result.to_json()})
                 bar.update()
 
@@ -111,8 +108,8 @@ def simulate_command(args: argparse.Namespace) -> dict:
         "profile": args.profile, "kind": profile.kind, "model": args.model, "vgpus": args.vgpus,
         "arrival": args.arrival, "lengths": lengths_spec, "duration_s": args.duration,
         "warmup_s": warmup, "seed": args.seed,
-        "batchers": {name: {"params": batcher_params(name, profile, args, typical.batch_max),
-                            "runs": runs[name]} for name in names},
+        "batchers": {name: {"params": kind.knobs(settings, args.model, args.vgpus), "runs": runs[name]}
+                     for name, (kind, settings) in kinds.items()},
     }
     if args.sweep:
         report["slo_ms"] = args.slo_ms
@@ -128,29 +125,15 @@ def default_rates(capacity_rps: float) -> list[float]:
     return [round(capacity_rps * f, 1) for f in (0.1 * k for k in range(1, 16))]
 
 
-def batcher_params(name: str, profile, args, typical_batch: int) -> dict:
+def batcher_settings(profile, args, typical_batch: int) -> BatcherSettings:
+    """Every batcher's settings for `args.model` from the profile, as the module docstring says."""
     buckets = profile.model(args.model).buckets
-    if name in ("preba", "preba-eager"):
-        return {"batch_max": [b.batch_knee for b in buckets],
-                "time_queue_ms": [round(b.time_knee_ms / args.vgpus, 4) for b in buckets]}
-    if name == "triton":
-        return {"max_batch_size": args.triton_max_batch or max(b.batch_knee for b in buckets),
-                "max_queue_delay_microseconds": args.triton_delay_us if args.triton_delay_us is not None
-                else round(max(b.time_knee_ms for b in buckets) * 1e3)}
-    return {"batch_size": args.static_batch or typical_batch,
-            "timeout_ms": args.static_timeout_ms}
-
-
-def batcher_factories(profile, args, vgpus, service_time, typical_batch):
-    triton = batcher_params("triton", profile, args, typical_batch)
-    static = batcher_params("static", profile, args, typical_batch)
-    policy = {args.model: profile.model_batching(args.model)}
-    common = dict(policies=policy, triton={args.model: TritonConfig(**triton)},
-                  static_batch=static["batch_size"], static_timeout_s=static["timeout_ms"] / 1e3)
-    factories = {name: lambda name=name: make_batcher(name, vgpus, service_time, **common) for name in BATCHERS}
-    factories["preba-eager"] = lambda: make_batcher("preba", vgpus, service_time, **common,
-                                                    short_batches_wait_for_idle=False)
-    return factories
+    delay_us = (args.triton_delay_us if args.triton_delay_us is not None
+                else round(max(b.time_knee_ms for b in buckets) * 1e3))
+    triton = TritonConfig(args.triton_max_batch or max(b.batch_knee for b in buckets), delay_us)
+    return BatcherSettings(policies={args.model: profile.model_batching(args.model)}, triton={args.model: triton},
+                           static_batch=args.static_batch or typical_batch,
+                           static_timeout_s=args.static_timeout_ms / 1e3)
 
 
 def print_table(report: dict) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from batching import (
+    BatcherSettings,
     BucketPolicy,
     ModelBatching,
     ModelSettings,
@@ -15,6 +16,7 @@ from batching import (
     image_model,
     make_batcher,
 )
+from batching.factory import batcher_kind
 from batching.profile import load_profile, shipped_profile
 from gpu_runtime.vgpu.messages import BatchSpec
 
@@ -108,8 +110,8 @@ class Batching:
         models = {spec.name: spec}
         policy = preba_policies(self.config, models, self.profile, self.batch_max)[spec.name]
         triton = triton_configs(self.config, models, self.batch_max)[spec.name]
-        largest = {"preba": max(bucket.batch_max for bucket in policy.buckets), "triton": triton.max_batch_size,
-                   "static": self.batch_max}[self.config.batching.batcher]  # fmt: skip
+        largest = batcher_kind(self.config.batching.batcher).largest_batch(
+            ModelSettings(policy, triton), BatcherSettings(static_batch=self.batch_max))
         return ModelSettings(policy, triton), largest
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpu_runtime.executors import DEFAULT_EXECUTOR
 from gpu_runtime.priority import Priority, relay_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
@@ -175,7 +176,7 @@ class WorkerPool:
     def __init__(
         self,
         infos: list[VGpuInfo],
-        executor: str = "onnxruntime",
+        executor: str = DEFAULT_EXECUTOR,
         crash_retries: int = 1,
         engine=None,
         backoff: Backoff | None = None,

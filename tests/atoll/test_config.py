@@ -1,6 +1,14 @@
-import pytest
+import dataclasses
 
-from atoll.config import ConfigError, load_config, parse_set_options, render_toml
+import pytest
+from batching import BATCHERS
+from fpga_host import BACKEND_CHOICES
+from gpu_runtime.executors import EXECUTOR_CHOICES
+from gpu_runtime.vgpu.discovery import MODES
+from scheduler.policies import POLICIES
+
+from atoll.config import (BatchingConfig, ConfigError, PreprocessingConfig, SchedulerConfig, VGpuConfig,
+                          load_config, parse_set_options, render_toml)
 
 
 def test_defaults_cover_every_section():
@@ -62,3 +70,17 @@ def test_rendered_defaults_round_trip(tmp_path):
     path = tmp_path / "atoll.toml"
     path.write_text(render_toml(load_config()))
     assert load_config(path) == load_config()
+
+
+def test_choices_come_from_the_registries():
+    choices = {(section, f.name): f.metadata["choices"] for section, cls in
+               (("preprocessing", PreprocessingConfig), ("batching", BatchingConfig),
+                ("scheduler", SchedulerConfig), ("vgpus", VGpuConfig))
+               for f in dataclasses.fields(cls) if "choices" in f.metadata}
+    assert choices[("preprocessing", "backend")] == BACKEND_CHOICES
+    assert set(choices[("batching", "batcher")]) == set(BATCHERS)
+    assert set(choices[("scheduler", "policy")]) == set(POLICIES)
+    assert choices[("vgpus", "mode")] == MODES
+    assert choices[("vgpus", "executor")] == EXECUTOR_CHOICES
+    with pytest.raises(ConfigError, match="batching.batcher: must be one of preba, triton, static"):
+        load_config(overrides={"batching.batcher": "fifo"})

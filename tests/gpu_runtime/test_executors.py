@@ -3,6 +3,7 @@ with programs planned per (batch, length), against onnxruntime as the reference.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 
@@ -15,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime import executors as vgpu_executors
 from gpu_runtime.executors import probe_executors
+from gpu_runtime.executors.loaders import ProgramRunner
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
@@ -66,7 +68,7 @@ def test_numpy_executor_through_the_pool(conv1d):
 
 
 def test_program_runner_plans_once_per_shape(conv1d):
-    runner = vgpu_executors.ProgramRunner(NumpyExecutor(), conv1d)
+    runner = ProgramRunner(NumpyExecutor(), conv1d)
     for batch, length in [(2, 9), (2, 9), (2, 12), (4, 9)]:
         runner.run({"x": np.ones((batch, 8, length), np.float32)})
     assert sorted(runner.states) == [(2, 9), (2, 12), (4, 9)]
@@ -80,7 +82,7 @@ def test_program_runner_plans_fixed_shape_models_up_front(tmp_path):
     )  # fmt: skip
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    runner = vgpu_executors.ProgramRunner(NumpyExecutor(), path, max_batch=12)
+    runner = ProgramRunner(NumpyExecutor(), path, max_batch=12)
     assert sorted(runner.states) == [(1, None), (2, None), (4, None), (8, None), (12, None)]
     x = np.linspace(-1, 1, 12 * 4, dtype=np.float32).reshape(12, 4)
     np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))  # numpy reference
@@ -108,3 +110,23 @@ def test_probe_reports_a_cupy_without_driver(monkeypatch):
         "available": False,
         "reason": "RuntimeError: cudaErrorInsufficientDriver",
     }
+
+
+def test_registry_holds_references_and_an_unknown_name_lists_the_choices():
+    for name, s in vgpu_executors.EXECUTORS.items():
+        assert callable(s.loader) and callable(s.probe) and s.executor.name == name
+    assert vgpu_executors.program_executor("numpy") is NumpyExecutor
+    assert vgpu_executors.program_executors() == ["numpy", "cupy", "cuda-emu"]
+    assert vgpu_executors.EXECUTOR_CHOICES == ("auto", "onnxruntime", "numpy", "cupy", "cuda-emu")
+    assert vgpu_executors.resolve_executor("auto", discover_vgpus("cpu", cpu_vgpus=1)) == "onnxruntime"
+    with pytest.raises(vgpu_executors.UnknownExecutor,
+                       match="unknown executor 'tensorrt'; available: cuda-emu, cupy, numpy, onnxruntime"):
+        vgpu_executors.spec("tensorrt")
+
+
+def test_the_registry_touches_no_cuda():
+    """Importing the registry (and with it every executor module) must not import CuPy: a vGPU
+    worker sets its CUDA environment first."""
+    code = "import sys, gpu_runtime.executors; print('cupy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
