@@ -116,6 +116,13 @@ def load_library() -> ctypes.CDLL:
     return lib
 
 
+BEAT_BYTES = 64  # the DPU's m_axi ports move 512-bit beats; their buffers hold whole beats
+
+
+def whole_beats(nbytes: int) -> int:
+    return max(1, -(-nbytes // BEAT_BYTES)) * BEAT_BYTES
+
+
 def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
@@ -132,7 +139,7 @@ def run_image_cu(jpeg: bytes, stage: int = 3, resize_short: int = 256, crop: int
     # Worst-case output per stage (large buffers are mapped lazily: untouched pages cost nothing).
     capacity = {0: 3 * dim * dim, 1: 3 * IMAGE_MAX_DIM * IMAGE_MAX_DIM, 2: 3 * crop * crop,
                 3: 3 * crop * crop * (2 if out_fp16 else 4)}.get(stage, 0)
-    out = np.empty(max(capacity, 1), dtype=np.uint8)
+    out = np.empty(whole_beats(capacity), dtype=np.uint8)
     words = np.zeros(8, dtype=np.uint32)
     lib.image_cu(_address(data), len(jpeg), _address(scratch), scratch.nbytes, _address(out),
                  out.nbytes, _address(words), stage, resize_short, crop, int(out_fp16), max_dim)

@@ -32,6 +32,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from fpga_host import jpeg_header
+from fpga_host.csim import whole_beats
 from fpga_host.cpu_backend import AUDIO_RATE, ImageParams, resized_shape
 from fpga_host.manifest import KernelSpec, Manifest
 from fpga_host.status import Status
@@ -120,7 +121,7 @@ class _Slot:
         self.bos: dict = {}
 
     def bo(self, arg: str, size: int):
-        size = max(size, 1)
+        size = whole_beats(size)  # the kernels' 512-bit ports move whole 64-byte beats
         current = self.bos.get(arg)
         if current is None or self.port.size(current) < size:
             capacity = 1 << (size - 1).bit_length() if current is not None else size

@@ -351,7 +351,7 @@ class Analyzer:
 
     def bind(self, call, env: dict) -> tuple[object, dict] | None:
         ref = call.referenced
-        if ref is None:
+        if ref is None or call.spelling.startswith("operator"):  # copies and lane accesses of values
             return None
         definition = ref.get_definition()
         if definition is None or definition.location.file is None:
@@ -538,6 +538,12 @@ class Counts:
                 a.report(c, "no-tripcount", "loop inside a pipelined loop has no constant trip count to unroll")
                 trip = 1
             self.walk_body(loop_body(c), env, partitions, times * trip)
+            return
+        if c.kind == K.CALL_EXPR and c.spelling == "operator=":  # a struct (e.g. a Beat) stored
+            target, value = list(c.get_arguments())
+            self.access(target, env, times, write=True)
+            self.visit_operand(target, env, partitions, times, skip_top=True)
+            self.visit(value, env, partitions, times)
             return
         if c.kind == K.CALL_EXPR:
             bound = a.bind(c, env)

@@ -5,6 +5,7 @@
 #if defined(__SYNTHESIS__) || defined(ATOLL_USE_VITIS_HEADERS)
 #include <ap_int.h>
 #include <hls_stream.h>
+#include <hls_vector.h>
 #else
 #include <cstddef>
 #include <vector>
@@ -59,5 +60,21 @@ class stream {
   std::size_t head_ = 0;
 };
 
+// Fixed-size lanes with hls::vector's element access (Vitis aligns it to its size on the device;
+// on the host it has the element's alignment, so any buffer address may hold one).
+template <typename T, std::size_t N>
+struct vector {
+  T data_[N];
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+};
+
 }  // namespace hls
 #endif
+
+#include <cstdint>
+
+// One beat of a 512-bit m_axi port (the width of the U55C's HBM ports): what streamed data moves
+// in. Buffers on such ports hold whole beats (hls/ABI_DPU.md).
+constexpr unsigned kBeatBytes = 64;
+typedef hls::vector<uint8_t, kBeatBytes> Beat;

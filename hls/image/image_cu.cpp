@@ -8,7 +8,8 @@
 //   scratch_bytes         its capacity; TOO_LARGE when the frame would not fit
 //   out            out    stage output: 0 decode / 1 resize / 2 crop: uint8 HWC RGB;
 //                         3 normalize: float32 CHW, or float16 CHW when out_fp16
-//   out_bytes             capacity of out; BAD_ARGS when the stage output would not fit
+//   out_bytes             capacity of out; BAD_ARGS when the stage output, rounded up to whole
+//                         64-byte beats (what the 512-bit port writes), would not fit
 //   status         out    8 words: code, c, h, w, src_h, src_w, n_components, bytes_written
 //   stage                 last unit to run (0..3)
 //   resize_short          R: the shorter side is resized to R, the longer to int(R * long / short)
@@ -72,16 +73,19 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
 // blackbox) resizes, crops and normalises; the stage selector turns resize and crop into the
 // identity (destination = source dimensions) and picks the output format.
 void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
-              bool fp16, uint8_t* out) {
+              bool fp16, Beat* out) {
 #pragma HLS DATAFLOW
   hls::stream<uint32_t> decoded("decoded");
   hls::stream<PostBeat> processed("processed");
+  hls::stream<PlacedBeat> planes[kChannels];
 #pragma HLS STREAM variable = decoded depth = 64
 #pragma HLS STREAM variable = processed depth = 64
+#pragma HLS STREAM variable = planes depth = 8
   const uint32_t format = stage == kStageNormalize ? (fp16 ? kPostF16 : kPostF32) : kPostU8;
   emit_rgb_rows(frame, f, decoded);
   image_postdecode(decoded, processed, f.height, f.width, s.resized_h, s.resized_w, s.h, s.w, format);
-  write_output(processed, out, s.h * s.w, format);
+  pack_planes(processed, planes, s.h * s.w, format);
+  write_beats(planes, out, output_beats(s.h * s.w, format));
 }
 
 }  // namespace
@@ -97,7 +101,7 @@ uint64_t image_cu_scratch_bytes(uint32_t max_dim) {
 }
 
 void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t scratch_bytes,
-              uint8_t* out, uint32_t out_bytes, uint32_t* status, uint32_t stage,
+              Beat* out, uint32_t out_bytes, uint32_t* status, uint32_t stage,
               uint32_t resize_short, uint32_t crop, uint32_t out_fp16, uint32_t max_dim) {
 #pragma HLS INTERFACE m_axi port = jpeg offset = slave bundle = gmem_jpeg max_read_burst_length = 64
 #pragma HLS INTERFACE m_axi port = scratch offset = slave bundle = gmem_scratch
@@ -124,7 +128,7 @@ void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t
   }
   if (code == kOk && frame_store_bytes(f) > scratch_bytes) code = kTooLarge;
   if (code == kOk) code = output_shape(f, stage, resize_short, crop, fp16, s);
-  if (code == kOk && s.bytes > out_bytes) code = kBadArgs;
+  if (code == kOk && (s.bytes + kBeatBytes - 1) / kBeatBytes * kBeatBytes > out_bytes) code = kBadArgs;
   if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
   if (code == kOk) {
     pipeline(scratch, f, s, stage, fp16, out);
