@@ -1,24 +1,13 @@
 """Synthesised knee profiles for A100 MIG slices, consistent with PREBA's published knees.
 
-No A100 was measured. Latency follows a two-term model: a fixed cost per batch `a` (kernel launches,
-reading the weights) plus per-input work that shares the slice's SMs,
+No A100 was measured. Latency is a fixed cost per batch plus per-input work sharing the slice's SMs,
 
     latency(b, L) = a + c_kind * b * w(L),   c_7g.40gb = c_1g.5gb / 7 (7x the SMs),
 
-with w = 1 for images. Under the knee rule (doubling sizes: knee at the last b with
-latency(2b) / latency(b) <= sqrt(2)) the knee is the power of two B with c*B*w in (0.71 a, 1.41 a],
-so one per-model ratio c/a = 1/K fits both slices: K = PREBA's 1g.5gb knee gives that knee on
-1g.5gb and 8x it on 7g.40gb (7K lands in (4K, 8K]). Published knees (PREBA, Yeo et al.,
-arXiv:2411.19114, as quoted in the Atoll brief):
-MobileNet 16 / 128, SqueezeNet 4 / 32, Swin 2 / 16 (1g.5gb / 7g.40gb).
-
-Audio: w(L) is L seconds of input for CitriNet (convolutional, linear in length); for Conformer it
-adds self-attention's quadratic term, L * (1 + L / 112.6): with d_model 256 and 40 ms frames, the
-attention score FLOPs over T frames are ~2 T^2 d against ~22 T d^2 for the linear layers, a ratio of
-T / 2816 frames = L / 112.6 s. `a` is set so that Time_knee stays near PREBA's ~35 ms for audio across
-buckets, and c from a rough FLOP count (Conformer-M ~15 GFLOP per 10 s at ~13 TFLOP/s effective on a
-1g.5gb slice: ~0.11 ms per input second). The vision `a` values are plausible batch-1 latencies on a
-1g.5gb slice, not measurements.
+with w = 1 for images, w(L) = L for CitriNet and L * (1 + L / 112.6) for Conformer (attention's
+quadratic term). Under the knee rule one ratio c/a = 1/K per model gives PREBA's 1g.5gb knee K there
+and 8K on 7g.40gb. The derivation, the published knees and where `a` and c come from:
+docs/batching-scheduling.md.
 """
 
 from __future__ import annotations

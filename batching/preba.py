@@ -2,21 +2,12 @@
 
 Per model, inputs are bucketed by length; each bucket is a FIFO with its own Batch_max (the profiled
 Batch_knee) and Time_queue = Time_knee / number of vGPUs serving the model. A bucket dispatches when
-it holds Batch_max inputs or its oldest input has waited Time_queue. A timed-out (short) batch is
-topped up from the neighbouring buckets, nearest first and, at equal distance, the shorter bucket
-first: shorter inputs neither raise the padded length nor lower the batch limit, while a longer one
-does both. A merged batch never holds more than the Batch_max of its longest input and is padded to
-that input's length.
-
-Placement: a full batch is placed as soon as it is full, on an idle vGPU if one serves the model,
-else on the one whose queued work is expected to complete first (see VgpuPlacement); that keeps the next
-batch queued behind the running one so no vGPU idles between batches. A timed-out (short) batch is
-placed only on an idle vGPU: while every vGPU serving the model is busy its bucket keeps filling
-(never past Batch_max) and goes when a vGPU frees or it fills up. Placing short batches on busy vGPUs
-as well (`short_batches_wait_for_idle=False`, the literal reading of "idle, else earliest expected
-completion" for every batch) commits small batches to a queue where they gain nothing by waiting:
-with audio spread over ~10 busy buckets, Time_queue = Time_knee / N then fires every few ms per bucket
-and the vGPUs saturate on batches of 2-3 (see batching/README.md for the simulated figures).
+it holds Batch_max inputs or its oldest input has waited Time_queue. A short batch is topped up from
+neighbouring buckets, nearest and then shorter first (a shorter input neither raises the padded
+length nor lowers the limit); a merged batch stays within its longest input's Batch_max and is padded
+to that length. A full batch goes at once to an idle vGPU, else the one expected to finish first
+(`VgpuPlacement`); a short one waits for an idle vGPU while its bucket keeps filling: placed on busy
+vGPUs, batches of 2-3 would queue and gain nothing (`short_batches_wait_for_idle`, batching/README.md).
 """
 
 from __future__ import annotations

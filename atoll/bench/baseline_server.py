@@ -1,19 +1,12 @@
 """The plain Python model server users pick instead of Atoll: `atoll bench serve --baseline plain`.
 
-What a competent engineer builds from OpenCV and onnxruntime alone, written to be fast:
-- one worker process per core, pre-forked over one listening socket. A worker calls a blocking
-  `accept()` only when it is idle, and the kernel hands each new connection to one such waiter, so
-  requests go to free workers; it answers one request per connection and closes it (a kept-alive
-  connection would stay with its worker while that worker is busy, as Gunicorn's sync workers
-  avoid for the same reason);
-- per request: OpenCV decode, resize, centre crop and normalise (`fpga_host.cpu_backend`, the same
-  numerics as Atoll's CPU path), or librosa for WAV audio, then one onnxruntime run on one thread
-  (one core per worker: intra-op threads would only fight the other workers). No batching;
-- KServe v2 with the binary tensor extension (`atoll.kserve.protocol`), so the bench sends it the very
-  bytes it sends Atoll; ready FP32 tensors skip the preprocessing.
-
-Run as `python -m atoll.bench.baseline_server --repository DIR [--port 0] [--workers N]`; it prints
-`atoll: serving on URL` once every worker has loaded its models.
+What a competent engineer builds from OpenCV and onnxruntime alone, written to be fast: one worker
+process per core, pre-forked over one listening socket, each calling a blocking `accept()` only when
+idle and answering one request per connection (a kept-alive connection would stay with a busy
+worker); per request OpenCV (`fpga_host.cpu_backend`, Atoll's CPU numerics) or librosa, then one
+onnxruntime run on one thread, no batching; KServe v2 with binary tensors (`atoll.kserve.protocol`),
+so it gets the very bytes Atoll gets. Run as `python -m atoll.bench.baseline_server --repository
+DIR [--port 0] [--workers N]`; it prints `atoll: serving on URL` once every worker has its models.
 """
 
 from __future__ import annotations

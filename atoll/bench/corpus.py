@@ -51,9 +51,9 @@ def jpeg_bomb(width: int = 30000, height: int = 30000) -> bytes:
 def jpeg_scan_bomb(side: int = 8192, scans: int = 1000) -> bytes:
     """A small progressive JPEG (~100 bytes a scan) that claims `side` x `side` and holds `scans`
     AC refinement scans of its luma, each one end-of-band run over every block: two bytes stand
-    for 32767 blocks, yet the decoder visits all 63 coefficients of each (OpenCV: ~23 ms a scan at
-    8192x8192). Padded with comment segments to one byte per eight blocks, the least a whole file
-    holds, so it is within every size limit: only the number of scans says what it costs."""
+    for 32767 blocks, yet the decoder visits all 63 coefficients of each (docs/robustness.md).
+    Padded with comment segments to one byte per eight blocks, the least a whole file holds, so it
+    is within every size limit: only the number of scans says what it costs."""
     base = jpeg_bytes(16, 16, quality=50, progressive=True)
     sof = base.index(b"\xff\xc2")
     head = bytearray(base[:base.index(b"\xff\xda")])  # markers up to the first scan

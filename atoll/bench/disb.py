@@ -6,14 +6,8 @@
   D  five RT clients of different models, periodic 20 req/s each, plus the five BE clients
   E  as D with Poisson arrivals
 
-Each policy (and an RT-only reference: the same RT clients with no BE work) runs for `--duration`
-seconds in turn in one invocation, on the zoo models at batch 1. RT latency is arrival to result;
-throughput counts requests completed inside the window. Where the device cannot sustain the nominal
-RT rates (the NumPy executor on a CPU vGPU), every rate is scaled by one factor so that the RT
-clients alone would keep the device `TARGET_RT_LOAD` busy (CPU: 15%, leaving room for the noise
-of a shared machine; CUDA: 50%, so nominal rates stand unless a model is slow); the factor is in
-the JSON. CPU vGPUs also use smaller inputs (IMAGE_SIZE_CPU, AUDIO_FRAMES), also recorded.
-"""
+Each policy and an RT-only reference run `--duration` s in turn, zoo models at batch 1; the rates
+are scaled down where the RT clients alone would keep the device over `TARGET_RT_LOAD` busy."""
 
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """A lean keep-alive HTTP/1.1 client for the load processes: pre-encoded requests out, status codes in.
 
-A load generator shares the machine with the server it measures, so every microsecond it spends
-per request is taken from the server (PREBA's and Triton's perf_analyzer are C++ for this reason).
-aiohttp's client spends about 0.1 ms of CPU per 100 KB request on this VM; this one about 0.04:
-it writes bytes encoded once, parses only the status line and the framing headers of the answer,
-and drops the answer's body as it arrives.
-
-One request at a time per connection (no pipelining). Connections are kept alive and reused, and a
-new one opens whenever none is idle, up to `max_connections`; beyond that a request waits for one
-(an open loop needs a connection per request in flight, and a server that queues a minute of work
-would otherwise run both ends out of file descriptors). The wait counts towards the timeout.
-Answers are framed by Content-Length, chunked transfer coding, or the end of the connection.
+A load generator shares the machine with the server it measures, so every microsecond it spends per
+request is taken from the server (perf_analyzer is C++ for this reason): this one writes bytes
+encoded once, parses only the status line and framing headers, and drops the answer's body as it
+arrives (its cost against aiohttp's: docs/benchmarks.md). One request at a time per connection;
+connections are kept alive and reused, a new one opened when none is idle, up to `max_connections`,
+beyond which a request waits for one (its wait counts towards the timeout). Answers are framed by
+Content-Length, chunked transfer coding, or the end of the connection.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Load-generator processes for `atoll bench serve`: pre-encoded requests over keep-alive HTTP or gRPC
-(unary calls, or `grpc-stream`: Triton's bidirectional `ModelStreamInfer`, a stream per connection).
+(unary, or `grpc-stream`: Triton's bidirectional `ModelStreamInfer`, a stream per connection).
 
-The load runs in processes of its own (never in the server's, never in the bench's), each an asyncio
-loop with a lean HTTP client (`http_client.py`) or a few gRPC channels, so the client's cost is
-visible (the bench meters their CPU) and cannot hide inside the server's. Requests are encoded
-once, when the process starts, before the clock does (`bodies.py`). With `shm`, each request's
-input lies in a system shared-memory region the process creates and registers with the server at
-its start (unregistered at its end), and the request only names it. Open loop: each process sends
-a Poisson stream of `rate / processes`; latency counts from the *scheduled* send time, so a late
-client shows up as latency and as lateness instead of silently sending less (coordinated omission).
-Closed loop: `concurrency` connections in all, each sending its next request when the previous
-answer arrives.
-
-Every request leaves one record: (class, scheduled, sent, done, status), with status the HTTP code
-(for gRPC: the HTTP status Triton gives the error's kind) or one of CLIENT_ERRORS.
+The load runs in processes of its own, each an asyncio loop with the lean HTTP client
+(`http_client.py`) or gRPC channels, so its cost is metered and cannot hide in the server's.
+Requests are encoded before the clock starts (`bodies.py`); with `shm`, inputs lie in a system
+shared-memory region the process registers. Open loop: a Poisson stream of `rate / processes`,
+latency counted from the *scheduled* send time (no coordinated omission); closed loop:
+`concurrency` connections, each sending when its answer arrives. Every request leaves one record
+(class, scheduled, sent, done, status: the HTTP code, Triton's for gRPC, or one of CLIENT_ERRORS).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """`atoll bench models`: latency and throughput per model and batch size on one vGPU.
 
-The raw material of knee profiles: for every (model, batch[, length]) the batch goes through the
-real vGPU worker pool (shared memory and all), after warm-up, `--repeats` times. Reported per point:
-round-trip latency through the pool and compute time inside the worker (median, p95), throughput in
-items/s from the median round trip, and optionally the same batch timed side by side in this process
-with another runtime (`--compare`).
-
-`--compare torch-graph` is the GPU yardstick: the same ONNX graph captured as a PyTorch CUDA graph
-(fp32 with TF32 off, and fp16) against our cupy executor's program graph in fp32 and fp16, all four
-replayed in this process and timed with device events (GPU time only, median of `--repeats`), plus
-each fp16 output's relative error against the fp32 PyTorch output.
+The raw material of knee profiles: each (model, batch[, length]) goes through the real vGPU worker
+pool after warm-up, `--repeats` times: round-trip latency and compute time inside the worker
+(median, p95), throughput from the median round trip, and optionally the same batch in this process
+on another runtime (`--compare`). `--compare torch-graph` is the GPU yardstick: the ONNX graph as a
+PyTorch CUDA graph (fp32 without TF32, and fp16) against our cupy program graph in fp32 and fp16,
+timed with device events, plus each fp16 output's relative error against PyTorch's fp32.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """`atoll bench preprocess`: preprocessing throughput and latency per backend, side by side.
 
-image: a generated corpus of photo-sized JPEGs (500x375 .. 4000x3000) through cpu with 1 worker,
-cpu with every core, and the emulated DPU with its image CUs. audio: clips of 2.5, 5, 15 and 25 s
-through the same backends, plus PREBA's mel -> norm overlap: the same requests run one after another
-through one fused mel+norm execution, versus pipelined over 1+1 and 2+2 emulated mel/norm CUs.
-
-Throughput runs keep 2 x parallelism requests in flight and cycle through the requests until every
-unit of parallelism has had at least 8 (a pool of 16 workers fed 16 requests measures its slowest
-request, not its throughput); latencies are submit-to-result times in that run (p50/p99);
-`unloaded_each_ms` are the first requests (one per image size / clip length) sent one at a time,
-`unloaded_ms` their median.
+image: generated photo-sized JPEGs (500x375 .. 4000x3000) through cpu with 1 worker, cpu with every
+core, and the emulated DPU's image CUs. audio: 2.5-25 s clips through the same, plus PREBA's
+mel -> norm overlap (fused, one request after another, against 1+1 and 2+2 emulated CUs). Throughput
+keeps 2 x parallelism requests in flight until every unit has had at least 8 (fewer would measure
+the slowest request); latencies are submit-to-result (p50/p99); `unloaded_ms` is the median of the
+first requests, sent one at a time.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """`atoll bench robust`: what hostile media, slow clients, connection floods, overload and dead
-processes cost `atoll serve` (issue #13, ARCHITECTURE §3.4), measured in one run (the flood on a
-second server, bounded lower):
+processes cost `atoll serve` (ARCHITECTURE §3.4), in one run (the flood on a second server).
 
-- bomb: a < 1 KB JPEG whose header claims 30000x30000, alone and 32 to a request, and a 196 KB
-  one of 1,000 progressive scans of 8192x8192 (`corpus.jpeg_scan_bomb`): the client's time to
-  each 400 (median) and the front ends' extra peak memory (VmHWM after minus before);
-- slow: a good client's closed-loop throughput alone, then while `--slow` connections each hold a
-  request body open after its first byte (ratio; target >= 0.9);
-- flood: a second server whose front end may hold `--flood-bound` connections per protocol: the
-  good client's throughput alone, then beside `--flood` connections that send nothing and as many
-  that send headers and one byte of a 1 MB body (ratio; connections the server closed to make
-  room, `atoll_connections_evicted_total`);
-- overload: a ladder of closed loops chooses the connections that serve most (from `--concurrency`,
-  doubling while throughput still grows by 5 %: a few connections leave a pipelined server's cores
-  idle, and capacity measured there would flatter the goodput); the capacity is then measured at
-  that many connections right before and right after the overload, and is the mean of the two
-  (the ladder's best rung is the largest of several noisy figures, biased upwards, and a shared
-  VM's speed drifts over minutes: a single figure before a minute of overload was off by up to
-  ±10 % on the 2-core VM); the overload is an open loop at `--overload` times the capacity
-  before it, for `--overload-s` seconds: every request answered exactly once (no client timeout
-  or dropped connection), and goodput (answers 200 per second) over capacity (target >= 0.9);
-- storm: a closed loop of `--storm` connections, each resending at once whatever it is answered
-  (503s included, as a retry loop that ignores Retry-After): goodput over capacity, the 503s, and
-  how many of them waited for their turn (`refusal_pace`, `atoll_refusals_held_total`);
-- kill: for each kind of child (front end, vGPU worker), SIGKILL under a light load: seconds until a
-  request sent after the kill succeeds, seconds until the successor runs, whether readiness said
-  503 meanwhile, and the restart counted in `atoll_worker_restarts_total{kind}`.
-
-On 8 cores or more the load processes get cores of their own (`--loadgen-cores`, as in `bench
-serve`); below that they share the server's, and the overload's goodput pays for the open loop's
-client as well as for the refusals (each step reports the cores of both).
+Steps: bomb (JPEGs whose headers claim far more than they hold: time to each 400, extra peak memory),
+slow (a good client's throughput beside `--slow` connections holding bodies open), flood (the same
+beside `--flood` idle and half-sent connections, on a server bounded to `--flood-bound`), overload
+(open loop at `--overload` x capacity: every request answered once, goodput over capacity), storm
+(`--storm` connections resending refusals at once), kill (SIGKILL of each child kind: time to the
+next success, readiness meanwhile). Capacity is the mean of closed loops right before and after the
+overload, at the connections a ladder chose (why: docs/robustness.md, which details each step).
 """
 
 from __future__ import annotations

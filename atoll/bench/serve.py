@@ -1,14 +1,12 @@
 """`atoll bench serve`: end-to-end serving throughput and latency (PREBA Fig. 17/18), beside the
 servers users pick instead and beside "Ideal", in one run.
 
-It starts `atoll serve` (or drives `--url`) and, with `--baseline`, the plain Python server
-(`plain`) and Triton (`triton`) on the same cores, one after another, and sends each the same
-pre-encoded requests from load processes of their own (`atoll.bench.loadproc`), over HTTP or gRPC,
-unary or streaming (`--protocol`), the inputs in the requests or in system shared memory (`--shm`): open-loop Poisson
-`--rate`s, a `--sweep` for the highest rate whose p99 meets `--slo-ms`, or closed-loop
-`--concurrency`. Before any server starts it measures `ideal_rps`, the executor alone on the same
-vGPUs at Batch_knee (`atoll.bench.ideal`). Every row reports who used the cores (server tree, load
-processes, everything else) and whether the load generator kept up.
+It starts `atoll serve` (or drives `--url`) and, with `--baseline`, the plain Python server and
+Triton on the same cores, one after another, and sends each the same pre-encoded requests from load
+processes of their own (`loadproc`), over HTTP or gRPC (`--protocol`), in the requests or in system
+shared memory (`--shm`): open-loop `--rate`s, a `--sweep` for the highest rate whose p99 meets
+`--slo-ms`, or closed-loop `--concurrency`. `ideal_rps` is the executor alone on the same vGPUs at
+Batch_knee (`ideal`). Every row says who used the cores and whether the load generator kept up.
 """
 
 from __future__ import annotations
@@ -216,9 +214,8 @@ class Bench:
     def rt_isolation(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:
         """Real-time p99 alone on the server, then beside saturating best-effort load (the
         issue's "RT p99 under load <= 1.5 x idle"), in `--rt-rounds` alternating pairs. A p99 from
-        one short point rests on its few largest samples (at 5 req/s for 10 s, the second largest
-        of 50), so single runs of the same server gave ratios from 1.47 to 2.07; the headline
-        p99s pool every round's real-time latencies, and each round's own figures show the spread."""
+        one short point rests on its few largest samples, so the headline p99s pool every round's
+        real-time latencies, and each round's own figures show the spread."""
 
 
         a = self.args

@@ -1,14 +1,12 @@
 """PyTorch execution of an ONNX graph: the comparison points of `atoll bench models`.
 
-The machine's PyTorch runs the very same ONNX model (same weights, same ops) node by node with
-`torch` operators, which is what "PyTorch eager" means for a model that exists only as ONNX;
-`TorchGraphModel` captures that into a CUDA graph and replays it, which is what a GPU user runs for
-low latency (fp32 with TF32 off, or fp16). PyTorch is not an Atoll dependency: this module is
-imported only when `--compare torch|torch-graph` asks for it.
-
-Integer tensors (shapes, indices, axes) stay on the host: ops that read them as Python ints
-(Reshape, Slice, ...) then never synchronise the device, which keeps the model capturable; an op
-that needs one on the device gets a copy made once, before capture.
+The machine's PyTorch runs the very same ONNX model node by node with `torch` operators (what
+"PyTorch eager" means for a model that exists only as ONNX); `TorchGraphModel` captures that into a
+CUDA graph and replays it, as a GPU user does for low latency (fp32 without TF32, or fp16). PyTorch
+is not an Atoll dependency: this module is imported only for `--compare torch|torch-graph`. Integer
+tensors (shapes, indices, axes) stay on the host, so ops that read them as Python ints never
+synchronise the device and the model stays capturable; one needed on the device is copied once,
+before capture.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Real Triton as a baseline: `atoll bench serve --baseline triton`.
 
-The `tritonserver` binary (with its Python backend and a stub per Python version) ships inside the
-`nvidia-pytriton` PyPI package. Its Python backend is built against NumPy 1 (NumPy 2 arrays reach
-the stub as garbage), so it lives in a virtual environment of its own, which also holds what the
-model imports (INSTALL, at the repository root or where `ATOLL_TRITON_VENV` says); the model
-imports Atoll's own modules from this source tree. Nothing else needs it, and where it is missing
-(or cannot start) the bench skips Triton and says why.
-
-The bench writes a Triton model repository beside the served one: for each model a Python-backend
-model (`atoll.bench.triton_model`: OpenCV/librosa per request, onnxruntime per batch) under the same
-name and tensor names, so the same request bodies reach it; Triton's dynamic batcher in front; one
-instance per server core.
+The `tritonserver` binary (with its Python backend) ships inside the `nvidia-pytriton` PyPI package.
+Its Python backend is built against NumPy 1, so it lives in a virtual environment of its own
+(INSTALL, at the repository root or where `ATOLL_TRITON_VENV` says); where it is missing or cannot
+start, the bench skips Triton and says why. The bench writes a Triton repository beside the served
+one: per model a Python-backend twin (`triton_model`: OpenCV/librosa per request, onnxruntime per
+batch) under the same model and tensor names, so the same request bodies reach it, behind Triton's
+dynamic batcher, one instance per server core.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Admission: refuse a request at once (503, Retry-After) when it could not be answered in time.
 
-A front end knows how many requests of a priority it holds (`in_flight`) and, from their answers,
-how fast it answers them while it has any (`rate`, per second of busy time, decaying with a
-half-life of `HALF_LIFE_S` so it follows the load). By Little's law a new request waits about
-`in_flight / rate`; it is admitted while that is at most `WAIT_SHARE` of the request timeout, so
-the bound on requests in flight follows from the timeout (`rate * timeout * WAIT_SHARE`) and from
-what the server is measured to do, not from a constant. Under overload the queue then stays short
-enough that what is admitted is answered before its deadline, and the rest is refused before any
-work is spent on it: timed-out work would take the place of work that could still succeed.
-
-A tenth, not more: a deeper queue does not answer more, it answers slower and at a higher cost per
-answer. On the 2-core VM (server on one core, `request_timeout_s` 2, 3x overload) a wait of up to
-half the timeout held ~300 requests in flight, their p99 1.1-1.5 s; a tenth holds ~60, p99 0.29 s,
-and goodput rose (264-283 -> 289 req/s): each request in flight keeps a slot of ~600 KB in use,
-so the preprocessing, the batches and the event loop all work out of memory instead of cache (in
-closed loop, 64 connections against 8 cost the front end's loop 0.51 instead of 0.37 ms per answer,
-and throughput fell 12 %).
-
+A front end knows how many requests of a priority it holds (`in_flight`) and how fast it answers
+them while it has any (`rate`, per second of busy time, decaying with a half-life of `HALF_LIFE_S`).
+By Little's law a new request waits about `in_flight / rate`; it is admitted while that is at most
+`WAIT_SHARE` of the request timeout, so the bound follows from the timeout and what the server is
+measured to do, not from a constant: what is admitted is answered in time, the rest refused before
+any work is spent on it. Why a tenth (a deeper queue answers slower, not more): docs/robustness.md.
 Until something has been answered there is no rate: up to `FLOOR` requests are admitted, as they
 are whenever fewer than `FLOOR` are in flight. `cap` (> 0) is a fixed bound on top.
 """

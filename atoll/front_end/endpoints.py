@@ -1,22 +1,13 @@
 """What each KServe v2 / Triton endpoint answers, whatever the transport.
 
-The HTTP server (`front_end/http_routes.py`) and the gRPC server (`front_end/grpc_service.py`) of a front end decode their
-calls and encode the answers; everything between is here, once: the model table, readiness,
-admission, the request timeout, outputs (classification, shared memory), the per-model metrics, and
-the errors, raised as `ApiError`s with Triton's codes. Every accepted request gets exactly one
-answer: bad input is INVALID_ARG, an unknown model NOT_FOUND, overload UNAVAILABLE with a time to
-retry (never a silent drop), no answer in time TIMEOUT, a failed batch INTERNAL. Calls only the
-supervisor can answer (repository index, model load and unload, shared-memory registration) are
-passed to it (`control.SupervisorLink`).
-
-A request counts as pending once its body is decoded (a client sending it slowly holds only its own
-connection). It is admitted by its priority's `admission.Admission` (real-time and best-effort
-apart, so best-effort overload never refuses a real-time request) and carries its deadline to every
-queue. A client that goes away (HTTP connection closed, gRPC call cancelled) cancels its request:
-rows of it not yet run leave the dispatcher's queues, and it is counted as CANCELED and logged at
-INFO, not as a failure of the server. Readiness, of the server, a model and in the repository
-index, holds only while this front end serves and some vGPU worker can run the model (the
-supervisor's `channel.Health`).
+The HTTP routes (`http_routes.py`) and the gRPC service (`grpc_service.py`) decode calls and encode
+answers; everything between is here, once: the model table, readiness, admission per priority
+(`admission.Admission`, so best-effort overload never refuses real-time work), the request timeout
+and deadline, outputs (classification, shared memory), per-model metrics, and errors as `ApiError`s
+with Triton's codes. Every accepted request gets exactly one answer; a client that goes away cancels
+its request (counted as CANCELED, not as a server failure). Readiness holds only while this front end
+serves and a vGPU worker can run the model (`channel.Health`). Calls only the supervisor can answer
+(repository index, load and unload, shared-memory registration) go to it (`control.SupervisorLink`).
 """
 
 from __future__ import annotations
@@ -159,7 +150,7 @@ class Endpoints:
         """Run one request of model `name`, whose body `decode` reads; its outputs as requested.
         `parameters`, where given, reads the request's parameters alone and cheaply (HTTP: its JSON
         header): a request that admission refuses is then refused before its tensors are decoded,
-        which under overload is most requests (a refusal cost ~25 % less)."""
+        which under overload is most requests."""
         spec = self.model(name, version)
         if not self.ready:
             raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")

@@ -305,8 +305,8 @@ def _stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInfe
     return pb.ModelStreamInferResponse(error_message=message, infer_response=response)
 
 
-# HTTP/2's initial stream window (64 KB) made a 600 KB tensor wait on ~10 window updates: gRPC
-# plateaued at 284 req/s with the server on 0.86 of 2 cores; with 8 MB, 417 req/s on 1.4 cores.
+# HTTP/2's initial stream window (64 KB) makes a 600 KB tensor wait on ~10 window updates; 8 MB
+# lets a request in at once (measured: docs/benchmarks.md).
 STREAM_WINDOW_BYTES = 8 << 20
 
 

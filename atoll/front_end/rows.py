@@ -1,22 +1,13 @@
-"""A front-end process: HTTP on the shared port, requests turned into rows in shared-memory slots.
+"""A front end's requests made into rows in shared-memory slots, sent to the dispatcher, answered.
 
-Several front ends serve one port (SO_REUSEPORT), each an asyncio process with its own slots per
-model. A request is parsed, admitted, and each of its inputs made into a slot row: JPEG/WAV files
-preprocessed on the front end's lanes (`lanes.Lanes`: real-time work on its own thread, best-effort
-work on lower-priority threads) straight into the slot, ready tensors copied in from the body. The
-rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that comes
-back says where each row's outputs are in its slot. A slot is given back once its outputs are read,
-or, for a request that gave up (timeout, client gone), when its `Done` arrives; the dispatcher is
-told (`Cancel`), so rows of it still queued are dropped unexecuted. A front end started in place of
-one that died first holds the slots its predecessor left at the dispatcher (`FrontEndSetup.held`),
-until their `Done` arrives: a vGPU may still be writing into them.
-
-Models come and go while it serves (`add_model`, `retire_model`: see `supervisor/model_control.py`); a model
-is retired once no request of it is left and every one of its slots is back.
-
-Preprocessing runs here rather than in processes of its own: it saves a hand-off per request (and,
-for the CPU path, a second copy of every tensor), and a front end per core already gives it every
-core (see the README's "Serving" section for the measurements).
+Each input of a request becomes a slot row: JPEG/WAV files preprocessed on the lanes
+(`lanes.Lanes`: real-time work on its own thread) straight into the slot, ready tensors copied in.
+The rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that
+comes back says where each row's outputs are. A slot is given back once its outputs are read, or,
+for a request that gave up, when its `Done` arrives (the dispatcher is told, `Cancel`). A front end
+replacing one that died holds its predecessor's slots in flight (`FrontEndSetup.held`) until their
+`Done`. Preprocessing runs here, not in processes of its own: that saves a hand-off and, on the CPU
+path, a copy per request (docs/data-plane.md). Models come and go: `add_model`, `retire_model`.
 """
 
 from __future__ import annotations

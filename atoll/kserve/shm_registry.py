@@ -1,29 +1,13 @@
 """Shared-memory regions that clients register (Triton's system and CUDA shared-memory extensions).
 
-A client on the same machine puts a tensor in a region it registered once, and names the region,
-offset and size in place of the tensor's bytes: the front end reads the input straight out of the
-region into its slot (one copy, no socket), and writes a requested output into a region instead of
-the response. A server is several front-end processes and any of them may receive the next request,
-so a registration goes through the supervisor (`RegionBook`, which keeps names unique across both
-kinds, as Triton does) to every front end (`Regions`, which maps the region), and is answered once
-all of them hold it.
-
-System regions are POSIX shared-memory objects (`/dev/shm/<key>`), mapped with mmap rather than
-`multiprocessing.shared_memory`, whose resource tracker would unlink the client's object when the
-server exits. CUDA regions are cudaIpcMemHandle_t handles opened with CuPy on the region's device
-(`CudaIpc`); only a server with GPU vGPUs takes them. Inputs in a CUDA region are copied to the host
-(the slots are host memory), outputs copied back to the device.
-
-A system region's key is checked before anything is opened (`SystemRegion`), and is answered
-INVALID_ARG unless it is one shared-memory name as shm_open(3) takes it: an optional leading "/",
-then 1..NAME_MAX (255) bytes with no "/" and no NUL, and not "." or "..". Without that check
-"/../../etc/shadow" made any file the server can open a region, written by infers and read back
-through their error messages. Keys naming the server's own segments (`SEGMENT_PREFIX`: its
-slot arenas and worker-pool segments) are refused too: a client writing into them would corrupt
-other clients' requests. The object is opened with O_NOFOLLOW (a symlink in /dev/shm must not lead
-elsewhere) and must be a regular, non-empty file with one link, holding offset + byte_size. Every
-refusal is INVALID_ARG except an object that does not exist: INTERNAL, as Triton answers it
-(pinned in tests/atoll/test_triton_protocol.py, "shm register missing key").
+A client on the same machine names a region, offset and size in place of a tensor's bytes: inputs
+are read from the region straight into their slot, requested outputs written into it. Any front end
+may take the next request, so a registration goes through the supervisor (`RegionBook`: names unique
+across both kinds) to every front end (`Regions`) and is answered once all of them hold it. System
+regions are POSIX objects mapped with mmap (`multiprocessing.shared_memory`'s tracker would unlink
+the client's object); CUDA ones cudaIpcMemHandle_t handles opened with CuPy (`CudaIpc`), copied to
+and from the host. A system key must be one shm_open(3) name and none of the server's segments
+(`SystemRegion`), its object a regular file, not followed through a link (docs/robustness.md).
 """
 
 from __future__ import annotations
@@ -198,8 +182,8 @@ class _SystemMapping:
         self._view[offset : offset + data.nbytes] = data.reshape(-1).view(np.uint8)
 
     def _still_held(self, end: int) -> None:
-        """INVALID_ARG when the object no longer holds the region's first `end` bytes (an fstat,
-        ~1 us: what is left is a client shrinking it between this and the copy)."""
+        """INVALID_ARG when the object no longer holds the region's first `end` bytes (an
+        fstat: what is left is a client shrinking it between this and the copy)."""
         size = os.fstat(self._fd).st_size
         if self.region.offset + end > size:
             raise ApiError(ErrorCode.INVALID_ARG, f"shared memory object '{self.region.key}' shrank to {size} bytes "

@@ -1,21 +1,13 @@
 """Prometheus metrics, named and typed as Triton names them where the meaning is the same.
 
-Triton exports durations as cumulative microsecond counters (`nv_inference_*_duration_us`), so
-dashboards divide by `nv_inference_request_success`; we do the same, and write Triton's counters
-as Triton does, without the `_total` suffix prometheus_client would add. The per-request durations
-are Triton's: queue (in the batcher), compute input (making the request's rows in their slots:
-copying a tensor in, or preprocessing a file), compute infer (the batch each row ran in) and
-compute output (taking the outputs out of the slots). Atoll's own series carry an `atoll_` prefix
-(and `_total` on counters): batch sizes per model, bucket and vGPU, batches and their compute time
-per exact size (the statistics endpoint's batch_stats), preprocessing time per backend, programs
-built after load (a bug if it ever moves: every shape is built at load), what the statistics
-endpoint needs beyond Triton's series, and child processes restarted after they died, by kind
-(vgpu, front_end), and 503s held back to the refusal pace. GPU utilisation, memory and power come
-from NVML (`observe/gpu_metrics.py`) on servers with GPU vGPUs.
-
-A server is several processes (front ends count requests, the supervisor's dispatcher counts
-batches), so its metrics live in prometheus_client's multiprocess files under one directory, and
-whichever process is asked renders the sum over all of them.
+Triton's durations are cumulative microsecond counters (`nv_inference_*_duration_us`, divided by
+`nv_inference_request_success` on dashboards) written without prometheus_client's `_total`; so are
+ours: queue (in the batcher), compute input (the rows made in their slots), compute infer (the batch
+each row ran in), compute output (outputs taken out of the slots). Atoll's own series carry an
+`atoll_` prefix (and `_total` on counters): batches, preprocessing, programs built after load (a
+bug), restarts, refusals; GPU series come from NVML (`gpu_metrics.py`). A server is several
+processes, so its metrics live in prometheus_client's multiprocess files under one directory, and
+whichever process is asked renders the sum. The full list: docs/serving.md.
 """
 
 from __future__ import annotations

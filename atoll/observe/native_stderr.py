@@ -1,16 +1,12 @@
 """What native libraries print on a front end's standard error, passed on as throttled log records.
 
-libjpeg (inside OpenCV) prints the first warning about each corrupt image straight to file
-descriptor 2 ("Corrupt JPEG data: 4 extraneous bytes before marker 0xd9"), where Python's logging
-cannot reach it: a client sending requests of 32 slightly broken 300-byte JPEGs could make a front
-end print a line per image, tens of thousands a second. `capture` points descriptor 2 at a pipe
-that a thread reads: each line becomes an INFO record of logger `atoll.native`, at most `BURST`
-lines every `WINDOW_S` seconds, then one record counting what was left out. Python's own output
-(logging, tracebacks, faulthandler's dumps of a crash) goes to the real standard error, unthrottled.
-
-What a native library prints just before it kills the process may stay in the pipe unread; the
-supervisor logs every death with its signal, and faulthandler writes the crash's Python stacks to
-the real standard error.
+libjpeg (inside OpenCV) prints a warning about each corrupt image straight to file descriptor 2,
+where logging cannot reach it, and a client can send such images at will. `capture` points
+descriptor 2 at a pipe that a thread reads: each line becomes an INFO record of logger
+`atoll.native`, at most `BURST` lines every `WINDOW_S` seconds, then one record counting the rest.
+Python's own output (logging, tracebacks, faulthandler's crash dumps) goes to the real standard
+error, unthrottled. What a native library prints just before it kills the process may stay in the
+pipe unread; the supervisor logs every death with its signal.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """Model repository in Triton's layout: `<repo>/<model>/config.pbtxt`, `<repo>/<model>/<v>/model.onnx`.
 
-Atoll reads its own settings from the config's `parameters`:
-- `atoll.preprocess`: `image` or `audio` (the model takes a BYTES input holding a JPEG / WAV file,
-  preprocessed by the DPU) or `none` (only ready tensors). Default `none`.
-- `atoll.raw_input`: name of that BYTES input (default: the value of `atoll.preprocess`).
-
-From Triton's own fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename`
-names a file of class labels beside config.pbtxt, for classification), and in `dynamic_batching`
-`max_queue_delay_microseconds`, `preferred_batch_size` and `default_priority_level` (the priority of
-requests that name none; level 1 runs as real-time work, see `atoll.front_end.media.priority_class`).
+Atoll's own settings are the config's `parameters`: `atoll.preprocess` (`image` or `audio`: the
+model takes a BYTES input holding a JPEG / WAV file, preprocessed by the DPU; default `none`, ready
+tensors only) and `atoll.raw_input` (that input's name; default the value of `atoll.preprocess`).
+Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
+class labels beside config.pbtxt), and in `dynamic_batching` `max_queue_delay_microseconds`,
+`preferred_batch_size` and `default_priority_level` (for requests that name none; level 1 runs as
+real-time work, see `atoll.front_end.rows.priority_of`).
 """
 
 from __future__ import annotations
