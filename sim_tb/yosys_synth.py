@@ -9,12 +9,17 @@ registers (RAM32M16: 8, RAM32M / RAM64M: 4, RAM*X1D: 2, SRL16E / SRLC32E / RAM*X
     python -m sim_tb.yosys_synth          # print the table
     python -m sim_tb.yosys_synth --write  # also write the counts into the units' JSON and the README
 
-tests/sim_tb/test_rtl_synthesis.py synthesizes every unit and compares with the JSON.
+tests/sim_tb/test_rtl_synthesis.py synthesizes every unit and compares with the JSON. Counts are
+cached (`$ATOLL_HOME` or `~/.cache/atoll`, under yosys/) by a hash of the unit's Verilog, the script
+and the Yosys version, so a unit is synthesized again only when one of those changes.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -49,6 +54,7 @@ def units() -> dict[str, list[str]]:
     return found | PLUMBING
 
 
+@functools.cache
 def yosys_version() -> str:
     out = subprocess.run(["yosys", "-V"], capture_output=True, text=True, check=True).stdout
     return re.search(r"Yosys (\S+)", out)[1]
@@ -66,17 +72,36 @@ def resources(cells: dict[str, int]) -> dict[str, int]:
     }
 
 
+def _script(unit: str, files: str, stat: Path) -> str:
+    return (f"read_verilog {files}; synth_xilinx -family xcup -top {unit} -flatten -noiopad; "
+            f"tee -q -o {stat} stat -json")
+
+
+def _cache_file(unit: str) -> Path:
+    key = hashlib.sha256(f"{yosys_version()}\n{_script(unit, '', Path())}".encode())
+    for name in units()[unit]:
+        key.update((RTL / name).read_bytes())
+    root = Path(os.environ.get("ATOLL_HOME") or Path.home() / ".cache" / "atoll")
+    return root / "yosys" / f"{unit}-{key.hexdigest()[:20]}.json"
+
+
 def synthesize(unit: str) -> dict[str, int]:
-    """Resource counts of one unit (Yosys runs in a subprocess)."""
+    """Resource counts of one unit (Yosys runs in a subprocess unless these sources were done)."""
+    cached = _cache_file(unit)
+    if cached.is_file():
+        return json.loads(cached.read_text())
     files = " ".join(str(RTL / f) for f in units()[unit])
     with tempfile.TemporaryDirectory() as tmp:
         stat = Path(tmp) / "stat.json"
-        script = (f"read_verilog {files}; synth_xilinx -family xcup -top {unit} -flatten -noiopad; "
-                  f"tee -q -o {stat} stat -json")
-        subprocess.run(["yosys", "-q", "-p", script], check=True, capture_output=True, text=True)
+        subprocess.run(["yosys", "-q", "-p", _script(unit, files, stat)], check=True, capture_output=True, text=True)
         module = json.loads(stat.read_text())["modules"]
     (cells,) = (m["num_cells_by_type"] for m in module.values())
-    return resources(cells)
+    counts = resources(cells)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(counts))
+    temporary.replace(cached)  # whole or absent, whichever process writes it
+    return counts
 
 
 def table(counts: dict[str, dict[str, int]]) -> str:
