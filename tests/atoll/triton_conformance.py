@@ -7,7 +7,7 @@ in explicit model-control mode. Not part of the test suite, which has no Triton 
 
     python -m tests.atoll.triton_conformance [--out bench/results/triton_conformance.json]
 
-It prints every call whose status or answer structure differs (README, "Triton conformance", says
+It prints every call whose status or answer structure differs (docs/serving.md, "Triton conformance", says
 why each does). `test_triton_protocol.py` runs the same calls against Atoll alone and checks values.
 """
 
