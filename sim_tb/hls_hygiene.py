@@ -14,7 +14,8 @@ would schedule below line rate or not at all:
 - `array-ports`: more reads of an array per iteration than its partition has ports (two per bank);
 - `runtime-window`: a pointer to a partitioned array at a runtime offset (every access muxes every
   bank);
-- `divide`: `/` or `%` in a pipelined loop, other than by a constant power of two;
+- `divide`: an integer `/` or `%` in a pipelined loop, other than by a constant power of two (a
+  float divide is one pipelined divider);
 - `no-tripcount`: a loop whose bound is not a compile-time constant and has no LOOP_TRIPCOUNT;
 - `port-in-struct`, `port-arith`: an m_axi pointer stored in a struct, or passed to a callee with
   pointer arithmetic applied;
@@ -43,6 +44,7 @@ WIDE_PORT_BYTES = 64  # 512 bits, the HBM port width of the U55C
 # Arrays of fewer elements are registers: Vitis HLS partitions them completely by itself
 # (syn.array_partition.complete_threshold, default 4: UG1399 2026.1 'Array Partition').
 SMALL_ARRAY = 4
+FLOATS = (ci.TypeKind.FLOAT, ci.TypeKind.DOUBLE)
 ASSIGN = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}
 
 
@@ -99,9 +101,13 @@ def pragmas(cursor) -> list[tuple[int, list[str]]]:
 
 
 def pragma_value(words: list[str], key: str) -> str | None:
+    """The value of `key = value` in a pragma; a dotted value (h.ring) comes back joined."""
     for i, w in enumerate(words):
         if w.lower() == key and i + 2 < len(words) and words[i + 1] == "=":
-            return words[i + 2]
+            value, j = words[i + 2], i + 3
+            while j + 1 < len(words) and words[j] == ".":
+                value, j = value + "." + words[j + 1], j + 2
+            return value
     return None
 
 
@@ -252,7 +258,7 @@ class Analyzer:
         out: dict[str, float] = {}
         for _, words in pragmas(func):
             if words and words[0].upper() == "ARRAY_PARTITION":
-                name = pragma_value(words, "variable")
+                name = (pragma_value(words, "variable") or "").split(".")[-1]  # h.ring: the member
                 kind = "complete" if "complete" in words else pragma_value(words, "type") or (
                     "cyclic" if "cyclic" in words else "block")
                 factor = pragma_value(words, "factor")
@@ -351,8 +357,8 @@ class Analyzer:
 
     def bind(self, call, env: dict) -> tuple[object, dict] | None:
         ref = call.referenced
-        if ref is None or call.spelling.startswith("operator"):  # copies and lane accesses of values
-            return None
+        if ref is None or call.spelling.startswith("operator") or ref.kind == K.CONSTRUCTOR:
+            return None  # copies and lane accesses of values
         definition = ref.get_definition()
         if definition is None or definition.location.file is None:
             return None
@@ -446,7 +452,7 @@ class Analyzer:
         (syn.compile.pipeline_loops, default 64: UG1399 2025.2 'Automatic Loop Pipelining')."""
         if any(w and w[0].upper() == "PIPELINE" for w in own):
             return False  # PIPELINE off
-        if any(c.kind in LOOPS for c in body.walk_preorder()):
+        if self.has_loop(body, set()):
             return False
         _, constant, trip = self.loop_info(loop)
         if constant:
@@ -454,6 +460,20 @@ class Analyzer:
         counts = [w for w in own if w and w[0].upper() == "LOOP_TRIPCOUNT"]
         most = self.expression(counts[0][counts[0].index("max") + 2:]) if counts and "max" in counts[0] else None
         return most is not None and most > 64
+
+    def has_loop(self, node, seen: set) -> bool:
+        """A loop in `node` or in a function it calls (Vitis would have to unroll it to pipeline)."""
+        for c in node.walk_preorder():
+            if c.kind in LOOPS:
+                return True
+            if c.kind == K.CALL_EXPR and c.referenced is not None and c.referenced.kind != K.CONSTRUCTOR:
+                d = c.referenced.get_definition()
+                if d is not None and d.get_usr() not in seen and d.location.file is not None and \
+                        Path(d.location.file.name).resolve().is_relative_to(self.hls):
+                    seen.add(d.get_usr())
+                    if self.has_loop(d, seen):
+                        return True
+        return False
 
     def expression(self, words: list[str]) -> int | None:
         """An integer pragma argument such as `kTypicalDim / 2`."""
@@ -545,6 +565,11 @@ class Counts:
             self.visit_operand(target, env, partitions, times, skip_top=True)
             self.visit(value, env, partitions, times)
             return
+        if c.kind == K.CALL_EXPR and c.referenced is not None and c.referenced.kind == K.CONSTRUCTOR:
+            for arg in c.get_arguments():  # a struct (e.g. a Beat) copied out of a port or array
+                self.access(arg, env, times, write=False)
+                self.visit_operand(arg, env, partitions, times, skip_top=True)
+            return
         if c.kind == K.CALL_EXPR:
             bound = a.bind(c, env)
             if bound is not None:
@@ -599,7 +624,10 @@ class Counts:
                 entry[0] += times
                 entry[1] += times * expr.type.get_size()
         elif (not write or compound) and not 0 < r.elements < SMALL_ARRAY:
-            self.array_reads.setdefault(r.name, [0, expr])[0] += times
+            # the same element read twice in one iteration is one read
+            text = "".join(t.spelling for t in expr.get_tokens())
+            entry = self.array_reads.setdefault(r.name, [{}, expr])
+            entry[0][text] = max(entry[0].get(text, 0), times)
 
     def float_carried(self, node, lhs, rhs, op: str) -> None:
         target = strip(lhs)
@@ -618,19 +646,20 @@ class Counts:
             if inside:
                 return
         elif target.kind == K.ARRAY_SUBSCRIPT_EXPR:
-            index = list(target.get_children())[1]
-            if self.var and any(c.kind == K.DECL_REF_EXPR and c.spelling == self.var for c in index.walk_preorder()):
-                return  # interleaved partial sums: the dependence distance is the lane count
+            if self.var and any(c.kind == K.DECL_REF_EXPR and c.spelling == self.var for c in target.walk_preorder()):
+                return  # interleaved partial sums, picked by the loop's index: distance > 1
         else:
             return
         name = "".join(t.spelling for t in target.get_tokens())
         self.a.report(node, "float-carried", f"float {op} on {name} carried across iterations")
 
     def divide(self, node, divisor) -> None:
+        if node.type.get_canonical().kind in FLOATS:
+            return  # a float divider pipelines at II=1 (one unit); integer ones are the cost
         v = self.a.value(divisor)
         if v is not None and v > 0 and v & (v - 1) == 0:
             return
-        self.a.report(node, "divide", "divide in a pipelined loop")
+        self.a.report(node, "divide", "integer divide in a pipelined loop")
 
     def judge(self, partitions: dict) -> None:
         for (port, direction), (beats, nbytes, width, expr) in self.port_beats.items():
@@ -639,7 +668,8 @@ class Counts:
             if beats > 1:
                 self.a.report(expr, "port-beats", f"{beats} {direction}s of {port} per iteration "
                                                   f"({nbytes} bytes): II >= {beats}")
-        for name, (reads, expr) in self.array_reads.items():
+        for name, (texts, expr) in self.array_reads.items():
+            reads = sum(texts.values())
             ports = partitions.get(name, 2)
             if reads > ports:
                 self.a.report(expr, "array-ports", f"{reads} reads of {name} per iteration, {ports:g} ports")

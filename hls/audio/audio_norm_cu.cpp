@@ -9,14 +9,14 @@ using namespace atoll_audio;
 /*
  * audio_norm_cu: (L - mean) / (std + 1e-5) per mel band, std unbiased (ddof=1), as in
  * ARCHITECTURE.md 4.2.
- *   mel       (m_axi in)  (80, T) log-mel from audio_mel_cu
+ *   mel       (m_axi in)  (80, T) log-mel from audio_mel_cu, in whole 512-bit beats
  *   n_frames  (s_axilite) T; T < 2 -> EMPTY (the unbiased std of one frame is undefined: numpy
  *                         returns NaN), out is then zero-filled; T above the static maximum
  *                         (1 + 30 s * 16000 / 160) -> BAD_ARGS
- *   out       (m_axi out) (80, T) normalised
+ *   out       (m_axi out) (80, T) normalised, written in whole beats (the buffer holds them)
  *   status    (m_axi out) 8 words: code, 80, T, 0, 0, 0, 0, 0
  */
-extern "C" void audio_norm_cu(const float* mel, uint32_t n_frames, float* out, uint32_t* status) {
+extern "C" void audio_norm_cu(const Beat* mel, uint32_t n_frames, Beat* out, uint32_t* status) {
 #pragma HLS INTERFACE m_axi port = mel bundle = gmem0 offset = slave
 #pragma HLS INTERFACE m_axi port = out bundle = gmem2 offset = slave
 #pragma HLS INTERFACE m_axi port = status bundle = gmem3 offset = slave
@@ -27,10 +27,13 @@ extern "C" void audio_norm_cu(const float* mel, uint32_t n_frames, float* out, u
     code = STATUS_BAD_ARGS;
   } else if (n_frames < 2) {
     code = STATUS_EMPTY;
+    Beat zero;
+  norm_zero_lane_loop:
+    for (uint32_t l = 0; l < kBeatBytes; ++l) zero[l] = 0;
   norm_zero_loop:
-    for (uint32_t i = 0; i < N_MELS * n_frames; ++i) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = N_MELS
-      out[i] = 0.0f;
+    for (uint32_t b = 0; b < mel_beats(n_frames); ++b) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = N_MELS / FLOATS_PER_BEAT
+      out[b] = zero;
     }
   } else {
     normalise_bands(mel, n_frames, out);

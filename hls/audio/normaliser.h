@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "audio_config.h"
+#include "beat_io.h"
 
 namespace atoll_audio {
 
@@ -42,12 +43,13 @@ static float run_sum(const float x[MAX_FRAMES], uint32_t start, uint32_t n, bool
 run_init_loop:
   for (int l = 0; l < 8; ++l) r[l] = sum_term(x, start + l, squares, mean);
   uint32_t body = n - n % 8;
+  // Term j goes to accumulator j % 8, NumPy's order; an accumulator is touched every 8 cycles.
 run_body_loop:
-  for (uint32_t i = 8; i < body; i += 8) {
-#pragma HLS LOOP_TRIPCOUNT min = 0 max = 15
+  for (uint32_t j = 8; j < body; ++j) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = 120
 #pragma HLS PIPELINE II = 1
-  run_lane_loop:
-    for (int l = 0; l < 8; ++l) r[l] += sum_term(x, start + i + l, squares, mean);
+#pragma HLS DEPENDENCE variable = r inter distance = 8 true
+    r[j % 8] += sum_term(x, start + j, squares, mean);
   }
   res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
 run_tail_loop:
@@ -104,32 +106,35 @@ pairwise_run_loop:
   return done_sum[0];
 }
 
-// Each band's row is read once into on-chip memory; mean, variance and output are three passes
-// over it. Division, not multiplication by a reciprocal, as the reference divides. Runs start at
-// multiples of 8, so the eight accumulators of run_sum read eight distinct banks.
-static void normalise_bands(const float* mel, uint32_t frames, float* out) {
+// The (80, T) input is read into on-chip memory in whole beats; each band's row is copied out of
+// it, and mean, variance and output are three passes over the row, the output going back in
+// place; then the array leaves in whole beats. Division, not multiplication by a reciprocal, as
+// the reference divides (one pipelined float divider).
+static void normalise_bands(const Beat* mel, uint32_t frames, Beat* out) {
+  ATOLL_CU_RAM float buf[N_MELS * MAX_FRAMES];
+#pragma HLS BIND_STORAGE variable = buf type = ram_2p impl = uram
+#pragma HLS ARRAY_PARTITION variable = buf cyclic factor = FLOATS_PER_BEAT
   float row[MAX_FRAMES];
-#pragma HLS ARRAY_PARTITION variable = row cyclic factor = 8
+  read_rows(mel, frames, buf);
 norm_band_loop:
   for (int m = 0; m < N_MELS; ++m) {
-    const float* x = &mel[(uint64_t)m * frames];
   norm_read_loop:
     for (uint32_t t = 0; t < frames; ++t) {
 #pragma HLS LOOP_TRIPCOUNT min = 2 max = MAX_FRAMES
 #pragma HLS PIPELINE II = 1
-      row[t] = x[t];
+      row[t] = buf[m * frames + t];
     }
     float mean = pairwise_sum(row, frames, false, 0.0f) / (float)frames;
     float var = pairwise_sum(row, frames, true, mean) / (float)(frames - 1);
     float denom = std::sqrt(var) + NORM_EPS;
-    float* y = &out[(uint64_t)m * frames];
   norm_frame_loop:
     for (uint32_t t = 0; t < frames; ++t) {
 #pragma HLS LOOP_TRIPCOUNT min = 2 max = MAX_FRAMES
 #pragma HLS PIPELINE II = 1
-      y[t] = (row[t] - mean) / denom;
+      buf[m * frames + t] = (row[t] - mean) / denom;
     }
   }
+  write_rows(buf, frames, out);
 }
 
 }  // namespace atoll_audio

@@ -22,7 +22,6 @@
 #include "hls_compat.h"
 #include "audio_config.h"
 #include "audio_tables.h"
-#include "pcm_reader.h"
 #include "soxr_tables.h"
 
 namespace atoll_audio {
@@ -33,6 +32,7 @@ const int TAPS_MAX = 608;      // 2 * (floor(PROTO_HALF * 3) + 2) rounded up to 
 const uint32_t PROTO_HALF_QUARTERS = (uint32_t)(PROTO_HALF * 4.0f);  // 97.25 prototype units, exactly
 const int RING = 1024;         // input history, >= TAPS_MAX
 const int DOT_LANES = 32;
+const int DOT_DEPTH = 4;       // partial sums per lane, at least the float adder's latency
 
 struct ResamplePlan {
   uint32_t up;          // L
@@ -131,17 +131,44 @@ static float prototype_at(int i, float f) {
 // (PROTO_STEPS * 16000 / BANK_PHASES = 3200 is an integer), so the interpolation sees the fraction
 // rounded once to float32.
 static void build_bank_row(const ResamplePlan& p, uint32_t phase, float row[TAPS_MAX]) {
+#pragma HLS ARRAY_PARTITION variable = PROTO_TABLE cyclic factor = 4
   const uint64_t per_phase = (uint64_t)PROTO_STEPS * OUT_RATE / BANK_PHASES;
   const float gain = (float)OUT_RATE / (float)p.nyquist;
+  // position = |d| * per_phase as quotient and remainder by nyquist, stepped by |d|'s change of
+  // BANK_PHASES per tap: down while d >= 0 (taps below `turn`), up after; divides only out here.
+  const int turn = (int)p.half_taps + (phase >= (uint32_t)BANK_PHASES ? 1 : 0);
+  const int64_t d0 = (int64_t)phase + (int64_t)BANK_PHASES * ((int64_t)p.half_taps - 1);
+  const int64_t d_turn = (int64_t)phase + (int64_t)BANK_PHASES * ((int64_t)p.half_taps - 1 - turn);
+  const uint64_t step = (uint64_t)BANK_PHASES * per_phase;
+  const int64_t step_q = (int64_t)(step / p.nyquist), step_r = (int64_t)(step % p.nyquist);
+  int64_t q = (int64_t)((uint64_t)d0 * per_phase / p.nyquist), r = (int64_t)((uint64_t)d0 * per_phase % p.nyquist);
+  const int64_t turn_q = (int64_t)((uint64_t)(-d_turn) * per_phase / p.nyquist);
+  const int64_t turn_r = (int64_t)((uint64_t)(-d_turn) * per_phase % p.nyquist);
 bank_tap_loop:
   for (int k = 0; k < p.taps; ++k) {
 #pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
 #pragma HLS PIPELINE II = 1
-    const int64_t d = (int64_t)phase + (int64_t)BANK_PHASES * ((int64_t)p.half_taps - 1 - k);
-    const uint64_t position = (uint64_t)(d < 0 ? -d : d) * per_phase;
-    const int i = (int)(position / p.nyquist) + 1;
-    const float f = (float)(uint32_t)(position % p.nyquist) / (float)p.nyquist;
-    row[k] = prototype_at(i, f) * gain;
+    if (k == turn) {
+      q = turn_q;
+      r = turn_r;
+    }
+    const float f = (float)(uint32_t)r / (float)p.nyquist;
+    row[k] = prototype_at((int)q + 1, f) * gain;
+    if (k + 1 < turn) {
+      q -= step_q;
+      r -= step_r;
+      if (r < 0) {
+        r += p.nyquist;
+        --q;
+      }
+    } else {
+      q += step_q;
+      r += step_r;
+      if (r >= (int64_t)p.nyquist) {
+        r -= p.nyquist;
+        ++q;
+      }
+    }
   }
 }
 
@@ -182,37 +209,42 @@ start_tap_loop:
 #define ATOLL_HOST_SIMD_CLONES
 #endif
 
-// DOT_LANES independent partial sums: one pipelined adder chain each in hardware, SIMD lanes on
-// the host. The window starts anywhere in the ring; its DOT_LANES consecutive samples still sit in
-// distinct banks of a cyclic partition.
+// DOT_LANES x DOT_DEPTH partial sums: each block of DOT_LANES taps adds into the partial sums of
+// its block index mod DOT_DEPTH, so a sum is touched every DOT_DEPTH cycles (the adder's latency)
+// and the loop runs at II=1; then the DOT_DEPTH sums of a lane, then the lanes, are added in a
+// tree. SIMD lanes on the host. The caller partitions coef and ring cyclically by DOT_LANES.
 ATOLL_HOST_SIMD_CLONES static float dot_taps(const float coef[TAPS_MAX], const float ring[2 * RING],
                                              uint32_t start, int taps) {
-#pragma HLS ARRAY_PARTITION variable = coef cyclic factor = DOT_LANES
-#pragma HLS ARRAY_PARTITION variable = ring cyclic factor = DOT_LANES
-  float acc[DOT_LANES];
-#pragma HLS ARRAY_PARTITION variable = acc complete
+  float acc[DOT_DEPTH][DOT_LANES];
+#pragma HLS ARRAY_PARTITION variable = acc complete dim = 0
 dot_clear_loop:
+  for (int d = 0; d < DOT_DEPTH; ++d) {
 #pragma GCC unroll 32
-  for (int l = 0; l < DOT_LANES; ++l) acc[l] = 0.0f;
+    for (int l = 0; l < DOT_LANES; ++l) acc[d][l] = 0.0f;
+  }
   const float* window = &ring[start];
 dot_loop:
   for (int k = 0; k < taps; k += DOT_LANES) {
 #pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
 #pragma HLS PIPELINE II = 1
+#pragma HLS DEPENDENCE variable = acc inter distance = DOT_DEPTH true
   dot_lane_loop:
 #pragma GCC unroll 32
-    for (int l = 0; l < DOT_LANES; ++l) acc[l] += coef[k + l] * window[k + l];
+    for (int l = 0; l < DOT_LANES; ++l) acc[(k / DOT_LANES) % DOT_DEPTH][l] += coef[k + l] * window[k + l];
   }
+dot_depth_loop:
+#pragma GCC unroll 32
+  for (int l = 0; l < DOT_LANES; ++l) acc[0][l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
 dot_tree_loop:
 #pragma GCC unroll 5
   for (int width = DOT_LANES / 2; width > 0; width /= 2) {
   dot_tree_level_loop:
 #pragma GCC unroll 16
     for (int l = 0; l < DOT_LANES / 2; ++l) {
-      if (l < width) acc[l] += acc[l + width];
+      if (l < width) acc[0][l] += acc[0][l + width];
     }
   }
-  return acc[0];
+  return acc[0][0];
 }
 
 const uint32_t MAX_ADVANCE = MAX_RATE / OUT_RATE;  // input samples one output moves on, at most
@@ -225,10 +257,10 @@ struct History {
   uint32_t consumed;
 };
 
-static void history_push(History& h, const ResamplePlan& p, const uint8_t* pcm, uint32_t format) {
+static void history_push(History& h, const ResamplePlan& p, hls::stream<float>& in) {
   float v = 0.0f;
   if (h.pushed >= p.half_taps - 1 && h.consumed < p.n_in) {
-    v = pcm_sample(pcm, h.consumed, format);
+    v = in.read();
     ++h.consumed;
   }
   uint32_t w = (uint32_t)(h.pushed & (RING - 1));
@@ -237,12 +269,13 @@ static void history_push(History& h, const ResamplePlan& p, const uint8_t* pcm, 
   ++h.pushed;
 }
 
-// Reads the p.n_in PCM samples in order (a sequential burst from the m_axi port), produces p.n_out
-// samples on `out`.
-static void resample_stage(const ResamplePlan& p, const uint8_t* pcm, uint32_t format, hls::stream<float>& out) {
+// Reads the p.n_in input samples in order from `in`, produces p.n_out samples on `out`.
+static void resample_stage(const ResamplePlan& p, hls::stream<float>& in, hls::stream<float>& out) {
   ATOLL_CU_RAM float bank[START_ROW + SOXR441_START_ROWS][TAPS_MAX];
 #pragma HLS BIND_STORAGE variable = bank type = ram_2p impl = uram
+#pragma HLS ARRAY_PARTITION variable = bank cyclic factor = DOT_LANES dim = 2
   History h;
+#pragma HLS ARRAY_PARTITION variable = h.ring cyclic factor = DOT_LANES
   h.pushed = 0;
   h.consumed = 0;
 
@@ -269,9 +302,13 @@ bank_row_loop:
 history_fill_loop:
   for (int k = 0; k < p.taps; ++k) {
 #pragma HLS LOOP_TRIPCOUNT min = 200 max = TAPS_MAX
-    history_push(h, p, pcm, format);
+    history_push(h, p, in);
   }
-  uint32_t q = 0, r = 0;
+  // r is the output's phase (input time q + r / L); for the interpolated bank, r * BANK_PHASES / L
+  // as row + rem / L, stepped by down * BANK_PHASES / L per output: no divide per output.
+  uint32_t q = 0, r = 0, row = 0, rem = 0;
+  const uint32_t row_step = (uint32_t)((uint64_t)p.down * BANK_PHASES / p.up);
+  const uint32_t rem_step = (uint32_t)((uint64_t)p.down * BANK_PHASES % p.up);
 resample_out_loop:
   for (uint32_t n = 0; n < p.n_filtered; ++n) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_OUT_SAMPLES
@@ -282,21 +319,34 @@ resample_out_loop:
     } else if (p.row_step) {
       y = dot_taps(bank[r * p.row_step], h.ring, start, p.taps);
     } else {
-      uint64_t pos = (uint64_t)r * BANK_PHASES;
-      uint32_t row = (uint32_t)(pos / p.up);
-      float a = (float)(pos % p.up) / (float)p.up;
+      float a = (float)rem / (float)p.up;
       float y0 = dot_taps(bank[row], h.ring, start, p.taps);
       y = a == 0.0f ? y0 : y0 + a * (dot_taps(bank[row + 1], h.ring, start, p.taps) - y0);
     }
     out.write(y);
-    const uint32_t next = r + p.down;
-    const uint32_t advance = next / p.up;
+    uint32_t next = r + p.down;  // below up + down <= (MAX_ADVANCE + 1) * up
+    row += row_step;
+    rem += rem_step;
+    if (rem >= p.up) {
+      rem -= p.up;
+      ++row;
+    }
   history_advance_loop:
     for (uint32_t j = 0; j < MAX_ADVANCE; ++j) {
-      if (j < advance) history_push(h, p, pcm, format);
+      if (next >= p.up) {
+        next -= p.up;
+        row -= BANK_PHASES;
+        ++q;
+        history_push(h, p, in);
+      }
     }
-    q += advance;
-    r = next % p.up;
+    r = next;
+  }
+  // Inputs past the last window still leave the stream.
+resample_drain_loop:
+  for (uint32_t i = h.consumed; i < p.n_in; ++i) {
+#pragma HLS LOOP_TRIPCOUNT min = 0 max = TAPS_MAX
+    in.read();
   }
 resample_zero_loop:
   for (uint32_t n = p.n_filtered; n < p.n_out; ++n) {

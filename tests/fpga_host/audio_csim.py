@@ -23,6 +23,13 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+def beat_padded(data: np.ndarray) -> np.ndarray:
+    """Bytes in a buffer of whole 64-byte beats, as the CUs' 512-bit ports read them."""
+    padded = np.zeros(csim.whole_beats(data.size), np.uint8)
+    padded[: data.size] = data.reshape(-1)
+    return padded
+
+
 def frames_for(n16: int) -> int:
     return 1 + n16 // HOP
 
@@ -34,10 +41,10 @@ def mel_cu(pcm: np.ndarray, sample_rate: int, max_samples: int = 0, capacity: in
     lib = _library()
     pcm = np.ascontiguousarray(pcm)
     fmt = (0 if pcm.dtype == np.int16 else 1) if sample_format is None else sample_format
-    data = pcm if pcm.size else np.zeros(1, pcm.dtype)
+    data = beat_padded(pcm.view(np.uint8))
     if capacity is None:
         capacity = N_MELS * frames_for(30 * 16000)
-    mel = np.empty(max(capacity, 1), np.float32)
+    mel = np.empty(max(capacity, 1), np.float32)  # the CU writes no further than `capacity` allows
     words = np.zeros(8, np.uint32)
     lib.audio_mel_cu(data.ctypes.data, pcm.size, fmt, sample_rate, max_samples, mel.ctypes.data, capacity,
                      words.ctypes.data)
@@ -50,9 +57,9 @@ def mel_cu(pcm: np.ndarray, sample_rate: int, max_samples: int = 0, capacity: in
 def norm_cu(mel: np.ndarray, n_frames: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Runs audio_norm_cu: (status words, (80, T) normalised)."""
     lib = _library()
-    mel = np.ascontiguousarray(mel, np.float32)
     t = mel.shape[1] if n_frames is None else n_frames
-    out = np.full(max(N_MELS * t, 1), np.nan, np.float32)
+    mel = beat_padded(np.ascontiguousarray(mel, np.float32).view(np.uint8))
+    out = np.full(csim.whole_beats(4 * N_MELS * t) // 4, np.nan, np.float32)
     words = np.zeros(8, np.uint32)
     lib.audio_norm_cu(mel.ctypes.data, t, out.ctypes.data, words.ctypes.data)
     return words, out[: N_MELS * t].reshape(N_MELS, t)

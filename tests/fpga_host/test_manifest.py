@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fpga_host.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest, parse_manifest
-from fpga_host.xrt_driver import KERNEL_ARGS
+from fpga_host.dpu_driver import KERNEL_ARGS
 
 
 def test_committed_manifest_matches_the_abi():

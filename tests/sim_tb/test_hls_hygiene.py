@@ -28,7 +28,7 @@ LISTED = {
     ("audio/resampler.h", 197, "runtime-window"),    # &ring[start] into a cyclic-32 partition
     ("audio/resampler.h", 190, "partition-param"),   # partition pragmas on sub-function parameters
     ("audio/resampler.h", 124, "array-ports"),       # four reads of PROTO_TABLE per cycle
-    ("audio/resampler.h", 120, "divide"),            # a 64-bit divide in the pipelined loop
+    ("audio/resampler.h", 142, "divide"),            # a 64-bit divide in the pipelined loop
     ("audio/normaliser.h", 50, "float-carried"),     # r[l] += ... at II=1
     ("audio/pcm_reader.h", 15, "port-beats"),        # 2-4 single-byte reads per sample
     ("audio/pcm_reader.h", 33, "port-beats"),
