@@ -133,7 +133,8 @@ def run_image_cu(jpeg: bytes, stage: int = 3, resize_short: int = 256, crop: int
     name) and the output: uint8 HWC for stages 0-2, float32/float16 CHW for stage 3, or None when
     the code is not OK."""
     lib = load_library()
-    data = np.frombuffer(jpeg, dtype=np.uint8) if jpeg else np.zeros(1, np.uint8)
+    data = np.zeros(whole_beats(len(jpeg)), np.uint8)  # the 512-bit port reads whole beats
+    data[: len(jpeg)] = np.frombuffer(jpeg, dtype=np.uint8)
     dim = min(max_dim, IMAGE_MAX_DIM)
     scratch = np.empty(lib.image_cu_scratch_bytes(dim), dtype=np.uint8)
     # Worst-case output per stage (large buffers are mapped lazily: untouched pages cost nothing).

@@ -2,7 +2,7 @@
 //
 // Arguments (each pointer an m_axi port on its own bundle, each scalar and the return on
 // s_axilite):
-//   jpeg           in     the JPEG file bytes
+//   jpeg           in     the JPEG file bytes, read in whole 512-bit beats
 //   jpeg_len              their count
 //   scratch        inout  frame store for the decoded component planes (image_cu_scratch_bytes)
 //   scratch_bytes         its capacity; TOO_LARGE when the frame would not fit
@@ -100,7 +100,7 @@ uint64_t image_cu_scratch_bytes(uint32_t max_dim) {
   return kMaxComponents * padded * padded;
 }
 
-void image_cu(const uint8_t* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t scratch_bytes,
+void image_cu(const Beat* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t scratch_bytes,
               Beat* out, uint32_t out_bytes, uint32_t* status, uint32_t stage,
               uint32_t resize_short, uint32_t crop, uint32_t out_fp16, uint32_t max_dim) {
 #pragma HLS INTERFACE m_axi port = jpeg offset = slave bundle = gmem_jpeg max_read_burst_length = 64

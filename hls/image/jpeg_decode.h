@@ -25,12 +25,13 @@ inline uint64_t frame_store_bytes(const JpegFrame& f) {
 
 // Skips an RSTn marker (optionally preceded by fill bytes) at br.pos; false if it is absent or
 // out of sequence.
-inline bool read_restart_marker(BitReader& br, uint32_t expected) {
+inline bool read_restart_marker(const Beat* jpeg, BitReader& br, uint32_t expected) {
+  br.reach(jpeg);
   uint32_t p = br.pos;
-  if (p >= br.len || br.data[p] != 0xFF) return false;
+  if (p >= br.len || br.byte_at(p) != 0xFF) return false;
 rst_fill:
-  for (uint32_t i = 0; i < kMaxSegments && p < br.len && br.data[p] == 0xFF; ++i) ++p;
-  if (p >= br.len || br.data[p] != 0xD0 + (expected & 7)) return false;
+  for (uint32_t i = 0; i < kMaxSegments && p < br.len && br.byte_at(p) == 0xFF; ++i) ++p;
+  if (p >= br.len || br.byte_at(p) != 0xD0 + (expected & 7)) return false;
   br.pos = p + 1;
   br.reset_bits();
   return true;
@@ -63,10 +64,10 @@ idct_rows_read:
   }
 }
 
-inline Status decode_scan(const uint8_t* jpeg, uint32_t len, const JpegFrame& f,
+inline Status decode_scan(const Beat* jpeg, uint32_t len, const JpegFrame& f,
                           uint8_t* frame) {
   BitReader br;
-  br.start(jpeg, len, f.scan_start);
+  br.start(len, f.scan_start);
   int32_t pred[kMaxComponents] = {0, 0, 0};
   int16_t coef[kBlockSize];
   const uint32_t n_mcus = f.mcus_x * f.mcus_y;
@@ -78,7 +79,7 @@ mcus:
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalBlocks / 6
     if (f.restart_interval) {
       if (to_restart == 0) {
-        if (br.overran() || !read_restart_marker(br, restart_index)) return kCorrupt;
+        if (br.overran() || !read_restart_marker(jpeg, br, restart_index)) return kCorrupt;
         ++restart_index;
         to_restart = f.restart_interval;
         for (uint32_t c = 0; c < kMaxComponents; ++c) pred[c] = 0;
@@ -96,6 +97,7 @@ mcus:
         for (uint32_t bx = 0; bx < c.h; ++bx) {
 #pragma HLS LOOP_TRIPCOUNT max = kMaxSampling
           bool dc_only;
+          br.reach(jpeg);
           if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
           const uint64_t row = (uint64_t{my} * c.v + by) * 8;
           const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;

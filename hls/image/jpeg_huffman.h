@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "image_types.h"
+#include "jpeg_source.h"
 
 namespace atoll_image {
 
@@ -84,10 +85,11 @@ huff_fast:
   return true;
 }
 
-// MSB-first bit reader over the entropy-coded segment. At a marker or at the end of the input it
-// feeds zero bits, counting them: consuming any of them means the scan data ran short (corrupt).
+// MSB-first bit reader over the entropy-coded segment, reading the on-chip window; `reach` keeps
+// the window ahead of it (before each block). At a marker or at the end of the input it feeds
+// zero bits, counting them: consuming any of them means the scan data ran short (corrupt).
 struct BitReader {
-  const uint8_t* data;
+  ByteWindow win;
   uint32_t len;
   uint32_t pos;
   uint64_t acc;  // valid bits are left-aligned
@@ -95,8 +97,8 @@ struct BitReader {
   uint32_t pad_bits;
   bool at_marker;
 
-  void start(const uint8_t* d, uint32_t n, uint32_t p) {
-    data = d;
+  void start(uint32_t n, uint32_t p) {
+    window_start(win);
     len = n;
     pos = p;
     acc = 0;
@@ -111,11 +113,11 @@ struct BitReader {
 #pragma HLS LOOP_TRIPCOUNT max = 8
       uint64_t byte = 0;
       if (!at_marker && pos < len) {
-        const uint8_t b = data[pos];
+        const uint8_t b = window_at(win, pos);
         if (b != 0xFF) {
           byte = b;
           ++pos;
-        } else if (pos + 1 < len && data[pos + 1] == 0) {
+        } else if (pos + 1 < len && window_at(win, pos + 1) == 0) {
           byte = 0xFF;  // stuffed byte
           pos += 2;
         } else {
@@ -129,6 +131,8 @@ struct BitReader {
       bits += 8;
     }
   }
+  void reach(const Beat* jpeg) { window_reach(jpeg, len, win, pos, kBlockReach); }
+  uint8_t byte_at(uint32_t p) const { return window_at(win, p); }
   void ensure(int n) {
     if (bits < n) fill();
   }

@@ -9,6 +9,7 @@
 
 #include "image_types.h"
 #include "jpeg_huffman.h"
+#include "jpeg_source.h"
 
 namespace atoll_image {
 
@@ -186,32 +187,52 @@ inline void parse_app(uint8_t marker, const uint8_t* seg, uint32_t n, JpegFrame&
 }
 
 // Parses everything up to and including the first SOS. On kOk, f.scan_start is set.
-inline Status parse_headers(const uint8_t* jpeg, uint32_t len, uint32_t max_dim, JpegFrame& f) {
+constexpr uint32_t kMaxSegmentBytes = 65535 - 2;  // a marker segment's 16-bit length counts itself
+constexpr uint32_t kAppBytes = 12;  // what parse_app reads of the segments it does not parse fully
+
+// Copies n bytes of the file from `at` into the on-chip segment buffer (through the window).
+inline void copy_segment(const Beat* jpeg, uint32_t len, ByteWindow& w, uint32_t at, uint32_t n,
+                         uint8_t seg[kMaxSegmentBytes]) {
+segment_copy:
+  for (uint32_t i = 0; i < n; ++i) {
+#pragma HLS LOOP_TRIPCOUNT max = kTypicalSegmentBytes
+    seg[i] = window_byte(jpeg, len, w, at + i);  // not pipelined: a miss runs the window's burst
+  }
+}
+
+// Walks the marker segments up to the scan. Each segment is copied on chip before it is parsed
+// (APPn, COM and other segments only as far as parse_app reads).
+inline Status parse_headers(const Beat* jpeg, uint32_t len, uint32_t max_dim, JpegFrame& f) {
   f.n_components = 0;
   f.width = f.height = 0;
   f.restart_interval = 0;
   f.rgb = f.saw_jfif = f.saw_adobe = false;
   f.adobe_transform = 1;
   for (int i = 0; i < 4; ++i) f.quant_defined[i] = f.dc[i].defined = f.ac[i].defined = false;
-  if (len < 4 || jpeg[0] != 0xFF || jpeg[1] != kSoi) return kCorrupt;
+  ByteWindow w;
+  window_start(w);
+  uint8_t seg[kMaxSegmentBytes];
+  if (len < 4 || window_byte(jpeg, len, w, 0) != 0xFF || window_byte(jpeg, len, w, 1) != kSoi) return kCorrupt;
   uint32_t at = 2;
   bool have_frame = false;
 segments:
   for (uint32_t s = 0; s < kMaxSegments; ++s) {
 #pragma HLS LOOP_TRIPCOUNT max = 16
     // Fill bytes (0xFF) may precede a marker.
-    if (at >= len || jpeg[at] != 0xFF) return kCorrupt;
+    if (at >= len || window_byte(jpeg, len, w, at) != 0xFF) return kCorrupt;
   fill_bytes:
-    for (uint32_t i = 0; i < kMaxSegments && at < len && jpeg[at] == 0xFF; ++i) ++at;
+    for (uint32_t i = 0; i < kMaxSegments && at < len && window_byte(jpeg, len, w, at) == 0xFF; ++i) ++at;
     if (at >= len) return kCorrupt;
-    const uint8_t marker = jpeg[at++];
+    const uint8_t marker = window_byte(jpeg, len, w, at++);
     if (marker == kEoi || marker == kSoi || marker == 0) return kCorrupt;
     if (marker >= 0xD0 && marker <= 0xD7) continue;  // stray RSTn carries no length
     if (at + 2 > len) return kCorrupt;
-    const uint32_t seg_len = read_u16(jpeg, at);
+    const uint32_t seg_len = uint32_t{window_byte(jpeg, len, w, at)} << 8 | window_byte(jpeg, len, w, at + 1);
     if (seg_len < 2 || at + seg_len > len) return kCorrupt;
-    const uint8_t* seg = jpeg + at + 2;
     const uint32_t n = seg_len - 2;
+    const bool parsed = marker == kSof0 || marker == kSof1 || marker == kDht || marker == kDqt ||
+                        marker == kDri || marker == kSos;
+    copy_segment(jpeg, len, w, at + 2, parsed || n <= kAppBytes ? n : kAppBytes, seg);
     at += seg_len;
     Status st = kOk;
     if (marker == kSof0 || marker == kSof1) {

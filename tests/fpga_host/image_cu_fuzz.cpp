@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   constexpr uint32_t kMaxShort = 8 + 299;  // largest resize_short drawn below
   const uint32_t out_bytes = 3 * 8192 * kMaxShort;  // any stage output that is not TOO_LARGE
   std::vector<uint8_t> scratch(scratch_bytes);
-  uint8_t* out = static_cast<uint8_t*>(std::malloc(out_bytes));  // exactly out_bytes
+  uint8_t* out = static_cast<uint8_t*>(std::malloc(out_bytes));  // exactly out_bytes, whole beats
   long counts[8] = {0};
   const auto start = std::chrono::steady_clock::now();
   long it = 0;
@@ -144,8 +144,10 @@ int main(int argc, char** argv) {
       std::ofstream(crash_file, std::ios::binary).write(reinterpret_cast<const char*>(d.data()),
                                                          static_cast<std::streamsize>(d.size()));
     }
-    // Exactly sized heap copies: ASan flags any access past either end.
-    uint8_t* jpeg = static_cast<uint8_t*>(std::malloc(d.size() ? d.size() : 1));
+    // Heap copies of whole 64-byte beats, what the CU's 512-bit port reads (hls/ABI_DPU.md): ASan
+    // flags any access past them.
+    const size_t beats = (d.size() + 63) / 64;
+    uint8_t* jpeg = static_cast<uint8_t*>(std::calloc(beats ? beats : 1, 64));
     if (!d.empty()) std::memcpy(jpeg, d.data(), d.size());
     const uint32_t stage = rng() % 4;
     const uint32_t out_fp16 = rng() % 2;
