@@ -28,6 +28,11 @@ class BodyLimits:
     timeout_s: float
     budget: BodyBudget | None = None
 
+    def release(self, request: HttpRequest) -> None:
+        """Give back `request`'s share of the budget: it is answered, or given up."""
+        if self.budget is not None:
+            self.budget.release(request)
+
 
 class BodyBudget:
     """Bytes of request bodies one front end holds at once (a body with a Content-Length counts

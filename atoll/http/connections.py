@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import resource
 
-from atoll.http.edge import BODY
 from atoll.observe.throttled import Throttled
 
 log = logging.getLogger("atoll.http.connections")
@@ -95,7 +94,7 @@ class HttpConnections:
         idle, arriving = [], []
         for conn in self._live:
             if not conn.holds_request:
-                (arriving if conn.state == BODY else idle).append(conn)
+                (arriving if conn.receiving_body else idle).append(conn)
         excess = len(self._live) - self.bound + self.bound // EVICT_SHARE
         victims = (idle + arriving)[:max(0, excess)]
         for conn in victims:

@@ -22,9 +22,11 @@ _PHRASES = {s.value: s.phrase for s in HTTPStatus}
 class HttpRequest:
     """A request whose head and body have arrived. `headers` are keyed in lower case; `params` are
     the route's captures (`match_info`); `handler` and `early` are its route's (`Routes.resolve`),
-    or `handler` the 404 or 405 it gets; `held` is its share of the body budget."""
+    or `handler` the 404 or 405 it gets; `held` is its share of the body budget; `keep_alive`:
+    the client keeps the connection open after it."""
 
-    __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "handler", "early", "held")
+    __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "handler", "early", "held",
+                 "keep_alive")  # fmt: skip
 
     def __init__(self, method: str, path: str, query: str, headers: dict[str, str], connection=None):
         self.method = method
@@ -37,6 +39,7 @@ class HttpRequest:
         self.handler: Handler | ApiError | None = None
         self.early: Early | None = None
         self.held = 0
+        self.keep_alive = True
 
     @property
     def remote(self) -> str:
