@@ -103,9 +103,10 @@ class Port(Protocol):
 
 
 def scratch_bytes(max_dim: int) -> int:
-    """Frame store for the largest accepted image: 3 planes padded to whole 16x16 MCUs."""
-    side = (max_dim + 15) // 16 * 16
-    return 3 * side * side
+    """Frame store for the largest accepted image (image_cu_scratch_bytes): 3 planes padded to
+    whole 16x16 MCUs, their rows to whole 64-byte beats."""
+    rows = (max_dim + 15) // 16 * 16
+    return 3 * whole_beats(rows) * rows
 
 
 def max_frames(max_seconds: float) -> int:

@@ -3,13 +3,7 @@
 
 #include <cstdint>
 
-// On the FPGA a function-scope static array is the CU's own on-chip RAM. In the host C-simulation
-// library several emulated CUs run the same code on different threads, so each gets its own copy.
-#if defined(__SYNTHESIS__)
-#define ATOLL_CU_RAM static
-#else
-#define ATOLL_CU_RAM static thread_local
-#endif
+#include "hls_compat.h"
 
 namespace atoll_audio {
 

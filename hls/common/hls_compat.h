@@ -74,6 +74,14 @@ struct vector {
 
 #include <cstdint>
 
+// On the FPGA a function-scope static array is the CU's own on-chip RAM. In the host C-simulation
+// library several emulated CUs run the same code on different threads, so each gets its own copy.
+#if defined(__SYNTHESIS__)
+#define ATOLL_CU_RAM static
+#else
+#define ATOLL_CU_RAM static thread_local
+#endif
+
 // One beat of a 512-bit m_axi port (the width of the U55C's HBM ports): what streamed data moves
 // in. Buffers on such ports hold whole beats (hls/ABI_DPU.md).
 constexpr unsigned kBeatBytes = 64;

@@ -72,7 +72,7 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
 // One DATAFLOW region in canonical form: every process always runs. The post-decode unit (an RTL
 // blackbox) resizes, crops and normalises; the stage selector turns resize and crop into the
 // identity (destination = source dimensions) and picks the output format.
-void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
+void pipeline(const Beat* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
               bool fp16, Beat* out) {
 #pragma HLS DATAFLOW
   hls::stream<uint32_t> decoded("decoded");
@@ -93,14 +93,15 @@ void pipeline(const uint8_t* frame, const JpegFrame& f, const OutputShape& s, ui
 extern "C" {
 
 // Frame-store bytes that suffice for any frame up to max_dim x max_dim (three full-resolution
-// planes padded to whole 16x16 MCUs).
+// planes padded to whole 16x16 MCUs, their rows to whole 64-byte beats).
 uint64_t image_cu_scratch_bytes(uint32_t max_dim) {
   const uint64_t d = max_dim > kMaxDim ? kMaxDim : max_dim;
-  const uint64_t padded = (d + kMaxMcuPixels - 1) / kMaxMcuPixels * kMaxMcuPixels;
-  return kMaxComponents * padded * padded;
+  const uint64_t rows = (d + kMaxMcuPixels - 1) / kMaxMcuPixels * kMaxMcuPixels;
+  const uint64_t stride = (rows + kBeatBytes - 1) / kBeatBytes * kBeatBytes;  // rows of whole beats
+  return kMaxComponents * stride * rows;
 }
 
-void image_cu(const Beat* jpeg, uint32_t jpeg_len, uint8_t* scratch, uint32_t scratch_bytes,
+void image_cu(const Beat* jpeg, uint32_t jpeg_len, Beat* scratch, uint32_t scratch_bytes,
               Beat* out, uint32_t out_bytes, uint32_t* status, uint32_t stage,
               uint32_t resize_short, uint32_t crop, uint32_t out_fp16, uint32_t max_dim) {
 #pragma HLS INTERFACE m_axi port = jpeg offset = slave bundle = gmem_jpeg max_read_burst_length = 64

@@ -9,6 +9,7 @@
 #include "idct8x8_islow.h"
 #include "image_postdecode.h"
 #include "image_types.h"
+#include "frame_store.h"
 #include "jpeg_color.h"
 #include "jpeg_huffman.h"
 #include "jpeg_idct.h"
@@ -64,8 +65,10 @@ idct_rows_read:
   }
 }
 
-inline Status decode_scan(const Beat* jpeg, uint32_t len, const JpegFrame& f,
-                          uint8_t* frame) {
+inline Status decode_scan(const Beat* jpeg, uint32_t len, const JpegFrame& f, Beat* frame) {
+  ATOLL_CU_RAM uint8_t strip[kMaxComponents][kStripLines][kMaxStride];
+#pragma HLS BIND_STORAGE variable = strip type = ram_2p impl = uram
+#pragma HLS ARRAY_PARTITION variable = strip cyclic factor = 64 dim = 3
   BitReader br;
   br.start(len, f.scan_start);
   int32_t pred[kMaxComponents] = {0, 0, 0};
@@ -99,15 +102,19 @@ mcus:
           bool dc_only;
           br.reach(jpeg);
           if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef, dc_only)) return kCorrupt;
-          const uint64_t row = (uint64_t{my} * c.v + by) * 8;
-          const uint64_t col = (uint64_t{mx} * c.h + bx) * 8;
-          transform_block(coef, c.quant, dc_only, frame + c.offset + row * c.stride + col, c.stride);
+          const uint32_t col = (mx * c.h + bx) * 8;
+          transform_block(coef, c.quant, dc_only, &strip[ci][by * 8][col], kMaxStride);
         }
       }
     }
     // The bit reader feeds zeros past the data; stop as soon as a block used them.
     if (br.overran()) return kCorrupt;
-    if (++mx == f.mcus_x) {
+    if (++mx == f.mcus_x) {  // an MCU row is complete: into the frame store
+    strip_components:
+      for (uint32_t ci = 0; ci < f.n_components; ++ci) {
+#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
+        store_strip(strip[ci], f.comp[ci], my, frame);
+      }
       mx = 0;
       ++my;
     }
@@ -115,22 +122,23 @@ mcus:
   return kOk;
 }
 
-// Upsamples row y of component c to the full image width into out.
-inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
-                                   const JpegComponent& c, uint32_t y, uint8_t* out) {
-  const uint8_t* plane = frame + c.offset;
+// Upsamples row y of component c to the full image width into out, loading the plane rows it
+// needs into the line buffers first.
+inline void upsample_component_row(const Beat* frame, const JpegFrame& f, const JpegComponent& c,
+                                   uint32_t y, uint8_t near[kMaxStride], uint8_t far[kMaxStride],
+                                   uint8_t* out) {
   const bool h2 = c.h < f.hmax;
   const bool v2 = c.v < f.vmax;
   if (!v2) {
-    const uint8_t* row = plane + uint64_t{y} * c.stride;
+    load_row(frame, c, y, near);
     if (h2) {
-      upsample_h2_row(row, c.width, out);
+      upsample_h2_row(near, c.width, out);
     } else {
     copy_row:
       for (uint32_t i = 0; i < f.width; ++i) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
-        out[i] = row[i];
+        out[i] = near[i];
       }
     }
     return;
@@ -138,8 +146,8 @@ inline void upsample_component_row(const uint8_t* frame, const JpegFrame& f,
   const uint32_t i = y >> 1;
   const bool lower = y & 1;
   const uint32_t j = lower ? (i + 1 < c.height ? i + 1 : i) : (i > 0 ? i - 1 : 0);
-  const uint8_t* near = plane + uint64_t{i} * c.stride;
-  const uint8_t* far = plane + uint64_t{j} * c.stride;
+  load_row(frame, c, i, near);
+  load_row(frame, c, j, far);
   if (h2) {
     upsample_h2v2_row(near, far, c.width, out);
   } else {
@@ -177,9 +185,12 @@ inline void color_row(const JpegFrame& f, const ColorTables& t,
 }
 
 // Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them.
-inline void emit_rgb_rows(const uint8_t* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
+inline void emit_rgb_rows(const Beat* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
   ColorTables tables;
   build_color_tables(tables);
+  uint8_t near[kMaxComponents][kMaxStride], far[kMaxComponents][kMaxStride];
+#pragma HLS ARRAY_PARTITION variable = near cyclic factor = 64 dim = 2
+#pragma HLS ARRAY_PARTITION variable = far cyclic factor = 64 dim = 2
   uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
 #pragma HLS ARRAY_PARTITION variable = rows dim = 1 complete
   Pixel line[kMaxDim];
@@ -189,7 +200,7 @@ rgb_rows:
   rgb_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
 #pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
-      upsample_component_row(frame, f, f.comp[ci], y, rows[ci]);
+      upsample_component_row(frame, f, f.comp[ci], y, near[ci], far[ci], rows[ci]);
     }
     color_row(f, tables, rows, line);
   rgb_write:

@@ -100,7 +100,7 @@ sof_planes:
     JpegComponent& c = f.comp[i];
     c.width = (f.width * c.h + f.hmax - 1) / f.hmax;
     c.height = (f.height * c.v + f.vmax - 1) / f.vmax;
-    c.stride = f.mcus_x * c.h * 8;
+    c.stride = (f.mcus_x * c.h * 8 + kBeatBytes - 1) / kBeatBytes * kBeatBytes;  // whole beats
     c.rows = f.mcus_y * c.v * 8;
     c.offset = offset;
     offset += uint64_t{c.stride} * c.rows;
