@@ -122,92 +122,66 @@ mcus:
   return kOk;
 }
 
-// Upsamples row y of component c to the full image width into out, loading the plane rows it
-// needs into the line buffers first.
-inline void upsample_component_row(const Beat* frame, const JpegFrame& f, const JpegComponent& c,
-                                   uint32_t y, uint8_t near[kMaxStride], uint8_t far[kMaxStride],
-                                   uint8_t* out) {
-  const bool h2 = c.h < f.hmax;
-  const bool v2 = c.v < f.vmax;
-  if (!v2) {
+// Loads the plane rows that output row y of component c needs: row y, or (vertically
+// subsampled) the nearest and next-nearest rows.
+inline void load_component_rows(const Beat* frame, const JpegFrame& f, const JpegComponent& c, uint32_t y,
+                                uint8_t near[kMaxStride], uint8_t far[kMaxStride]) {
+  if (c.v == f.vmax) {
     load_row(frame, c, y, near);
-    if (h2) {
-      upsample_h2_row(near, c.width, out);
-    } else {
-    copy_row:
-      for (uint32_t i = 0; i < f.width; ++i) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
-        out[i] = near[i];
-      }
-    }
     return;
   }
   const uint32_t i = y >> 1;
-  const bool lower = y & 1;
-  const uint32_t j = lower ? (i + 1 < c.height ? i + 1 : i) : (i > 0 ? i - 1 : 0);
+  const uint32_t j = (y & 1) ? (i + 1 < c.height ? i + 1 : i) : (i > 0 ? i - 1 : 0);
   load_row(frame, c, i, near);
   load_row(frame, c, j, far);
-  if (h2) {
-    upsample_h2v2_row(near, far, c.width, out);
-  } else {
-    upsample_v2_row(near, far, lower, c.width, out);
-  }
 }
 
-// Converts one row of full-resolution component samples to RGB pixels.
-inline void color_row(const JpegFrame& f, const ColorTables& t,
-                      const uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels], Pixel* out) {
-  if (f.n_components == 1) {
-  gray_cols:
-    for (uint32_t x = 0; x < f.width; ++x) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
-      out[x].c[0] = out[x].c[1] = out[x].c[2] = rows[0][x];
-    }
-  } else if (f.rgb) {
-  rgb_cols:
-    for (uint32_t x = 0; x < f.width; ++x) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
-      out[x].c[0] = rows[0][x];
-      out[x].c[1] = rows[1][x];
-      out[x].c[2] = rows[2][x];
-    }
-  } else {
-  ycc_cols:
-    for (uint32_t x = 0; x < f.width; ++x) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
-      out[x] = ycc_to_rgb(t, rows[0][x], rows[1][x], rows[2][x]);
-    }
-  }
+// Sample x of output row y of component c at full resolution.
+inline uint8_t component_sample(const JpegFrame& f, const JpegComponent& c, const uint8_t near[kMaxStride],
+                                const uint8_t far[kMaxStride], uint32_t y, uint32_t x) {
+  const bool h2 = c.h < f.hmax;
+  if (c.v == f.vmax) return h2 ? upsample_h2_at(near, c.width, x) : near[x];
+  return h2 ? upsample_h2v2_at(near, far, c.width, x) : upsample_v2_at(near, far, y & 1, x);
 }
 
-// Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them.
+// Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them:
+// per row, the plane rows each component needs are loaded a beat per cycle, then one pipelined
+// pass upsamples, converts and emits a pixel per cycle.
 inline void emit_rgb_rows(const Beat* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
   ColorTables tables;
   build_color_tables(tables);
   uint8_t near[kMaxComponents][kMaxStride], far[kMaxComponents][kMaxStride];
 #pragma HLS ARRAY_PARTITION variable = near cyclic factor = 64 dim = 2
 #pragma HLS ARRAY_PARTITION variable = far cyclic factor = 64 dim = 2
-  uint8_t rows[kMaxComponents][kMaxDim + kMaxMcuPixels];
-#pragma HLS ARRAY_PARTITION variable = rows dim = 1 complete
-  Pixel line[kMaxDim];
 rgb_rows:
   for (uint32_t y = 0; y < f.height; ++y) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-  rgb_components:
+  rgb_loads:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
 #pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
-      upsample_component_row(frame, f, f.comp[ci], y, near[ci], far[ci], rows[ci]);
+      load_component_rows(frame, f, f.comp[ci], y, near[ci], far[ci]);
     }
-    color_row(f, tables, rows, line);
-  rgb_write:
+  rgb_pixels:
     for (uint32_t x = 0; x < f.width; ++x) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
 #pragma HLS PIPELINE II = 1
-      out.write(pack_pixel(line[x]));
+      uint8_t s[kMaxComponents];
+#pragma HLS ARRAY_PARTITION variable = s complete
+    rgb_samples:
+      for (uint32_t ci = 0; ci < kMaxComponents; ++ci) {
+        s[ci] = ci < f.n_components ? component_sample(f, f.comp[ci], near[ci], far[ci], y, x) : 0;
+      }
+      Pixel p;
+      if (f.n_components == 1) {
+        p.c[0] = p.c[1] = p.c[2] = s[0];
+      } else if (f.rgb) {
+        p.c[0] = s[0];
+        p.c[1] = s[1];
+        p.c[2] = s[2];
+      } else {
+        p = ycc_to_rgb(tables, s[0], s[1], s[2]);
+      }
+      out.write(pack_pixel(p));
     }
   }
 }
