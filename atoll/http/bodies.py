@@ -36,13 +36,11 @@ class BodyLimits:
 
 class BodyBudget:
     """Bytes of request bodies one front end holds at once (a body with a Content-Length counts
-    whole from its start, a chunked one as it arrives). Without it, 30 connections each sending
-    all but the last byte of a 64 MB body grew a front end by 1.9 GB (2-core VM); a few hundred
-    would have exhausted the machine's memory within the body timeout. When a body's next bytes
-    would pass `total`, the largest body still arriving goes: another one is cut off (its
-    connection closed), or this one is refused (503, Retry-After). So bodies held back cannot keep
-    smaller requests out, and one largest request always fits. A request's share is given back
-    when it is answered or given up (`release`)."""
+    whole from its start, a chunked one as it arrives), so that bodies held back cannot exhaust its
+    memory (docs/http-edge.md). When a body's next bytes would pass `total`, the largest body still
+    arriving goes: another one is cut off (its connection closed), or this one is refused (503,
+    Retry-After). So bodies held back cannot keep smaller requests out, and one largest request
+    always fits. A request's share is given back when it is answered or given up (`release`)."""
 
     def __init__(self, total: int, refused=None):
         self.total = total

@@ -1,21 +1,11 @@
-"""Client connections a front end holds, bounded so that idle ones cannot starve real clients.
-
-Every connection costs the process a file descriptor. With the usual soft limit of 1,024, a client
-that opened 1,100 TCP connections and sent nothing (0.1 s of work for it) left the front end unable
-to accept: every infer and readiness probe timed out, and asyncio logged each failed accept (some
-580,000 lines in 35 s). So a front end raises its soft limit to the hard one, keeps a reserve of
-descriptors for its own files and pipes, and bounds each protocol's connections:
-
-- HTTP (`HttpConnections`): when a new connection would pass the bound, connections that hold no
-  whole request (nothing sent, part of the head, or a body still arriving) are closed to make
-  room, longest open first, so they cannot keep a real client out; a request whose body has
-  arrived is never cut. Connections with no request are also closed after
-  `server.idle_timeout_s`, and requests must arrive within `server.body_timeout_s`
-  (`http/edge.py`).
-- gRPC (`grpc_limits`): grpcio's core refuses connections past the bound itself and drops those
-  that have not finished the HTTP/2 handshake in time, or that carry no call for the idle timeout.
+"""Client connections a front end holds, bounded so that idle ones cannot starve real clients: each
+costs a file descriptor, and past the open-file limit a front end accepts nothing, readiness probes
+included. So a front end raises its soft limit to the hard one, keeps a reserve of descriptors for
+its own files and pipes, and bounds each protocol's connections. HTTP (`HttpConnections`) closes
+connections that hold no whole request to make room, longest open first; gRPC (`grpc_limits`) has
+grpcio's core refuse past the bound and drop unfinished handshakes and idle connections. Idle HTTP
+connections also close after `server.idle_timeout_s` (`edge.py`). Measurements: docs/http-edge.md.
 """
-
 from __future__ import annotations
 
 import logging

@@ -1,38 +1,12 @@
 """The HTTP edge of a front end (and of the supervisor's metrics port): HTTP/1.1 connections parsed
-by httptools (llhttp, Node.js's parser), each request's body read within bounds before its handler
-runs, and every error answered as Triton answers errors, `{"error": "..."}` with its kind's status.
+by httptools (llhttp), each request's body read within bounds before its handler runs, and every
+error answered as Triton answers errors, `{"error": "..."}` with its kind's status.
 
-Why not aiohttp, which served here before: under overload most requests are refused, and a refusal
-must cost next to nothing or the refusals eat the capacity they protect. `tools/protocol_floor.py`
-(2-core VM, closed loop, the server's heap settings) measures a route that only reads the body at
-0.032 CPU-ms a request for 110 KB here and 0.042 on aiohttp (602 KB: 0.075 and 0.105), and Atoll's
-whole refusal of a JPEG infer request at 0.043 here (answered from its JSON header, `messages.Early`)
-against 0.145 on aiohttp. What makes the
-difference: reads go into one reused buffer (aiohttp allocated 256 KB per read); a request's first
-read is at most `HEAD_READ`, and a body of known length is then read by the kernel straight into
-its place, not copied out of the parser and joined, or, answered early, discarded by the kernel
-(MSG_TRUNC); the loop is woken once such a body has arrived whole (SO_RCVLOWAT), not at each
-segment; one timer a connection, re-armed lazily; routes matched by segment count and last
-segment. Around that bare protocol, what a server needs:
-
-- A body is read whole before its request counts as pending (a client sending it slowly holds only
-  its own connection): at most `max_bytes` of it after any Content-Encoding is undone (413 beyond),
-  within `timeout_s` of the request's first byte (408), and one that cannot be decoded (garbage
-  labelled gzip) is a 400. A request head is at most 8,190 bytes a line and 64 KiB in all.
-- All the bodies a front end holds at once, being read or read and not yet answered, stay within
-  its `BodyBudget`: past it the largest body still arriving is cut off, or this one refused (503
-  with Retry-After).
-- What the parser refuses (a bad request line, method, Content-Length or chunk size; an HTTP/2
-  preface) is a 400 logged at INFO at most every 10 s: it is the client's fault, and a client can
-  send garbage as fast as it likes. An exception nobody expected is logged and answered 500.
-- Pipelined requests are answered in order; a client that goes away cancels its request in hand; a
-  client that half-closes after a whole request is answered, then the connection closed. After a
-  refusal mid-body, what the client still sends is read and dropped for `LINGER_S` so that it gets
-  the answer rather than a reset. A connection with no request is closed after `idle_timeout_s`.
-- 503s go out at `pace`'s rate (`refusal_pace`): one past it waits its turn (up to a second), so a
-  client that resends a refused request at once cannot keep the loop from the work it admitted.
+It serves in aiohttp's place because under overload most requests are refused, and a refusal must
+cost next to nothing: reads share one buffer, a request's first read is at most `HEAD_READ`, and a
+body is then read by the kernel into its place or, answered early, dropped in the kernel
+(`body_reader`). What the edge bounds and how it answers, and its measurements: docs/http-edge.md.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -54,12 +28,10 @@ log = logging.getLogger("atoll.front_end.http_routes")
 _gone = Throttled(log)  # connections closed mid-request: a client can repeat that at will
 _refusals = Throttled(log)  # malformed requests
 
-LINGER_S = 2.0
+LINGER_S = 2.0  # after a refusal mid-request, what still comes is dropped so the client reads the answer
 READ_BUFFER = 256 * 1024
-# A request's first read: its head and, for a binary-extension infer request, its JSON header.
-# The body is then read straight into its place, or, answered early, discarded in the kernel
-# (`body_reader`): a 110 KB JPEG request read whole into the shared buffer would copy
-# its body there and then again into its place, or, refused, copy it only to drop it.
+# A request's first read: its head and, for a binary-extension infer request, its JSON header; the
+# body is then placed or dropped by the kernel (`body_reader`), never copied through the shared buffer.
 HEAD_READ = 8 * 1024
 
 

@@ -1,26 +1,13 @@
-"""Pacing of 503 answers: clients that resend a refused request at once must not turn a front
-end's event loop into a machine that only refuses.
+"""Pacing of 503 answers: clients that resend a refused request at once (a closed loop, a retry
+ignoring Retry-After) must not turn a front end's event loop into one that only refuses, starving
+the work it admitted until admission, measuring fewer answers, refuses ever more.
 
-A refusal is cheap (~0.05 CPU-ms on the 2-core VM), but a client that sends its next request as
-soon as the 503 arrives (a closed loop, a naive retry, anything ignoring Retry-After) sends as many
-as the loop can answer. On a fresh server, 16 such connections got refusals while the first slow
-answers set admission's rate low; then the loop (SCHED_FIFO, as the relays run) answered ~20,000
-503s a second, the requests it had admitted starved, the answer rate admission measures fell, and
-it refused ever more: 2.5 answers a second against a capacity of ~310, for as long as the load ran
-(`atoll bench robust`'s storm measures it).
-
-So each front end sends 503s at once only up to `per_answer` times the rate at which it answers
-what it admits (admission's measured rate; at least `least_per_s`), after a burst of a tenth of a
-second's worth. Past that, each waits for its turn (a generic cell rate algorithm: a theoretical
-arrival time advanced by one interval per answer), but never more than `MAX_HOLD_S`. A client that
-waits for its answer before sending again is slowed to the pace, and the loop's time goes to the
-work it admitted. Holding a 503 does not slow a client that does not wait for it (an open loop), and
-each one held costs a connection and a timer; so the pace is relative: 3x overload refuses two
-requests per answer, under the default four, and goes unpaced on any machine (a fixed 1,000 a
-second held nearly every refusal of `bench robust`'s 3x overload with cores shared, ~1,300 a
-second: goodput 0.70 of capacity against 0.89 unpaced). Other answers never wait.
+Each front end sends 503s at once up to `per_answer` times the rate at which it answers what it
+admits (at least `least_per_s`), after a burst of `BURST_S`'s worth; past that each waits its turn
+(a generic cell rate algorithm), never more than `MAX_HOLD_S`. The pace is relative, not fixed: a
+held 503 costs a connection and a timer and slows no open-loop client, so an ordinary overload goes
+unpaced. Other answers never wait. The measurements behind it: docs/http-edge.md.
 """
-
 from __future__ import annotations
 
 import asyncio

@@ -1,12 +1,10 @@
 """Connections that hold no whole request cannot lock real clients out (`atoll/http/connections.py`),
-and bodies held back cannot exhaust a front end's memory (`bodies.BodyBudget`).
-
-Before: with the common soft limit of 1,024 open files, 1,100 TCP connections that sent nothing
-made every infer and readiness probe time out. Here a real `atoll serve` bounded to a few
-connections per protocol meets many more idle and half-sent ones: real HTTP clients are answered
-and the idle ones are closed (the idle and body timeouts set long, so only the bound explains
-it); past gRPC's bound new connections are refused, and the idle ones go after the handshake
-timeout. Every wait is bounded generously and none is a fixed sleep.
+and bodies held back cannot exhaust a front end's memory (`bodies.BodyBudget`); the failures they
+prevent are in docs/http-edge.md. Here a real `atoll serve` bounded to a few connections per
+protocol meets many more idle and half-sent ones: real HTTP clients are answered and the idle ones
+are closed (the idle and body timeouts set long, so only the bound explains it); past gRPC's bound
+new connections are refused, and the idle ones go after the handshake timeout. Every wait is
+bounded generously and none is a fixed sleep.
 """
 
 from __future__ import annotations
