@@ -539,6 +539,7 @@ class Counts:
         self.a, self.loop, self.var = analyzer, loop, var
         self.port_beats: dict[tuple[str, str], list] = {}
         self.array_reads: dict[str, list] = {}
+        self.inlined_partitions: dict[str, float] = {}
 
     def walk(self, node, env: dict, partitions: dict, times: int) -> None:
         for c in node.get_children():
@@ -576,7 +577,9 @@ class Counts:
                 definition, inner = bound
                 body = next((x for x in definition.get_children() if x.kind == K.COMPOUND_STMT), None)
                 if body is not None:
-                    self.walk(body, inner, {**partitions, **a.partitions(definition)}, times)
+                    own = a.partitions(definition)
+                    self.inlined_partitions.update(own)  # arrays the inlined callee declares
+                    self.walk(body, inner, {**partitions, **own}, times)
         if c.kind == K.VAR_DECL:
             a.declared(c, env, partitions)
         if c.kind in (K.BINARY_OPERATOR, K.COMPOUND_ASSIGNMENT_OPERATOR):
@@ -670,7 +673,7 @@ class Counts:
                                                   f"({nbytes} bytes): II >= {beats}")
         for name, (texts, expr) in self.array_reads.items():
             reads = sum(texts.values())
-            ports = partitions.get(name, 2)
+            ports = {**self.inlined_partitions, **partitions}.get(name, 2)
             if reads > ports:
                 self.a.report(expr, "array-ports", f"{reads} reads of {name} per iteration, {ports:g} ports")
 

@@ -209,6 +209,34 @@ start_tap_loop:
 #define ATOLL_HOST_SIMD_CLONES
 #endif
 
+// The DOT_LANES window samples of taps k.. : the window starts at a runtime offset of a ring
+// partitioned cyclically by DOT_LANES, so bank l reads the one of them it holds (from the block at
+// or after the window's), and a rotation by start % DOT_LANES in log2(DOT_LANES) stages of 2:1
+// multiplexers puts them in tap order (a barrel shifter, not a DOT_LANES:1 multiplexer per lane).
+static void window_block(const float ring[2 * RING], uint32_t start, int k, float out[DOT_LANES]) {
+  const uint32_t a = start % DOT_LANES;
+  const uint32_t block = (start + (uint32_t)k) / DOT_LANES;
+  float lane[DOT_LANES];
+#pragma HLS ARRAY_PARTITION variable = lane complete
+window_bank_loop:
+#pragma GCC unroll 32
+  for (uint32_t l = 0; l < DOT_LANES; ++l) lane[l] = ring[(block + (l < a ? 1 : 0)) * DOT_LANES + l];
+window_rotate_loop:
+  for (uint32_t bit = 1; bit < (uint32_t)DOT_LANES; bit <<= 1) {
+    float rotated[DOT_LANES];
+#pragma HLS ARRAY_PARTITION variable = rotated complete
+  window_rotate_lane_loop:
+#pragma GCC unroll 32
+    for (uint32_t m = 0; m < DOT_LANES; ++m) rotated[m] = (a & bit) ? lane[(m + bit) % DOT_LANES] : lane[m];
+  window_rotate_copy_loop:
+#pragma GCC unroll 32
+    for (uint32_t m = 0; m < DOT_LANES; ++m) lane[m] = rotated[m];
+  }
+window_out_loop:
+#pragma GCC unroll 32
+  for (uint32_t m = 0; m < DOT_LANES; ++m) out[m] = lane[m];
+}
+
 // DOT_LANES x DOT_DEPTH partial sums: each block of DOT_LANES taps adds into the partial sums of
 // its block index mod DOT_DEPTH, so a sum is touched every DOT_DEPTH cycles (the adder's latency)
 // and the loop runs at II=1; then the DOT_DEPTH sums of a lane, then the lanes, are added in a
@@ -222,15 +250,17 @@ dot_clear_loop:
 #pragma GCC unroll 32
     for (int l = 0; l < DOT_LANES; ++l) acc[d][l] = 0.0f;
   }
-  const float* window = &ring[start];
 dot_loop:
   for (int k = 0; k < taps; k += DOT_LANES) {
 #pragma HLS LOOP_TRIPCOUNT min = 25 max = TAPS_MAX / DOT_LANES
 #pragma HLS PIPELINE II = 1
 #pragma HLS DEPENDENCE variable = acc inter distance = DOT_DEPTH true
+    float window[DOT_LANES];
+#pragma HLS ARRAY_PARTITION variable = window complete
+    window_block(ring, start, k, window);
   dot_lane_loop:
 #pragma GCC unroll 32
-    for (int l = 0; l < DOT_LANES; ++l) acc[(k / DOT_LANES) % DOT_DEPTH][l] += coef[k + l] * window[k + l];
+    for (int l = 0; l < DOT_LANES; ++l) acc[(k / DOT_LANES) % DOT_DEPTH][l] += coef[k + l] * window[l];
   }
 dot_depth_loop:
 #pragma GCC unroll 32
