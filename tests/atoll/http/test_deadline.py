@@ -42,11 +42,17 @@ class Timer:
         self.cancelled = True
 
 
-def test_a_later_deadline_moves_no_timer_and_the_one_armed_rearms_for_it():
+def _set_twice(first_s: float, second_s: float) -> tuple[Loop, list[str]]:
+    """A deadline set `first_s`, then `second_s` from now; its loop, and what has run."""
     loop, done = Loop(), []
     deadline = Deadline(loop)
-    deadline.set(5, lambda: done.append("first"))
-    deadline.set(10, lambda: done.append("second"))
+    deadline.set(first_s, lambda: done.append("first"))
+    deadline.set(second_s, lambda: done.append("second"))
+    return loop, done
+
+
+def test_a_later_deadline_moves_no_timer_and_the_one_armed_rearms_for_it():
+    loop, done = _set_twice(5, 10)
     assert loop.armed == [5]
     loop.advance(5)
     assert done == [] and loop.armed == [10]
@@ -55,10 +61,7 @@ def test_a_later_deadline_moves_no_timer_and_the_one_armed_rearms_for_it():
 
 
 def test_an_earlier_deadline_replaces_the_timer():
-    loop, done = Loop(), []
-    deadline = Deadline(loop)
-    deadline.set(10, lambda: done.append("first"))
-    deadline.set(5, lambda: done.append("second"))
+    loop, done = _set_twice(10, 5)
     assert loop.armed == [5]
     loop.advance(10)
     assert done == ["second"]
