@@ -174,7 +174,7 @@ class InferenceServer:
     def refused_early(self, request: HttpRequest, prefix: memoryview) -> HttpResponse | None:
         """An overload refusal read from the request's JSON header alone, where the first bytes of
         its body hold all of it (the binary extension puts it first): the rest of a 110 KB JPEG
-        request is then dropped as it arrives, never gathered into a body nor decoded (`http_edge`)."""
+        request is then dropped as it arrives, never gathered into a body nor decoded (`edge.Connection`)."""
         try:
             length = _header_length(request)
             if length is None or length > len(prefix):
