@@ -47,11 +47,12 @@ fft_stage_loop:
 static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<float>& out) {
   float frame[N_FFT];
   float re[FFT_HALF], im[FFT_HALF];
+  // The window fills the same WIN samples of every frame: the zeros around it are set once.
+fft_clear_loop:
+  for (int i = 0; i < N_FFT; ++i) frame[i] = 0.0f;
 fft_frame_loop:
   for (uint32_t t = 0; t < frames; ++t) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = MAX_FRAMES
-  fft_clear_loop:
-    for (int i = 0; i < N_FFT; ++i) frame[i] = 0.0f;
   fft_read_loop:
     for (int i = 0; i < WIN; ++i) {
 #pragma HLS PIPELINE II = 1

@@ -73,6 +73,7 @@ inline Status decode_scan(const Beat* jpeg, uint32_t len, const JpegFrame& f, Be
   br.start(len, f.scan_start);
   int32_t pred[kMaxComponents] = {0, 0, 0};
   int16_t coef[kBlockSize];
+#pragma HLS ARRAY_PARTITION variable = coef complete
   const uint32_t n_mcus = f.mcus_x * f.mcus_y;
   uint32_t mx = 0, my = 0;
   uint32_t to_restart = f.restart_interval;

@@ -184,7 +184,10 @@ huff_slow:
 inline bool decode_block(BitReader& br, const HuffTable& dc, const HuffTable& ac, int32_t& pred,
                          int16_t coef[kBlockSize], bool& dc_only) {
 block_clear:
-  for (uint32_t i = 0; i < kBlockSize; ++i) coef[i] = 0;
+  for (uint32_t i = 0; i < kBlockSize; ++i) {
+#pragma HLS UNROLL
+    coef[i] = 0;  // registers (the caller partitions coef): one cycle
+  }
   const int s = decode_symbol(br, dc);
   if (s < 0 || s > kMaxCodeLen) return false;
   const int32_t diff = s ? extend(br.get(s), s) : 0;
