@@ -19,10 +19,11 @@ class ServerStartError(RuntimeError):
 
 class ServerProcess:
     """Starts `atoll serve` on free HTTP and gRPC ports, waits for its ready line, and stops it with
-    SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port."""
+    SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port; with `new_session` it leads a
+    process group of its own (which can then be signalled as a service manager does)."""
 
     def __init__(self, extra_args: list[str] | None = None, start_timeout_s: float = 600.0,
-                 env: dict[str, str] | None = None):  # fmt: skip
+                 env: dict[str, str] | None = None, new_session: bool = False):  # fmt: skip
         self.args = [sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
                      "--metrics-port", "-1", *(extra_args or [])]  # fmt: skip
         self.start_timeout_s = start_timeout_s
@@ -31,10 +32,11 @@ class ServerProcess:
         self.url = ""
         self.grpc_address = ""
         self.log: list[str] = []
+        self.new_session = new_session
 
     def __enter__(self) -> "ServerProcess":
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=self.env)  # fmt: skip
+                                     text=True, env=self.env, start_new_session=self.new_session)  # fmt: skip
         found = threading.Event()
 
         def pump() -> None:  # keep reading so the child never blocks on a full pipe

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
-from pathlib import Path
 
 from batching import BATCHERS
 from batching.profile import ProfileError
@@ -14,8 +12,10 @@ from gpu_runtime.executors import EXECUTOR_CHOICES, EXECUTORS
 from scheduler.policies import POLICIES
 
 from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_from_args
+from atoll.observe.log_format import LOG_FORMATS, configure_logging
 from atoll.repository.specs import RepositoryError
-from atoll.supervisor.supervisor import Supervisor, serve_forever
+from atoll.supervisor.lifecycle import serve_forever
+from atoll.supervisor.supervisor import Supervisor
 
 
 def register(subparsers) -> None:
@@ -41,16 +41,18 @@ def register(subparsers) -> None:
                        n for n, s in EXECUTORS.items() if s.preemptible) + " can be preempted)")
     p.add_argument("--policy", choices=tuple(POLICIES),
                    help="how real-time batches preempt best-effort ones in a vGPU worker")
+    p.add_argument("--log-format", choices=LOG_FORMATS,
+                   help="plain: lines start with a timestamp; journal: none (journald adds its own) and a "
+                        "syslog priority prefix (default: journal when standard error is the journal)")
     add_config_options(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    configure_logging(args.log_format)
     try:
         config = config_from_args(args, SERVE_FLAGS)
-        repo = Path(config.server.repository) if config.server.repository else None
-        asyncio.run(serve_forever(Supervisor(config, repo)))
+        asyncio.run(serve_forever(Supervisor(config)))
     except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 2

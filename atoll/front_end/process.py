@@ -1,7 +1,9 @@
 """A front-end process's life: serve HTTP and gRPC on the shared ports over one `Endpoints` (and
 its `FrontEnd`), make the changes the supervisor hands out (models added or retired, shared-memory
-regions registered or dropped), until the supervisor says stop (or goes away), then answer what is
-in flight and exit."""
+regions registered or dropped), until the supervisor says stop (or goes away); then refuse new
+requests (503) and answer those in flight for up to `server.drain_s`, close every connection, exit.
+It says Hello once it listens and knows which models can run (the supervisor's first message), so
+a server whose front ends have all said Hello answers readiness truly."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.shm_registry import CudaIpc, Regions, Register
 from atoll.observe import native_stderr
+from atoll.observe.log_format import configure_logging
 from atoll.observe.metrics import Metrics
 from atoll.wire import channel
 from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
@@ -31,15 +34,17 @@ from atoll.wire.model_control import AddModel, RetireModel
 
 log = logging.getLogger("atoll.front_end.rows")
 LISTEN_BACKLOG = 4096
+DRAIN_POLL_S = 0.02  # how often a stopping front end looks whether its requests are all answered
 
 
 def front_end_main(setup: FrontEndSetup, sock) -> None:
-    """Process entry point. Ctrl-C reaches the whole process group; the supervisor handles it and
-    stops the front ends in order, so SIGINT is ignored here."""
+    """Process entry point. Ctrl-C and a service manager's SIGTERM reach the whole process group; the
+    supervisor handles them and stops the front ends in order (it starts them with both signals
+    blocked), so SIGINT is ignored here too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     favour_real_time_threads()
     native_stderr.capture()
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s fe{setup.index} %(name)s: %(message)s")
+    configure_logging(who=f"fe{setup.index} ")  # the supervisor's format
     asyncio.run(_serve(setup, sock))
 
 
@@ -73,20 +78,26 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
                                        grpc_limits(bound, c.server.idle_timeout_s), pace)  # fmt: skip
     relay_this_thread()  # this loop passes every request on, real-time ones among them
-    writer.write(channel.encode(Hello(setup.index, os.getpid())))
-    # What start-up made lives as long as the process: frozen, the collector's full passes skip its
-    # ~200,000 objects (the collector had ~4 % of this loop's samples under overload, `perf`).
-    gc.freeze()
-    endpoints.ready = True
-    stopping = asyncio.Event()
+    stopping, health = asyncio.Event(), asyncio.Event()
     changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
-    listener = asyncio.create_task(_listen(reader, front_end, endpoints, supervisor, changes, stopping))
+    listener = asyncio.create_task(_listen(reader, front_end, endpoints, supervisor, changes, stopping, health))
     try:
+        await health.wait()
+        writer.write(channel.encode(Hello(setup.index, os.getpid())))
+        # What start-up made lives as long as the process: frozen, the collector's full passes skip its
+        # ~200,000 objects (the collector had ~4 % of this loop's samples under overload, `perf`).
+        gc.freeze()
+        endpoints.ready = True
         await stopping.wait()
-        endpoints.ready = False
-        # both answer what they hold first: Done messages still arrive meanwhile
-        await asyncio.gather(http.shutdown(c.server.request_timeout_s),
-                             *([grpc.stop(c.server.request_timeout_s)] if grpc is not None else []))
+        endpoints.ready = False  # new requests are refused from here on
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.server.drain_s
+        if left := await _drained(endpoints, deadline):
+            log.warning("%d request(s) still in flight after server.drain_s (%g s); closing their connections",
+                        left, c.server.drain_s)  # fmt: skip
+        # both close their listeners, send the answers in hand, then close every connection
+        rest = max(0.0, deadline - loop.time())
+        await asyncio.gather(http.shutdown(rest), *([grpc.stop(rest)] if grpc is not None else []))
     finally:
         listener.cancel()
         writer.close()
@@ -126,14 +137,24 @@ class _Changes:
             self.writer.write(channel.encode(Applied(message.id, error)))
 
 
+async def _drained(endpoints: Endpoints, deadline: float) -> int:
+    """Requests still in flight once all are answered (0) or the loop's clock reaches `deadline`."""
+    loop = asyncio.get_running_loop()
+    while (left := sum(a.in_flight for a in endpoints.admission.values())) and loop.time() < deadline:
+        await asyncio.sleep(DRAIN_POLL_S)
+    return left
+
+
 async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: Endpoints,
-                  supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event) -> None:
+                  supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event,
+                  health: asyncio.Event) -> None:
     while (message := await channel.receive(reader)) is not None:
         match message:
             case Done():
                 front_end.on_done(message)
             case Health(ready_models=models):
                 endpoints.ready_models = models
+                health.set()
             case Reply():
                 supervisor.answered(message)
             case Apply():
@@ -141,4 +162,5 @@ async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: 
             case Stop():
                 stopping.set()
     supervisor.gone()
+    health.set()  # none will come
     stopping.set()  # the supervisor is gone

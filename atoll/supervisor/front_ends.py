@@ -8,6 +8,8 @@ its `FrontEndLink` and its slot arenas, holding the slots of rows a vGPU may sti
 regions served now (`make_setup`). Every death is logged at WARNING and counted in
 `atoll_worker_restarts_total{kind="front_end"}`. Submissions go to the dispatcher; every other
 message (hello, control calls) to the service (`on_message`), and `on_gone` says a channel closed.
+Once `stop` is called nothing is started again; a front end is started shielded from the stop
+signals (`lifecycle.shielded`), so only the supervisor's `Stop` ends it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from atoll.front_end.process import front_end_main
 from atoll.front_end.rows import FrontEndSetup
 from atoll.supervisor.dispatcher import Dispatcher, FrontEndLink
+from atoll.supervisor.lifecycle import shielded
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Health, Hello, Stop, Submit
 
@@ -69,18 +72,23 @@ class FrontEndSupervisor:
             self.link.send(message)
 
     def stop(self) -> None:
-        """Ask it to answer what it holds and exit (`join` waits for that)."""
+        """Ask it to answer what it holds and exit (`join` waits for that); it is not started again."""
         self._stopping = True
         self.send(Stop())
 
     async def join(self, timeout_s: float) -> None:
-        await asyncio.to_thread(self.process.join, timeout_s)
-        if self.process.is_alive():
-            self.process.kill()
-            await asyncio.to_thread(self.process.join)
+        """Wait up to `timeout_s` for it to exit, then kill it."""
+        if self.process is not None:
+            await asyncio.to_thread(self.process.join, timeout_s)
+            if self.process.is_alive():
+                log.warning("front end %d (pid %d) did not exit within %g s of the stop; killing it", self.index,
+                            self.process.pid, timeout_s)  # fmt: skip
+                self.process.kill()
+                await asyncio.to_thread(self.process.join)
         if self._task is not None:
             self._task.cancel()
-        self.link.writer.close()
+        if self.link is not None:
+            self.link.writer.close()
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -102,7 +110,8 @@ class FrontEndSupervisor:
         setup = self.make_setup(held)
         self.process = self._ctx.Process(target=front_end_main, args=(setup, theirs),
                                          name=f"atoll-fe{setup.index}", daemon=True)  # fmt: skip
-        self.process.start()
+        with shielded():
+            self.process.start()
         theirs.close()
         self.backoff.started(time.monotonic())
 
@@ -119,6 +128,8 @@ class FrontEndSupervisor:
             await asyncio.to_thread(self.process.join)
             code, pid = self.process.exitcode, self.process.pid
             mark_process_dead(pid)  # its in-flight gauge no longer counts
+            if self._stopping:  # the stop began while it died
+                return
             delay = self.backoff.delay(time.monotonic())
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             log.warning("front end %d (pid %d) died, %s; restarting it%s", index, pid, how,
@@ -127,6 +138,7 @@ class FrontEndSupervisor:
             reader, theirs, held = await self._connect()
             await asyncio.sleep(delay)
             if self._stopping:
+                theirs.close()
                 return
             self._spawn(theirs, held)
 

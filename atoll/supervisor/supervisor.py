@@ -1,13 +1,14 @@
 """The supervisor of one server: repository, vGPU workers, dispatcher, front-end processes, metrics.
 
-`Supervisor.start()` starts the vGPU workers and the dispatcher on this process's event loop, loads
-the models the model-control mode serves at start (`add_model`: every model built and warmed on
-every vGPU worker, in every shape the batcher can ask for, and given a slot arena in each front
-end), reserves the HTTP and gRPC ports and starts the front ends on them, and reports ready once
-every front end listens. Models are loaded and unloaded while serving through the same
-`add_model`/`remove_model` (`supervisor/model_control.py`). `stop()` takes it down in reverse: front ends
-answer what they hold, then the dispatcher, workers and shared memory go, so nothing outlives the
-server.
+`Supervisor.start()` checks every setting first (`checks.py`: repository, choices, ports reserved),
+then starts the vGPU workers and the dispatcher on this process's event loop, loads the models the
+model-control mode serves at start (`add_model`: every model built and warmed on every vGPU worker,
+in every shape the batcher can ask for, and given a slot arena in each front end), starts the front
+ends on the reserved ports, and returns once every front end listens. Models are loaded and unloaded
+while serving through the same `add_model`/`remove_model` (`supervisor/model_control.py`). `stop()`
+takes it down in reverse: front ends refuse new requests and answer what they hold (up to
+`server.drain_s`), then the dispatcher, workers and shared memory go, so nothing outlives the server
+and nothing is restarted once the stop begins. Signals and readiness: `lifecycle.py`.
 
 Processes and what runs where (ARCHITECTURE §1):
 - front ends (`server.front_ends`, one per 4 cores by default): HTTP and gRPC, parsing, admission,
@@ -29,14 +30,12 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from pathlib import Path
 
-from gpu_runtime.executors import resolve_executor
-from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads, relay_this_thread
-from gpu_runtime.vgpu.discovery import discover_vgpus
+from batching.profile import ProfileError
+from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
 from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
@@ -53,9 +52,11 @@ from atoll.kserve.shm_registry import RegionBook, Register, Unregister
 from atoll.observe.metrics import Metrics, share_metrics
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import ModelSpec
+from atoll.supervisor.checks import Checked, StartError, check
 from atoll.supervisor.dispatcher import Dispatcher
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
+from atoll.supervisor.lifecycle import shielded
 from atoll.supervisor.model_batching import Batching, batch_spec, plan_for
 from atoll.supervisor.model_control import ModelControl
 from atoll.wire.channel import Applied, Control, Health, Hello
@@ -75,21 +76,13 @@ SLOTS_PER_FRONT_END = 1024
 # Connections to the metrics port: a few scrapers; idle ones past this make room as a front end's do.
 METRICS_CONNECTIONS = 64
 METRICS_BODY_BYTES = 64 * 1024  # a scrape sends none
+# After its drain (`server.drain_s`) a front end closes its connections and exits; past this it is killed.
+FRONT_END_EXIT_S = 10.0
 
 
 def _shm_label(name: str) -> str:
     """`name` cut to 64 bytes, for a shared-memory name (at most 255 bytes in all)."""
     return name.encode()[:64].decode(errors="ignore")
-
-
-def _reserve_port(host: str, port: int) -> socket.socket:
-    """Bind (without listening) the shared port, so `0` becomes a real port every front end can
-    bind too (SO_REUSEPORT) and nobody else takes it meanwhile."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
 
 
 class Supervisor:
@@ -114,7 +107,7 @@ class Supervisor:
         self._loads = 0  # models loaded so far: part of their arenas' names
         self._arena_prefix = segment_prefix()
         self._gpu_uuids: tuple[str, ...] = ()
-        self._ports: list[socket.socket] = []
+        self._checked: Checked | None = None  # what `check` found, the reserved ports among it
         self._metrics_dir: str | None = None
         self._http: list[HttpServer] = []
         self.http_url = ""
@@ -123,6 +116,19 @@ class Supervisor:
 
     async def start(self) -> None:
         c = self.config
+        # every setting, before any process starts; off the loop, which feeds the watchdog (a forced
+        # backend's probe may build the C simulation first)
+        self._checked = checked = await asyncio.to_thread(check, c)
+        vgpus = checked.vgpus
+        latency = LatencyModel()
+        kinds = {v.id: v.profile_kind for v in vgpus}
+        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
+        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
+        try:  # it reads the knee profile, the last setting to check
+            self._batching = Batching(c, kinds, latency, slots)
+        except ProfileError as exc:
+            raise StartError(f"batching.profile: {exc}") from None
+
         os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
         os.environ[RT_FIFO_ENV] = str(c.server.rt_fifo)
         for key, value in HEAP_TUNING.items():
@@ -130,25 +136,18 @@ class Supervisor:
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         raise_open_file_limit()  # children inherit it: pipes and shared memory for every worker and front end
         if self.repository is None:
-            self.repository = await asyncio.to_thread(demo_repository, progress=self.progress)
+            self.repository = checked.repository or await asyncio.to_thread(demo_repository, progress=self.progress)
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
         share_metrics(self._metrics_dir)
-        vgpus = discover_vgpus(c.vgpus.mode, c.vgpus.cpu_vgpus or None, c.vgpus.green_context_sms or None)
         self._gpu_uuids = tuple(v.uuid for v in vgpus if v.kind != "cpu" and v.uuid)
         self.metrics = Metrics(self._gpu_uuids)
-
-        executor = resolve_executor(c.vgpus.executor, vgpus)
         # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
         loop = asyncio.get_running_loop()
-        self.pool = WorkerPool(vgpus, executor=executor, engine=engine_for(s.policy, s.outstanding_kernels),
-                               on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
-        latency = LatencyModel()
-        kinds = {v.id: v.profile_kind for v in vgpus}
-        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
-        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
-        self._batching = Batching(c, kinds, latency, slots)
+        with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
+            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine_for(s.policy, s.outstanding_kernels),
+                                   on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
         for kind in ("vgpu", "front_end"):
@@ -162,11 +161,12 @@ class Supervisor:
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
                                           c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
         await self.model_control.start([m for m in c.server.load_model.split(",") if m])
+        self._workers_changed()  # the front ends start knowing every model just loaded is ready
         await self._start_front_ends()
         if c.server.model_control_mode == "poll":
             self._spawn(self.model_control.poll_forever())
-        if c.server.metrics_port >= 0:
-            self.metrics_url = await self._serve_metrics(c.server.host, c.server.metrics_port)
+        if "metrics" in checked.ports:
+            self.metrics_url = await self._serve_metrics(c.server.host, checked.ports.pop("metrics"))
 
     # -- models (see model_control.py) --------------------------------------------------------------
 
@@ -245,13 +245,9 @@ class Supervisor:
     async def _start_front_ends(self) -> None:
         c = self.config
         count = self._front_end_count
-        http = _reserve_port(c.server.host, c.server.http_port)
-        self._ports.append(http)
-        port = http.getsockname()[1]
-        grpc_port = None
-        if c.server.grpc_port >= 0:
-            self._ports.append(_reserve_port(c.server.host, c.server.grpc_port))
-            grpc_port = self._ports[-1].getsockname()[1]
+        ports = self._checked.ports
+        port = ports["http"].getsockname()[1]
+        grpc_port = ports["grpc"].getsockname()[1] if "grpc" in ports else None
 
         def setup_of(index: int, held: frozenset) -> FrontEndSetup:
             arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
@@ -300,53 +296,40 @@ class Supervisor:
     async def _metrics_text(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse(body=self.metrics.render())
 
-    async def _serve_metrics(self, host: str, port: int) -> str:
-        """Serve the metrics on `port`, with its connections bounded as a front end's are."""
+    async def _serve_metrics(self, host: str, reserved: socket.socket) -> str:
+        """Serve the metrics on the `reserved` port (closed once listened on), with its connections
+        bounded as a front end's are."""
         routes = Routes()
         routes.add("GET", "/metrics", self._metrics_text)
         server = HttpServer(routes, BodyLimits(METRICS_BODY_BYTES, self.config.server.body_timeout_s),
                             HttpConnections(METRICS_CONNECTIONS, name="metrics"), self.config.server.idle_timeout_s)
-        listener = await server.listen(host, port)
+        with reserved:
+            port = reserved.getsockname()[1]
+            await server.listen(host, port, reuse_port=True)
         self._http.append(server)
-        bound = listener.sockets[0].getsockname()[1]
-        return f"http://{host}:{bound}"
+        return f"http://{host}:{port}"
 
     async def stop(self) -> None:
+        """Take down what `start` started, however far it got: nothing is restarted from here on."""
         for task in self._tasks:
             task.cancel()
         for front_end in self.front_ends:  # front ends first: they answer what they hold
             front_end.stop()
-        timeout = self.config.server.request_timeout_s + 10
-        for front_end in self.front_ends:
-            await front_end.join(timeout)
+        if self.front_ends:
+            exit_s = self.config.server.drain_s + FRONT_END_EXIT_S
+            await asyncio.gather(*(front_end.join(exit_s) for front_end in self.front_ends))
+            log.info("front ends stopped")
         for server in self._http:
             await server.shutdown(0)
         if self.dispatcher:
             await self.dispatcher.stop()
         if self.pool:
             await asyncio.to_thread(self.pool.close)
+            log.info("vGPU workers stopped")
         for arenas in self._arenas.values():
             for arena in arenas:
                 arena.close()
-        for port in self._ports:
-            port.close()
+        if self._checked is not None:
+            self._checked.close()
         if self._metrics_dir:
             shutil.rmtree(self._metrics_dir, ignore_errors=True)
-
-
-async def serve_forever(service) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await service.start()
-        relay_this_thread()  # the dispatcher's loop passes every row on, real-time ones among them
-        print(f"atoll: serving on {service.http_url}"
-              + (f" and grpc://{service.grpc_address}" if service.grpc_address else "")
-              + (f" (metrics {service.metrics_url}/metrics)" if service.metrics_url else ""),
-              flush=True)  # fmt: skip
-        await stop.wait()
-        print("atoll: shutting down", flush=True)
-    finally:
-        await service.stop()
