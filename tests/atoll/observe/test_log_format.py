@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 
-from atoll.observe.log_format import default_log_format, formatter
+import pytest
+
+from atoll.observe.log_format import LOG_FORMAT_ENV, configure_logging, default_log_format, formatter
 
 
 def record(level: int, message: str) -> logging.LogRecord:
@@ -34,3 +36,11 @@ def test_the_journal_is_the_default_only_where_standard_error_is_the_stream_it_n
         assert default_log_format({"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}, err.fileno()) == "journal"
         assert default_log_format({"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino + 1}"}, err.fileno()) == "plain"
         assert default_log_format({}, err.fileno()) == "plain"
+
+
+def test_a_child_takes_the_format_its_server_chose(monkeypatch):
+    monkeypatch.setenv(LOG_FORMAT_ENV, "journal")  # as the supervisor left it for its children
+    assert configure_logging(who="fe0 ") == "journal"
+    assert configure_logging("plain") == "plain" and os.environ[LOG_FORMAT_ENV] == "plain"  # passed on
+    with pytest.raises(ValueError, match="plain, journal"):
+        configure_logging("json")

@@ -6,7 +6,7 @@ Here the server is stopped during a closed loop of requests by SIGTERM to its pr
 main process alone, and by SIGINT to the group: every request is answered or refused, nothing is
 restarted, nothing prints a traceback, no request is left unanswered at the drain's end, and every
 child is gone. A fake $NOTIFY_SOCKET hears READY=1 only once the health endpoint says ready, and
-STOPPING=1 at the stop. Nothing waits on a fixed sleep; the bounds are generous (PATIENCE_S).
+STOPPING=1 at the stop; the log is in journald's format when asked. Nothing waits on a fixed sleep; the bounds are generous (PATIENCE_S).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def repository(tmp_path_factory):
     return root
 
 
-def server(repository, env: dict[str, str] | None = None) -> ServerProcess:
+def server(repository, env: dict[str, str] | None = None, *args: str) -> ServerProcess:
     return ServerProcess(["--repository", str(repository), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1",
-                          "--set", f"server.drain_s={PATIENCE_S}"], env=env, new_session=True)  # fmt: skip
+                          "--set", f"server.drain_s={PATIENCE_S}", *args], env=env, new_session=True)  # fmt: skip
 
 
 def alive(pid: int) -> bool:
@@ -115,7 +115,8 @@ def test_the_service_manager_hears_ready_once_health_says_so_and_stopping_at_the
         while key not in heard:
             heard.extend(manager.recv(4096).decode().splitlines())
 
-    with manager, server(repository, {"NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "60000000"}) as s:
+    env = {"NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "60000000"}
+    with manager, server(repository, env, "--log-format", "journal") as s:
         hear_until("READY=1")
         # ready the moment it says so: every front end knows every model is loaded
         assert request(f"{s.url}/v2/health/ready") == 200
@@ -127,3 +128,5 @@ def test_the_service_manager_hears_ready_once_health_says_so_and_stopping_at_the
         hear_until("STOPPING=1")
         assert s.proc.wait(PATIENCE_S + 60) == 0
     assert any(line.startswith("STATUS=stopping") for line in heard[heard.index("STOPPING=1"):]), heard
+    # journald's lines: a priority first, no timestamp (journald adds its own)
+    assert "<6>atoll.supervisor.lifecycle: stopped" in s.log, s.log
