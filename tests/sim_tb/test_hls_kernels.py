@@ -55,6 +55,11 @@ def words(values) -> bytes:
     return np.asarray(values, dtype=np.uint32).tobytes()
 
 
+def beats(data: bytes) -> bytes:
+    """The bytes in whole 64-byte beats: the kernels' 512-bit ports read and write whole beats."""
+    return data + bytes(csim.whole_beats(len(data)) - len(data))
+
+
 def image_cu_runs() -> list[Run]:
     """A small JPEG through stage 3 (float32 and float16) and stage 1, as fpga_host.csim runs it."""
     rgb = np.clip(np.random.default_rng(5).normal(128, 60, (40, 56, 3)), 0, 255).astype(np.uint8)
@@ -66,9 +71,10 @@ def image_cu_runs() -> list[Run]:
         status, out = csim.run_image_cu(jpeg, stage=stage, resize_short=resize_short, crop=crop, out_fp16=bool(fp16),
                                         max_dim=max_dim)
         expected_out = out.tobytes()
-        scalars = {"jpeg_len": len(jpeg), "scratch_bytes": scratch, "out_bytes": len(expected_out), "stage": stage,
+        out_bytes = csim.whole_beats(len(expected_out))
+        scalars = {"jpeg_len": len(jpeg), "scratch_bytes": scratch, "out_bytes": out_bytes, "stage": stage,
                    "resize_short": resize_short, "crop": crop, "out_fp16": fp16, "max_dim": max_dim}
-        runs.append(Run(scalars, {"jpeg": jpeg, "scratch": bytes(scratch), "out": bytes(len(expected_out)),
+        runs.append(Run(scalars, {"jpeg": beats(jpeg), "scratch": bytes(scratch), "out": bytes(out_bytes),
                                   "status": bytes(32)},
                         {"out": expected_out, "status": words([status[f] for f in csim.IMAGE_STATUS_FIELDS])}))
     return runs
@@ -84,13 +90,15 @@ def audio_runs(kernel: str) -> list[Run]:
         pcm = (np.random.default_rng(rate).normal(0, 3000, int(0.3 * rate))).astype(np.int16)
         mel_words, mel = audio_csim.mel_cu(pcm, rate)
         if kernel == "audio_mel_cu":
+            capacity = csim.whole_beats(4 * mel.size)
             scalars = {"n_samples": pcm.size, "sample_format": 0, "sample_rate": rate, "max_samples": 0,
-                       "mel_capacity": mel.size}
-            runs.append(Run(scalars, {"pcm": pcm.tobytes(), "mel": bytes(4 * mel.size), "status": bytes(32)},
+                       "mel_capacity": capacity // 4}
+            runs.append(Run(scalars, {"pcm": beats(pcm.tobytes()), "mel": bytes(capacity), "status": bytes(32)},
                             {"mel": mel.tobytes(), "status": words(mel_words)}))
         else:
             norm_words, out = audio_csim.norm_cu(mel)
-            runs.append(Run({"n_frames": mel.shape[1]}, {"mel": mel.tobytes(), "out": bytes(4 * out.size),
+            runs.append(Run({"n_frames": mel.shape[1]}, {"mel": beats(mel.tobytes()),
+                                                          "out": bytes(csim.whole_beats(4 * out.size)),
                                                           "status": bytes(32)},
                             {"out": out.tobytes(), "status": words(norm_words)}))
     return runs
