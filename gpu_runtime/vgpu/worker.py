@@ -54,7 +54,7 @@ def worker_main(conn, info, engine=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     favour_real_time_threads()
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
-    # any backend initialises CUDA or its thread pools, i.e. before any executor is imported.
+    # any backend initialises CUDA or its thread pools, i.e. before any model is loaded.
     os.environ.update(info.env)
     try:
         if info.cpus and hasattr(os, "sched_setaffinity"):
@@ -66,9 +66,11 @@ def worker_main(conn, info, engine=None) -> None:
         conn.send(Fatal(f"{type(exc).__name__}: {exc}"))
         return
     worker = _Worker(conn, runner)
-    conn.send(Ready(os.getpid()))
     try:
+        conn.send(Ready(os.getpid()))
         worker.serve()
+    except BrokenPipeError:  # the pool went away (a stop during start-up): nobody to serve
+        pass
     finally:
         runner.close()
         worker.close()
