@@ -37,6 +37,8 @@ class Controller(Protocol):
 
     def restore_be(self) -> None: ...  # clear guard; tasks resume from `completed`
 
+    def resume_be(self) -> None: ...  # leave RT mode where nothing was flushed
+
 
 class Policy:
     name = "base"
@@ -65,7 +67,7 @@ class Policy:
         pass
 
     def leave_rt(self, ctl: Controller) -> None:
-        pass
+        ctl.resume_be()
 
 
 class Sequential(Policy):

@@ -1,19 +1,13 @@
-"""The per-vGPU scheduler: an RT queue, one BE queue per client, vHQs over BE streams, and a polling
-loop in its own thread that applies a policy (`scheduler.policies`).
+"""The per-vGPU scheduler: an RT queue, one BE queue per client, and a polling loop in its own
+thread that applies a policy (`scheduler.policies`).
 
 Normal mode: BE tasks run concurrently, one per BE stream. RT mode (entered when an RT task may
 start): the policy gets the BE streams out of the way (nothing, wait, or reset), RT tasks run one at
 a time in arrival order on the unguarded RT stream, and BE kernels run only as padding (`reef`).
-When the RT queue empties the policy restores BE work.
-
-Clients own one loaded program state each, so a client's requests run one after another; inputs
-are copied in when a task starts and outputs copied out when it ends.
-
-The arrival path is kept short: under policies whose RT tasks start at once (streams, reset, reef)
-an RT task that finds no other RT task in the system has its first kernel launched by `submit`
-itself, in the caller's thread, before the scheduler thread has seen it; the scheduler thread then
-flushes the BE streams and launches the rest. On a 1-core CPU vGPU this took the RT-only arrival
-to first kernel from p50 294 / p99 1070 us to 76 / 210 us (same-session runs of 100 requests).
+When the RT queue empties the policy restores BE work. The mode and its transitions are
+`scheduler.preemption`; the BE side `scheduler.be_streams`; software padding `scheduler.pad_planner`.
+An RT task that finds no other RT task in the system has its first kernel launched by `submit`,
+in the caller's thread: one thread hand-off less before the preemption (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -32,12 +26,13 @@ from typing import Any
 import numpy as np
 from gpu_runtime.program import Program
 
-from scheduler.padding import pair_table, plan_padding
+from scheduler.be_streams import BeStreams
+from scheduler.pad_planner import PadPlanner
 from scheduler.policies import Policy, make_policy
-from scheduler.profiler import KernelProfile, profile_program
+from scheduler.preemption import Mode, Preemption
+from scheduler.profiler import KernelProfile
 from scheduler.rerun_window import rerun_window
 from scheduler.task import BE, RT, Task
-from scheduler.vhq import VirtualHostQueue, round_robin
 
 DEFAULT_CAPACITY = 4
 
@@ -73,33 +68,23 @@ class Reef:
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.clock = device.clock
         self.poll_s = device.poll_s if poll_s is None else poll_s
-        self.profile_reps = profile_reps
         self.stats = SchedulerStats()
-        self._clients: dict[str, Client] = {}
-        self._rt_stream = device.stream(guarded=False, priority=-1)
         self._capacity = capacity
-        self._vhqs = [VirtualHostQueue(device.stream(guarded=True), capacity) for _ in range(be_streams)]
-        self._rr = [0] * be_streams
+        self._clients: dict[str, Client] = {}
+        self._clients_lock = threading.Lock()  # guards each client's in_flight
+        self._rt_stream = device.stream(guarded=False, priority=-1)
         self._rt_queue: deque[Task] = deque()
-        self._be_queues: dict[str, deque[Task]] = {}
         self._rt_task: Task | None = None
-        self._rt_mode = False
+        self._be = BeStreams(device, capacity, be_streams)
+        self._state = Preemption(device, self._be, self.stats,
+                                 pads_in_hardware=self.policy.pads and device.pads_in_hardware)
+        # REEF's planned pads where the device pads in software (CPU vGPUs); None elsewhere.
+        self._planner = (PadPlanner(device, profile_reps)
+                         if self.policy.pads and device.padding_rules is not None else None)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._uploads: queue.SimpleQueue = queue.SimpleQueue()  # BE tasks whose inputs to copy in
         self._ids = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._clients_lock = threading.Lock()
-        self._rt_in_system = 0  # RT tasks submitted and not yet finished (under _clients_lock)
-        self._pad_ok: dict[tuple[str, str], np.ndarray] = {}  # (RT client, BE client) -> paddable
-        self._unsettled = False  # flag set, BE streams not yet drained and rewound
-        self._flush_t0 = 0.0
-        # Padding: REEF's planned pads where the device runs them in software (CPU vGPUs), the
-        # GPU's block scheduler where it pads in hardware (CUDA: `_padding` opens once a flush
-        # has settled, and BE chunks then go out one per stream beside the RT task).
-        self._pads_in_software = self.policy.pads and device.padding_rules is not None
-        self._pads_in_hardware = self.policy.pads and device.pads_in_hardware
-        self._padding = False
 
     # ---- set-up and client side ----------------------------------------------------------------
     def add_client(self, name: str, program: Program, priority: str) -> Client:
@@ -112,114 +97,83 @@ class Reef:
         client = Client(name, priority, program, state,
                         self._capacity if self.device.exact_progress else window,
                         self.device.units(state))
-        if self._pads_in_software:
-            client.profiles = self.profile(client)
+        if self._planner is not None:
+            client.profiles = self._planner.profile(program, state)
         self._clients[name] = client
         if priority == BE:
-            self._be_queues[name] = deque()
-            vhq = self._vhqs[(len(self._be_queues) - 1) % len(self._vhqs)]
-            vhq.clients.append(name)
+            self._be.add_client(name)
         return client
 
     def has_client(self, name: str) -> bool:
         return name in self._clients
 
-    def profile(self, client: Client) -> list[KernelProfile]:
-        zeros = {name: np.zeros(client.program.buffers[i].shape, client.program.buffers[i].dtype)
-                 for name, i in client.program.inputs.items()}
-        self.device.set_inputs(client.state, zeros)
-        return profile_program(client.program,
-                               lambda i: self.device.time_launch(client.state, i),
-                               self.device.limits, self.profile_reps, self.device.resources)
-
     def prepare_padding(self) -> None:
-        """Tabulate, before traffic, per (RT client, BE client) which launch pairs REEF's rules
-        allow (software padding), so planning on the RT path is a table lookup."""
-        if not self._pads_in_software:
-            return
-        same_block = self.device.padding_rules.same_block
-        for rt in (c for c in self._clients.values() if c.priority == RT):
-            for be in (c for c in self._clients.values() if c.priority == BE):
-                self._pad_ok[(rt.name, be.name)] = pair_table(rt.profiles, be.profiles, same_block)
+        """Tabulate, before traffic, which launch pairs REEF's rules allow (software padding), so
+        planning on the RT path is a table lookup."""
+        if self._planner is not None:
+            self._planner.prepare(self._clients.values())
 
     def submit(self, client: str, inputs: dict[str, np.ndarray]) -> Future:
         c = self._clients.get(client)
         if c is None:
             raise KeyError(f"unknown client {client!r}")
         if self._stop.is_set():
-            task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window,
-                        self.clock())
-            task.fail(RuntimeError("scheduler is stopped"))
-            return task.future
+            refused: Future = Future()
+            refused.set_exception(RuntimeError("scheduler is stopped"))
+            return refused
         with self._clients_lock:
             free = c.in_flight == 0
             c.in_flight += 1
-            alone = c.priority == RT and self._rt_in_system == 0
-            self._rt_in_system += c.priority == RT
         upload = free and c.priority == RT
         # The task exists before it arrives, so that nothing but the launch comes after arrival.
         task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window, 0.0,
                     inputs_loaded=upload, state=c.state if upload else None)
         if upload:
-            # Upload now, in the caller's thread: an RT request counts as arrived once its inputs
-            # are on the vGPU. (Behind another request of the same client, the upload waits for
-            # its start and counts against it.) BE inputs go through the uploader thread: a BE
-            # batch can take milliseconds to copy, and the caller (a worker's receive thread)
-            # must stay free for the RT requests behind it.
-            self.device.set_inputs(c.state, inputs)
+            # An RT request counts as arrived once its inputs are on the vGPU; behind another
+            # request of its client the upload waits for its start. BE inputs go through the
+            # uploader thread (`scheduler.be_streams`).
+            try:
+                self.device.set_inputs(c.state, inputs)
+            except BaseException:
+                with self._clients_lock:
+                    c.in_flight -= 1
+                raise
         task.arrival_s = self.clock()
-        if alone and upload and self.policy.rt_starts_at_once:
-            # Nothing else uses the RT stream now and the scheduler thread does not know this
-            # task yet: launching here is safe, and it is the preemption.
-            self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
-            task.next_launch = 1
-            self.stats.rt_started_on_arrival += 1
+        if c.priority == RT:
+            at_once = upload and self.policy.rt_starts_at_once
+            self._state.rt_arrives((lambda: self._launch_first(task)) if at_once else None)
         self._inbox.put(task)
         self.device.wake.set()
         return task.future
 
+    def _launch_first(self, task: Task) -> None:
+        """No other RT task is in the system, so nothing else uses the RT stream: the preemption."""
+        self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
+        task.next_launch = 1
+        self.stats.rt_started_on_arrival += 1
+
     def start(self) -> "Reef":
+        self._be.start()
         self._thread = threading.Thread(target=self._loop, name="reef", daemon=True)
         self._thread.start()
-        self._uploader = threading.Thread(target=self._upload_loop, name="reef-upload", daemon=True)
-        self._uploader.start()
         return self
-
-    def _upload_loop(self) -> None:
-        """BE inputs onto the vGPU, one task at a time; the vHQ submits nothing before."""
-        while True:
-            task = self._uploads.get()
-            if task is None:
-                return
-            try:
-                self.device.set_inputs(task.state, task.inputs)
-            except Exception as e:  # answered once, like any other failure of the task
-                task.fail(e)
-                task.completed = task.n_launches
-            task.inputs_loaded = True
-            self.device.wake.set()
 
     def stop(self) -> None:
         self._stop.set()
         self.device.wake.set()
         if self._thread is not None:
             self._thread.join()
-            self._uploads.put(None)
-            self._uploader.join()
+            self._be.stop()
         self.device.set_flag()  # whatever is still queued on a stream exits at once
-        for s in [self._rt_stream] + [v.stream for v in self._vhqs]:
+        for s in [self._rt_stream, *self._be.streams]:
             s.drain()
         self.device.clear_flag()
         self._fail_all(RuntimeError("scheduler stopped before the task finished"))
 
     def _fail_all(self, error: Exception) -> None:
-        leftovers = [self._rt_task] + list(self._rt_queue) + [v.current for v in self._vhqs]
-        leftovers += [t for q in self._be_queues.values() for t in q]
-        while True:
-            try:
-                leftovers.append(self._inbox.get_nowait())
-            except queue.Empty:
-                break
+        leftovers = [self._rt_task, *self._rt_queue, *self._be.leftovers()]
+        while not self._inbox.empty():  # the loop has ended: this thread is the one consumer
+            leftovers.append(self._inbox.get_nowait())
         for t in leftovers:
             if t is not None:
                 t.fail(error)
@@ -235,55 +189,28 @@ class Reef:
         return self._rt_task is not None or bool(self._rt_queue)
 
     def rt_mode(self) -> bool:
-        return self._rt_mode
+        return self._state.rt_mode
 
     def be_active(self) -> bool:
-        return any(v.current is not None for v in self._vhqs)
+        return self._be.active()
 
     def be_kernels_outstanding(self) -> bool:
-        return any(v.stream.outstanding() for v in self._vhqs)
+        return self._be.outstanding()
 
     def padding_open(self) -> bool:
-        return self._padding
+        return self._state.mode is Mode.PADDING
 
     def wait_be_idle(self) -> None:
-        for v in self._vhqs:
-            v.stream.drain()
-            v.stream.poll()
+        self._be.wait_idle()
 
     def flush_be(self) -> None:
-        """Set the guard and drop the vHQs' pending launches. Waiting for the kernels already on
-        the BE streams to exit (`_settle`) is left until after the RT task's first kernel is
-        submitted: the RT stream does not depend on them, and guarded ones exit at once anyway."""
-        self._flush_t0 = self.clock()
-        for v in self._vhqs:
-            v.stream.poll()  # credit what finished before the flag, nothing after
-        self.device.set_flag()  # a no-op where the RT launch raised it already
-        self._padding = False
-        self._unsettled = True
-
-    def _settle(self) -> None:
-        """Wait for the flushed BE kernels to exit, then rewind the vHQs."""
-        if not self._unsettled:
-            return
-        for v in self._vhqs:
-            v.stream.drain()
-        for v in self._vhqs:
-            v.clear()
-        self._unsettled = False
-        self.stats.flush_s.append(self.clock() - self._flush_t0)
-        if self._pads_in_hardware and self._rt_mode:
-            self.device.clear_flag()
-            self._padding = True
+        self._state.flush()
 
     def restore_be(self) -> None:
-        self._settle()  # the flushed kernels must be gone before the guard comes down
-        t0 = self.clock()
-        self._padding = False
-        self.device.clear_flag()
-        for v in self._vhqs:
-            v.pump()
-        self.stats.restore_s.append(self.clock() - t0)
+        self._state.restore()
+
+    def resume_be(self) -> None:
+        self._state.resume()
 
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -300,25 +227,22 @@ class Reef:
             wake.clear()
             self._admit()
             self._rt_stream.poll()
-            for v in self._vhqs:
-                v.stream.poll()
+            self._be.poll()
             self._schedule_rt()
-            self._schedule_be()
+            self._be.schedule(self.policy, self, 1 if self.padding_open() else None,
+                              self._begin, self._finish)
             if self.poll_s:
                 wake.wait(self.poll_s)
             else:
                 time.sleep(0)  # busy polling, but let client threads take the GIL
 
     def _admit(self) -> None:
-        while True:
-            try:
-                task = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        while not self._inbox.empty():  # the one consumer: this thread
+            task = self._inbox.get_nowait()
             if task.priority == RT:
                 self._rt_queue.append(task)
             else:
-                self._be_queues[task.client].append(task)
+                self._be.enqueue(task)
 
     def _begin(self, task: Task) -> None:
         task.state = self._clients[task.client].state
@@ -328,7 +252,7 @@ class Reef:
             self.device.set_inputs(task.state, task.inputs)
             task.inputs_loaded = True
         else:
-            self._uploads.put(task)
+            self._be.upload(task)
 
     def _finish(self, task: Task) -> None:
         end = self.clock()
@@ -337,7 +261,8 @@ class Reef:
         client = self._clients[task.client]
         with self._clients_lock:
             client.in_flight -= 1
-            self._rt_in_system -= task.priority == RT
+        if task.priority == RT:
+            self._state.rt_departs()
         task.finish(outputs, end)
 
     def _schedule_rt(self) -> None:
@@ -348,16 +273,16 @@ class Reef:
             self._finish(rt)
             self._rt_task = None
         if not self._rt_queue:
-            if self._rt_mode:
-                self._rt_mode = False
+            if self._state.rt_mode:
                 self.policy.leave_rt(self)
             return
-        if not self._rt_mode and not self.policy.rt_may_start(self):
+        if not self._state.rt_mode and not self.policy.rt_may_start(self):
             return
         task = self._rt_queue.popleft()
         self._begin(task)  # inputs first: they do not depend on the BE streams
-        entering = not self._rt_mode
-        self._rt_mode = True
+        entering = not self._state.rt_mode
+        if entering:
+            self._state.enter_rt()
         early = entering and self.policy.flushes
         if entering and not early:
             self.policy.enter_rt(self)
@@ -366,10 +291,10 @@ class Reef:
             # The preemption: nothing else comes before it. A flushing policy raises the flag
             # with it, also when hardware padding had let BE work back in beside the last RT
             # task: then that work is flushed again.
-            padded = self._padding
+            padded = self.padding_open()
             self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
             if padded:
-                self.flush_be()
+                self._state.flush()
         if early:
             self.policy.enter_rt(self)
         self._continue_rt(task)
@@ -380,44 +305,15 @@ class Reef:
         than wait (a running BE kernel can take longer than several RT kernels)."""
         client = self._clients[task.client]
         plan, first = None, task.n_launches
-        if self._pads_in_software:
+        if self._planner is not None:
             time.sleep(0)  # CPU vGPUs: the RT stream thread needs the GIL to start kernel 0, and planning pads holds it
         for i in range(1, task.n_launches):
-            if self._pads_in_software and plan is None and self._be_exited():
-                self._settle()
-                plan, first = self._plan_pads(client, i), i
+            if self._planner is not None and plan is None and self._be.exited():
+                self._state.settle()
+                be = [(t, self._clients[t.client].profiles) for t in self._be.running()]
+                plan, first = self._planner.plan(client.name, client.profiles, i, be), i
+                self.stats.padded_kernels += sum(map(len, plan))
             self._rt_stream.submit(task, i, plan[i - first] if plan else ())
         task.next_launch = task.n_launches
-        if self._be_exited():  # else settled at restore: the RT task's end must not wait for it
-            self._settle()
-
-    def _be_exited(self) -> bool:
-        return all(v.stream.exited() for v in self._vhqs)
-
-    def _plan_pads(self, client: Client, first: int) -> list:
-        """Pads for the client's RT kernels first.. (a list per kernel)."""
-        be = [(v.current, self._clients[v.current.client].profiles) for v in self._vhqs
-              if v.current is not None]
-        tables = self._pad_ok
-
-        def paddable(r, t, i):
-            table = tables.get((client.name, t.client))
-            return table is not None and bool(table[r + first, i])
-
-        plan = plan_padding(client.profiles[first:], be, self.device.padding_rules,
-                            paddable if tables else None)  # not prepared: the rules alone
-        self.stats.padded_kernels += sum(map(len, plan))
-        return plan
-
-    def _schedule_be(self) -> None:
-        for i, v in enumerate(self._vhqs):
-            done = v.reap()
-            if done is not None:
-                self._finish(done)
-            if v.idle() and self.policy.be_may_start(self):
-                task, self._rr[i] = round_robin(self._be_queues, v.clients, self._rr[i])
-                if task is not None:
-                    self._begin(task)
-                    v.assign(task)
-            if v.current is not None and self.policy.be_may_issue(self):
-                v.pump(limit=1 if self._padding else None)
+        if self._be.exited():  # else settled at restore: the RT task's end must not wait for it
+            self._state.settle()

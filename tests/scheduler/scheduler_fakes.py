@@ -12,6 +12,8 @@ import time
 import numpy as np
 from gpu_runtime.program import BufferRef, BufferSpec, KernelDef, Launch, Program
 
+from scheduler.cpu_device import CpuDevice
+
 
 def _dense_tanh(x, w, out):
     np.matmul(x, w, out=out)
@@ -92,13 +94,15 @@ class ArenaState:
 
 
 class ArenaExecutor:
-    """Runs launches synchronously and logs (model, index, start, end) for every kernel it runs."""
+    """Runs launches synchronously and logs (model, index, start, end) for every kernel it runs;
+    `hook(model, index)`, when set, is called before each kernel (a test's gate)."""
 
     name = "arena-fake"
     preemptible = True
 
     def __init__(self):
         self.log: list[tuple[str, int, float, float]] = []
+        self.hook = None
         self._lock = threading.Lock()
 
     def load(self, program: Program, flag=None) -> ArenaState:
@@ -111,6 +115,8 @@ class ArenaExecutor:
     def launch(self, state: ArenaState, index: int, stream=None) -> None:
         launch = state.program.launches[index]
         args = [state.views[a.index] if isinstance(a, BufferRef) else a for a in launch.args]
+        if self.hook is not None:
+            self.hook(state.program.model, index)
         t0 = time.perf_counter()
         launch.kernel.numpy_impl(*args)
         t1 = time.perf_counter()
@@ -132,3 +138,49 @@ def run_alone(program: Program, inputs) -> dict[str, np.ndarray]:
     for i in range(len(program.launches)):
         ex.launch(state, i)
     return {k: v.copy() for k, v in ex.outputs(state).items()}
+
+
+class ObservedCpuDevice(CpuDevice):
+    """A CPU vGPU a test can watch: each stream keeps `submitted`, (client, index, kernels
+    outstanding just before) per submit, in `guarded` or `unguarded`; `wait_flag_raised(n)` waits
+    until the flag has been raised n times (an arrival's launch, then the scheduler's flush)."""
+
+    def __init__(self, executor, **kwargs):
+        super().__init__(executor, **kwargs)
+        self.guarded, self.unguarded = [], []
+        self._raised = 0
+        self._raised_cv = threading.Condition()
+
+    def stream(self, guarded, priority=0):
+        s = super().stream(guarded, priority)
+        s.submitted = []
+        submit = s.submit
+
+        def recorded(task, index, pads=(), preempt=False):
+            s.submitted.append((task.client, index, s.outstanding()))
+            submit(task, index, pads, preempt)
+
+        s.submit = recorded
+        (self.guarded if guarded else self.unguarded).append(s)
+        return s
+
+    def set_flag(self):
+        super().set_flag()
+        with self._raised_cv:
+            self._raised += 1
+            self._raised_cv.notify_all()
+
+    def wait_flag_raised(self, times, timeout=30):
+        with self._raised_cv:
+            return self._raised_cv.wait_for(lambda: self._raised >= times, timeout)
+
+    def most_outstanding(self):
+        """The most kernels any guarded stream held once a submit had landed."""
+        return max(n + 1 for s in self.guarded for _, _, n in s.submitted)
+
+
+class DeclaredTimeDevice(ObservedCpuDevice):
+    """Profiles from the kernels' declared durations (a chain's `seconds` argument), not a clock."""
+
+    def time_launch(self, state, index):
+        return state.program.launches[index].args[2]

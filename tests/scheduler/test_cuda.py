@@ -83,10 +83,10 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
     dev = CudaDevice(ex, chunk_s=20e-6)
     rt, be = programs["rt"], programs["be"]
     reef = Reef(ex, dev, policy, be_streams=2, poll_s=0.0)
-    reef.add_client("r", rt, "rt")
-    reef.add_client("b0", be, "be")
+    r = reef.add_client("r", rt, "rt")
+    b0 = reef.add_client("b0", be, "be")
     reef.add_client("b1", be, "be")
-    assert reef._clients["b0"].units > 3 and reef._clients["r"].units == 1
+    assert b0.units > 3 and r.units == 1
     xs = [random_inputs(be, k) for k in range(6)]
     xr = random_inputs(rt, 9)
     with reef:

@@ -3,12 +3,14 @@
 References: outputs are compared with the same program run once, straight through, with no
 scheduler (`run_alone`); timing claims are checked on the executor's own kernel log."""
 
+import queue
 import threading
 import time
 
 import numpy as np
 import pytest
-from scheduler_fakes import ArenaExecutor, dense_chain, gated_chain, run_alone, sleep_chain
+from scheduler_fakes import (ArenaExecutor, DeclaredTimeDevice, ObservedCpuDevice, dense_chain, gated_chain,
+                             run_alone, sleep_chain)
 
 from scheduler.cpu_device import CpuDevice
 from scheduler.policies import POLICIES
@@ -62,42 +64,36 @@ def test_preempted_be_tasks_are_bit_identical(policy):
 
 
 def test_reef_pads_queued_rt_tasks_with_the_preempted_be_task():
-    """Deterministic by construction. The BE task's first kernel waits for an RT task to arrive,
-    so it is preempted mid-task; the first RT task's first kernel waits until the flushed BE
-    stream has exited, so the second RT task (queued behind it) is planned against the settled
-    BE task; its 3 ms kernels are longer than the BE task's µs ones, so REEF's rules pick pads."""
-    reef = None
-
-    def wait_for(condition):
-        deadline = time.monotonic() + 30
-        while reef is not None and not condition():
-            assert time.monotonic() < deadline, "condition never held"
-            time.sleep(0.0005)
+    """Deterministic by construction. The BE task's first kernel returns only once two RT tasks
+    are in the system and the scheduler has flushed (the flag raised a second time), so it is
+    preempted mid-task; the first RT task's first kernel waits until the flushed BE stream has
+    drained, so the second RT task is planned against the settled BE task. Profiles come from the
+    declared durations: 3 ms RT kernels, 0 s BE ones, so REEF's rules pick pads."""
+    rt_submitted = threading.Event()
 
     def rt_gate(x, out, _):
-        wait_for(lambda: reef._be_exited())
+        for stream in device.guarded:
+            stream.drain()
         out[...] = x
 
     def be_gate(x, out, _):
-        if reef is not None:
-            be_running.set()
-        wait_for(lambda: reef._rt_in_system > 0)
+        be_running.set()
+        assert rt_submitted.wait(30) and device.wait_flag_raised(2)
         out[...] = x
 
     be_running = threading.Event()
-    rt = gated_chain("rt", 6, 0.003, rt_gate)
-    be = gated_chain("be", 200, 0.0, be_gate)
     ex = ArenaExecutor()
-    scheduler = Reef(ex, CpuDevice(ex), "reef", be_streams=1, poll_s=5e-5, profile_reps=3)
-    scheduler.add_client("b", be, BE)
-    scheduler.add_client("r", rt, RT)
-    scheduler.prepare_padding()
-    reef = scheduler  # the gates wait from here on (not while the clients were profiled)
+    device = DeclaredTimeDevice(ex)
+    reef = Reef(ex, device, "reef", be_streams=1, poll_s=5e-5)
+    reef.add_client("b", gated_chain("be", 200, 0.0, be_gate), BE)
+    reef.add_client("r", gated_chain("rt", 6, 0.003, rt_gate), RT)
+    reef.prepare_padding()
     x = {"x": np.arange(4, dtype=np.float32).reshape(1, 4)}
     with reef:
         be_future = reef.submit("b", x)
         assert be_running.wait(30)
         rt_futures = [reef.submit("r", x), reef.submit("r", x)]
+        rt_submitted.set()
         for f in rt_futures:
             np.testing.assert_array_equal(f.result(timeout=30).outputs["y"], x["x"])
         result = be_future.result(timeout=30)
@@ -106,17 +102,17 @@ def test_reef_pads_queued_rt_tasks_with_the_preempted_be_task():
     assert result.preemptions >= 1 and reef.stats.padded_kernels >= 1
 
 
-class LaggingCpuDevice(CpuDevice):
-    """Progress seen late, as with CUDA events: a BE kernel's completion is credited only when a
-    poll comes `delay_s` after it, and completions not yet credited when the flag is set are lost,
-    so a flush re-runs up to the rerun window of kernels that had in fact finished."""
+class LaggingCpuDevice(ObservedCpuDevice):
+    """Progress seen late, as with CUDA events: a BE kernel's completion is credited only at a poll
+    that finds no kernel of its task running, and completions not yet credited when the flag is
+    set are lost, so a flush re-runs up to the rerun window of kernels that had in fact finished."""
 
     exact_progress = False
 
-    def __init__(self, executor, delay_s):
+    def __init__(self, executor):
         super().__init__(executor)
-        self.delay_s = delay_s
         self._pending = []
+        self._running = {}
         self._unguarded = set()
         self._lock = threading.Lock()
 
@@ -130,47 +126,72 @@ class LaggingCpuDevice(CpuDevice):
         if id(task.state) in self._unguarded:
             return super().run_kernel(task, index)
         task.mark_started(self.clock())
+        with self._lock:
+            self._running[task] = self._running.get(task, 0) + 1
         self.executor.launch(task.state, index)
         task.executed += 1
         with self._lock:
+            self._running[task] -= 1
             if not self.flag_is_set():
-                self._pending.append((task, index, self.clock()))
+                self._pending.append((task, index))
 
     def poll(self):
-        now = self.clock()
         with self._lock:
             keep = []
-            for task, index, t in self._pending:
-                if now - t >= self.delay_s:
-                    task.completed = max(task.completed, index + 1)
+            for task, index in self._pending:
+                if self._running.get(task):
+                    keep.append((task, index))
                 else:
-                    keep.append((task, index, t))
+                    task.completed = max(task.completed, index + 1)
             self._pending = keep
 
     def set_flag(self):
         with self._lock:
             self._pending.clear()
-            super().set_flag()
+        super().set_flag()
+
+
+def _pause_at(executor, model, indices):
+    """Hold `model`'s kernels at `indices` until the test lets each go (not again when the kernel
+    held last is re-run after its preemption); the queue gives the test an event per held kernel,
+    in the order they were reached."""
+    held, last = queue.SimpleQueue(), [None]
+
+    def hook(m, index):
+        if m == model and index in indices and index != last[0]:
+            last[0] = index
+            go = threading.Event()
+            held.put(go)
+            assert go.wait(30)
+
+    executor.hook = hook
+    return held
 
 
 @pytest.mark.parametrize("slots", [2, 4])
 def test_reruns_after_late_progress_are_bit_identical(slots):
+    """An RT task arrives while BE kernel k runs and finishes before k lets go: k's completion
+    lands under the flag and is lost, with whatever of the window was not yet credited, so every
+    such arrival re-runs at least one kernel."""
     be = dense_chain("be", 300, WIDTH, slots=slots, seed=4)
     rt = dense_chain("rt", 6, WIDTH, slots=3, seed=5)
     ex = ArenaExecutor()
-    reef = Reef(ex, LaggingCpuDevice(ex, delay_s=0.0005), "reset", capacity=4, be_streams=1, poll_s=5e-5)
+    device = LaggingCpuDevice(ex)
+    reef = Reef(ex, device, "reset", capacity=4, be_streams=1, poll_s=5e-5)
     reef.add_client("b", be, BE)
     reef.add_client("r", rt, RT)
-    xs = _inputs(6)
+    xs = _inputs(3)
+    held = _pause_at(ex, "be", {40, 150, 260})
     with reef:
         futures = [reef.submit("b", x) for x in xs]
-        while not all(f.done() for f in futures):
+        for _ in range(3 * len(xs)):
+            go = held.get(timeout=30)
             reef.submit("r", xs[0]).result(timeout=30)
-            time.sleep(0.002)
+            go.set()
         results = [f.result(timeout=30) for f in futures]
     _close(reef)
-    assert sum(r.reruns for r in results) > 0  # kernels really were executed twice
-    assert reef._vhqs[0].max_outstanding_seen <= slots - 1  # capped by the rerun window
+    assert sum(r.reruns for r in results) >= 3 * len(xs)  # kernels really were executed twice
+    assert device.most_outstanding() <= slots - 1  # capped by the rerun window
     for x, r in zip(xs, results):
         np.testing.assert_array_equal(r.outputs["y"], run_alone(be, x)["y"])
 
@@ -178,10 +199,10 @@ def test_reruns_after_late_progress_are_bit_identical(slots):
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_every_task_completes_exactly_once(policy):
     reef = _scheduler(policy, be_streams=3)
-    for k in range(3):
-        reef.add_client(f"b{k}", dense_chain(f"be{k}", 30, WIDTH, seed=k), BE)
-    reef.add_client("r0", dense_chain("rt0", 5, WIDTH, seed=7), RT)
-    reef.add_client("r1", dense_chain("rt1", 6, WIDTH, seed=8), RT)
+    programs = {f"b{k}": dense_chain(f"be{k}", 30, WIDTH, seed=k) for k in range(3)}
+    programs |= {"r0": dense_chain("rt0", 5, WIDTH, seed=7), "r1": dense_chain("rt1", 6, WIDTH, seed=8)}
+    for name, program in programs.items():
+        reef.add_client(name, program, RT if name.startswith("r") else BE)
     clients = ["b0", "b1", "b2", "r0", "r1"]
     futures = []
     with reef:
@@ -194,7 +215,7 @@ def test_every_task_completes_exactly_once(policy):
     assert len(results) == 60 and all(f.done() for f in futures)
     for i, r in enumerate(results):  # each future got its own request's answer
         k = clients[i % 5]
-        ref = run_alone(reef._clients[k].program, _inputs(60)[i])
+        ref = run_alone(programs[k], _inputs(60)[i])
         np.testing.assert_array_equal(r.outputs["y"], ref["y"])
 
 
@@ -319,26 +340,19 @@ def test_seq_makes_rt_wait_for_a_whole_be_task():
 
 @pytest.mark.parametrize("capacity", [1, 3])
 def test_vhq_never_exceeds_capacity(capacity):
-    reef = _scheduler("reset", capacity=capacity, be_streams=1)
+    ex = ArenaExecutor()
+    device = ObservedCpuDevice(ex)
+    reef = Reef(ex, device, "reset", capacity=capacity, be_streams=1, poll_s=5e-5)
     reef.add_client("b", dense_chain("be", 60, WIDTH, slots=8), BE)  # rerun window 7 > capacity
     reef.add_client("r", dense_chain("rt", 4, WIDTH), RT)
-    vhq = reef._vhqs[0]
-    seen = []
-    submit = vhq.stream.submit
-
-    def checked_submit(task, index, pads=()):
-        seen.append(vhq.stream.outstanding())
-        submit(task, index, pads)
-
-    vhq.stream.submit = checked_submit
     with reef:
         futures = [reef.submit("b", x) for x in _inputs(4)]
         futures += [reef.submit("r", x) for x in _inputs(3)]
         for f in futures:
             f.result(timeout=30)
     _close(reef)
-    assert seen and max(seen) < capacity  # room for one more at every submit
-    assert vhq.max_outstanding_seen <= capacity
+    assert len(device.guarded[0].submitted) >= 4 * 60  # every BE kernel went through the vHQ
+    assert device.most_outstanding() <= capacity  # room for one more at every submit
 
 
 def test_an_executor_error_fails_only_its_task():

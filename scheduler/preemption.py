@@ -1,0 +1,102 @@
+"""The scheduler's preemption state: one `Mode` and every transition between modes, in one place.
+
+RT tasks arrive on the callers' threads, and a lone one raises the device's flag there (its first
+kernel is launched by `Reef.submit`); the scheduler thread lowers it when the RT queue empties.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any, Callable
+
+from scheduler.be_streams import BeStreams
+
+
+class Mode(enum.Enum):
+    NORMAL = "normal"  # no RT task: BE tasks run freely, the flag is down
+    RT = "rt"  # RT mode: BE work does not run beside it (under flushing policies the flag is up)
+    FLUSHING = "flushing"  # RT mode: flag up, the flushed BE kernels not yet exited and rewound
+    PADDING = "padding"  # RT mode: flag down on purpose, BE chunks beside RT (hardware padding)
+
+
+class Preemption:
+    """Transitions (all on the scheduler thread but `rt_arrives`):
+
+      enter_rt  NORMAL -> RT
+      flush     RT | PADDING -> FLUSHING        flag up: BE kernels on the streams exit early
+      settle    FLUSHING -> RT | PADDING        flushed kernels exited; BE tasks rewound
+      resume    RT -> NORMAL                    policies that never raise the flag
+      restore   any RT mode -> NORMAL           flag down, BE work resubmitted
+    """
+
+    def __init__(self, device: Any, be: BeStreams, stats: Any, pads_in_hardware: bool,
+                 lock: Any = None):
+        self.mode = Mode.NORMAL
+        self._device = device
+        self._be = be
+        self._stats = stats
+        self._pads_in_hardware = pads_in_hardware
+        self._lock = lock if lock is not None else threading.Lock()
+        self._rt_in_system = 0  # RT tasks counted in and not yet out (under _lock)
+        self._flush_t0 = 0.0
+
+    @property
+    def rt_mode(self) -> bool:
+        return self.mode is not Mode.NORMAL
+
+    # ---- arrivals (callers' threads) and departures (scheduler thread) ---------------------------
+    def rt_arrives(self, launch: Callable[[], None] | None) -> bool:
+        """Count an RT task in. When no other RT task is in the system, `launch` (if any) starts
+        it now. Returns whether it launched."""
+        with self._lock:
+            self._rt_in_system += 1
+            alone = self._rt_in_system == 1
+        if alone and launch is not None:
+            launch()
+            return True
+        return False
+
+    def rt_departs(self) -> None:
+        with self._lock:
+            self._rt_in_system -= 1
+
+    # ---- transitions (scheduler thread) ------------------------------------------------------------
+    def enter_rt(self) -> None:
+        self.mode = Mode.RT
+
+    def flush(self) -> None:
+        """Raise the flag; waiting for the BE kernels already on the streams is left to `settle`."""
+        self._flush_t0 = self._device.clock()
+        self._be.poll()  # credit what finished before the flag, nothing after
+        self._device.set_flag()  # a no-op where the RT launch raised it already
+        self.mode = Mode.FLUSHING
+
+    def settle(self) -> None:
+        """After a flush: wait for the flushed kernels, rewind; pad in hardware where the device does."""
+        if self.mode is not Mode.FLUSHING:
+            return
+        self._rewind()
+        if self._pads_in_hardware:
+            self._device.clear_flag()  # on purpose: the RT task it pads is known and in the system
+            self.mode = Mode.PADDING
+        else:
+            self.mode = Mode.RT
+
+    def resume(self) -> None:
+        self.mode = Mode.NORMAL
+
+    def restore(self) -> None:
+        """Leave RT mode: lower the flag and resubmit BE work from where each task was rewound."""
+        if self.mode is Mode.FLUSHING:
+            self._rewind()  # the flushed kernels must be gone before the flag comes down
+        t0 = self._device.clock()
+        self.mode = Mode.NORMAL
+        self._device.clear_flag()
+        self._be.pump_all()
+        self._stats.restore_s.append(self._device.clock() - t0)
+
+    def _rewind(self) -> None:
+        self._be.drain()
+        self._be.rewind()
+        self._stats.flush_s.append(self._device.clock() - self._flush_t0)
