@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, act_cuda, act_numpy, kernel_source, storage_prelude, tag
-from gpu_runtime.program import KernelDef
+from gpu_runtime.kernels.bounds import Stretch, register, trips
+from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, act_cuda, act_numpy, itemsize, kernel_source, storage_prelude, tag
+from gpu_runtime.program import KernelDef, Launch
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,16 @@ def window(mode: str, win: Window, act: str = "none", partials: bool = False,
             psum.reshape(-1)[:sums.size] = sums.reshape(-1)
 
     shared = 4 * (win.ih * win.iw + 33)
+    register(name, functools.partial(_stretch, win, threads, itemsize(tx), itemsize(ty)))
     return KernelDef(name, src, impl, registers=32 + win.kh * win.kw // 2, shared_bytes=shared)
+
+
+def _stretch(win: Window, threads: int, sx: int, sy: int, launch: Launch) -> tuple[Stretch]:
+    """A block runs from its guard to its end: the input rows staged (a dependent load per
+    staging step of a thread), the weights, and its outputs computed from shared memory."""
+    staged, outputs = win.ih * win.iw, win.th * win.tw
+    steps = trips(staged, threads)
+    return (Stretch(staged * sx + win.taps * sx + outputs * sy, 2 * outputs * win.taps, steps + 1),)
 
 
 def _accumulate(mode: str, win: Window) -> str:

@@ -23,11 +23,14 @@ from gpu_runtime.kernels.source import (
     act_cuda,
     act_numpy,
     addresses,
+    grid_stride,
+    itemsize,
     kernel_source,
     storage_prelude,
     tag,
 )
-from gpu_runtime.program import KernelDef
+from gpu_runtime.kernels.bounds import Stretch, register
+from gpu_runtime.program import KernelDef, Launch
 
 # op -> (CUDA expression of {0} with parameters alpha/beta, NumPy function of (x, alpha, beta))
 UNARY = {
@@ -98,8 +101,7 @@ def ewise(op: str, act: str, rank: int, tables: tuple[bool, ...], inner: str | N
         params.append(f"int {nm}_o, " + ", ".join(f"int {nm}_s{d}" for d in range(rank)))
     params.append("float alpha, float beta")
 
-    lines = ["  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;"
-             " i += gridDim.x * blockDim.x) {", "    int r = i, q;"]
+    lines = ["    int r = i, q;"]
     for d in range(rank - 1, 0, -1):
         lines.append(f"    q = atoll_div(r, m{d}, h{d}); const int i{d} = r - q * d{d}; r = q;")
     lines.append("    const int i0 = r;")
@@ -126,9 +128,10 @@ def ewise(op: str, act: str, rank: int, tables: tuple[bool, ...], inner: str | N
                 lines.append(f"    const float4 u{j} = make_float4(s{j}, s{j}, s{j}, s{j});")
         comps = [act_cuda(act, expr.format(*[f"u{j}.{c}" for j in range(nin)])) for c in "xyzw"]
         lines.append(f"    atoll_st4(y + a_y, make_float4({', '.join(comps)}));")
-    lines.append("  }")
-    src = kernel_source(name, ", ".join(params), "\n".join(lines),
+    src = kernel_source(name, ", ".join(params), grid_stride("n", "\n".join(lines)),
                         prelude=FASTDIV + storage_prelude(dtypes))
+    register(name, functools.partial(_ewise_stretch, 4 if inner else 1,
+                                     sum(map(itemsize, dtypes)) + 4 * sum(tables), any(tables)))
     fn = UNARY[op][1] if nin == 1 else BINARY[op][1]
 
     def impl(*args):
@@ -160,13 +163,18 @@ def ewise(op: str, act: str, rank: int, tables: tuple[bool, ...], inner: str | N
 @functools.cache
 def fill(dtype: str = "float32") -> KernelDef:
     name = "atoll_fill" + tag([dtype])
-    body = (
-        "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;"
-        " i += gridDim.x * blockDim.x) atoll_st(y + i, value);"
-    )
+    body = grid_stride("n", "      atoll_st(y + i, value);")
+    register(name, functools.partial(_ewise_stretch, 1, itemsize(dtype), False))
 
     def impl(y, n, value):
         y.reshape(-1)[:n] = value
 
     return KernelDef(name, kernel_source(name, f"{CTYPES[dtype]}* __restrict__ y, int n, float value",
                                          body, prelude=storage_prelude([dtype])), impl, registers=16)
+
+
+def _ewise_stretch(per: int, nbytes: int, gathered: bool, launch: Launch) -> tuple[Stretch]:
+    """One grid-stride pass of a block (each later pass checks the flag first): `per` elements
+    of `nbytes` (every operand, row tables included) per thread, a table read before the loads."""
+    threads = launch.block[0]
+    return (Stretch(threads * per * nbytes, threads * per * 16, 1 + gathered),)

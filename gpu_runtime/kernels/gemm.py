@@ -31,11 +31,14 @@ from gpu_runtime.kernels.source import (
     act_cuda,
     act_numpy,
     addresses,
+    grid_stride,
+    itemsize,
     kernel_source,
     storage_prelude,
     strided,
 )
-from gpu_runtime.program import KernelDef
+from gpu_runtime.kernels.bounds import Stretch, register
+from gpu_runtime.program import KernelDef, Launch
 
 THREADS = 256
 SPLIT_WORKSPACE = "float32"
@@ -403,6 +406,7 @@ def gemm(spec: GemmSpec, splits: int = 1) -> KernelDef:
     name = spec.name("gemm") + (f"_x{splits}" if splits > 1 else "")
     src = kernel_source(name, params(spec), _simt_body(spec, str(splits)), prelude=prelude(spec))
     shared = 4 * 2 * spec.bk * (spec.bm + spec.bn + 8) + 8
+    register(name, functools.partial(tile_stretch, spec, spec.bk, False))
     return KernelDef(name, src, functools.partial(reference, spec, splits),
                      registers=registers(spec.bm, spec.bn), shared_bytes=shared)
 
@@ -413,19 +417,46 @@ def splitk_reduce(spec: GemmSpec, splits: int) -> KernelDef:
     (`spec.split` False). A is the partial buffer; one thread per output element."""
     assert not spec.split
     name = spec.name("gemmsum") + f"_x{splits}"
-    body = f"""
-  const int total = M * N;
-  const int zblocks = (int)gridDim.y, zb = blockIdx.y;
-{coords_block("zb")}  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {{
-    const int m = e / N, n = e - m * N;
+    each = f"""    const int m = e / N, n = e - m * N;
     float s = 0.f;
 #pragma unroll
     for (int q = 0; q < {splits}; ++q) s += A[((long long)(q * zblocks + zb) * M + m) * N + n];
-{epilogue_scalar(spec, "m", "n", "s", "    ")}  }}"""
+{epilogue_scalar(spec, "m", "n", "s", "    ")}"""
+    body = f"""
+  const int total = M * N;
+  const int zblocks = (int)gridDim.y, zb = blockIdx.y;
+{coords_block("zb")}{grid_stride("total", each, "e")}"""
     sp = params(spec).replace(f"const {CTYPES[spec.dtypes[0]]}* __restrict__ A",
                               "const float* __restrict__ A")
     src = kernel_source(name, sp, body, prelude=prelude(spec))
+    register(name, functools.partial(_reduce_stretch, spec, splits))
     return KernelDef(name, src, functools.partial(reduce_reference, spec, splits), registers=32)
+
+
+# ---- stretches between flag checks (kernels.bounds) ----------------------------------------------
+
+def _epilogue_bytes(spec: GemmSpec) -> int:
+    """Global bytes per output element of the epilogue (the output, the addend and its scale)."""
+    out = 4 if spec.split else itemsize(spec.dtypes[5])
+    return out + (itemsize(spec.dtypes[3]) if spec.addend else 0) + (
+        itemsize(spec.dtypes[4]) if spec.scaled else 0)
+
+
+def tile_stretch(spec: GemmSpec, bk: int, tensor: bool, launch: Launch) -> tuple[Stretch, ...]:
+    """The longest of: launch -> first check (two K-tiles loaded, one multiplied), a K-tile
+    between checks, and the last check -> end (the last tile multiplied, the epilogue)."""
+    tile_bytes = bk * (spec.bm * itemsize(spec.dtypes[0]) + spec.bn * itemsize(spec.dtypes[1]))
+    flops = 2 * spec.bm * spec.bn * bk
+    return (Stretch(2 * tile_bytes, flops, 2, tensor),
+            Stretch(spec.bm * spec.bn * _epilogue_bytes(spec), flops, 1 + spec.addend, tensor))
+
+
+def _reduce_stretch(spec: GemmSpec, splits: int, launch: Launch) -> tuple[Stretch]:
+    """One grid-stride pass of the split-K sum: per thread the splits' partials and the
+    epilogue."""
+    threads = launch.block[0]
+    return (Stretch(threads * (4 * splits + _epilogue_bytes(spec)), threads * 2 * splits,
+                    1 + spec.addend),)
 
 
 # ---- NumPy reference --------------------------------------------------------------------------

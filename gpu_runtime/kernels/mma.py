@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 
 from gpu_runtime.kernels import gemm as g
+from gpu_runtime.kernels.bounds import register
 from gpu_runtime.kernels.source import kernel_source
 from gpu_runtime.program import KernelDef
 
@@ -227,5 +228,6 @@ def gemm(spec: g.GemmSpec, splits: int = 1) -> KernelDef:
     prelude = g.FASTDIV + g.storage_prelude(tuple(spec.dtypes) + ("float16",)) + MMA_PRELUDE
     src = kernel_source(name, g.params(spec), _body(spec, splits), prelude=prelude)
     shared = 2 * 2 * (spec.bm * (BK + PAD) + (BK * (spec.bn + PAD))) + 8
+    register(name, functools.partial(g.tile_stretch, spec, BK, True))
     return KernelDef(name, src, functools.partial(g.reference, spec, splits),
                      registers=registers(spec.bm, spec.bn), shared_bytes=shared)

@@ -16,11 +16,13 @@ import functools
 
 import numpy as np
 
-from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, kernel_source, storage_prelude, tag
-from gpu_runtime.program import KernelDef
+from gpu_runtime.kernels.bounds import Stretch, ints, register, trips
+from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, itemsize, kernel_source, storage_prelude, tag
+from gpu_runtime.program import KernelDef, Launch
 
 OPS = ("mean", "softmax", "logsoftmax", "layernorm")
 WARP_ROWS = 8  # rows per 256-thread block in the warp variant
+CHECK_EVERY = 4  # 'block' and 'cols' walks check the flag every this many steps
 PARAMS = ("const {tx}* __restrict__ X, const {tg}* __restrict__ G, const {tg}* __restrict__ Bt, "
           "{ty}* __restrict__ Y, int rows, int L, int inner, float eps")
 
@@ -40,11 +42,13 @@ def grid(op_shape: str, rows: int) -> tuple[tuple[int, int, int], tuple[int, int
     return (max(1, min(rows, 65535)), 1, 1), (256, 1, 1)
 
 
-def _row_op(op: str, each, get: str, total, biggest, lead: str, out: str) -> str:
+def _row_op(op: str, each, get: str, total, biggest, lead: str, out: str,
+            live: str | None = None, before_store: str = "") -> str:
     """The op over one row, given how the row is walked: each(stmt) runs stmt for every
     element j this thread holds (its value is `get`), total/biggest reduce a per-thread
-    value over the row's threads, `lead` is the thread that stores a row result and `out`
-    the element address of j."""
+    value over the row's threads, `lead` is the thread that stores a row result, `out`
+    the element address of j, `live` (if any) whether this thread's row exists and
+    `before_store` code run before the pass that stores the row."""
     if op == "mean":
         return (f"  float s = 0.f;\n{each(f's += {get};')}  s = {total('s')};\n"
                 f"  if ({lead}) atoll_st(Y + row, s / L);\n")
@@ -58,7 +62,8 @@ def _row_op(op: str, each, get: str, total, biggest, lead: str, out: str) -> str
                 f"  float d2 = 0.f;\n{each(f'const float d = {get} - mean; d2 += d * d;')}"
                 f"  const float rstd = rsqrtf({total('d2')} / L + eps);\n")
         value = f"({get} - mean) * rstd * atoll_ld(G + j) + atoll_ld(Bt + j)"
-    return code + each(f"atoll_st(Y + {out}, {value});")
+    store = f"atoll_st(Y + {out}, {value});"
+    return code + before_store + each(f"if ({live}) {store}" if live else store)
 
 
 def _warp_body(op: str, per: int) -> str:
@@ -66,18 +71,23 @@ def _warp_body(op: str, per: int) -> str:
         return (f"#pragma unroll\n  for (int q = 0; q < {per}; ++q) {{\n"
                 f"    const int j = lane + 32 * q;\n    if (j < L) {{ {stmt} }}\n  }}\n")
 
-    return ("  const int lane = threadIdx.x & 31;\n"
-            f"  const int row = blockIdx.x * {WARP_ROWS} + (threadIdx.x >> 5);\n"
-            "  if (row >= rows) return;\n"
+    # Warps past the last row take the last row too (storing nothing): every thread reaches
+    # the flag check between reading the rows and storing them.
+    return ("  __shared__ int stop;\n  const int lane = threadIdx.x & 31;\n"
+            f"  const int row0 = blockIdx.x * {WARP_ROWS} + (threadIdx.x >> 5);\n"
+            "  const bool live = row0 < rows;\n  const int row = live ? row0 : rows - 1;\n"
             "  const auto* x = X + (long long)row * L;\n"
             f"  float v[{per}];\n" + each("v[q] = atoll_ld(x + j);")
             + _row_op(op, each, "v[q]", lambda e: f"atoll_warp_sum({e})",
-                      lambda e: f"atoll_warp_max({e})", "lane == 0", "(long long)row * L + j"))
+                      lambda e: f"atoll_warp_max({e})", "live && lane == 0", "(long long)row * L + j",
+                      live="live", before_store="  ATOLL_TILE_GUARD(atoll_preempt, stop);\n"))
 
 
 def _block_body(op: str) -> str:
     def each(stmt):
-        return f"  for (int j = threadIdx.x; j < L; j += blockDim.x) {{ {stmt} }}\n"
+        return (f"  for (int j0 = 0, q = 0; j0 < L; j0 += blockDim.x, ++q) {{\n"
+                f"    if (q && !(q % {CHECK_EVERY})) ATOLL_TILE_GUARD(atoll_preempt, stop);\n"
+                f"    const int j = j0 + threadIdx.x;\n    if (j < L) {{ {stmt} }}\n  }}\n")
 
     return ("  __shared__ float buf[33];\n  __shared__ int stop;\n"
             "  for (int row = blockIdx.x; row < rows; row += gridDim.x) {\n"
@@ -89,15 +99,21 @@ def _block_body(op: str) -> str:
 
 
 def _cols_body(op: str) -> str:
+    """Threads past the last row walk the last row too (storing nothing), so every thread of a
+    block makes the same passes and reaches the flag checks."""
     def each(stmt):
-        return f"  for (int j = 0; j < L; ++j) {{ {stmt} }}\n"
+        return (f"  for (int j = 0; j < L; ++j) {{\n"
+                f"    if (j && !(j % {CHECK_EVERY})) ATOLL_TILE_GUARD(atoll_preempt, stop);\n"
+                f"    {stmt}\n  }}\n")
 
-    return ("  const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
-            "  if (row >= rows) return;\n"
+    return ("  __shared__ int stop;\n"
+            "  const int row0 = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  const bool live = row0 < rows;\n"
+            "  const int row = live ? row0 : rows - 1;\n"
             "  const long long base = (long long)(row / inner) * L * inner + row % inner;\n"
             "  const auto* x = X + base;\n"
             + _row_op(op, each, "atoll_ld(x + (long long)j * inner)", lambda e: e, lambda e: e,
-                      "true", "base + (long long)j * inner"))
+                      "live", "base + (long long)j * inner", live="live"))
 
 
 @functools.cache
@@ -129,4 +145,21 @@ def rows_kernel(op: str, op_shape: str, per: int, dtypes: tuple[str, str, str]) 
             out[...] = shifted - np.log(total) if op == "logsoftmax" else e / total
 
     regs = 32 + (per if op_shape == "warp" else 8)
+    register(name, functools.partial(_stretch, op, op_shape, *map(itemsize, dtypes)))
     return KernelDef(name, src, impl, registers=regs, shared_bytes=4 * 34)
+
+
+def _stretch(op: str, op_shape: str, sx: int, sg: int, sy: int, launch: Launch) -> tuple[Stretch]:
+    """'warp': a block's 8 rows read at once (loads unrolled: one round trip), then stored;
+    'block' and 'cols': up to two runs of CHECK_EVERY steps (a pass's tail, the next pass's
+    head), a dependent load each."""
+    rows, length, _ = ints(launch)[:3]
+    per_elem = sx + (0 if op == "mean" else sy + (2 * sg if op == "layernorm" else 0))
+    if op_shape == "warp":  # the rows read, then (after a check) stored with G and B
+        params = 2 * length * sg if op == "layernorm" else 0
+        return (Stretch(WARP_ROWS * length * sx, WARP_ROWS * length * 8, 1),
+                Stretch(WARP_ROWS * length * (0 if op == "mean" else sy) + params,
+                        WARP_ROWS * length * 8, 1))
+    threads = launch.block[0]
+    steps = min(2 * CHECK_EVERY, length if op_shape == "cols" else trips(length, threads))
+    return (Stretch(steps * threads * per_elem, steps * threads * 8, steps),)

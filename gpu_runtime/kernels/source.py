@@ -133,6 +133,24 @@ def storage_prelude(dtypes) -> str:
     return STORAGE_F32 + (STORAGE_F16 if "float16" in dtypes else "")
 
 
+def grid_stride(n: str, body: str, index: str = "i") -> str:
+    """A block-uniform grid-stride loop over `index` < n running `body`: every thread of a block
+    makes the same passes, so each pass after the first can check the flag first and a set flag
+    stops the block between passes (one pass moves a few KB; a large n gives many)."""
+    base = f"{index}_pass"
+    return (f"  __shared__ int atoll_pass_stop;\n"
+            f"  for (int {base} = blockIdx.x * blockDim.x; {base} < {n};"
+            f" {base} += gridDim.x * blockDim.x) {{\n"
+            f"    if ({base} != (int)(blockIdx.x * blockDim.x))"
+            f" ATOLL_TILE_GUARD(atoll_preempt, atoll_pass_stop);\n"
+            f"    const int {index} = {base} + threadIdx.x;\n"
+            f"    if ({index} < {n}) {{\n{body}\n    }}\n  }}\n")
+
+
+def itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
 def kernel_source(name: str, params: str, body: str, prelude: str = "") -> str:
     """extern "C" kernel `name` whose first statement is the guard."""
     return (
