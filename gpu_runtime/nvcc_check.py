@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpu_runtime.compiler.importer import PRECISIONS, import_model
 from gpu_runtime.kernels import cubins
-from gpu_runtime.program import KernelDef, Program
+from gpu_runtime.program import KernelDef
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.zoo import MODELS, build
 

@@ -20,9 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from gpu_runtime import zoo
-from gpu_runtime.compiler.importer import import_model
-from scheduler.reef import DEFAULT_CAPACITY, Reef
 from tqdm import tqdm
 
 from atoll.bench.harness import (
@@ -40,6 +37,9 @@ from atoll.bench.harness import (
     random_inputs,
     zoo_model,
 )
+from gpu_runtime import zoo
+from gpu_runtime.compiler.importer import import_model
+from scheduler.reef import DEFAULT_CAPACITY, Reef
 
 RT_MODEL = "mobilenet_v3_small"
 # BE clients per load and device: model -> batch. On CPU vGPUs a BE kernel can't be cut short, so

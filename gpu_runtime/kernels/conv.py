@@ -16,7 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_runtime.kernels.bounds import Stretch, register, trips
-from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, act_cuda, act_numpy, itemsize, kernel_source, storage_prelude, tag
+from gpu_runtime.kernels.source import (
+    BLOCK_REDUCE,
+    CTYPES,
+    act_cuda,
+    act_numpy,
+    itemsize,
+    kernel_source,
+    storage_prelude,
+    tag,
+)
 from gpu_runtime.program import KernelDef, Launch
 
 

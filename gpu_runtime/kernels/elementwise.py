@@ -16,6 +16,7 @@ import functools
 import numpy as np
 from scipy.special import erf
 
+from gpu_runtime.kernels.bounds import Stretch, register
 from gpu_runtime.kernels.source import (
     ACTS,
     CTYPES,
@@ -29,7 +30,6 @@ from gpu_runtime.kernels.source import (
     storage_prelude,
     tag,
 )
-from gpu_runtime.kernels.bounds import Stretch, register
 from gpu_runtime.program import KernelDef, Launch
 
 # op -> (CUDA expression of {0} with parameters alpha/beta, NumPy function of (x, alpha, beta))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_runtime.kernels.bounds import Stretch, register
 from gpu_runtime.kernels.conv import Geometry
 from gpu_runtime.kernels.source import (
     CTYPES,
@@ -37,7 +38,6 @@ from gpu_runtime.kernels.source import (
     storage_prelude,
     strided,
 )
-from gpu_runtime.kernels.bounds import Stretch, register
 from gpu_runtime.program import KernelDef, Launch
 
 THREADS = 256

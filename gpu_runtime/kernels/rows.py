@@ -17,7 +17,14 @@ import functools
 import numpy as np
 
 from gpu_runtime.kernels.bounds import Stretch, ints, register, trips
-from gpu_runtime.kernels.source import BLOCK_REDUCE, CTYPES, itemsize, kernel_source, storage_prelude, tag
+from gpu_runtime.kernels.source import (
+    BLOCK_REDUCE,
+    CTYPES,
+    itemsize,
+    kernel_source,
+    storage_prelude,
+    tag,
+)
 from gpu_runtime.program import KernelDef, Launch
 
 OPS = ("mean", "softmax", "logsoftmax", "layernorm")
@@ -153,7 +160,7 @@ def _stretch(op: str, op_shape: str, sx: int, sg: int, sy: int, launch: Launch) 
     """'warp': a block's 8 rows read at once (loads unrolled: one round trip), then stored;
     'block' and 'cols': up to two runs of CHECK_EVERY steps (a pass's tail, the next pass's
     head), a dependent load each."""
-    rows, length, _ = ints(launch)[:3]
+    length = ints(launch)[1]
     per_elem = sx + (0 if op == "mean" else sy + (2 * sg if op == "layernorm" else 0))
     if op_shape == "warp":  # the rows read, then (after a check) stored with G and B
         params = 2 * length * sg if op == "layernorm" else 0

@@ -15,7 +15,16 @@ import functools
 import numpy as np
 
 from gpu_runtime.kernels.bounds import Stretch, ints, register, trips
-from gpu_runtime.kernels.source import CTYPES, WARP_REDUCE, act_cuda, act_numpy, itemsize, kernel_source, storage_prelude, tag
+from gpu_runtime.kernels.source import (
+    CTYPES,
+    WARP_REDUCE,
+    act_cuda,
+    act_numpy,
+    itemsize,
+    kernel_source,
+    storage_prelude,
+    tag,
+)
 from gpu_runtime.program import KernelDef, Launch
 
 THREADS = 512

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from gpu_runtime import nvcc_check
 from gpu_runtime.kernels import bounds
 from gpu_runtime.kernels.elementwise import ewise, fill

@@ -8,6 +8,7 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
+
 from gpu_runtime.executors.cupy_executor import CupyExecutor
 from gpu_runtime.kernels import cubins
 from gpu_runtime.kernels.elementwise import ewise, fill

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+
 from gpu_runtime import nvcc_check
 from gpu_runtime.kernels import cubins
 
