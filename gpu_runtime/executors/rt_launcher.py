@@ -9,6 +9,10 @@ stamp word to report when the first RT kernel got an SM. A dedicated launch thre
 wake-up (a futex hand-off, tens of us on a busy host) to every arrival, so the arriving thread
 calls it itself.
 
+Everything a launch passes is made with its program (`RtLauncher.program`): the structure's
+pointer and the two out-parameters, so `fire` allocates no ctypes object; it runs inside
+`quiet.RT_WINDOW`, where no garbage collection starts.
+
 Built by `gpu_runtime.native` (cached by content under build/rt_launch/); a missing compiler
 raises `NativeBuildError`, and callers fall back to launching from Python.
 """
@@ -19,6 +23,7 @@ import ctypes
 import os
 from pathlib import Path
 
+from gpu_runtime.executors.quiet import RT_WINDOW
 from gpu_runtime.native import NativeBuildError, build_library
 
 SOURCE = Path(__file__).with_name("native") / "rt_launch.c"
@@ -28,11 +33,17 @@ LIBCUDA = "libcuda.so.1"
 
 
 class RtProgram(ctypes.Structure):
-    """Mirrors `atoll_rt_program` in rt_launch.c."""
+    """Mirrors `atoll_rt_program` in rt_launch.c; carries its launch's preallocated arguments."""
 
     _fields_ = [("context", ctypes.c_void_p), ("stream", ctypes.c_void_p), ("flag", ctypes.c_ulonglong),
                 ("flag_event", ctypes.c_void_p), ("graph", ctypes.c_void_p),
                 ("done_event", ctypes.c_void_p), ("started", ctypes.c_void_p)]
+
+    def __init__(self, *fields):
+        super().__init__(*fields)
+        self.pointer = ctypes.pointer(self)
+        self.entered_at, self.started_at = ctypes.c_double(), ctypes.c_double()
+        self.entered_ref, self.started_ref = ctypes.byref(self.entered_at), ctypes.byref(self.started_at)
 
 
 class RtLauncher:
@@ -46,6 +57,7 @@ class RtLauncher:
         if rc:
             raise NativeBuildError(f"the RT launcher could not open {libcuda} (code {rc})")
         self._driver = ctypes.CDLL(libcuda)
+        self._fire = self._lib.atoll_rt_fire
 
     def current_context(self) -> int:
         """The calling thread's current CUcontext (after any CUDA use: CuPy's primary context)."""
@@ -64,9 +76,9 @@ class RtLauncher:
     def fire(self, program: RtProgram, preempt: bool, wait_s: float = 0.0) -> tuple[float, float | None]:
         """Raise the flag (if `preempt`) and launch. Returns (when the native call began, when the
         stamp was seen) on time.perf_counter's clock; the latter only with `wait_s`, else None."""
-        entered_at, started_at = ctypes.c_double(), ctypes.c_double()
-        rc = self._lib.atoll_rt_fire(ctypes.byref(program), int(preempt), wait_s,
-                                     ctypes.byref(entered_at), ctypes.byref(started_at))
+        with RT_WINDOW:
+            rc = self._fire(program.pointer, 1 if preempt else 0, wait_s, program.entered_ref,
+                            program.started_ref)
         if rc:
             raise RuntimeError(f"RT launch failed: CUDA driver error {rc}")
-        return entered_at.value, started_at.value or None
+        return program.entered_at.value, program.started_at.value or None

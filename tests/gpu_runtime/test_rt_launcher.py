@@ -83,3 +83,18 @@ def test_driver_errors_are_raised(fake_cuda):
     launcher = RtLauncher(libcuda=fake_cuda)
     with pytest.raises(RuntimeError, match="driver error 700"):
         launcher.fire(launcher.program(77, 11, 1, 22, 999, 44), preempt=True)
+
+
+def test_a_launch_allocates_no_ctypes_object(fake_cuda, monkeypatch):
+    """Everything `fire` passes was made with the program: no c_double, byref or pointer per launch."""
+    launcher = RtLauncher(libcuda=fake_cuda)
+    program = launcher.program(launcher.current_context(), stream=11, flag=0xDEAD00, flag_event=22, graph=33,
+                               done_event=44)
+    made = []
+    for name in ("byref", "pointer", "c_double"):
+        real = getattr(ctypes, name)
+        monkeypatch.setattr(ctypes, name, lambda *a, _real=real, _name=name: made.append(_name) or _real(*a))
+    for preempt in (True, False, True):
+        entered, started = launcher.fire(program, preempt=preempt)
+        assert entered > 0 and started is None
+    assert made == []
