@@ -11,6 +11,12 @@ length). Programs for every shape the model will be sent (the batch sizes of
 load, for both priorities, so neither an RT nor a BE batch pays for an import or NVRTC when it
 arrives.
 
+On executors with device memory (`ExecutorSpec.device_memory`) the programs of a model share one
+copy of its weights, and those of one priority share one arena, loaded largest first so that it is
+sized by the largest shape; so that they never run at once, the engine hands a model's batches of
+one priority to the scheduler one at a time (`_Turns`). A GPU vGPU is given one batch at a time by
+the dispatcher anyway; RT and BE arenas stay apart, since RT work preempts BE work mid-program.
+
 Only the kernel-program executors can be preempted. Models loaded with onnxruntime, and every
 model on a green-context vGPU (the scheduler's CUDA streams are made in the primary context, not
 the partition's), run on a `SerialEngine` beside the scheduler: RT batches on a lane of their own.
@@ -18,11 +24,16 @@ the partition's), run on a `SerialEngine` beside the scheduler: RT batches on a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import queue
+import threading
+from collections import deque
 from concurrent.futures import Future
 
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.executors import EXECUTORS, program_executor
+from gpu_runtime.executors.quiet import freeze_after_load
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.serial_engine import SerialEngine
@@ -43,6 +54,9 @@ class ReefEngine:
         self._serial: SerialEngine | None = None
         self._shapes: dict[str, ModelShapes] = {}
         self._serial_models: set[str] = set()
+        self._turns: dict[tuple[str, str], _Turns] = {}  # (model, priority) sharing an arena
+        self._handoffs: queue.SimpleQueue = queue.SimpleQueue()
+        self._handoff_thread: threading.Thread | None = None
 
     # ---- the engine contract (gpu_runtime.vgpu.serial_engine) -------------------------------------
     def prepare(self, executor: str) -> None:
@@ -59,18 +73,35 @@ class ReefEngine:
             described = self._serial_engine().load(model, onnx_path, executor, max_batch, lengths)
             self._serial_models.add(model)
             self._shapes.pop(model, None)
-            return described
+        else:
+            described = self._load_clients(model, onnx_path, executor, max_batch, lengths)
+        freeze_after_load()  # what the load built is out of every later collection's walk
+        return described
+
+    def _load_clients(self, model: str, onnx_path: str, executor: str, max_batch: int | None,
+                      lengths: tuple[int, ...]) -> dict:
         reef = self._scheduler(executor)
         shapes = ModelShapes(onnx_path)
         self._shapes[model] = shapes
         self._serial_models.discard(model)
         sizes = batch_sizes(max_batch)
-        for key in ((batch, length) for batch in sizes for length in lengths or (None,)):
+        keys = [(batch, length) for batch in sizes for length in lengths or (None,)]
+        memory = reef.executor.memory if EXECUTORS[executor].device_memory else None
+        for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
             for priority in Priority:
-                self._add_client(model, shapes, priority, key)
+                with memory.sharing(model, priority) if memory else contextlib.nullcontext():
+                    self._add_client(model, shapes, priority, key)
+        for priority in Priority:
+            if memory:
+                self._turns[model, priority] = _Turns(self.reef.submit, self._handoff)
+            else:
+                self._turns.pop((model, priority), None)
         reef.prepare_padding()
-        return {"executor": executor, "preemptible": True, "scheduler": self.policy,
-                "batch_sizes": list(sizes)}
+        described = {"executor": executor, "preemptible": True, "scheduler": self.policy,
+                     "batch_sizes": list(sizes)}
+        if memory:
+            described["device_memory"] = memory.held().get(model, {})
+        return described
 
     def warm_up(self, model: str, inputs: dict):
         """Serial models run in the calling thread; REEF's only run on the scheduler's streams."""
@@ -85,6 +116,8 @@ class ReefEngine:
             self._serial_models.discard(model)
             self._serial_engine().unload(model)
         self._shapes.pop(model, None)
+        for priority in Priority:
+            self._turns.pop((model, priority), None)
 
     def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         if model in self._serial_models:
@@ -95,14 +128,23 @@ class ReefEngine:
         key = shapes.key(inputs)
         priority = Priority.of(priority)
         name = _client_name(model, priority, key)
+        turns = self._turns.get((model, priority))
         if not self.reef.has_client(name):  # a shape not built at load (the worker counts it)
-            self._add_client(model, shapes, priority, key)
+            memory = self.reef.executor.memory if turns else None
+            with memory.sharing(model) if memory else contextlib.nullcontext():  # an arena of its own
+                self._add_client(model, shapes, priority, key)
             self.reef.prepare_padding()
         done: Future = Future()
-        self.reef.submit(name, inputs).add_done_callback(lambda task: _resolve(done, task))
+        if turns is not None:
+            turns.run(name, inputs, done)
+        else:
+            self.reef.submit(name, inputs).add_done_callback(lambda task: _resolve(done, task))
         return done
 
     def close(self) -> None:
+        if self._handoff_thread is not None:
+            self._handoffs.put(None)
+            self._handoff_thread.join()
         if self.reef is not None:
             self.reef.stop()
             self.reef.device.close()
@@ -132,11 +174,25 @@ class ReefEngine:
         else:
             # A stream is a CPU vGPU's unit of parallelism: one BLAS thread each, and as many BE
             # streams as the vGPU has cores.
-            ex = program_executor(executor)(blas_threads=1)
+            # an emulated device has the vGPU's memory
+            memory = {"memory_bytes": self.info.memory_bytes} if EXECUTORS[executor].device_memory else {}
+            ex = program_executor(executor)(blas_threads=1, **memory)
             device, streams = CpuDevice(ex), max(1, self.info.threads or len(self.info.cpus) or 1)
         self.reef = Reef(ex, device, self.policy, capacity=self.capacity, be_streams=streams).start()
         self._executor = executor
         return self.reef
+
+    def _handoff(self, start) -> None:
+        """Run `start()` on the engine's hand-off thread: a turn's next batch is submitted there,
+        not on the scheduler thread whose completion callback ended the previous one."""
+        if self._handoff_thread is None:
+            self._handoff_thread = threading.Thread(target=self._handoff_loop, name="vgpu-turns", daemon=True)
+            self._handoff_thread.start()
+        self._handoffs.put(start)
+
+    def _handoff_loop(self) -> None:
+        while (start := self._handoffs.get()) is not None:
+            start()
 
     def _add_client(self, model: str, shapes: ModelShapes, priority: str, key) -> None:
         name = _client_name(model, priority, key)
@@ -146,6 +202,46 @@ class ReefEngine:
 def _client_name(model: str, priority: str, key) -> str:
     batch, length = key
     return f"{model}/{priority}/b{batch}" + (f"/l{length}" if length is not None else "")
+
+
+class _Turns:
+    """Batches of one (model, priority), whose programs share an arena, go to the scheduler one at
+    a time in arrival order: the next is submitted (through `handoff`) once the previous is done."""
+
+    def __init__(self, submit, handoff):
+        self._submit, self._handoff = submit, handoff
+        self._lock = threading.Lock()
+        self._waiting: deque = deque()
+        self._busy = False
+
+    def run(self, name: str, inputs: dict, done: Future) -> None:
+        with self._lock:
+            if self._busy:
+                self._waiting.append((name, inputs, done))
+                return
+            self._busy = True
+        self._start(name, inputs, done)
+
+    def _start(self, name: str, inputs: dict, done: Future) -> None:
+        try:
+            task = self._submit(name, inputs)
+        except Exception as exc:  # answered once; the turn passes on
+            done.set_exception(exc)
+            self._next()
+            return
+        task.add_done_callback(lambda t: self._finished(done, t))
+
+    def _finished(self, done: Future, task: Future) -> None:
+        _resolve(done, task)
+        self._next()
+
+    def _next(self) -> None:
+        with self._lock:
+            if not self._waiting:
+                self._busy = False
+                return
+            name, inputs, done = self._waiting.popleft()
+        self._handoff(lambda: self._start(name, inputs, done))
 
 
 def _resolve(done: Future, task: Future) -> None:

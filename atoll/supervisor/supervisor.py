@@ -184,6 +184,7 @@ class Supervisor:
             undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
             described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, None, plan.max_batch,
                                                 None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+            log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
             out_row_bytes = max(d["out_row_bytes"] for d in described.values())
             frames = plan.padded_frames[-1] if plan.padded_frames else None
             in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)

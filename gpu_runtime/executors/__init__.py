@@ -30,6 +30,7 @@ class ExecutorSpec:
     probe: Callable[[], dict]
     runs_programs: bool  # kernel programs launch by launch (else whole graphs)
     gpu: bool = False  # needs a CUDA device (else it runs on CPU vGPUs too)
+    device_memory: bool = False  # loads draw on `executor.memory` (device_memory.DeviceMemory)
     description: str = ""
 
     @property
@@ -51,9 +52,9 @@ EXECUTORS: dict[str, ExecutorSpec] = {
                      description="whole-graph onnxruntime (fast CPU path, not preemptible)"),
         ExecutorSpec(NumpyExecutor, load_numpy, probe_numpy, runs_programs=True,
                      description="kernel programs with NumPy bodies (reference, preemptible)"),
-        ExecutorSpec(CupyExecutor, load_cupy, probe_cupy, runs_programs=True, gpu=True,
+        ExecutorSpec(CupyExecutor, load_cupy, probe_cupy, runs_programs=True, gpu=True, device_memory=True,
                      description="our guarded CUDA kernels via NVRTC, captured as CUDA graphs"),
-        ExecutorSpec(EmulatedExecutor, load_cuda_emu, probe_cuda_emu, runs_programs=True,
+        ExecutorSpec(EmulatedExecutor, load_cuda_emu, probe_cuda_emu, runs_programs=True, device_memory=True,
                      description="the same CUDA kernels compiled with g++ and run on the CPU "
                                  "(checks the CUDA side without a GPU; slow)"),
     )

@@ -2,8 +2,9 @@
 
 Every kernel's first parameter is the guard flag, one int in device memory (DeviceFlag): once set,
 kernels that start afterwards (or reach their next tile) return without writing. The arena is one
-device allocation with buffers as views at the planned offsets; weights live in a separate region
-uploaded once per loaded program (and shared by the states of one program).
+device allocation with buffers as views at the planned offsets; weights live in a separate region.
+Both come from `device_memory.DeviceMemory`: one weight copy per model (programs of a model share
+it), arenas shared by programs that never run at once, loads that would not fit refused.
 
 At load the whole program is captured into one CUDA graph (`execute` replays it: one launch instead
 of hundreds, ~2-3 us apart on the GPU instead of a Python launch each). For preemptible best-effort
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.compiler.arena import chunked
+from gpu_runtime.executors.device_memory import DeviceMemory, Region, buffer_views
 from gpu_runtime.kernels import cubins
 from gpu_runtime.program import BufferRef, KernelDef, Program
 
@@ -55,7 +57,8 @@ def _cupy():
         import cupy  # optional: CuPy, GPU only
     except ImportError as e:
         raise CudaUnavailableError(
-            "the cupy executor needs CuPy (pip install 'atoll[gpu]') and an NVIDIA GPU") from e
+            "the cupy executor needs CuPy (pip install 'atoll[gpu]', or 'atoll[gpu-cuda13]' with a "
+            "CUDA 13 driver) and an NVIDIA GPU") from e
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDARuntimeError: no driver, no device
@@ -136,11 +139,12 @@ class MappedWord:
 class CupyState:
     program: Program
     flag: DeviceFlag
-    arena: Any
-    weights: Any
+    arena: Region
+    weights: Region  # shared with the other programs of the model (`DeviceMemory`)
     views: list
     args: list[tuple]
     stream: Any
+    ran_on: Any = None  # the stream of the last launch: outputs() waits for it
     graph: Any = None  # the whole program
     chunks: list[tuple[int, int]] = field(default_factory=list)  # launch ranges [start, end)
     chunk_graphs: list = field(default_factory=list)
@@ -155,6 +159,8 @@ class CupyExecutor:
     def __init__(self):
         self._cp = _cupy()
         self._kernels: dict[str, Any] = {}
+        self.memory = DeviceMemory(lambda n: self._cp.zeros(n, self._cp.uint8), self._free_bytes,
+                                   lambda: self._cp.cuda.runtime.memGetInfo()[1])
         module = self._cp.RawModule(code=MARKER_SOURCE, options=NVRTC_OPTIONS)
         self._marker = module.get_function("atoll_progress")
         self._stamp = module.get_function("atoll_stamp")
@@ -178,27 +184,19 @@ class CupyExecutor:
 
     def load(self, program: Program, flag: DeviceFlag | None = None, *, stream=None,
              chunks: list[tuple[int, int]] | None = None, stamp: bool = False,
-             weights: Any = None) -> CupyState:
-        """Allocates the arena, uploads the weights (or shares `weights`, the region of a state of
-        the same program) and captures the graphs on `stream` (default: a new one). `chunks`:
-        launch ranges captured one graph each, with the arena re-planned for chunk re-runs.
-        `stamp`: the whole-program graph opens with the stamp kernel."""
+             weights: Region | None = None) -> CupyState:
+        """Takes the weights and arena from `memory` (weights shared by content, or `weights`
+        given; the arena of the `memory.sharing` group, if any), uploads new weights and captures
+        the graphs on `stream` (default: a new one). `chunks`: launch ranges captured one graph
+        each, with the arena re-planned for chunk re-runs. `stamp`: the whole-program graph opens
+        with the stamp kernel. DeviceMemoryError if it would not fit the vGPU."""
         cp = self._cp
         if chunks:
             program = chunked(program, chunks)
+        weights, arena, fresh = self.memory.regions(program, program.arena_bytes, weights)
         for kernel in program.kernels().values():
             self.compile(kernel)
-        arena = cp.zeros(max(program.arena_bytes, 1), cp.uint8)
-        upload = weights is None
-        if upload:
-            weights = cp.empty(max(program.weight_bytes, 1), cp.uint8)
-        views = []
-        for i, spec in enumerate(program.buffers):
-            region = weights if spec.role == "weight" else arena
-            view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
-            if spec.role == "weight" and upload:
-                view.set(np.ascontiguousarray(program.weights[i], spec.dtype))
-            views.append(view)
+        views = buffer_views(program, weights.array, arena.array, _upload if fresh else None)
         flag = flag if flag is not None else self.new_flag()
         args = []
         for launch in program.launches:
@@ -254,25 +252,38 @@ class CupyExecutor:
 
     def launch(self, state: CupyState, index: int, stream=None) -> None:
         """One kernel on its own (profiling, tests): the graphs are the fast path."""
-        with stream or state.stream:
+        state.ran_on = stream or state.stream
+        with state.ran_on:
             self._launch(state, index)
 
     def execute(self, state: CupyState, stream=None) -> None:
         """The whole program: one graph launch."""
-        state.graph.launch(stream or state.stream)
+        state.ran_on = stream or state.stream
+        state.graph.launch(state.ran_on)
 
     def launch_chunk(self, state: CupyState, index: int, stream=None) -> None:
-        state.chunk_graphs[index].launch(stream or state.stream)
+        state.ran_on = stream or state.stream
+        state.chunk_graphs[index].launch(state.ran_on)
 
     def synchronize(self, state: CupyState, stream=None) -> None:
         (stream or state.stream).synchronize()
 
     def outputs(self, state: CupyState) -> dict[str, np.ndarray]:
-        self.synchronize(state)
-        return {name: self._cp.asnumpy(state.views[i]).astype(np.float32, copy=False)
+        """Waits for the stream that ran the program last (not only the state's own)."""
+        stream = state.ran_on or state.stream
+        stream.synchronize()
+        return {name: self._cp.asnumpy(state.views[i], stream=stream).astype(np.float32, copy=False)
                 for name, i in state.program.outputs.items()}
+
+    def _free_bytes(self) -> int:
+        """What a new allocation may take: the device's free memory and CuPy's pooled free blocks."""
+        return self._cp.cuda.runtime.memGetInfo()[0] + self._cp.get_default_memory_pool().free_bytes()
 
     def run(self, state: CupyState, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.set_inputs(state, inputs)
         self.execute(state)
         return self.outputs(state)
+
+
+def _upload(view, data: np.ndarray) -> None:
+    view.set(data)

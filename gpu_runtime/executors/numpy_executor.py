@@ -17,22 +17,19 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from gpu_runtime.executors.device_memory import buffer_views
 from gpu_runtime.program import BufferRef, Program
 
 
 def host_views(program: Program) -> list[np.ndarray]:
     """Every buffer as a view into one host arena (weights into a weight region) at its planned
     offset, with the weights filled in."""
-    arena = np.zeros(max(program.arena_bytes, 1), np.uint8)
-    weights = np.zeros(max(program.weight_bytes, 1), np.uint8)
-    views = []
-    for i, spec in enumerate(program.buffers):
-        region = weights if spec.role == "weight" else arena
-        view = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
-        if spec.role == "weight":
-            view[...] = program.weights[i]
-        views.append(view)
-    return views
+    return buffer_views(program, np.zeros(max(program.weight_bytes, 1), np.uint8),
+                        np.zeros(max(program.arena_bytes, 1), np.uint8), fill)
+
+
+def fill(view: np.ndarray, data: np.ndarray) -> None:
+    view[...] = data
 
 
 def bound_args(program: Program, views: list[np.ndarray]) -> list[tuple]:
