@@ -38,6 +38,7 @@ BACKENDS: dict[str, Backend] = {
                    description="OpenCV and librosa in a process pool"),
 }
 BACKEND_CHOICES = ("auto", *BACKENDS)
+CPU_PATH = next(name for name, spec in BACKENDS.items() if spec.open is None)  # no driver: CPU only
 
 
 class UnknownBackend(ValueError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fpga_host import cpu_backend
+from fpga_host.backends import CPU_PATH
 from fpga_host.backends import backend as backend_spec
 from fpga_host.dpu_driver import CuFailure
 from fpga_host.probe import probe_backends
@@ -101,7 +102,7 @@ class Preprocessor:
             except BaseException as exc:  # PreprocessError and worker failures reach the caller
                 outer.set_exception(exc)
                 return
-            outer.set_result(Result(array, "cpu", Status.OK, reason, {
+            outer.set_result(Result(array, CPU_PATH, Status.OK, reason, {
                 "compute_ms": compute_s * 1e3, "total_ms": (time.perf_counter() - start) * 1e3}))
 
         inner.add_done_callback(done)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fpga_host.backends import BACKENDS
+from fpga_host.backends import BACKENDS, CPU_PATH
 from fpga_host.manifest import DEFAULT_MANIFEST
 from fpga_host.status import reason_of
 
@@ -21,5 +21,4 @@ def probe_backends(manifest: str | os.PathLike | None = None) -> dict:
         except Exception as exc:  # probes do not raise; if one does, `atoll info` still prints
             found[name] = {"available": False, "reason": reason_of(exc)}
     usable = [name for name, spec in BACKENDS.items() if spec.auto and found[name]["available"]]
-    fallback = next(name for name, spec in BACKENDS.items() if spec.open is None)
-    return {"backend": usable[0] if usable else fallback, "backends": found}
+    return {"backend": usable[0] if usable else CPU_PATH, "backends": found}

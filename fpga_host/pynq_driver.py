@@ -112,4 +112,4 @@ def probe_pynq(manifest: Path) -> dict:
     if not xclbin.is_file():
         return {"available": False, "devices": devices,
                 "reason": f"no built xclbin next to {manifest} (run `make -C hls`)"}
-    return {"available": True, "devices": devices, "xclbin": str(xclbin), "pynq": getattr(pynq, "__version__", "?")}
+    return {"available": True, "devices": devices, "xclbin": str(xclbin), "version": getattr(pynq, "__version__", "?")}
