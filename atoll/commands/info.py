@@ -9,6 +9,7 @@ import sys
 
 from fpga_host.probe import probe_backends
 from gpu_runtime.executors import probe_executors
+from gpu_runtime.executors.probes import cupy_stack
 from gpu_runtime.vgpu.discovery import discover
 
 from atoll import __version__
@@ -45,6 +46,7 @@ def collect(config) -> dict:
         "vgpus_absent": found.absent if found else {},
         **({"vgpus_error": error} if error else {}),
         "executors": executors or {"error": exec_error},
+        "cupy": cupy_stack(),
     }
 
 
@@ -70,6 +72,8 @@ def _table(info: dict) -> str:
         state = "yes" if e.get("available") else "no "
         detail = e.get("reason") or e.get("version", "")
         lines.append(f"  {name:<12} {state}  {detail}")
+    cupy = info["cupy"]
+    lines += ["", f"CuPy: {cupy['package'] or 'none'} ({cupy['why']})"]
     return "\n".join(lines)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import types
+from pathlib import Path
 
 import numpy
 import numpy as np
@@ -17,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from gpu_runtime import executors as vgpu_executors
 from gpu_runtime.executors import probe_executors
 from gpu_runtime.executors.loaders import ProgramRunner
+from gpu_runtime.executors.probes import CUPY_WHEELS, cupy_stack
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
@@ -130,3 +133,28 @@ def test_the_registry_touches_no_cuda():
     code = "import sys, gpu_runtime.executors; print('cupy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def _dist(name, version):
+    return types.SimpleNamespace(metadata={"Name": name}, version=version)
+
+
+def test_atoll_says_which_cupy_is_in_use_and_why():
+    def installed(*names):
+        return lambda: [_dist("numpy", "2.1"), *(_dist(n, "14.2.0") for n in names)]
+
+    assert cupy_stack(installed())["package"] is None
+    assert "atoll[gpu]" in cupy_stack(installed())["why"] and "atoll[gpu-cuda13]" in cupy_stack(installed())["why"]
+    assert cupy_stack(installed("cupy-cuda12x")) == {
+        "package": "cupy-cuda12x 14.2.0",
+        "why": "the `gpu` extra's wheel, built for CUDA 12: it needs a driver for CUDA 12 or newer"}
+    assert cupy_stack(installed("cupy-cuda13x"))["why"].startswith("the `gpu-cuda13` extra's wheel, built for CUDA 13")
+    both = cupy_stack(installed("cupy-cuda12x", "cupy-cuda13x"))
+    assert both["package"] == "cupy-cuda12x 14.2.0, cupy-cuda13x 14.2.0" and "uninstall all but one" in both["why"]
+
+
+def test_the_gpu_extras_install_the_wheels_the_probe_names():
+    extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for wheel, (extra, _) in CUPY_WHEELS.items():
+        assert any(req.startswith(wheel) for req in extras[extra]), (extra, wheel)

@@ -20,6 +20,7 @@ def test_info_json_reports_this_machine():
     assert info["executors"]["numpy"]["available"] and info["executors"]["onnxruntime"]["available"]
     if not info["executors"]["cupy"]["available"]:
         assert info["executors"]["cupy"]["reason"]
+    assert set(info["cupy"]) == {"package", "why"} and info["cupy"]["why"]  # which CuPy, and why
 
 
 def test_info_table_and_bad_config(tmp_path):
