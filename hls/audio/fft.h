@@ -14,20 +14,24 @@ const int FFT_HALF = N_FFT / 2;  // complex points
 const int FFT_STAGES = 8;        // log2(FFT_HALF)
 
 
-// Stage s of a radix-2 decimation-in-time FFT from one buffer to the other: each butterfly (the
-// fft_butterfly RTL blackbox) reads two points of the source and writes two of the destination, a
-// dual-port RAM each, so the loop runs at II = 1. Stage twiddles are contiguous.
+// Stage s of a radix-2 decimation-in-time FFT from one buffer to the other: two butterflies per
+// cycle (two fft_butterfly RTL blackboxes), n and n + 1. Their points a, a + 1 (or a + 2 at stage 0)
+// and b = a + half, b + 1 fall two in each bank of a buffer partitioned cyclically by 2, the two
+// ports of its RAM, so the loop runs at II = 1. Stage twiddles are contiguous.
 static void fft256_stage(const float src_re[FFT_HALF], const float src_im[FFT_HALF], float dst_re[FFT_HALF],
                          float dst_im[FFT_HALF], int s) {
   const int half = 1 << s;
 fft_butterfly_loop:
-  for (int n = 0; n < FFT_HALF / 2; ++n) {
+  for (int n = 0; n < FFT_HALF / 2; n += 2) {
 #pragma HLS PIPELINE II = 1
-    const int j = n & (half - 1);
-    const int a = ((n >> s) << (s + 1)) | j;
-    const int b = a + half;
-    fft_butterfly(src_re[a], src_im[a], src_re[b], src_im[b], TWIDDLE256_RE[half - 1 + j], TWIDDLE256_IM[half - 1 + j],
-                  dst_re[a], dst_im[a], dst_re[b], dst_im[b]);
+  fft_butterfly_pair_loop:
+    for (int u = 0; u < 2; ++u) {
+      const int j = (n + u) & (half - 1);
+      const int a = (((n + u) >> s) << (s + 1)) | j;
+      const int b = a + half;
+      fft_butterfly(src_re[a], src_im[a], src_re[b], src_im[b], TWIDDLE256_RE[half - 1 + j],
+                    TWIDDLE256_IM[half - 1 + j], dst_re[a], dst_im[a], dst_re[b], dst_im[b]);
+    }
   }
 }
 
@@ -35,6 +39,8 @@ fft_butterfly_loop:
 // and a second buffer pair: the result is back in (re, im).
 static void fft256_in_place(float re[FFT_HALF], float im[FFT_HALF]) {
   float re_odd[FFT_HALF], im_odd[FFT_HALF];
+#pragma HLS ARRAY_PARTITION variable = re_odd cyclic factor = 2
+#pragma HLS ARRAY_PARTITION variable = im_odd cyclic factor = 2
 fft_stage_loop:
   for (int s = 0; s < FFT_STAGES; s += 2) {
     fft256_stage(re, im, re_odd, im_odd, s);
@@ -47,6 +53,8 @@ fft_stage_loop:
 static void fft_stage(uint32_t frames, hls::stream<float>& in, hls::stream<float>& out) {
   float frame[N_FFT];
   float re[FFT_HALF], im[FFT_HALF];
+#pragma HLS ARRAY_PARTITION variable = re cyclic factor = 2
+#pragma HLS ARRAY_PARTITION variable = im cyclic factor = 2
   // The window fills the same WIN samples of every frame: the zeros around it are set once.
 fft_clear_loop:
   for (int i = 0; i < N_FFT; ++i) frame[i] = 0.0f;
