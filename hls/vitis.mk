@@ -78,27 +78,20 @@ $(BUILD_DIR)/emconfig.json:
 	@mkdir -p $(BUILD_DIR)
 	$(EMCONFIGUTIL) --platform $(PLATFORM) --od $(BUILD_DIR)
 
-# Each kernel's RTL, C-synthesized by Vitis HLS with its blackboxes, for the kernel-level cocotb
-# testbench (tests/sim_tb/test_hls_kernels.py runs it on build/rtl/<kernel>/ when present). The
-# blackboxes' Verilog goes with it (all of hls/rtl: modules nothing instantiates are left alone).
-# HLS_TCL runs a Tcl script in Vitis HLS: `vitis_hls -f` up to 2024.2, `vitis-run --mode hls --tcl`
-# after. PART and CLOCK_NS are the platform's (Alveo U55C, 300 MHz kernel clock).
-HLS_TCL ?= vitis_hls -f
-PART ?= xcu55c-fsvh2892-2L-e
-CLOCK_NS ?= 3.33
+# Each kernel's RTL, for the kernel-level cocotb testbench (tests/sim_tb/test_hls_kernels.py runs
+# it on build/rtl/<kernel>/ when present): the Verilog that the kernel's `v++ -c --mode hls` run
+# leaves in <work_dir>/hls/syn/verilog (UG1702 2025.2 'Output Directories of v++ -c --mode hls'),
+# with the blackboxes' Verilog beside it (all of hls/rtl: modules nothing instantiates are left
+# alone).
 RTL_DIR := $(REPO_DIR)/build/rtl
 
 rtl: $(foreach k,$(KERNELS),$(RTL_DIR)/$(k)/$(k).v)
 
 define rtl_rule
-$(RTL_DIR)/$(1)/$(1).v: $(call kernel_top,$(1)) $(wildcard $(dir $(call kernel_top,$(1)))*.h) $(call blackbox_json,$(1)) $(HLS_DIR)/export_rtl.tcl
-	rm -rf $(RTL_DIR)/$(1) $(BUILD_DIR)/hls_rtl/$(1)
-	mkdir -p $(BUILD_DIR)/hls_rtl/$(1)
-	cd $(BUILD_DIR)/hls_rtl/$(1) && ATOLL_KERNEL=$(1) ATOLL_KERNEL_SOURCE=$(call kernel_top,$(1)) \
-	  ATOLL_CFLAGS="-I$(HLS_DIR)/common -I$(patsubst %/,%,$(dir $(call kernel_top,$(1))))" \
-	  ATOLL_BLACKBOXES="$(call blackbox_json,$(1))" ATOLL_PART=$(PART) ATOLL_CLOCK_NS=$(CLOCK_NS) \
-	  ATOLL_RTL_OUT=$(RTL_DIR)/$(1) $(HLS_TCL) $(HLS_DIR)/export_rtl.tcl
-	cp $(HLS_DIR)/rtl/*.v $(RTL_DIR)/$(1)/
+$(RTL_DIR)/$(1)/$(1).v: $(BUILD_DIR)/$(1).xo
+	rm -rf $(RTL_DIR)/$(1)
+	mkdir -p $(RTL_DIR)/$(1)
+	cp $(BUILD_DIR)/hls/$(1)/hls/syn/verilog/*.v $(HLS_DIR)/rtl/*.v $(RTL_DIR)/$(1)/
 endef
 $(foreach k,$(KERNELS),$(eval $(call rtl_rule,$(k))))
 

@@ -138,3 +138,15 @@ def test_make_dry_run_prints_the_flow_of_todays_vitis(target):
 def test_sw_emu_is_refused():
     refused = subprocess.run(["make", "-C", str(HLS), "-n", "TARGET=sw_emu"], capture_output=True, text=True)
     assert refused.returncode != 0 and "deprecated since Vitis 2024.2" in refused.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_rtl_export_is_the_hls_components_own_verilog():
+    """`make -C hls rtl` compiles each HLS component and copies what v++ -c --mode hls leaves in
+    <work_dir>/hls/syn/verilog (UG1702 2025.2 'Output Directories of v++ -c --mode hls')."""
+    out = subprocess.run(["make", "-C", str(HLS), "-n", "rtl"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    build = f"{REPO}/build/hw.{PLATFORM}"
+    for kernel in KERNELS:
+        assert f"--work_dir {build}/hls/{kernel}" in out.stdout
+        assert f"cp {build}/hls/{kernel}/hls/syn/verilog/*.v {HLS}/rtl/*.v {REPO}/build/rtl/{kernel}/" in out.stdout
