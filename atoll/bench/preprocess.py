@@ -19,12 +19,17 @@ import sys
 import time
 from pathlib import Path
 
+from fpga_host.backends import BACKENDS, CPU_PATH
 from fpga_host.preprocessor import Preprocessor
 from tqdm import tqdm
 
 from atoll.bench.corpus import CLIP_SECONDS, IMAGE_SIZES, jpeg_bytes, tone
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import percentiles
+
+DPU_BACKENDS = tuple(name for name, backend in BACKENDS.items() if backend.open is not None)
+# What runs on any machine: the CPU path and the DPU backends `auto` never picks (the emulation).
+ANYWHERE = (CPU_PATH, *(name for name in DPU_BACKENDS if not BACKENDS[name].auto))
 
 DEFAULT_N = {"image": 24, "audio": 16}
 MIN_PER_WORKER = 8
@@ -34,7 +39,7 @@ AUDIO_KERNELS = ("audio_mel_cu", "audio_norm_cu")
 def register(subparsers) -> None:
     parser = subparsers.add_parser("preprocess", help="DPU/emulated/CPU preprocessing throughput")
     parser.add_argument("--modality", choices=("image", "audio"), required=True)
-    parser.add_argument("--backends", default="cpu,emu",
+    parser.add_argument("--backends", default=",".join(ANYWHERE),
                         help="comma-separated subset of cpu,emu,xrt (default cpu,emu)")
     parser.add_argument("--n", type=int, default=None, help="requests per configuration")
     parser.add_argument("--cus", type=int, default=None,
@@ -89,10 +94,10 @@ def configurations(modality: str, backends: list[str], cus: int | None) -> list[
     counts = ({"image_cus": cus, "audio_mel_cus": 0, "audio_norm_cus": 0} if modality == "image"
               else {"image_cus": 0, "audio_mel_cus": cus, "audio_norm_cus": cus})
     configs = []
-    if "cpu" in backends:
-        configs += [("cpu-1", {"backend": "cpu", "cpu_workers": 1}),
-                    (f"cpu-{cores}", {"backend": "cpu", "cpu_workers": cores})]
-    for backend in ("emu", "xrt"):
+    if CPU_PATH in backends:
+        configs += [(f"{CPU_PATH}-1", {"backend": CPU_PATH, "cpu_workers": 1}),
+                    (f"{CPU_PATH}-{cores}", {"backend": CPU_PATH, "cpu_workers": cores})]
+    for backend in DPU_BACKENDS:
         if backend in backends:
             configs.append((backend, {"backend": backend, "cpu_workers": 1, **counts}))
     return configs
@@ -115,11 +120,11 @@ def audio_requests(clips: list[tuple]) -> list:
     return [lambda pre, pcm=pcm, rate=rate: pre.submit_audio(pcm, rate) for pcm, rate in clips]
 
 
-def mel_norm_overlap(clips: list[tuple]) -> dict:
+def mel_norm_overlap(clips: list[tuple], backend: str) -> dict:
     """Wall time of the same requests: serial fused mel+norm vs pipelined over 1+1 and 2+2 CUs."""
 
     results = {}
-    with Preprocessor("emu", cpu_workers=0, image_cus=0, audio_mel_cus=1, audio_norm_cus=1) as pre:
+    with Preprocessor(backend, cpu_workers=0, image_cus=0, audio_mel_cus=1, audio_norm_cus=1) as pre:
         _require_cus(pre, AUDIO_KERNELS)
         pre.submit_audio(*clips[0]).result()
         start = time.perf_counter()
@@ -127,14 +132,14 @@ def mel_norm_overlap(clips: list[tuple]) -> dict:
             pre.submit_audio(pcm, rate).result()
         results["serial_fused_s"] = time.perf_counter() - start
     for mel, norm in ((1, 1), (2, 2)):
-        with Preprocessor("emu", cpu_workers=0, image_cus=0, audio_mel_cus=mel,
+        with Preprocessor(backend, cpu_workers=0, image_cus=0, audio_mel_cus=mel,
                           audio_norm_cus=norm) as pre:
             pre.submit_audio(*clips[0]).result()
             start = time.perf_counter()
             futures = [pre.submit_audio(pcm, rate) for pcm, rate in clips]
             backends = {f.result().backend for f in futures}
             results[f"pipelined_{mel}mel_{norm}norm_s"] = time.perf_counter() - start
-            if backends != {"emu"}:
+            if backends != {backend}:
                 raise RuntimeError(f"some requests fell back to the CPU: {backends}")
     results = {k: round(v, 3) for k, v in results.items()}
     for key in ("pipelined_1mel_1norm_s", "pipelined_2mel_2norm_s"):
@@ -153,7 +158,7 @@ def _require_cus(pre, kernels: tuple[str, ...]) -> None:
 
 def run(args) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = set(backends) - {"cpu", "emu", "xrt"}
+    unknown = set(backends) - set(BACKENDS)
     if unknown:
         print(f"atoll bench preprocess: error: unknown backend(s) {sorted(unknown)}", file=sys.stderr)
         return 2
@@ -182,9 +187,10 @@ def run(args) -> int:
         except Exception as exc:  # a backend this machine lacks is reported, not fatal
             row = {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         report["configs"][label] = row
-    if args.modality == "audio" and "emu" in backends:
+    dpus = [b for b in backends if b in DPU_BACKENDS]
+    if args.modality == "audio" and dpus:
         try:
-            report["mel_norm_overlap"] = mel_norm_overlap(clips)
+            report["mel_norm_overlap"] = mel_norm_overlap(clips, dpus[0])
         except Exception as exc:
             report["mel_norm_overlap"] = {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     out = args.out or Path("bench/results") / f"preprocess_{args.modality}.json"

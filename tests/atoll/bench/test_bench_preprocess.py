@@ -19,7 +19,13 @@ def test_measure_counts_every_request(use_fake_library):
 
 
 def test_mel_norm_overlap_runs_all_three_ways(use_fake_library):
-    result = bench.mel_norm_overlap(bench.audio_clips(6))
+    result = bench.mel_norm_overlap(bench.audio_clips(6), "emu")
     assert result["n"] == 6
     assert {"serial_fused_s", "pipelined_1mel_1norm_s", "pipelined_2mel_2norm_s",
             "pipelined_1mel_1norm_speedup", "pipelined_2mel_2norm_speedup"} <= result.keys()
+
+
+def test_the_default_backends_run_anywhere_and_every_dpu_backend_is_a_configuration():
+    assert bench.ANYWHERE == ("cpu", "emu")
+    labels = [label for label, _ in bench.configurations("image", ["cpu", "emu", "xrt", "pynq"], cus=2)]
+    assert labels[:1] == ["cpu-1"] and {"emu", "xrt", "pynq"} <= set(labels)
