@@ -27,7 +27,15 @@ from atoll.front_end.media import MediaError
 from atoll.front_end.rows import RowFailed, priority_of
 from atoll.kserve.classification import classify
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.kserve.protocol import InferRequest, Output, ProtocolError, join_bytes, requested_outputs, shared_memory_of
+from atoll.kserve.protocol import (
+    InferRequest,
+    InputHead,
+    Output,
+    ProtocolError,
+    join_bytes,
+    requested_outputs,
+    shared_memory_of,
+)
 from atoll.kserve.shm_registry import CudaRegion, Register, SystemRegion, Unregister
 from atoll.kserve.statistics import model_statistics
 from atoll.observe.throttled import Throttled
@@ -146,11 +154,11 @@ class Endpoints:
     # -- inference ----------------------------------------------------------------------------------
 
     async def infer(self, name: str, version: str | None, decode: Callable[[], Awaitable[InferRequest]],
-                    parameters: Callable[[], dict] | None = None) -> tuple[ModelSpec, InferRequest, list[Output]]:
+                    parameters: Callable[[], Awaitable[dict]] | None = None) -> tuple[ModelSpec, InferRequest, list[Output]]:
         """Run one request of model `name`, whose body `decode` reads; its outputs as requested.
         `parameters`, where given, reads the request's parameters alone and cheaply (HTTP: its JSON
-        header): a request that admission refuses is then refused before its tensors are decoded,
-        which under overload is most requests."""
+        fields but the inputs' data): a request that admission refuses is then refused before its
+        tensors are decoded, which under overload is most requests."""
         spec = self.model(name, version)
         if not self.ready:
             raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
@@ -159,10 +167,16 @@ class Endpoints:
         admission = None  # decided before the decode where the parameters come first
         try:
             if parameters is not None:
-                admission = self._refuse_if_full(spec, priority_of(spec, parameters()), start)
-            request = await decode()
-            priority = priority_of(spec, request.parameters)
-            wanted = self._wanted(spec, request)
+                admission = self._refuse_if_full(spec, priority_of(spec, await parameters()), start)
+                admission.started(time.monotonic())  # its place held while its tensors are decoded (in slices)
+            try:
+                request = await decode()
+                priority = priority_of(spec, request.parameters)
+                wanted = self._wanted(spec, request)
+            except BaseException:
+                if admission is not None:
+                    admission.finished(time.monotonic(), False)
+                raise
         except ProtocolError as exc:
             raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
         except Refused:  # counted as such already
@@ -171,7 +185,7 @@ class Endpoints:
             raise self._failed(spec, start, "REJECTED", exc) from None
         if admission is None:
             admission = self._refuse_if_full(spec, priority, start)
-        admission.started(time.monotonic())
+            admission.started(time.monotonic())
         self.metrics.in_flight.inc()
         counters.pending.inc()
         answered = True  # the server did the request's work (admission's rate counts it)
@@ -229,6 +243,19 @@ class Endpoints:
             return exc
         return None
 
+    def refused_input(self, name: str, version: str | None, heads: list[InputHead]) -> ApiError | None:
+        """The 400 a request of model `name` gets from its inputs' fields alone, before their data
+        (counted as `infer` counts its refusals), or None, when `infer` is to decide."""
+        spec = self.front_end.models.get(name)
+        if spec is None or version not in (None, "", spec.version):
+            return None
+        try:
+            for head in heads:
+                check_input(spec, head)
+        except ProtocolError as exc:
+            return self._failed(spec, time.perf_counter(), "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc)))
+        return None
+
     def _refuse_if_full(self, spec: ModelSpec, priority: Priority, start: float) -> Admission:
         """The admission of `priority`, or the 503 it answers now (`admission.Admission.refuse`)."""
         admission = self.admission[priority]
@@ -265,6 +292,26 @@ class Endpoints:
             self.regions.write(ref, np.ascontiguousarray(data), name)
             out.data = None
         return out
+
+
+def check_input(spec: ModelSpec, head: InputHead) -> None:
+    """An input's datatype and shape against the model's, from its fields alone, as the rows
+    (`rows.FrontEnd`) will check its tensor: a mismatch costs no parse of its data. Inputs the model
+    does not read are left to the rows."""
+    if spec.preprocess != "none" and head.name == spec.raw_input:
+        if head.datatype != "BYTES":
+            raise ProtocolError(f"input {head.name!r} must be BYTES (a {spec.preprocess} file)")
+        return
+    want = spec.inputs[0]
+    if head.name != want.name:
+        return
+    if head.datatype != want.datatype:
+        raise ProtocolError(f"input {head.name!r}: expected {want.datatype}, got {head.datatype}")
+    shape = head.shape
+    if len(shape) != len(want.dims) + 1 or any(d != -1 and d != s for d, s in zip(want.dims, shape[1:])):
+        raise ProtocolError(f"input {head.name!r}: shape {shape} does not match [-1, {', '.join(map(str, want.dims))}]")
+    if not 0 < shape[0] <= max(spec.max_batch_size, 1):
+        raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to {max(spec.max_batch_size, 1)}")
 
 
 def unsupported(what: str):

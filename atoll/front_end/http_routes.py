@@ -13,22 +13,24 @@ from __future__ import annotations
 import base64
 import binascii
 
-from atoll.front_end.endpoints import Endpoints, unsupported
+from atoll.front_end.endpoints import Endpoints, check_input, unsupported
 from atoll.http.bodies import BodyBudget, BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.json_tensors import Incomplete, Skeleton, sliced, sliced_sync
 from atoll.kserve.protocol import (
     HEADER_LENGTH,
     ProtocolError,
     binary_outputs,
-    decode_request,
+    decoding,
     encode_response,
+    input_head,
     json_object,
-    request_header,
     request_parameters,
+    request_skeleton,
 )
 from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 
@@ -172,45 +174,59 @@ class InferenceServer:
     # -- inference ----------------------------------------------------------------------------------
 
     def refused_early(self, request: HttpRequest, prefix: memoryview) -> HttpResponse | None:
-        """An overload refusal read from the request's JSON header alone, where the first bytes of
-        its body hold all of it (the binary extension puts it first): the rest of a 110 KB JPEG
-        request is then dropped as it arrives, never gathered into a body nor decoded (`edge.Connection`)."""
+        """A refusal read from the body's first bytes: an input whose fields (before its data)
+        do not fit the model (400), or, where they hold the whole JSON header of a binary-extension
+        request, an overload (503). The rest of the body is then dropped as it arrives, never
+        gathered nor parsed (`edge.Connection`)."""
+        model, version = request.params["model"], request.params.get("version")
         try:
             length = _header_length(request)
-            if length is None or length > len(prefix):
-                return None
-            parameters = request_parameters(request_header(prefix, length))
+            seen = _prefix_skeleton(bytes(prefix), length)
+            refusal = self.endpoints.refused_input(model, version, [
+                input_head(fields) for fields in seen.inputs or () if {"name", "datatype", "shape"} <= fields.keys()])
+            if refusal is None and length is not None and length <= len(prefix):
+                refusal = self.endpoints.refused_now(model, version, request_parameters(seen.fields))
         except ProtocolError:
             return None  # `infer` answers it
-        refusal = self.endpoints.refused_now(request.params["model"], request.params.get("version"), parameters)
         return None if refusal is None else api_error(refusal)
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
-        body = _InferBody(request, self.endpoints.regions)
         info = request.params
+        body = _InferBody(request, self.endpoints, info["model"], info.get("version"))
         spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), body.decode, body.parameters)
         payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
         return HttpResponse(200, payload, headers.pop("Content-Type"), headers or None)
 
 
+def _prefix_skeleton(prefix: bytes, header_length: int | None) -> Skeleton:
+    """What a body's first bytes tell of its JSON (its inputs' fields as far as they go)."""
+    try:
+        whole = header_length is not None and header_length <= len(prefix)
+        return sliced_sync(request_skeleton(prefix, header_length if whole else None, whole))
+    except Incomplete as stop:
+        return stop.args[0]
+
+
 class _InferBody:
     """An infer request's body, read as `Endpoints.infer` asks for it: the parameters first (its
-    JSON header alone), the tensors only once it is admitted."""
+    JSON but the inputs' data), the tensors only once it is admitted, each input's fields checked
+    against the model before any data is parsed. Both in slices, between which the loop runs."""
 
-    def __init__(self, request: HttpRequest, regions):
-        self.request, self.regions = request, regions
-        self._header: dict | None = None
+    def __init__(self, request: HttpRequest, endpoints, model: str, version: str | None):
+        self.request, self.endpoints = request, endpoints
+        self.model, self.version = model, version
+        self._skeleton: Skeleton | None = None
 
-    def header(self) -> dict:
-        if self._header is None:
-            self._header = request_header(self.request.body, _header_length(self.request))
-        return self._header
+    async def parameters(self) -> dict:
+        self._skeleton = await sliced(request_skeleton(self.request.body, _header_length(self.request)))
+        return request_parameters(self._skeleton.fields)
 
-    def parameters(self) -> dict:
-        return request_parameters(self.header())
+    def _check(self, head) -> None:
+        check_input(self.endpoints.model(self.model, self.version), head)
 
     async def decode(self):
-        return decode_request(self.request.body, _header_length(self.request), self.regions, self.header())
+        steps = decoding(self.request.body, _header_length(self.request), self.endpoints.regions, self._skeleton, self._check)
+        return await sliced(steps)
 
 
 def _header_length(request: HttpRequest) -> int | None:

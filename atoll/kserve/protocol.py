@@ -11,36 +11,19 @@ Each field of a request is checked for its type and range as it is read (a Proto
 
 from __future__ import annotations
 
-import math
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from atoll.kserve.datatypes import DTYPES, ProtocolError, described, is_count
+from atoll.kserve.json_tensors import Skeleton, Span, Steps, json_values, skeleton, sliced_sync, values
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
-
-DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(object),
-}
 _NAMES = {dt: name for name, dt in DTYPES.items() if name != "BYTES"}
-
-
-class ProtocolError(ValueError):
-    """A request that does not follow the protocol (answered with HTTP 400)."""
 
 
 @dataclass
@@ -101,21 +84,6 @@ MAX_DIMS = 32  # numpy makes arrays of at most 64 dimensions (32 before numpy 2)
 # numpy refuses an array of more than intp's maximum in bytes (zero dimensions aside); 8 bytes is the
 # widest element (INT64, FP64, a BYTES element's object pointer)
 MAX_ELEMENTS = np.iinfo(np.intp).max // 8
-_KINDS = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-          list: "an array", dict: "an object"}  # fmt: skip
-
-
-def described(value: Any) -> str:
-    """A client's value as an error message shows it: a number of up to 20 digits as itself, any other
-    value by its JSON type (a Python repr of what a client sent is no answer to give it)."""
-    if type(value) in (int, float) and abs(value) < 1e20:
-        return str(value)
-    return _KINDS.get(type(value), "a value of no JSON type")
-
-
-def is_count(value: Any) -> bool:
-    """Whether `value` is a non-negative integer (JSON's true and false are not numbers)."""
-    return type(value) is int and value >= 0
 
 
 def _string(value: Any, what: str) -> str:
@@ -169,23 +137,6 @@ def tensor_from_numbers(name: str, datatype: str, values: list) -> np.ndarray:
     return data
 
 
-def _text(name: str, values: list) -> np.ndarray:
-    """JSON BYTES data (flat or nested) as a flat array of its UTF-8 encoded strings: only strings,
-    as Triton takes them (`bytes(n)` of a number n was a buffer of n zero bytes)."""
-    flat = np.asarray(values, dtype=object).reshape(-1)
-    try:
-        items = [str.encode(v) for v in flat]
-    except TypeError:
-        bad = next(v for v in flat if not isinstance(v, str))
-        raise ProtocolError(f"input {name!r}: BYTES data must be strings, got {described(bad)}") from None
-    except UnicodeEncodeError:
-        raise ProtocolError(f"input {name!r}: BYTES data holds a string that is not Unicode text "
-                            "(a lone surrogate)") from None  # fmt: skip
-    data = np.empty(len(items), dtype=object)
-    data[:] = items
-    return data
-
-
 def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw) -> np.ndarray:
     """A tensor's elements from its raw bytes (binary extension, gRPC raw contents, shared memory),
     without a copy where the datatype allows; BYTES elements are length-prefixed."""
@@ -220,7 +171,18 @@ def shared_memory_of(parameters: dict[str, Any], what: str) -> SharedMemoryRef |
     return SharedMemoryRef(region, offset, size)
 
 
-def _tensor_from_json(spec: Any, binary: memoryview | None, offset: int, regions) -> tuple[Tensor, int]:
+@dataclass
+class InputHead:
+    """An input's fields but its data, checked."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    count: int
+    parameters: dict[str, Any]
+
+
+def input_head(spec: Any) -> InputHead:
     if not isinstance(spec, dict):
         raise ProtocolError(f"each input must be a JSON object, got {described(spec)}")
     try:
@@ -231,32 +193,31 @@ def _tensor_from_json(spec: Any, binary: memoryview | None, offset: int, regions
     if _string(datatype, f"input {name!r}: datatype") not in DTYPES:
         raise ProtocolError(f"input {name!r}: unknown datatype {datatype!r}")
     count = element_count(shape, name)
-    params = _object(spec.get("parameters"), f"input {name!r}: parameters")
-    size = params.get("binary_data_size")
+    return InputHead(name, datatype, list(shape), count, _object(spec.get("parameters"), f"input {name!r}: parameters"))
+
+
+def _input_data(body, spec: dict, head: InputHead, binary: memoryview | None, offset: int, regions) -> Steps:
+    """An input's tensor and the binary data's offset past it: from shared memory, the binary
+    extension's data, or its JSON `data` (a `json_tensors.Span`)."""
+    name, size = head.name, head.parameters.get("binary_data_size")
     if size is not None and not is_count(size):
         raise ProtocolError(f"input {name!r}: binary_data_size must be a non-negative integer, got {described(size)}")
-    shm = shared_memory_of(params, f"input {name!r}")
+    shm = shared_memory_of(head.parameters, f"input {name!r}")
     if shm is not None:
         if "data" in spec or size is not None:
             raise ProtocolError(f"input {name!r}: data given beside shared memory")
-        data = tensor_from_bytes(name, datatype, shape, regions.read(shm))
-    elif size is not None:
+        return tensor_from_bytes(name, head.datatype, head.shape, regions.read(shm)), offset
+    if size is not None:
         if binary is None or offset + size > len(binary):
             raise ProtocolError(f"input {name!r}: binary_data_size {size} exceeds the request body")
         # a view: the tensor is copied once, into its slot
-        data = tensor_from_bytes(name, datatype, shape, binary[offset : offset + size])
-        offset += size
-    else:
-        if "data" not in spec:
-            raise ProtocolError(f"input {name!r}: neither data nor binary_data_size given")
-        values = spec["data"]
-        if not isinstance(values, list):
-            raise ProtocolError(f"input {name!r}: data must be an array, got {described(values)}")
-        data = _text(name, values) if datatype == "BYTES" else tensor_from_numbers(name, datatype, values)
-        if data.size != count:
-            raise ProtocolError(f"input {name!r}: {data.size} values for shape {shape}")
-        data = data.reshape(shape)
-    return Tensor(name, datatype, list(shape), data, params), offset
+        return tensor_from_bytes(name, head.datatype, head.shape, binary[offset : offset + size]), offset + size
+    if "data" not in spec:
+        raise ProtocolError(f"input {name!r}: neither data nor binary_data_size given")
+    if not isinstance(spec["data"], Span):
+        raise ProtocolError(f"input {name!r}: data must be an array, got {described(spec['data'])}")
+    data = yield from values(body, spec["data"], head.datatype, head.shape, head.count, name)
+    return data, offset
 
 
 def _requested(value: Any) -> list[dict[str, Any]]:
@@ -275,9 +236,9 @@ def _requested(value: Any) -> list[dict[str, Any]]:
 
 
 def json_object(raw: bytes, what: str) -> dict:
-    """`raw` parsed as the JSON object a request's `what` must be; ProtocolError otherwise. Nesting
-    deeper than Python's recursion limit is a client's error too (json raises RecursionError: it
-    was a 500 with a traceback)."""
+    """`raw` parsed as the JSON object a request's `what` must be (a small body: not an infer
+    request's); ProtocolError otherwise. Nesting deeper than Python's recursion limit is a client's
+    error too (json raises RecursionError: it was a 500 with a traceback)."""
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -289,33 +250,49 @@ def json_object(raw: bytes, what: str) -> dict:
     return doc
 
 
-def request_header(body: bytes, header_length: int | None = None) -> dict:
-    """The JSON object of an HTTP infer request: its whole body, or its first `header_length`
-    bytes when binary data follows."""
-    return json_object(bytes(body if header_length is None else memoryview(body)[:header_length]), "request header")
+def request_skeleton(body, header_length: int | None = None, complete: bool = True) -> Steps:
+    """The `json_tensors.Skeleton` of an HTTP infer request: its whole body, or its first
+    `header_length` bytes when binary data follows; no input's data parsed. `complete` False: `body`
+    is the body's first bytes (`json_tensors.skeleton`)."""
+    if header_length is not None and not 0 <= header_length <= len(body):
+        raise ProtocolError(f"{HEADER_LENGTH} {header_length} is outside the body of {len(body)} bytes")
+    return skeleton(body, complete, header_length)
 
 
 def request_parameters(header: dict) -> dict:
     return _object(header.get("parameters"), "request parameters")
 
 
-def decode_request(body: bytes, header_length: int | None = None, regions=None, header: dict | None = None) -> InferRequest:
-    """`regions` (`shm_registry.Regions`) supplies inputs that lie in shared memory; `header` is
-    `request_header`'s answer where it was read already."""
+def decoding(body, header_length: int | None = None, regions=None, skeleton_: Skeleton | None = None,
+             check=None) -> Steps:
+    """An infer request from its body, in slices (`json_tensors.sliced`). `regions`
+    (`shm_registry.Regions`) supplies inputs in shared memory; `skeleton_` is `request_skeleton`'s
+    answer where it was read already; `check(InputHead)`, where given, sees every input's fields
+    before any input's data is parsed (a model's refusal then costs no parse)."""
     binary = None if header_length is None else memoryview(body)[header_length:]
-    doc = request_header(body, header_length) if header is None else header
-    if not isinstance(doc.get("inputs"), list):
+    if skeleton_ is None:
+        skeleton_ = yield from request_skeleton(body, header_length)
+    doc = skeleton_.fields
+    if skeleton_.inputs is None:
         raise ProtocolError("request must be a JSON object with an 'inputs' list")
     request_id = doc.get("id")
     if request_id is not None:
         _string(request_id, "request id")
     parameters = request_parameters(doc)
     outputs = _requested(doc.get("outputs"))
+    heads = [input_head(spec) for spec in skeleton_.inputs]
+    for head in heads if check is not None else ():
+        check(head)
     offset, inputs = 0, []
-    for spec in doc["inputs"]:
-        tensor, offset = _tensor_from_json(spec, binary, offset, regions)
-        inputs.append(tensor)
+    for spec, head in zip(skeleton_.inputs, heads):
+        data, offset = yield from _input_data(body, spec, head, binary, offset, regions)
+        inputs.append(Tensor(head.name, head.datatype, head.shape, data, head.parameters))
     return InferRequest(request_id, inputs, outputs, parameters)
+
+
+def decode_request(body, header_length: int | None = None, regions=None) -> InferRequest:
+    """`decoding`, run to its end at once."""
+    return sliced_sync(decoding(body, header_length, regions))
 
 
 @dataclass
@@ -355,6 +332,7 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: l
     for out in outputs:
         spec: dict[str, Any] = {"name": out.name, "datatype": out.datatype, "shape": out.shape}
         array = out.data
+        data = None
         if array is None:
             pass
         elif out.name in binary:
@@ -364,16 +342,21 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: l
         elif out.datatype == "BYTES":
             spec["data"] = [b.decode(errors="replace") for b in array.reshape(-1)]
         else:
-            spec["data"] = array.reshape(-1).tolist()
-        specs.append(spec)
-    doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": specs}
+            data = json_values(array)  # written by NumPy, not a Python number per element
+        text = _json(spec)
+        specs.append(text if data is None else text[:-1] + b',"data":' + data + b"}")
+    doc: dict[str, Any] = {"model_name": model, "model_version": version}
     if request_id is not None:
         doc["id"] = request_id
-    header = json.dumps(doc, separators=(",", ":")).encode()
+    header = _json(doc)[:-1] + b',"outputs":[' + b",".join(specs) + b"]}"
     if not blobs:
         return header, {"Content-Type": "application/json"}
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
     return header + b"".join(blobs), headers
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def binary_outputs(request: InferRequest, outputs: list[Output]) -> set[str]:

@@ -166,6 +166,8 @@ def test_what_the_http_parser_refuses_is_a_json_400_logged_at_info_without_a_tra
 
 def test_an_unexpected_exception_is_a_json_500_without_a_traceback(caplog):
     class Broken:
+        models = {"m": SPEC}
+
         async def infer(self, spec, request, priority, deadline):
             return {"y": object()}  # the encoder chokes on it
 

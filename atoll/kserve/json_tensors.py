@@ -1,0 +1,420 @@
+"""JSON infer bodies read without a Python object per number, in bounded slices.
+
+`Skeleton` walks the body's structure (the request's fields, each input's fields) and passes over
+each input's `data` array without parsing it, recording where it lies (`Span`): fields other than
+`data` are small (at most FIELD_BYTES each), so the walk costs the body's size in C scans only.
+An input's name, datatype and shape are thus known before its numbers are read, and a prefix of
+the body tells them for the inputs whose fields precede their data (`Skeleton.inputs` on
+`Incomplete`). `values` then turns a span into an array of the declared datatype: the span is cut at
+commas into slices of SLICE_BYTES, brackets become blanks (nesting is flattened, as Triton does;
+the count must match the shape) and pysimdjson parses each slice straight into a buffer of int64,
+uint64 or float64. Every step is a generator that yields between slices, so a caller on an event
+loop can let other work run (`sliced`). Outputs are written by NumPy's formatting, not `json.dumps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import warnings
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simdjson
+
+from atoll.kserve.datatypes import DTYPES, ProtocolError, described
+
+SLICE_BYTES = 256 * 1024  # of the body parsed or scanned between two yields
+FIELD_BYTES = 64 * 1024  # the most any value but an input's data may take
+STRINGS_PER_SLICE = 8192  # BYTES elements decoded between two yields
+
+_WS = re.compile(rb"[ \t\n\r]*")
+_STRING = re.compile(rb'"(?:[^"\\\x00-\x1f]|\\.)*"')
+_TEXT_GAP = re.compile(r"[ \t\n\r\[\],]*")
+_BLANK_BRACKETS = bytes.maketrans(b"[]", b"  ")
+_DECODER = json.JSONDecoder()
+_FLOAT_WORDS = re.compile(rb"[^0-9eE.+\-, \t\n\r\[\]]")  # what a float slice holds beyond numbers
+_QUOTE, _BACKSLASH, _OPEN, _CLOSE = ord('"'), ord("\\"), ord("["), ord("]")
+
+Steps = Generator[None, None, Any]
+FLOATS = {"FP16", "BF16", "FP32", "FP64"}  # (bfloat16's NumPy kind is "V", not "f")
+
+
+class Incomplete(Exception):
+    """The buffer (a body's first bytes) ended before the JSON did."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """An input's `data` array: body[start:end], brackets included."""
+
+    start: int
+    end: int
+
+
+@dataclass
+class Skeleton:
+    """A JSON infer body's fields, each input's `data` as a `Span` (or, when not an array, as the
+    value sent). `inputs` holds each input's fields as far as they were read."""
+
+    body: bytes | bytearray | memoryview
+    fields: dict[str, Any] = field(default_factory=dict)
+    inputs: list[dict[str, Any]] | None = None
+
+
+def sliced_sync(steps: Steps) -> Any:
+    """A generator's result, run to its end with no pause."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def sliced(steps: Steps) -> Any:
+    """A generator's result, letting the event loop run other work at each of its yields."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+        await asyncio.sleep(0)
+
+
+class _Walk:
+    """A cursor over a JSON text; `complete` False where the buffer is only the text's start."""
+
+    def __init__(self, body, complete: bool, end: int | None = None):
+        self.body, self.pos, self.complete = body, 0, complete
+        self.end = len(body) if end is None else end
+
+    def _ended(self, what: str):
+        if not self.complete:
+            raise Incomplete
+        raise ProtocolError(f"request body is not valid JSON: it ends before {what}")
+
+    def _invalid(self, what: str):
+        raise ProtocolError(f"request body is not valid JSON: expected {what} at byte {self.pos}")
+
+    def peek(self) -> int:
+        self.pos = _WS.match(self.body, self.pos, self.end).end()
+        if self.pos >= self.end:
+            self._ended("its end")
+        return self.body[self.pos]
+
+    def expect(self, char: bytes, what: str) -> None:
+        if self.peek() != char[0]:
+            self._invalid(what)
+        self.pos += 1
+
+    def more(self, close: bytes) -> bool:
+        """After a member: True at a comma (another follows), False at `close`."""
+        c = self.peek()
+        self.pos += 1
+        if c == ord(","):
+            return True
+        if c != close[0]:
+            self.pos -= 1
+            self._invalid(f"',' or '{close.decode()}'")
+        return False
+
+    def key(self) -> str:
+        self.peek()
+        match = _STRING.match(self.body, self.pos, min(self.end, self.pos + FIELD_BYTES))
+        if match is None:
+            if self.end - self.pos < FIELD_BYTES and self.body[self.pos] == _QUOTE:
+                self._ended("a key does")
+            self._invalid("a key (a string of at most 64 KiB)")
+        self.pos = match.end()
+        self.expect(b":", "':'")
+        try:
+            return json.loads(match.group())
+        except UnicodeDecodeError:
+            raise ProtocolError(f"request body is not valid JSON: a key before byte {self.pos} is not UTF-8") from None
+
+    def value(self) -> Any:
+        """A value of at most FIELD_BYTES, parsed."""
+        self.peek()
+        window = bytes(self.body[self.pos : min(self.end, self.pos + FIELD_BYTES)])
+        text = window.decode("utf-8", "surrogateescape")
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except json.JSONDecodeError:
+            end = -1
+        except RecursionError:
+            raise ProtocolError("request body nests too deeply") from None
+        if end < 0 or end == len(text):  # cut by the window's end, or not JSON
+            if self.pos + len(window) >= self.end and not self.complete:
+                raise Incomplete
+            if len(window) == FIELD_BYTES:
+                raise ProtocolError(f"request body: a field at byte {self.pos} is not valid JSON of at most 64 KiB")
+            self._invalid("a JSON value")
+        try:
+            self.pos += len(text[:end].encode("utf-8"))
+        except UnicodeEncodeError:  # bytes that are not UTF-8, which surrogateescape kept
+            raise ProtocolError(f"request body is not valid JSON: the value at byte {self.pos} is not UTF-8") from None
+        return value
+
+    def array_end(self) -> Steps:
+        """Past the array at the cursor, in slices (strings inside it skipped, escapes heeded)."""
+        depth, in_string, backslashes = 0, False, 0
+        pos = self.pos
+        while pos < self.end:
+            stop = min(self.end, pos + SLICE_BYTES)
+            chunk = np.frombuffer(self.body, np.uint8, stop - pos, pos)
+            quotes = chunk == _QUOTE
+            if quotes.any():
+                quotes &= ~_escaped(chunk, backslashes)
+                inside = (np.cumsum(quotes) + in_string) % 2 == 1
+                in_string = bool(inside[-1]) if len(inside) else in_string
+            else:
+                inside = np.full(len(chunk), in_string)
+            delta = (chunk == _OPEN).astype(np.int64) - (chunk == _CLOSE)
+            delta[inside] = 0
+            level = depth + np.cumsum(delta)
+            closed = np.flatnonzero(level == 0)
+            if len(closed):
+                self.pos = pos + int(closed[0]) + 1
+                return
+            depth = int(level[-1])
+            runs = np.flatnonzero(chunk != _BACKSLASH)
+            backslashes = len(chunk) - 1 - int(runs[-1]) if len(runs) else backslashes + len(chunk)
+            pos = stop
+            yield
+        self.pos = self.end
+        self._ended("an input's data does")
+
+
+def _escaped(chunk: np.ndarray, carried: int) -> np.ndarray:
+    """Which bytes follow an odd run of backslashes (`carried` of them ended the previous chunk)."""
+    slash = chunk == _BACKSLASH
+    if not slash.any() and not carried:
+        return np.zeros(len(chunk), bool)
+    index = np.arange(len(chunk))
+    last_other = np.maximum.accumulate(np.where(slash, -1, index))  # last non-backslash at or before i
+    run = index - last_other  # backslashes ending at i
+    run[last_other < 0] += carried
+    before = np.concatenate(([carried], run[:-1]))
+    return before % 2 == 1
+
+
+def skeleton(body, complete: bool = True, end: int | None = None) -> Steps:
+    """The `Skeleton` of body[:end]; where `complete` is False (a prefix), `Incomplete` carries what
+    was read as its first argument."""
+    walk = _Walk(body, complete, end)
+    result = Skeleton(body)
+    try:
+        if walk.peek() != ord("{"):
+            raise ProtocolError("request header must be a JSON object")
+        walk.pos += 1
+        if walk.peek() == ord("}"):
+            walk.pos += 1
+        else:
+            while True:
+                name = walk.key()
+                if name == "inputs" and walk.peek() == ord("["):
+                    yield from _inputs(walk, result)
+                else:
+                    result.fields[name] = walk.value()
+                if not walk.more(b"}"):
+                    break
+        if _WS.match(body, walk.pos, walk.end).end() != walk.end:
+            walk._invalid("the body's end")
+    except Incomplete:
+        raise Incomplete(result) from None
+    return result
+
+
+def _inputs(walk: _Walk, result: Skeleton) -> Steps:
+    walk.pos += 1
+    result.inputs = []
+    if walk.peek() == ord("]"):
+        walk.pos += 1
+        return
+    while True:
+        if walk.peek() != ord("{"):
+            raise ProtocolError(f"each input must be a JSON object, got {described(walk.value())}")
+        walk.pos += 1
+        fields: dict[str, Any] = {}
+        result.inputs.append(fields)
+        if walk.peek() == ord("}"):
+            walk.pos += 1
+        else:
+            while True:
+                name = walk.key()
+                if name == "data" and walk.peek() == ord("["):
+                    start = walk.pos
+                    fields["data"] = None  # its fields so far are those before it (`Incomplete`)
+                    yield from walk.array_end()
+                    fields["data"] = Span(start, walk.pos)
+                else:
+                    fields[name] = walk.value()
+                if not walk.more(b"}"):
+                    break
+        yield
+        if not walk.more(b"]"):
+            return
+
+
+# -- data: a span into an array ----------------------------------------------------------------------
+
+
+def values(body, span: Span, datatype: str, shape: list[int], count: int, name: str) -> Steps:
+    """Input `name`'s data, `count` values of `datatype` flattened from their nesting, as an array of
+    `shape` (BYTES: an object array of UTF-8 encoded strings)."""
+    if datatype == "BYTES":
+        data = yield from _strings(body, span, count, name)
+        return data.reshape(shape)
+    dt = DTYPES[datatype]
+    out = np.empty(count, dt)
+    parser = simdjson.Parser()
+    filled, pos, end = 0, span.start + 1, span.end - 1
+    while pos < end:
+        cut = end if end - pos <= SLICE_BYTES else body.rfind(b",", pos, pos + SLICE_BYTES)
+        if cut <= pos:  # one value longer than a slice: invalid anyway, found by the parse
+            cut = end
+        piece = b"[" + bytes(body[pos:cut]).translate(_BLANK_BRACKETS) + b"]"
+        got = _piece(parser, piece, datatype, name)
+        if filled + len(got) > count:
+            raise ProtocolError(f"input {name!r}: more than {count} values for shape {shape}")
+        out[filled : filled + len(got)] = got
+        filled += len(got)
+        pos = cut + 1
+        yield
+    if filled != count:
+        raise ProtocolError(f"input {name!r}: {filled} values for shape {shape}")
+    return out.reshape(shape)
+
+
+def _piece(parser: simdjson.Parser, piece: bytes, datatype: str, name: str) -> np.ndarray:
+    """One slice's values (a flat JSON array), checked against the datatype's range."""
+    dt = DTYPES[datatype]
+    if b'"' in piece or b"{" in piece:
+        raise ProtocolError(_not_values(name, datatype))
+    try:
+        if dt.kind == "b":
+            n = len(parser.parse(piece))  # valid JSON; then only true and false
+            flat = np.frombuffer(piece, np.uint8)
+            truths = flat[(flat == ord("t")) | (flat == ord("f"))]
+            if len(truths) != n:
+                raise ProtocolError(_not_values(name, datatype))
+            return truths == ord("t")
+        kind = "d" if datatype in FLOATS else "u" if datatype == "UINT64" else "i"
+        got = np.frombuffer(parser.parse(piece).as_buffer(of_type=kind), {"d": np.float64, "u": np.uint64, "i": np.int64}[kind])
+    except TypeError:  # a value of another kind (a float for an integer type, a boolean, null)
+        raise ProtocolError(_not_values(name, datatype)) from None
+    except (ValueError, RuntimeError) as exc:  # simdjson's errors: a word, a range, a malformed number
+        literals = b"NaN" in piece or b"Infinity" in piece  # Python's json writes them; JSON has none
+        if datatype in FLOATS and (literals or "BIGINT" in str(exc) or "NUMBER_ERROR" in str(exc)):
+            got = _with_literals(piece, name, datatype)  # past a double's range: Infinity, refused there
+        elif literals or "OUT_OF_RANGE" in str(exc) or "BIGINT" in str(exc):
+            raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}") from None
+        else:
+            raise ProtocolError(_not_values(name, datatype)) from None
+    return _in_range(got, dt, name, datatype)
+
+
+def _with_literals(piece: bytes, name: str, datatype: str) -> np.ndarray:
+    """A slice of a float datatype's values that simdjson does not take (NaN, (-)Infinity, integers
+    past 64 bits), parsed by NumPy's text reader (C's strtod), as json.loads reads them. Infinity
+    only where the word says it."""
+    words = piece.replace(b"NaN", b"").replace(b"Infinity", b"")
+    if _FLOAT_WORDS.search(words):
+        raise ProtocolError(_not_values(name, datatype))
+    inner = piece[1:-1].translate(_BLANK_BRACKETS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy warns where the text is not read to its end
+        try:
+            got = np.fromstring(inner, dtype=np.float64, sep=",")
+        except (DeprecationWarning, ValueError):
+            raise ProtocolError(_not_values(name, datatype)) from None
+    if len(got) != inner.count(b",") + 1:
+        raise ProtocolError(_not_values(name, datatype))
+    if np.isinf(got).sum() != piece.count(b"Infinity"):
+        raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}")
+    return got
+
+
+def _in_range(got: np.ndarray, dt: np.dtype, name: str, datatype: str) -> np.ndarray:
+    if datatype in FLOATS:
+        with np.errstate(over="ignore"):
+            narrowed = got.astype(dt)
+        if datatype != "FP64" and (np.isinf(narrowed.astype(np.float64)) & np.isfinite(got)).any():
+            raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}")
+        return narrowed
+    if dt.itemsize < 8 or (dt.kind == "u" and got.dtype.kind == "i"):
+        info = np.iinfo(dt)
+        if len(got) and (got.min() < info.min or got.max() > info.max):
+            raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}")
+    return got.astype(dt, copy=False)
+
+
+def _not_values(name: str, datatype: str) -> str:
+    if datatype == "BOOL":
+        return f"input {name!r}: BOOL data must be true or false"
+    return f"input {name!r}: data is not an array of {datatype} values"
+
+
+def _strings(body, span: Span, count: int, name: str) -> Steps:
+    """BYTES data: its strings, UTF-8 encoded, at any nesting; one `bytes` per element, as a BYTES
+    tensor holds them, and no other object kept."""
+    try:
+        text = bytes(body[span.start + 1 : span.end - 1]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError(f"input {name!r}: BYTES data is not UTF-8 text") from None
+    out = np.empty(count, dtype=object)
+    pos, filled = 0, 0
+    while True:
+        pos = _TEXT_GAP.match(text, pos).end()
+        if pos >= len(text):
+            break
+        if text[pos] != '"':
+            try:
+                value = _DECODER.raw_decode(text, pos)[0]
+            except (ValueError, RecursionError):  # not JSON at all there
+                value = object()
+            raise ProtocolError(f"input {name!r}: BYTES data must be strings, got {described(value)}")
+        string, pos = json.decoder.scanstring(text, pos + 1)
+        if filled == count:
+            raise ProtocolError(f"input {name!r}: more than {count} values for its shape")
+        try:
+            out[filled] = string.encode()
+        except UnicodeEncodeError:
+            raise ProtocolError(f"input {name!r}: BYTES data holds a string that is not Unicode text "
+                                "(a lone surrogate)") from None  # fmt: skip
+        filled += 1
+        if filled % STRINGS_PER_SLICE == 0:
+            yield
+    if filled != count:
+        raise ProtocolError(f"input {name!r}: {filled} values for its shape")
+    return out
+
+
+# -- outputs -----------------------------------------------------------------------------------------
+
+_LITERALS = {"nan": b"NaN", "inf": b"Infinity", "-inf": b"-Infinity"}
+
+
+def json_values(array: np.ndarray) -> bytes:
+    """A numeric or BOOL array's values as a flat JSON array, formatted by NumPy (shortest repr that
+    reads back the same value) with no Python object per element; NaN and infinities as Python's
+    json writes them."""
+    flat = array.reshape(-1)
+    if flat.dtype.kind == "b":
+        text = np.where(flat, b"true", b"false")
+    else:
+        if flat.dtype == DTYPES["BF16"]:
+            flat = flat.astype(np.float32)  # formatted through float32, exactly
+        text = flat.astype("S32")
+        if flat.dtype.kind == "f":
+            for word, literal in _LITERALS.items():
+                text[text == word.encode()] = literal
+    width = text.dtype.itemsize
+    cells = np.zeros((len(text), width + 1), np.uint8)
+    cells[:, :width] = text.view(np.uint8).reshape(len(text), width)
+    cells[:, width] = ord(",")
+    joined = cells.tobytes().replace(b"\0", b"")
+    return b"[" + joined[:-1] + b"]"
