@@ -174,6 +174,16 @@ class device:
             return self._cus[name]
 
 
+class hw_context:
+    """An xclbin registered on a device, as XRT 2.20+ opens kernels (pyxrt binds only its
+    constructors)."""
+
+    def __init__(self, dev: device | None = None, xclbin_uuid: uuid | None = None):
+        if dev is not None and (dev._xclbin is None or dev._xclbin.get_uuid() != xclbin_uuid):
+            raise RuntimeError("xclbin not registered on this device")
+        self._device = dev
+
+
 class kernel:
     class cu_access_mode(enum.IntEnum):
         exclusive = 0
@@ -184,9 +194,14 @@ class kernel:
     shared = cu_access_mode.shared
     none = cu_access_mode.none
 
-    def __init__(self, dev: device, xclbin_uuid: uuid, name: str, mode=cu_access_mode.shared):
-        if dev._xclbin is None or dev._xclbin.get_uuid() != xclbin_uuid:
-            raise RuntimeError("xclbin not loaded on this device")
+    def __init__(self, *args):
+        """pyxrt's two forms: kernel(hw_context, name), and XRT's older kernel(device, uuid,
+        name[, mode]), a deprecated shim from XRT 2.26 on."""
+        if isinstance(args[0], hw_context):
+            dev, name = args[0]._device, args[1]
+        else:
+            dev, xclbin_uuid, name = args[:3]
+            hw_context(dev, xclbin_uuid)  # the same check
         kernel_name, _, cu_part = name.partition(":")
         self._spec = dev._xclbin._manifest.kernel(kernel_name)
         if getattr(dev._library, kernel_name, None) is None:

@@ -39,14 +39,16 @@ class XrtPort:
 
     def __init__(self, xrt, device, xclbin_path: str | os.PathLike, on_close=None):
         self.xrt, self.device, self._on_close = xrt, device, on_close
-        self.uuid = device.load_xclbin(xrt.xclbin(str(xclbin_path)))
+        # register_xclbin + hw_context: what XRT 2.20 binds and 2.26 keeps (load_xclbin and
+        # kernel(device, uuid, name) are deprecated shims there).
+        self.context = xrt.hw_context(device, device.register_xclbin(xrt.xclbin(str(xclbin_path))))
         self._ended = {getattr(xrt.ert_cmd_state, name) for name in ENDED}
         self._completed = xrt.ert_cmd_state.ERT_CMD_STATE_COMPLETED
         sync = xrt.xclBOSyncDirection
         self._to_device, self._from_device = sync.XCL_BO_SYNC_BO_TO_DEVICE, sync.XCL_BO_SYNC_BO_FROM_DEVICE
 
     def open_cu(self, kernel: str, cu: str):
-        return self.xrt.kernel(self.device, self.uuid, f"{kernel}:{{{cu}}}", self.xrt.kernel.cu_access_mode.exclusive)
+        return self.xrt.kernel(self.context, f"{kernel}:{{{cu}}}")
 
     def buffer(self, cu, arg_index: int, size: int):
         return self.xrt.bo(self.device, size, self.xrt.bo.flags.normal, cu.group_id(arg_index))

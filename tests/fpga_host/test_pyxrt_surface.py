@@ -3,7 +3,9 @@
 PYXRT is pyxrt's Python surface in XRT 2.20 (the 2025.2 release: XRT_VERSION_RELEASE 202520 in
 src/CMake/settings.cmake), read from src/python/pybind11/src/pyxrt.cpp of Xilinx/XRT at that
 version: the classes and functions of the module, and each class's methods and exported enum
-values. `ert_cmd_state` names no ERT_CMD_STATE_RUNNING (3), so a running command's state is an
+values. Kernels open from a `hw_context(device, register_xclbin(xclbin))`: in XRT 2.26 (2026.2)
+`load_xclbin` and `kernel(device, uuid, name)` are deprecated shims. `ert_cmd_state` names no
+ERT_CMD_STATE_RUNNING (3), so a running command's state is an
 unnamed value. `run` binds no `abort` (xrt::run::abort is C++ only); its `wait2(timeout)` takes a
 std::chrono::milliseconds and returns std::cv_status, for which pyxrt.cpp includes no pybind11
 caster (pybind11/chrono.h), so from Python only `wait2()` without a timeout is callable.
@@ -34,6 +36,7 @@ PYXRT_MODULE = {
 }
 PYXRT = {
     "uuid": {"to_string"},
+    "hw_context": set(),  # constructors only in 2.20
     "device": {"load_xclbin", "register_xclbin", "get_xclbin_uuid", "get_info"},
     "run": {"start", "set_arg", "wait", "wait2", "state", "add_callback"},
     "kernel": {"cu_access_mode", "exclusive", "shared", "none", "__call__", "group_id"},
@@ -148,6 +151,7 @@ def test_the_driver_uses_only_pyxrt_names_and_a_hung_cu_leaves_service(fake_libr
             assert names <= PYXRT[name], (name, names - PYXRT[name])
     assert "state" in recorded["run"] and "abort" not in recorded["run"]
     assert "wait" not in recorded["run"]  # its timeout can be masked; the driver polls state()
+    assert "hw_context" in recorded["module"] and "load_xclbin" not in recorded["device"]
 
 
 def test_scalars_are_passed_as_the_c_int_pyxrt_binds():
