@@ -4,32 +4,29 @@ inference replayed as a single CUDA graph, beside PyTorch's CUDA-graph replay of
 graph (fp32 with TF32 off, and fp16).
 
     python3 tools/gpu_check.py [--models NAME ...] [--batches 1 32] [--precisions fp32 fp16]
+    python3 tools/gpu_check.py --device cpu ...    the same rows on the CPU (the dry run)
 
 Run from the repository root on a machine with CuPy, PyTorch and a CUDA GPU. For each model
 (zoo seed 0; audio at 300 frames), batch and precision it records: the max relative error of the
 outputs against onnxruntime (and whether it is within `atoll model check`'s tolerance), the
-median over --repeats graph replays (CUDA events, after warm-up) of all the program's launches
-captured on one stream, a per-kernel-name breakdown from launching each kernel alone between
-events (these include ~2 us of event overhead each, so they add up to more than the graph), and
-the torch-graph fp32/fp16 medians. Every kernel variant is NVRTC-compiled first, in parallel
-worker processes that fill CuPy's on-disk cache. One failing model or kernel is reported and the
-others go on. Writes $OUT/gpu_check.json (or ./gpu_check.json) and prints a table last.
-
-Programs run through the cupy executor itself (its CUDA-graph capture is what is timed), so this
-also checks the executor on the GPU.
+median over --repeats graph replays (CUDA events, after warm-up), a per-kernel-name breakdown
+from launching each kernel alone between events (~2 us of event overhead each), and the
+torch-graph fp32/fp16 medians. Kernels come from the cubin cache (built first with nvcc where it
+is installed: `gpu_runtime.kernels.cubins`), else NVRTC. One failing model is reported and the
+others go on. Writes $OUT/gpu_check.json (or ./gpu_check.json) and prints a table last. On the
+CPU the numpy executor runs the programs (timed with the host clock) and PyTorch is left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_runtime.compiler.importer import import_model  # noqa: E402
 from gpu_runtime.executors import preemptible_executor, program_executor  # noqa: E402
-from gpu_runtime.executors.cupy_executor import NVRTC_OPTIONS  # noqa: E402
+from gpu_runtime.kernels import cubins  # noqa: E402
 from gpu_runtime.model_check import TOLERANCES  # noqa: E402
 from gpu_runtime.zoo import MODELS, build  # noqa: E402
 
@@ -50,34 +47,27 @@ AUDIO_FRAMES = 300
 TARGET_RATIO = 1.25
 
 
-def _compile_chunk(kernels: list[tuple[str, str]]) -> list[tuple[str, str | None, float]]:
-    """(name, error, seconds) per kernel, compiled in this worker process."""
-    import cupy  # optional: CuPy, GPU only
+def build_cubins(kernels: dict, arch: str) -> dict:
+    """nvcc-compiles what the cache lacks for `arch` (the executor then loads cubins only)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return {"kernels": len(kernels), "nvcc": None, "note": "no nvcc: NVRTC at load"}
+    t0 = time.perf_counter()
+    reports = cubins.build(kernels.values(), [arch], nvcc)
+    return {"kernels": len(kernels), "arch": arch, "wall_s": round(time.perf_counter() - t0, 1),
+            "failed": [r.name for r in reports if not r.ok],
+            "spilled": [r.name for r in reports if r.spills]}
 
-    out = []
-    for name, source in kernels:
+
+def _median_host_ms(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        try:
-            cupy.RawKernel(source, name, options=NVRTC_OPTIONS).compile()
-            out.append((name, None, time.perf_counter() - t0))
-        except Exception as e:  # NVRTC rejected it: reported, the other kernels go on
-            out.append((name, f"{type(e).__name__}: {e}"[:3000], time.perf_counter() - t0))
-    return out
-
-
-def precompile(kernels: dict, workers: int) -> dict:
-    """NVRTC-compiles every distinct kernel in `workers` processes; {name: error} of failures."""
-    items = sorted((k.name, k.cuda_source) for k in kernels.values())
-    chunks = [items[i::workers] for i in range(workers)]
-    ctx = multiprocessing.get_context("spawn")
-    errors, seconds = {}, 0.0
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        for result in pool.map(_compile_chunk, [c for c in chunks if c]):
-            for name, error, s in result:
-                seconds += s
-                if error:
-                    errors[name] = error
-    return errors, seconds
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
 
 
 def _median_ms(cp, stream, fn, repeats: int, warmup: int = 5) -> float:
@@ -170,16 +160,18 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
     parser.add_argument("--repeats", type=int, default=25)
-    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     args = parser.parse_args(argv)
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    import cupy as cp  # optional: CuPy, GPU only
+    gpu = args.device == "cuda"
+    if gpu:
+        import cupy as cp  # optional: CuPy, GPU only
 
     report = {"what": "tools/gpu_check.py: Atoll graph replay vs torch graph replay per zoo model",
-              "env": environment(cp), "results": {}, "errors": {}}
+              "env": environment(cp) if gpu else {"device": "cpu"}, "results": {}, "errors": {}}
     programs, models, feeds_of = {}, {}, {}
     for name in args.models:
         try:
@@ -205,23 +197,16 @@ def main(argv=None) -> int:
     kernels = {}
     for program in programs.values():
         kernels.update(program.kernels())
-    t0 = time.perf_counter()
-    compile_errors, cpu_s = precompile(kernels, args.workers)
-    report["nvrtc"] = {"kernels": len(kernels), "wall_s": round(time.perf_counter() - t0, 1),
-                       "cpu_s": round(cpu_s, 1), "errors": compile_errors}
-    print(f"compiled {len(kernels)} kernels in {report['nvrtc']['wall_s']} s "
-          f"({len(compile_errors)} failed)", flush=True)
+    if gpu:
+        report["cubins"] = build_cubins(kernels, cp.cuda.Device().compute_capability)
+        print(f"cubins: {report['cubins']}", flush=True)
     references = {}
-    ex = program_executor(preemptible_executor(gpu=True))()
+    ex = program_executor(preemptible_executor(gpu=gpu))()
     with tempfile.TemporaryDirectory() as tmp:
         for key, program in programs.items():
             name, batch, precision = key.split("/")
             batch = int(batch[1:])
             row = report["results"][key]
-            bad = sorted(set(program.kernels()) & set(compile_errors))
-            if bad:
-                row["error"] = f"kernels failed to compile: {bad}"
-                continue
             state = None
             try:
                 feeds = feeds_of[name, batch]
@@ -231,15 +216,19 @@ def main(argv=None) -> int:
                 err = _max_rel(ex.run(state, feeds), references[name, batch])
                 row.update(max_rel=err, tolerance=TOLERANCES[precision],
                            ok=bool(err <= TOLERANCES[precision]))
-                row["graph_ms"] = _median_ms(cp, state.stream, lambda: ex.execute(state),
-                                             args.repeats)
-                row["by_kernel"] = per_kernel(cp, ex, state)
+                if gpu:
+                    row["graph_ms"] = _median_ms(cp, state.stream, lambda: ex.execute(state),
+                                                 args.repeats)
+                    row["by_kernel"] = per_kernel(cp, ex, state)
+                else:
+                    row["graph_ms"] = _median_host_ms(lambda: ex.run(state, feeds), args.repeats)
             except Exception:
                 row["error"] = traceback.format_exc(limit=4)
             finally:
                 state = None
-                cp.get_default_memory_pool().free_all_blocks()
-            if args.no_torch or "error" in row:
+                if gpu:
+                    cp.get_default_memory_pool().free_all_blocks()
+            if args.no_torch or not gpu or "error" in row:
                 continue
             path = Path(tmp) / f"{name}.onnx"
             if not path.exists():
