@@ -50,12 +50,18 @@ def test_the_key_follows_source_and_architecture(tmp_path):
         cubins.arch_of("hopper")
 
 
-def test_a_cached_cubin_is_loaded_and_nvrtc_never_called(tmp_path, monkeypatch):
-    monkeypatch.setattr(cubins, "CACHE", tmp_path)
-    kernel = fill()
+def _stand_in_cubin(kernel, root, monkeypatch):
+    """A file where the cache keeps `kernel`'s sm_90 cubin (the executor only passes its path)."""
+    monkeypatch.setattr(cubins, "CACHE", root)
     path = cubins.cubin_path(kernel, "90")
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x7fELF stand-in")
+    return path
+
+
+def test_a_cached_cubin_is_loaded_and_nvrtc_never_called(tmp_path, monkeypatch):
+    kernel = fill()
+    path = _stand_in_cubin(kernel, tmp_path, monkeypatch)
     ex, cp = _executor("90")
     assert ex.compile(kernel) == ("function", str(path), kernel.name)
     assert ex.compile(kernel) == ("function", str(path), kernel.name)  # once per process
@@ -63,11 +69,8 @@ def test_a_cached_cubin_is_loaded_and_nvrtc_never_called(tmp_path, monkeypatch):
 
 
 def test_nvrtc_compiles_what_the_cache_lacks(tmp_path, monkeypatch):
-    monkeypatch.setattr(cubins, "CACHE", tmp_path)
     kernel = fill()
-    path = cubins.cubin_path(kernel, "90")
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"\x7fELF stand-in")
+    _stand_in_cubin(kernel, tmp_path, monkeypatch)
     ex, cp = _executor("86")  # an architecture nothing was built for
     ex.compile(kernel)
     ex.compile(fill("float16"))
