@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 from fpga_host import BACKEND_CHOICES
+from fpga_host.dpu_driver import BackendUnavailable
 from fpga_host.manifest import ManifestError
 from fpga_host.preprocessor import Preprocessor
 from fpga_host.status import PreprocessError
-from fpga_host.xrt_driver import BackendUnavailable
 from tqdm import tqdm
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("preprocess", help="preprocess image or audio files to .npy")
