@@ -35,7 +35,6 @@ from atoll.kserve.protocol import (
     join_bytes,
     shared_memory_of,
     tensor_from_bytes,
-    tensor_from_numbers,
 )
 from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 from atoll.observe.throttled import Throttled
@@ -54,6 +53,79 @@ def _parameters(entries) -> dict:
             if value.WhichOneof("parameter_choice")}  # fmt: skip
 
 
+# which datatypes' typed contents are fixed-width little-endian values once packed on the wire
+_FIXED = {"FP32": "<f4", "FP64": "<f8"}
+_VARINT_SLICE = 1 << 20  # bytes of packed varints decoded at once (temporaries ~8x that)
+
+
+def _typed_contents(t, count: int) -> np.ndarray:
+    """Input `t`'s typed contents as an array of its datatype, read from the contents' packed wire
+    form (the protobuf runtime has no buffer of a repeated field): fixed-width values viewed,
+    varints decoded by NumPy, no Python object per element but for BYTES."""
+    field = CONTENTS.get(t.datatype)
+    if field is None:
+        raise ProtocolError(f"input {t.name!r}: {t.datatype} needs raw_input_contents")
+    if t.datatype == "BYTES":
+        values = np.empty(len(getattr(t.contents, field)), object)
+        values[:] = list(getattr(t.contents, field))
+    else:
+        payload = _packed(t.contents.SerializeToString(), t.contents.DESCRIPTOR.fields_by_name[field].number)
+        values = np.frombuffer(payload, _FIXED[t.datatype]) if t.datatype in _FIXED else _varints(payload)
+    if len(values) != count:
+        raise ProtocolError(f"input {t.name!r}: {len(values)} values for shape {list(t.shape)}")
+    if t.datatype in _FIXED or t.datatype == "BYTES":
+        return values.astype(DTYPES[t.datatype], copy=False)
+    if t.datatype == "BOOL":
+        return values != 0
+    dt = DTYPES[t.datatype]
+    signed = values.view(np.int64) if dt.kind == "i" else values  # int32s are sign-extended varints
+    info = np.iinfo(dt)
+    if len(signed) and (signed.min() < info.min or signed.max() > info.max):
+        raise ProtocolError(f"input {t.name!r}: a value is outside the range of {t.datatype}")
+    return signed.astype(dt)
+
+
+def _packed(message: bytes, number: int) -> bytes:
+    """The payloads of field `number` (packed, length-delimited) in a serialized message, joined."""
+    parts, pos = [], 0
+    while pos < len(message):
+        tag, pos = _varint(message, pos)
+        if tag & 7 != 2:  # the contents' repeated scalars are packed; nothing else is written
+            raise ProtocolError("typed contents in a form this server does not read")
+        size, pos = _varint(message, pos)
+        if tag >> 3 == number:
+            parts.append(message[pos : pos + size])
+        pos += size
+    return b"".join(parts)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _varints(payload: bytes) -> np.ndarray:
+    """Packed varints as uint64, decoded a slice at a time."""
+    data = np.frombuffer(payload, np.uint8)
+    ends = np.flatnonzero(data < 0x80)
+    out = np.empty(len(ends), np.uint64)
+    first = 0
+    for lo in range(0, len(ends), _VARINT_SLICE):
+        last = ends[min(lo + _VARINT_SLICE, len(ends)) - 1]
+        chunk, stops = data[first : last + 1], ends[lo : lo + _VARINT_SLICE] - first
+        starts = np.concatenate(([0], stops[:-1] + 1))
+        offset = np.arange(len(chunk)) - np.repeat(starts, stops - starts + 1)
+        parts = (chunk & 0x7F).astype(np.uint64) << (7 * offset).astype(np.uint64)
+        out[lo : lo + len(stops)] = np.bitwise_or.reduceat(parts, starts)
+        first = last + 1
+    return out
+
+
 def _tensor(t, raw_contents, regions) -> Tensor:
     params, shape = _parameters(t.parameters), list(t.shape)
     if t.datatype not in DTYPES:
@@ -68,18 +140,7 @@ def _tensor(t, raw_contents, regions) -> Tensor:
             raise ProtocolError(f"input {t.name!r}: no raw_input_contents left for it")
         data = tensor_from_bytes(t.name, t.datatype, shape, raw)
     else:
-        field = CONTENTS.get(t.datatype)
-        if field is None:
-            raise ProtocolError(f"input {t.name!r}: {t.datatype} needs raw_input_contents")
-        values = list(getattr(t.contents, field))
-        if len(values) != count:
-            raise ProtocolError(f"input {t.name!r}: {len(values)} values for shape {shape}")
-        if t.datatype == "BYTES":
-            data = np.empty(count, object)
-            data[:] = values
-        else:  # int_contents hold INT8 and INT16 too: their range is checked
-            data = tensor_from_numbers(t.name, t.datatype, values)
-        data = data.reshape(shape)
+        data = _typed_contents(t, count).reshape(shape)
     return Tensor(t.name, t.datatype, shape, data, params)
 
 

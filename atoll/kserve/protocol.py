@@ -112,31 +112,6 @@ def element_count(shape: list[int], name: str) -> int:
     return math.prod(shape)
 
 
-def tensor_from_numbers(name: str, datatype: str, values: list) -> np.ndarray:
-    """A numeric tensor from its values (JSON `data`, flat or nested; gRPC typed contents), shaped as
-    they nest. Refused, as Triton refuses them: values numpy cannot read as the datatype (objects,
-    arrays of unequal lengths), an integer outside the datatype's range, a number too large for a
-    float datatype (it would become infinity; the literals Infinity and NaN are taken as they are),
-    anything but true and false for BOOL. One conversion in numpy, no loop over the values here."""
-    dt = DTYPES[datatype]
-    try:
-        with np.errstate(over="ignore"):  # checked below, rather than a RuntimeWarning in the log
-            # BOOL as numpy reads the values: as dt, any value would be its truth ("false" True)
-            data = np.array(values, dtype=None if dt.kind == "b" else dt)
-    except OverflowError:
-        raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}") from None
-    except (TypeError, ValueError):  # not numbers, or arrays of unequal lengths
-        raise ProtocolError(f"input {name!r}: data is not an array of {datatype} values") from None
-    if dt.kind == "b":
-        if data.dtype.kind != "b" and data.size:
-            raise ProtocolError(f"input {name!r}: BOOL data must be true or false")
-        return data.astype(dt, copy=False)
-    if dt.kind == "f" and (infinite := np.isinf(data)).any():
-        if np.isfinite(np.array(values, dtype=np.float64)[infinite]).any():
-            raise ProtocolError(f"input {name!r}: a value is outside the range of {datatype}")
-    return data
-
-
 def tensor_from_bytes(name: str, datatype: str, shape: list[int], raw) -> np.ndarray:
     """A tensor's elements from its raw bytes (binary extension, gRPC raw contents, shared memory),
     without a copy where the datatype allows; BYTES elements are length-prefixed."""

@@ -17,9 +17,9 @@ from tritonclient.grpc import service_pb2_grpc
 from atoll.bench.bodies import grpc_request
 from atoll.front_end import grpc_service
 from atoll.front_end.endpoints import Endpoints
-from atoll.front_end.grpc_service import _CallEnded, request_from_proto, response_to_proto
+from atoll.front_end.grpc_service import CONTENTS, _CallEnded, request_from_proto, response_to_proto
 from atoll.http.refusal_pace import RefusalPace
-from atoll.kserve.protocol import Output, ProtocolError
+from atoll.kserve.protocol import DTYPES, Output, ProtocolError, join_bytes
 from atoll.kserve.shm_registry import Regions as MappedRegions
 from atoll.observe.metrics import Metrics
 
@@ -258,3 +258,29 @@ def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):
     assert passed == [False] * 100 and other
     said = [r for r in caplog.records if r.name == "atoll.front_end.grpc_service"]
     assert [(r.levelno, "its call had ended" in r.getMessage()) for r in said] == [(logging.INFO, True)]
+
+
+@pytest.mark.parametrize("datatype", [d for d in CONTENTS])
+def test_typed_contents_give_the_tensor_raw_contents_give(datatype):
+    dt = DTYPES[datatype]
+    if datatype == "BYTES":
+        array = np.array([b"", b"a", "é".encode(), b"\x00\xff"] * 3, dtype=object)
+    elif datatype == "BOOL":
+        array = np.array([True, False, True] * 4)
+    elif dt.kind == "f":
+        array = np.array([0.1, -1e30, np.inf, np.nan, 0.0, -0.0] * 2, dt)
+    else:
+        info = np.iinfo(dt)
+        array = np.array([info.min, info.max, 0, 1, -1 if dt.kind == "i" else 2, 127] * 2, dt)
+    typed, raw = pb.ModelInferRequest(model_name="m"), pb.ModelInferRequest(model_name="m")
+    field = CONTENTS[datatype]
+    getattr(typed.inputs.add(name="x", datatype=datatype, shape=[3, 4]).contents, field).extend(array.tolist())
+    raw.inputs.add(name="x", datatype=datatype, shape=[3, 4])
+    raw.raw_input_contents.append(join_bytes(array) if datatype == "BYTES" else array.tobytes())
+    from_typed = request_from_proto(typed, None).inputs[0].data
+    from_raw = request_from_proto(raw, None).inputs[0].data
+    assert from_typed.shape == from_raw.shape == (3, 4)
+    if datatype == "BYTES":
+        assert from_typed.tolist() == from_raw.tolist()
+    else:
+        assert from_typed.dtype == from_raw.dtype and from_typed.tobytes() == from_raw.tobytes()

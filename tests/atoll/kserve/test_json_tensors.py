@@ -100,6 +100,7 @@ def test_strings_with_quotes_brackets_and_escapes_split_across_slices(monkeypatc
                                   {"name": "n", "datatype": "INT8", "shape": [1], "data": [[5]]}]}).encode()  # fmt: skip
     for size in (1, 2, 3, 5, 64):
         monkeypatch.setattr(json_tensors, "SLICE_BYTES", size)
+        monkeypatch.setattr(json_tensors, "STRING_SLICE_BYTES", size)
         s, n = decode_request(body).inputs
         assert s.data.tolist() == [w.encode() for w in words] and n.data.tolist() == [5]
 
