@@ -46,6 +46,8 @@ class ServerConfig:
                                       doc="which models are served: all (none, poll) or those loaded on request")
     load_model: str = field(default="", metadata={"doc": "explicit mode: models loaded at start, comma-separated (* = all)"})
     repository_poll_secs: float = _num(15.0, 0.1, "poll mode: seconds between scans of the repository")
+    exit_on_error: bool = field(default=True, metadata={"doc": "a model that fails to load at start stops the "
+                                                               "server (false: reported, the others served)"})
     max_request_bytes: int = _num(64 << 20, 1024, "largest accepted request body (after decompression; HTTP 413)")
     max_pending_requests: int = _num(0, 0, "fixed bound on requests in flight per priority (HTTP 503; 0 = none: "
                                            "the bound follows from request_timeout_s)")
@@ -246,6 +248,7 @@ SERVE_FLAGS = {
     "repository": "server.repository", "host": "server.host", "http_port": "server.http_port",
     "grpc_port": "server.grpc_port", "metrics_port": "server.metrics_port", "front_ends": "server.front_ends",
     "model_control_mode": "server.model_control_mode", "load_model": "server.load_model",
-    "repository_poll_secs": "server.repository_poll_secs", "backend": "preprocessing.backend",
+    "repository_poll_secs": "server.repository_poll_secs", "exit_on_error": "server.exit_on_error",
+    "backend": "preprocessing.backend",
     "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
 }  # fmt: skip

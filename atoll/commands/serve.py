@@ -15,6 +15,7 @@ from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_fr
 from atoll.observe.log_format import LOG_FORMATS, configure_logging
 from atoll.repository.specs import RepositoryError
 from atoll.supervisor.lifecycle import serve_forever
+from atoll.supervisor.model_control import ModelsFailed
 from atoll.supervisor.supervisor import Supervisor
 
 
@@ -34,6 +35,9 @@ def register(subparsers) -> None:
     p.add_argument("--load-model", action="append", metavar="MODEL",
                    help="explicit mode: a model to load at start (repeatable; * = all)")
     p.add_argument("--repository-poll-secs", type=float, help="poll mode: seconds between scans (default 15)")
+    p.add_argument("--exit-on-error", metavar="BOOL",
+                   help="true (default, as Triton's): a model that fails to load at start stops the server "
+                        "(exit status 1); false: it is reported UNAVAILABLE and the others are served")
     p.add_argument("--backend", choices=BACKEND_CHOICES, help="preprocessing backend")
     p.add_argument("--batcher", choices=tuple(BATCHERS), help="batching policy")
     p.add_argument("--executor", choices=EXECUTOR_CHOICES,
@@ -56,4 +60,7 @@ def run(args) -> int:
     except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 2
+    except ModelsFailed as exc:  # each model's reason is logged above
+        print(f"atoll serve: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -14,11 +14,17 @@ every vGPU worker (on their loader threads, so models already served keep their 
 slots are given to every front end; an unload first retires the model in every front end, which
 stop admitting its requests and answer those they hold. A load that fails part way takes back what
 it did. One load or unload runs at a time.
+
+A model that does not load is contained: one log line with its reason (no traceback), UNAVAILABLE
+with that reason in the index, the others served. At start every model is tried; with
+`server.exit_on_error` (`--exit-on-error`, Triton's flag and default) any failure then stops the
+start (`ModelsFailed`). A load over the API that fails answers Triton's `failed to load '<model>'`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -29,6 +35,15 @@ from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 log = logging.getLogger("atoll.supervisor.model_control")
 MODES = ("none", "explicit", "poll")
 NAME_MAX = 255  # bytes in a model name, as in a file name
+
+
+class ModelsFailed(RuntimeError):
+    """Models of the start did not load and `server.exit_on_error` is set (Triton: exit status 1)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (onnxruntime's and the workers' can span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def check_model_name(name: str) -> None:
@@ -74,16 +89,24 @@ class ModelControl:
         self._states: dict[str, dict] = {}  # model -> its index entry, once it was asked for
         self._served: dict[str, tuple[ModelSpec, tuple]] = {}  # model -> (spec, files' signature)
 
-    async def start(self, names: list[str]) -> None:
+    async def start(self, names: list[str], exit_on_error: bool = True) -> list[str]:
         """Serve the models of the start: `names` in explicit mode (`*` for all), else every one.
-        A model that fails to load stops the start."""
+        Each is tried; returns those that failed, or raises `ModelsFailed` naming them when
+        `exit_on_error`. A name that cannot be a model folder is refused first (ApiError)."""
         every = await asyncio.to_thread(model_folders, self.repository)
         if self.mode == "explicit" and names != ["*"]:
             for name in names:
                 check_model_name(name)
             every = names
+        failed = []
         for name in every:
-            await self._load(name)
+            try:
+                await self._load(name)
+            except ApiError:  # logged by _load, its reason in the index
+                failed.append(name)
+        if failed and exit_on_error:
+            raise ModelsFailed(f"failed to load {', '.join(failed)} (--exit-on-error=false serves the others)")
+        return failed
 
     async def handle(self, action):
         match action:
@@ -125,10 +148,8 @@ class ModelControl:
             for name in sorted(set(self._served) - present):
                 await self._unload(name)
             for name in sorted(present):
-                try:
+                with contextlib.suppress(ApiError):  # logged and reported in the index; the others go on
                     await self._load(name)
-                except ApiError as exc:  # reported in the index; the other models go on
-                    log.warning("poll: %s", exc.message)
 
     def _check_mode(self) -> None:
         if self.mode != "explicit":
@@ -145,14 +166,15 @@ class ModelControl:
             except OSError:  # e.g. a path too long for the file system
                 present = False
             if not present:  # Triton's status for an unknown model: INTERNAL (tests/atoll/triton_calls.py)
+                log.error("failed to load '%s': no such model in the repository", name)
                 raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': no model named '{name}' in the "
                                                    "repository (a folder with a config.pbtxt)")  # fmt: skip
             try:
                 spec, signature = await asyncio.to_thread(lambda: (load_model(folder), _signature(folder)))
             except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
                 if name not in self._served:  # else its served version goes on
-                    self._state(name, "UNAVAILABLE", str(exc))
-                raise ApiError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {exc}") from None
+                    self._state(name, "UNAVAILABLE", one_line(exc))
+                raise self._failed(name, exc) from None
             served = self._served.get(name)
             if served is not None and served[1] == signature:
                 return
@@ -161,13 +183,19 @@ class ModelControl:
             self._state(name, "LOADING", version=spec.version)
             try:
                 await self._add(spec)
-            except Exception as exc:
-                self._state(name, "UNAVAILABLE", str(exc))
-                log.exception("loading %s failed", name)
-                raise ApiError(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {exc}") from None
+            except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
+                self._state(name, "UNAVAILABLE", one_line(exc))
+                raise self._failed(name, exc) from None
             self._served[name] = (spec, signature)
             self._state(name, "READY")
             log.info("model %s version %s is ready", name, spec.version)
+
+    @staticmethod
+    def _failed(name: str, exc: BaseException) -> ApiError:
+        """Triton's wording for a load that failed, logged as one line."""
+        message = f"failed to load '{name}': {one_line(exc)}"
+        log.error("%s", message)
+        return ApiError(ErrorCode.INVALID_ARG, message)
 
     async def _unload(self, name: str) -> None:
         async with self._lock:

@@ -160,7 +160,10 @@ class Supervisor:
         self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
                                           c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
-        await self.model_control.start([m for m in c.server.load_model.split(",") if m])
+        try:
+            await self.model_control.start([m for m in c.server.load_model.split(",") if m], c.server.exit_on_error)
+        except ApiError as exc:  # a name that cannot be a model folder
+            raise StartError(f"server.load_model (--load-model): {exc.message}") from None
         self._workers_changed()  # the front ends start knowing every model just loaded is ready
         await self._start_front_ends()
         if c.server.model_control_mode == "poll":

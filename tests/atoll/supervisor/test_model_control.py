@@ -7,9 +7,11 @@ import asyncio
 import shutil
 
 import pytest
+from onnx import TensorProto
+from tests.atoll.user_models import signature
 
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.supervisor.model_control import ModelControl, check_model_name
+from atoll.supervisor.model_control import ModelControl, ModelsFailed, check_model_name
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
 CONFIG = """name: "{name}"
@@ -18,11 +20,13 @@ input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 """
 
+GRAPH = signature({"x": (TensorProto.FLOAT, ["N", 2])}, {"y": (TensorProto.FLOAT, ["N", 2])}).SerializeToString()
+
 
 def write(root, name, version="1", config_name=None):
     (root / name / version).mkdir(parents=True, exist_ok=True)
     (root / name / "config.pbtxt").write_text(CONFIG.format(name=config_name or name))
-    (root / name / version / "model.onnx").write_bytes(b"not read by the stand-ins")
+    (root / name / version / "model.onnx").write_bytes(GRAPH)
 
 
 class Supervisor:
@@ -208,8 +212,40 @@ def test_a_failed_add_leaves_the_model_unserved_and_is_reported(tmp_path):
         mc = ModelControl(tmp_path, "explicit", 0.05, add, Supervisor().remove)
         with pytest.raises(ApiError) as failed:
             await mc.handle(LoadModel("a"))
-        assert failed.value.code == ErrorCode.INVALID_ARG and "no room" in failed.value.message
+        assert failed.value.code == ErrorCode.INVALID_ARG and failed.value.message == "failed to load 'a': no room"
         assert await mc.handle(IndexModels(ready=True)) == []
         await mc.handle(UnloadModel("a"))  # never served: nothing to remove
 
     asyncio.run(go())
+
+
+def test_a_start_tries_every_model_and_exit_on_error_decides(tmp_path, caplog):
+    for name in ("a", "b", "c"):
+        write(tmp_path, name)
+    (tmp_path / "b" / "config.pbtxt").write_text("max_batch_size: {")
+
+    async def go(exit_on_error):
+        supervisor = Supervisor()
+
+        async def add(spec):
+            if spec.name == "c":
+                raise RuntimeError("cpu0: onnxruntime says\nInvalid model")
+            await supervisor.add(spec)
+
+        mc = ModelControl(tmp_path, "none", 0.05, add, supervisor.remove)
+        try:
+            return await mc.start([], exit_on_error), supervisor.log, await mc.index()
+        except ModelsFailed as exc:
+            return str(exc), supervisor.log, await mc.index()
+
+    failed, log, index = asyncio.run(go(False))
+    assert failed == ["b", "c"] and log == [("add", "a", "1")]
+    states = {m["name"]: (m["state"], m.get("reason", "")) for m in index}
+    assert states["a"] == ("READY", "")
+    assert states["b"][0] == "UNAVAILABLE" and "config.pbtxt" in states["b"][1]
+    assert states["c"] == ("UNAVAILABLE", "cpu0: onnxruntime says Invalid model")  # one line
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert lines[-1] == "failed to load 'c': cpu0: onnxruntime says Invalid model"
+    assert not any(r.exc_info for r in caplog.records)
+    message, log, _ = asyncio.run(go(True))
+    assert message.startswith("failed to load b, c") and log == [("add", "a", "1")]  # the others still tried
