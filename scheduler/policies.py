@@ -35,7 +35,7 @@ class Controller(Protocol):
 
     def flush_be(self) -> None: ...  # guard + clear vHQs + drain
 
-    def restore_be(self) -> None: ...  # clear guard; tasks resume from `completed`
+    def restore_be(self) -> None: ...  # clear guard; tasks resume from `completed` (or keep RT mode)
 
     def resume_be(self) -> None: ...  # leave RT mode where nothing was flushed
 

@@ -1,7 +1,11 @@
 """The scheduler's preemption state: one `Mode` and every transition between modes, in one place.
 
 RT tasks arrive on the callers' threads, and a lone one raises the device's flag there (its first
-kernel is launched by `Reef.submit`); the scheduler thread lowers it when the RT queue empties.
+kernel is launched by `Reef.submit`); the scheduler thread lowers the flag. A lowering decided on
+stale knowledge would leave BE work running unflagged beside that RT task, so the flag comes down
+only under the arrivals' lock while no RT task is in the system: an arrival counted after the
+clear writes its flag after it, and one counted before makes the restore keep RT mode
+(tests/scheduler/test_flag_protocol.py checks every interleaving).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class Preemption:
       flush     RT | PADDING -> FLUSHING        flag up: BE kernels on the streams exit early
       settle    FLUSHING -> RT | PADDING        flushed kernels exited; BE tasks rewound
       resume    RT -> NORMAL                    policies that never raise the flag
-      restore   any RT mode -> NORMAL           flag down, BE work resubmitted
+      restore   any RT mode -> NORMAL           flag down, BE work resubmitted; or, when an RT
+                                                task arrived meanwhile, RT (FLUSHING from PADDING)
     """
 
     def __init__(self, device: Any, be: BeStreams, stats: Any, pads_in_hardware: bool,
@@ -48,7 +53,7 @@ class Preemption:
     # ---- arrivals (callers' threads) and departures (scheduler thread) ---------------------------
     def rt_arrives(self, launch: Callable[[], None] | None) -> bool:
         """Count an RT task in. When no other RT task is in the system, `launch` (if any) starts
-        it now. Returns whether it launched."""
+        it now, after the count: see the module docstring. Returns whether it launched."""
         with self._lock:
             self._rt_in_system += 1
             alone = self._rt_in_system == 1
@@ -86,15 +91,25 @@ class Preemption:
     def resume(self) -> None:
         self.mode = Mode.NORMAL
 
-    def restore(self) -> None:
-        """Leave RT mode: lower the flag and resubmit BE work from where each task was rewound."""
+    def restore(self) -> bool:
+        """Leave RT mode: lower the flag and resubmit BE work. False (RT mode kept) when an RT task
+        arrived since the RT queue emptied: its flag write may already be on its way."""
         if self.mode is Mode.FLUSHING:
             self._rewind()  # the flushed kernels must be gone before the flag comes down
+            self.mode = Mode.RT
         t0 = self._device.clock()
-        self.mode = Mode.NORMAL
-        self._device.clear_flag()
+        with self._lock:
+            restored = self._rt_in_system == 0
+            if restored:
+                self._device.clear_flag()
+                self.mode = Mode.NORMAL
+        if not restored:
+            if self.mode is Mode.PADDING:
+                self.flush()  # that arrival's flag cuts the padding chunks short
+            return False
         self._be.pump_all()
         self._stats.restore_s.append(self._device.clock() - t0)
+        return True
 
     def _rewind(self) -> None:
         self._be.drain()

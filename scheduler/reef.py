@@ -274,7 +274,7 @@ class Reef:
             self._rt_task = None
         if not self._rt_queue:
             if self._state.rt_mode:
-                self.policy.leave_rt(self)
+                self.policy.leave_rt(self)  # a restore keeps RT mode if an RT task arrived
             return
         if not self._state.rt_mode and not self.policy.rt_may_start(self):
             return

@@ -196,6 +196,35 @@ def test_reruns_after_late_progress_are_bit_identical(slots):
         np.testing.assert_array_equal(r.outputs["y"], run_alone(be, x)["y"])
 
 
+def test_an_rt_task_arriving_as_the_last_one_ends_finds_be_work_still_flushed():
+    """B is submitted from A's done-callback, which runs on the scheduler thread after A is counted
+    out and before RT mode ends: the window of the flag race (issue #32). B launches itself with
+    the flag; the restore that follows must keep RT mode, so the BE task is preempted once (not
+    restored and flushed again, as before the fix) and none of its kernels starts until B is done."""
+    ex = ArenaExecutor()
+    reef = Reef(ex, ObservedCpuDevice(ex), "reset", be_streams=1, poll_s=5e-5)
+    be = dense_chain("be", 400, WIDTH, slots=6, seed=1)
+    reef.add_client("b", be, BE)
+    reef.add_client("r", dense_chain("rt", 8, WIDTH, seed=3), RT)
+    x = _inputs(1)[0]
+    held = _pause_at(ex, "be", {100})
+    second = []
+    with reef:
+        be_future = reef.submit("b", x)
+        go = held.get(timeout=30)
+        first = reef.submit("r", x)
+        first.add_done_callback(lambda _: second.append(reef.submit("r", x)))
+        go.set()
+        first.result(timeout=30)
+        b = second[0].result(timeout=30)
+        result = be_future.result(timeout=30)
+    _close(reef)
+    be_starts = [t0 for m, _, t0, _ in ex.log if m == "be"]
+    assert not [t for t in be_starts if b.arrival_s <= t <= b.end_s]
+    assert result.preemptions == 1
+    np.testing.assert_array_equal(result.outputs["y"], run_alone(be, x)["y"])
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_every_task_completes_exactly_once(policy):
     reef = _scheduler(policy, be_streams=3)
