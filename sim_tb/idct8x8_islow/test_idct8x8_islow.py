@@ -15,13 +15,16 @@ import os
 import sys
 from pathlib import Path
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from scipy.fft import dctn
+
+from sim_tb.c_model import build_shared_library
+from sim_tb.cocotb_run import run_testbench
 
 UNIT = "idct8x8_islow"
 HERE = Path(__file__).resolve().parent
@@ -61,8 +64,6 @@ def make_blocks(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.n
     fine tables full blocks. Hostile blocks cover the whole input range (random coefficients and
     steps, huge DC-only and AC-free columns, extremes), where a 32-bit datapath wraps.
     """
-    from scipy.fft import dctn
-
     lo, hi = -(1 << (cfg.coef_bits - 1)), (1 << (cfg.coef_bits - 1)) - 1
     max_table = min(cfg.max_quant, 255)
     freq = np.add.outer(np.arange(8), np.arange(8)).reshape(64)
@@ -291,8 +292,6 @@ PARAMETER_SETS = {
 def test_idct8x8_islow(parameters, tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.c_model import build_shared_library
-    from sim_tb.cocotb_run import run_testbench
 
     hls = REPO / "hls"
     lib = build_shared_library(

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.cocotb_run import RTL, descriptor_sources
+from sim_tb.hls_kernel.hls_kernel import Arg, Run, run_kernel
+from sim_tb.image_postdecode.test_image_postdecode import c_model, frame_arguments, natural_image
+
 UNIT = "image_post_cu"
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -35,9 +39,6 @@ def output_bytes(beats: np.ndarray, fmt: int) -> bytes:
 def test_image_post_cu(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.cocotb_run import RTL, descriptor_sources
-    from sim_tb.hls_kernel.hls_kernel import Arg, Run, run_kernel
-    from sim_tb.image_postdecode.test_image_postdecode import c_model, frame_arguments, natural_image
 
     args = [Arg(name, f"gmem_{'in' if name == 'frame' else 'out'}" if name in ("frame", "out") else None)
             for name in ARGS]

@@ -21,14 +21,16 @@ import os
 import sys
 from pathlib import Path
 
+import cocotb
 import cv2
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from sim_tb.c_model import HLS, build_shared_library
+from sim_tb.cocotb_run import run_testbench
 
 UNIT = "image_postdecode"
 HERE = Path(__file__).resolve().parent
@@ -86,7 +88,6 @@ def natural_image(h: int, w: int, seed: int) -> np.ndarray:
 def reference_library() -> ctypes.CDLL:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.c_model import HLS, build_shared_library
 
     lib = ctypes.CDLL(str(build_shared_library(
         [HERE / "postdecode_ref.cpp", HLS / "image" / "image_postdecode.cpp"],
@@ -255,7 +256,6 @@ PARAMETER_SETS = {
 def test_image_postdecode(parameters, tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.cocotb_run import run_testbench
 
     reference_library()  # built once here, not in the simulator's process
     run_testbench(UNIT, parameters, tmp_path / "sim", {})

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+
 UNIT = "mel_mac"
 RANDOM_TRIPLES = 350_000
 REPO = Path(__file__).resolve().parents[2]
 
 
 def operands(rng: np.random.Generator) -> list[np.ndarray]:
-    from sim_tb.op_bulk.op_bulk import SPECIALS, f32, floats, uniform_bits
-
     quarter = RANDOM_TRIPLES // 4
     uniform = [uniform_bits(rng, quarter) for _ in range(3)]
     weights = rng.uniform(0, 0.05, quarter).astype(np.float32)
@@ -43,7 +43,6 @@ def operands(rng: np.random.Generator) -> list[np.ndarray]:
 def test_mel_mac(tmp_path):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from sim_tb.op_bulk.op_bulk import check_against_reference, f32
 
     acc, w, p = operands(np.random.default_rng(2018))
     with np.errstate(all="ignore"):

@@ -16,10 +16,13 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import cocotb
+import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
+
+from sim_tb.cocotb_run import RTL, run_cocotb
+from sim_tb.image_postdecode.test_image_postdecode import reference_library
+from sim_tb.op_bulk.op_bulk import hex_lines, read_hex
 
 UNIT = "resize_tap_gen"
 HERE = Path(__file__).resolve().parent
@@ -42,8 +45,6 @@ def vectors(rng: np.random.Generator) -> np.ndarray:
 
 def reference_taps(rows: np.ndarray) -> np.ndarray:
     """(n, 4) uint32: column {src1, src0}, {w1, w0}, then row {src1, src0}, {w1, w0}."""
-    from sim_tb.image_postdecode.test_image_postdecode import reference_library
-
     taps = np.zeros((len(rows), 8), np.uint16)
     reference_library().resize_taps_ref(rows.ctypes.data_as(ctypes.c_void_p), ctypes.c_long(len(rows)),
                                         taps.ctypes.data_as(ctypes.c_void_p))
@@ -53,8 +54,6 @@ def reference_taps(rows: np.ndarray) -> np.ndarray:
 @cocotb.test()
 async def taps_bit_exact(dut):
     """Every tap of the vector file, column and row generator, equals resize_tap()'s."""
-    from sim_tb.op_bulk.op_bulk import read_hex
-
     await RisingEdge(dut.finished)
     await ClockCycles(dut.clk, 2)
     want = np.load(os.environ["TB_EXPECTED"])
@@ -65,9 +64,6 @@ async def taps_bit_exact(dut):
 
 
 def test_resize_tap_gen(tmp_path):
-    from sim_tb.cocotb_run import RTL, run_cocotb
-    from sim_tb.op_bulk.op_bulk import hex_lines
-
     rows = vectors(np.random.default_rng(2021))
     vector_file, result_file, expected_file = tmp_path / "vectors.hex", tmp_path / "results.hex", tmp_path / "expected.npy"
     src, dst, d = (rows[:, k].astype(np.uint32) for k in range(3))

@@ -15,7 +15,7 @@ MEL_PARAMS = dict(sr=OUT_RATE, n_fft=512, hop_length=160, win_length=400, window
 
 def librosa_log_mel(y: np.ndarray, sample_rate: int) -> np.ndarray:
     """The reference, verbatim from ARCHITECTURE.md 4.2, up to the log: (80, T) float32."""
-    import librosa
+    import librosa  # heavy: librosa loads numba, paid only where audio is used
 
     if sample_rate != OUT_RATE:
         y = librosa.resample(y, orig_sr=sample_rate, target_sr=OUT_RATE)

@@ -4,12 +4,20 @@ ARCHITECTURE.md 4.2)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 from tests.fpga_host import audio_csim
-from tests.fpga_host.audio_signals import (LONG_CASES, OTHER_RATE_CASES, SHORT_CASES, SOXR_APPROXIMATED_RATES,
-                                           case, librosa_log_mel)
+from tests.fpga_host.audio_signals import (
+    LONG_CASES,
+    OTHER_RATE_CASES,
+    SHORT_CASES,
+    SOXR_APPROXIMATED_RATES,
+    case,
+    librosa_log_mel,
+)
 
 OK, BAD_ARGS, EMPTY, TOO_LONG, NON_FINITE, BAD_RATE = 0, 4, 5, 6, 7, 8
 # Log-mel bounds (natural-log units). Where the CU's resampler reproduces soxr HQ to ~2e-7 (8, 12,
@@ -114,8 +122,6 @@ def test_idempotent():
 
 def test_concurrent_calls_are_independent():
     """The emulated XRT runs several mel CUs on threads of one library: no state may be shared."""
-    from concurrent.futures import ThreadPoolExecutor
-
     jobs = [(case("speech", 1.3, rate, "float32")[0], rate) for rate in (8000, 22050, 44100, 48000)] * 2
     serial = [audio_csim.mel_cu(pcm, rate)[1] for pcm, rate in jobs]
     with ThreadPoolExecutor(4) as pool:

@@ -6,10 +6,11 @@ import cv2
 import librosa
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb, tone
 from fpga_host import cpu_backend
 from fpga_host.status import PreprocessError, Status
-from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb, tone
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +189,6 @@ def test_pool_in_the_callers_thread_and_spawned(jpeg):
 def test_spawned_workers_run_one_thread_per_native_pool():
     """A worker is one core: BLAS and OpenMP pools of one thread each, or P workers oversubscribe
     P cores with P x cores spinning threads (audio got slower with more processes)."""
-    from threadpoolctl import threadpool_info
-
     pool = cpu_backend.CpuPool(1)
     try:
         pools = pool._executor.submit(threadpool_info).result(60)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from fpga_host import csim
+from fpga_host.dpu_driver import scratch_bytes
 
 FLAGS = ("-O0", "-shared", "-fPIC", "-std=c++17")
 
@@ -23,7 +24,6 @@ def test_library_exports_the_image_kernel():
     assert csim.library_path().exists()
     assert csim.library_path().is_relative_to(csim.BUILD_ROOT)
     assert lib.image_cu_scratch_bytes(16) == 3 * 64 * 16  # rows of whole 64-byte beats
-    from fpga_host.dpu_driver import scratch_bytes
 
     assert all(lib.image_cu_scratch_bytes(d) == scratch_bytes(d) for d in (1, 16, 100, 8192))
     assert isinstance(lib.image_cu, ctypes._CFuncPtr)

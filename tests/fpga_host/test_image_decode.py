@@ -1,10 +1,14 @@
 """image_cu stage 0 (JPEG decode) against cv2.imdecode (libjpeg-turbo's default decode)."""
 
+import io
+
+import cv2
 import numpy as np
 import pytest
+from jpeg_corpus import cv2_decode_rgb, decode_corpus, encode_cv2, natural_image
+from PIL import Image
 
 from fpga_host import csim
-from jpeg_corpus import cv2_decode_rgb, decode_corpus, encode_cv2, natural_image
 
 CASES = decode_corpus()
 
@@ -60,10 +64,7 @@ def test_component_ids_rgb_without_markers_mean_rgb():
 
 def test_exif_orientation_is_not_applied():
     # Reference is cv2.imdecode with IMREAD_IGNORE_ORIENTATION; plain IMREAD_COLOR would rotate.
-    import io
 
-    import cv2
-    from PIL import Image
 
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display

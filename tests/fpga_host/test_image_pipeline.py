@@ -1,12 +1,14 @@
 """image_cu stages 1-3 against their references: cv2.resize(INTER_LINEAR) of the cv2.imdecode
 image, torchvision CenterCrop's offset rule, and the NumPy float32 normalisation expression."""
 
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
 import numpy as np
 import pytest
-import cv2
+from jpeg_corpus import cv2_decode_rgb, encode_cv2, natural_image
 
 from fpga_host import csim
-from jpeg_corpus import cv2_decode_rgb, encode_cv2, natural_image
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -126,7 +128,6 @@ def test_runs_are_idempotent_over_a_dirty_frame_store():
 
 def test_concurrent_runs_on_threads_match_serial_runs():
     # The emulated XRT runs one CU per thread through ctypes (GIL released): no shared state.
-    from concurrent.futures import ThreadPoolExecutor
 
     files = [encode_cv2(natural_image(150 + 9 * i, 200 - 7 * i, seed=i), 80, "420")
              for i in range(8)]

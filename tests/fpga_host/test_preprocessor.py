@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+
 import cv2
 import numpy as np
 import pytest
 
+from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, tone
 from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
+from fpga_host.probe import probe_backends
 from fpga_host.status import PreprocessError, Status
-from atoll.bench.corpus import jpeg_bytes, tone
+from fpga_host.xrt_driver import BackendUnavailable
 
 
 def test_cpu_backend_image_and_audio():
@@ -95,8 +101,6 @@ def test_cu_timeout_completes_on_cpu(use_fake_library, monkeypatch):
 
 
 def test_forced_backend_that_cannot_open_fails_clearly():
-    from fpga_host.xrt_driver import BackendUnavailable
-
     with pytest.raises(BackendUnavailable, match="backend 'xrt' unavailable: .*pyxrt"):
         Preprocessor("xrt")
 
@@ -145,8 +149,6 @@ def test_close_answers_every_accepted_request(use_fake_library):
 
 
 def test_probe_never_raises_and_explains(tmp_path):
-    from fpga_host.probe import probe_backends
-
     report = probe_backends()
     assert report["backend"] in ("xrt", "emu", "cpu") and report["backends"]["cpu"]["available"]
     xrt = report["backends"]["xrt"]
@@ -160,10 +162,6 @@ def test_probe_never_raises_and_explains(tmp_path):
 def test_a_header_dimension_bomb_is_refused_before_any_decode(backend):
     """A < 1 KB file claiming 30000x30000: TOO_LARGE from its header on every backend (OpenCV
     decoding it first took 9 s and 5.5 GB), without touching the process's peak memory."""
-    import resource
-
-    from atoll.bench.corpus import jpeg_bomb
-
     with Preprocessor(backend, cpu_workers=0) as pre:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         with pytest.raises(PreprocessError) as info:
@@ -176,9 +174,6 @@ def test_a_header_dimension_bomb_is_refused_before_any_decode(backend):
 def test_a_killed_preprocessing_process_is_replaced_and_its_request_run_again():
     """SIGKILL of a pool process once broke the pool for good (every later request: 500
     BrokenProcessPool); now the pool is replaced and the lost request runs once more."""
-    import os
-    import signal
-
     jpeg = jpeg_bytes(320, 240, seed=3)
     with Preprocessor("cpu", cpu_workers=1) as pre:
         before = pre.submit_image(jpeg).result(timeout=120).array

@@ -8,14 +8,15 @@ import sys
 import numpy as np
 import pytest
 
+from atoll.bench.corpus import jpeg_bytes, tone
 from fpga_host import cpu_backend
+from fpga_host.dpu_driver import BackendUnavailable
 from fpga_host.manifest import DEFAULT_MANIFEST
 from fpga_host.preprocessor import Preprocessor
 from fpga_host.probe import probe_backends
 from fpga_host.pynq_driver import open_pynq, probe_pynq
 from tests.fpga_host import fake_pynq
 from tests.fpga_host.fake_dpu import fake_library, use_fake_library  # noqa: F401 (fixtures)
-from atoll.bench.corpus import jpeg_bytes, tone
 
 
 @pytest.fixture
@@ -62,8 +63,6 @@ def test_probe_and_auto_see_pynq(pynq, tmp_path):
 
 
 def test_without_pynq_the_backend_says_why(monkeypatch):
-    from fpga_host.dpu_driver import BackendUnavailable
-
     monkeypatch.setitem(sys.modules, "pynq", None)  # import pynq raises ImportError
     assert not probe_pynq(DEFAULT_MANIFEST)["available"]
     with pytest.raises(BackendUnavailable, match="backend 'pynq' unavailable"):

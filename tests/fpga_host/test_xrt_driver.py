@@ -7,15 +7,17 @@ chained mel -> norm result.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
+import time
 
 import numpy as np
 import pytest
 
-from fpga_host.status import Status
+from atoll.bench.corpus import jpeg_bytes, tone
 from fpga_host import emu_xrt
 from fpga_host.dpu_driver import CuFailure
+from fpga_host.status import Status
 from tests.fpga_host.fake_dpu import fake_driver, fake_library  # noqa: F401 (fixture)
-from atoll.bench.corpus import jpeg_bytes, tone
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -98,9 +100,6 @@ def test_a_cu_that_ran_late_is_back_in_service_once_its_command_ends(fake_librar
     """A timeout retired its CU for good: four legal 8192x8192 JPEGs, slower than the timeout in C
     simulation on two cores, left an emulated DPU with no image CU. Now the CU is out of service
     only until the command that timed out ends."""
-    import logging
-    import time
-
     driver = fake_driver(fake_library, hang={"image_cu_1"}, cu_timeout_s=0.2, cu_counts={"image_cu": 1})
     try:
         with caplog.at_level(logging.INFO, logger="atoll.dpu"):

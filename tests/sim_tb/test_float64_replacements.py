@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sim_tb.c_model import build_shared_library
+
 HLS = Path(__file__).resolve().parents[2] / "hls"
 SOURCES = sorted(p for p in HLS.rglob("*") if p.suffix in (".h", ".cpp"))
 
@@ -17,7 +19,6 @@ SOURCES = sorted(p for p in HLS.rglob("*") if p.suffix in (".h", ".cpp"))
 def replacements():
     """The float64 replacements compiled with their references (sim_tb/c_model.py's cached build)."""
     sys.path.insert(0, str(HLS.parent))
-    from sim_tb.c_model import build_shared_library
 
     here = Path(__file__).resolve().parent
     lib = ctypes.CDLL(str(build_shared_library(

@@ -27,6 +27,7 @@ import pytest
 
 from fpga_host import csim
 from fpga_host.manifest import DEFAULT_MANIFEST, load_manifest
+from tests.fpga_host import audio_csim
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_TB = REPO / "sim_tb"
@@ -83,8 +84,6 @@ def image_cu_runs() -> list[Run]:
 def audio_runs(kernel: str) -> list[Run]:
     """0.3 s of noise at 22.05 kHz (resampled) and 16 kHz through audio_mel_cu, then its log-mel
     through audio_norm_cu, as the C-simulation library computes them."""
-    from tests.fpga_host import audio_csim
-
     runs = []
     for rate in (22050, 16000):
         pcm = (np.random.default_rng(rate).normal(0, 3000, int(0.3 * rate))).astype(np.int16)

@@ -9,6 +9,8 @@ each testbench.
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -44,9 +46,6 @@ test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)
 def test_blackbox_descriptor_names_real_ports(descriptor: Path):
     """Every file, function and port a Vitis HLS blackbox descriptor names exists in hls/rtl."""
-    import json
-    import re
-
     rtl = descriptor.parent
     desc = json.loads(descriptor.read_text())
     assert desc["c_function_name"] == desc["rtl_top_module_name"] == descriptor.stem
