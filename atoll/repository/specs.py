@@ -3,6 +3,8 @@
 Atoll's own settings are the config's `parameters`: `atoll.preprocess` (`image` or `audio`: the
 model takes a BYTES input holding a JPEG / WAV file, preprocessed by the DPU; default `none`, ready
 tensors only) and `atoll.raw_input` (that input's name; default the value of `atoll.preprocess`).
+A folder without config.pbtxt, and a config without inputs, outputs or max_batch_size, is completed
+from the ONNX graph (`completion.py`); a config that contradicts the graph is refused.
 Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
 class labels beside config.pbtxt), and in `dynamic_batching` `max_queue_delay_microseconds`,
 `preferred_batch_size` and `default_priority_level` (for requests that name none; level 1 runs as
@@ -16,11 +18,12 @@ from pathlib import Path
 
 from atoll.kserve.classification import load_labels
 from atoll.repository import pbtxt
+from atoll.repository.completion import GraphError, complete, graph_tensors
 
 TYPES = {
     "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
     "TYPE_UINT64": "UINT64", "TYPE_INT8": "INT8", "TYPE_INT16": "INT16", "TYPE_INT32": "INT32",
-    "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
+    "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_BF16": "BF16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
     "TYPE_STRING": "BYTES",
 }  # fmt: skip
 PREPROCESS_KINDS = ("image", "audio", "none")
@@ -99,41 +102,75 @@ class ModelSpec:
 
 
 def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
+    """The config's tensors (none listed: completed from the graph). Dims may come as strings (a
+    JSON config: protobuf writes int64 as strings)."""
     out = []
     for e in pbtxt.as_list(entries):
         try:
-            out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(pbtxt.as_list(e["dims"])),
-                                  e.get("label_filename")))
-        except KeyError as exc:
+            out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(int(d) for d in pbtxt.as_list(e["dims"])),
+                                  e.get("label_filename")))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
-    if not out:
-        raise RepositoryError(f"{model}: config.pbtxt declares no {what}")
     return out
 
 
-def load_model(directory: Path) -> ModelSpec:
+def _parameters(value) -> dict[str, str]:
+    """`parameters` as config.pbtxt writes them (repeated {key, value}) or as a JSON config does
+    (a map of key -> {string_value})."""
+    if isinstance(value, dict) and "key" not in value:
+        return {k: (v or {}).get("string_value", "") for k, v in value.items()}
+    return {p["key"]: p.get("value", {}).get("string_value", "") for p in pbtxt.as_list(value)}
+
+
+def is_model_folder(directory: Path) -> bool:
+    """A folder with a config.pbtxt, or with a `<version>/model.onnx` alone (its config then
+    completed from the graph)."""
+    if (directory / "config.pbtxt").is_file():
+        return True
+    return directory.is_dir() and any(v.name.isdigit() and (v / "model.onnx").is_file() for v in directory.iterdir())
+
+
+def read_config(directory: Path) -> dict:
+    """`config.pbtxt` as a dict; {} where the folder has none (everything completed from the graph)."""
     config_path = directory / "config.pbtxt"
+    if not config_path.exists():
+        return {}
     try:
-        cfg = pbtxt.loads(config_path.read_text())
+        return pbtxt.loads(config_path.read_text())
     except (OSError, pbtxt.PbtxtError) as exc:
         raise RepositoryError(f"{config_path}: {exc}") from None
+
+
+def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
+    """The model of `directory` under `cfg` (default: its config.pbtxt, if any), completed from and
+    checked against the graph of its newest version."""
+    if cfg is None:
+        cfg = read_config(directory)
+    if not isinstance(cfg, dict):
+        raise RepositoryError(f"{directory.name}: a model config must be an object, got {type(cfg).__name__}")
     name = cfg.get("name", directory.name)
     if name != directory.name:
-        raise RepositoryError(f"{config_path}: name {name!r} differs from folder {directory.name!r}")
+        raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
     versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
                       key=lambda p: int(p.name))  # fmt: skip
     files = [v / cfg.get("default_model_filename", "model.onnx") for v in versions]
     files = [f for f in files if f.is_file()]
     if not files:
         raise RepositoryError(f"{directory}: no <version>/model.onnx found")
-    params = {
-        p["key"]: p.get("value", {}).get("string_value", "")
-        for p in pbtxt.as_list(cfg.get("parameters"))
-    }
+    params = _parameters(cfg.get("parameters"))
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
         raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
-    outputs = _tensors(cfg.get("output"), name, "output")
+    declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
+    try:
+        declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
+        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
+                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
+    except (GraphError, TypeError, ValueError) as exc:
+        raise RepositoryError(str(exc)) from None
+    label_files = {t.name: t.label_filename for t in declared_out}
+    inputs = [TensorSpec(n, d, tuple(dims)) for n, d, dims in completed.inputs]
+    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n)) for n, d, dims in completed.outputs]
     try:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
@@ -147,8 +184,8 @@ def load_model(directory: Path) -> ModelSpec:
         version=files[-1].parent.name,
         path=files[-1],
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
-        max_batch_size=int(cfg.get("max_batch_size", 0)),
-        inputs=_tensors(cfg.get("input"), name, "input"),
+        max_batch_size=completed.max_batch_size,
+        inputs=inputs,
         outputs=outputs,
         preprocess=preprocess,
         raw_input=params.get("atoll.raw_input", preprocess),
@@ -164,7 +201,7 @@ def load_repository(root: str | Path) -> dict[str, ModelSpec]:
     root = Path(root)
     if not root.is_dir():
         raise RepositoryError(f"model repository not found: {root}")
-    models = {d.name: load_model(d) for d in sorted(root.iterdir()) if (d / "config.pbtxt").is_file()}
+    models = {d.name: load_model(d) for d in sorted(root.iterdir()) if is_model_folder(d)}
     if not models:
-        raise RepositoryError(f"{root}: no model folders with a config.pbtxt")
+        raise RepositoryError(f"{root}: no model folders (a config.pbtxt or a <version>/model.onnx)")
     return models

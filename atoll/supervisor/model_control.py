@@ -29,7 +29,7 @@ import logging
 from pathlib import Path
 
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.repository.specs import ModelSpec, RepositoryError, load_model
+from atoll.repository.specs import ModelSpec, RepositoryError, is_model_folder, load_model
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
 log = logging.getLogger("atoll.supervisor.model_control")
@@ -67,7 +67,7 @@ def check_model_name(name: str) -> None:
 
 
 def model_folders(repository: Path) -> list[str]:
-    return sorted(d.name for d in repository.iterdir() if (d / "config.pbtxt").is_file())
+    return sorted(d.name for d in repository.iterdir() if is_model_folder(d))
 
 
 def _signature(folder: Path) -> tuple:
@@ -162,13 +162,14 @@ class ModelControl:
         async with self._lock:
             folder = self.repository / name
             try:
-                present = (folder / "config.pbtxt").is_file()
+                present = is_model_folder(folder)
             except OSError:  # e.g. a path too long for the file system
                 present = False
             if not present:  # Triton's status for an unknown model: INTERNAL (tests/atoll/triton_calls.py)
                 log.error("failed to load '%s': no such model in the repository", name)
                 raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': no model named '{name}' in the "
-                                                   "repository (a folder with a config.pbtxt)")  # fmt: skip
+                                                   "repository (a folder with a config.pbtxt or a "
+                                                   "<version>/model.onnx)")  # fmt: skip
             try:
                 spec, signature = await asyncio.to_thread(lambda: (load_model(folder), _signature(folder)))
             except (RepositoryError, OSError) as exc:  # OSError: its files changed while read

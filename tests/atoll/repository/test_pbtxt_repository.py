@@ -1,4 +1,6 @@
 import pytest
+from onnx import TensorProto
+from tests.atoll.user_models import signature
 
 from atoll.repository import pbtxt
 from atoll.repository.specs import RepositoryError, load_repository
@@ -13,6 +15,9 @@ dynamic_batching { max_queue_delay_microseconds: 250 preferred_batch_size: [ 4, 
 parameters { key: "atoll.preprocess" value { string_value: "image" } }
 parameters: { key: "note", value: { string_value: "a \\"quoted\\" word" } }
 '''
+
+RESNET = signature({"input": (TensorProto.FLOAT, ["N", 3, 224, 224])},
+                   {"logits": (TensorProto.FLOAT, ["N", 1000])}).SerializeToString()
 
 
 def test_pbtxt_messages_lists_and_repeats():
@@ -35,14 +40,14 @@ def _model(root, name="resnet", config=CONFIG, version="1"):
     d = root / name
     (d / version).mkdir(parents=True)
     (d / "config.pbtxt").write_text(config)
-    (d / version / "model.onnx").write_bytes(b"onnx")
+    (d / version / "model.onnx").write_bytes(RESNET)
     return d
 
 
 def test_repository_reads_triton_layout(tmp_path):
     d = _model(tmp_path)
     (d / "3").mkdir()
-    (d / "3" / "model.onnx").write_bytes(b"newer")
+    (d / "3" / "model.onnx").write_bytes(RESNET)
     spec = load_repository(tmp_path)["resnet"]
     assert spec.version == "3" and spec.path == d / "3" / "model.onnx"
     assert spec.preprocess == "image" and spec.raw_input == "image"

@@ -26,6 +26,7 @@ def repository(tmp_path_factory):
     write(root, "good", fp32_pair(), FP32_PAIR_CONFIG)
     write(root, "corrupt", b"\x08\x07not an onnx graph", FP32_PAIR_CONFIG)
     write(root, "contradicting", fp32_pair(), FP32_PAIR_CONFIG.replace('name: "x"', 'name: "features"'))
+    write(root, "bare", fp32_pair(), None)  # no config.pbtxt: completed from the graph
     return root
 
 
@@ -46,12 +47,21 @@ def test_the_good_model_serves_and_the_failed_ones_are_reported(repository):
         infer = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": x.tolist()}]}
         answered, body = _post(f"{server.url}/v2/models/good/infer", infer)
         server_ready = request(f"{server.url}/v2/health/ready")
+        with urllib.request.urlopen(f"{server.url}/v2/models/bare/config", timeout=PATIENCE_S) as r:
+            bare = json.loads(r.read())
+        bare_answer = _post(f"{server.url}/v2/models/bare/infer", infer)
     assert server.proc.returncode == 0
     assert status == 200
     states = {m["name"]: m for m in index}
-    assert states["good"]["state"] == "READY"
+    assert states["good"]["state"] == states["bare"]["state"] == "READY"
     for name in ("corrupt", "contradicting"):
         assert states[name]["state"] == "UNAVAILABLE" and states[name]["reason"], states[name]
+    assert "config.pbtxt input 'features' is not in the graph, whose inputs are x" in states["contradicting"]["reason"]
+    assert "not a readable ONNX model" in states["corrupt"]["reason"]
+    assert bare["max_batch_size"] == 4  # Triton's default for a graph that can batch
+    assert bare["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [16]}]
+    assert [o["name"] for o in bare["output"]] == ["y", "z"]
+    assert bare_answer == (answered, body | {"model_name": "bare"})
     assert ready == {"good": 200, "corrupt": 400, "contradicting": 400}
     assert server_ready == 200  # ready: every model it serves is
     assert answered == 200
