@@ -65,14 +65,13 @@ def crop_offsets(h: int, w: int, crop: int) -> tuple[int, int]:
 
 def image_size(data: bytes, max_dim: int, max_scans: int) -> tuple[int, int]:
     """(height, width) of a JPEG from its markers, refusing what no decode should start on, since
-    OpenCV decodes whatever a file claims and fills in what it lacks:
+    OpenCV decodes whatever a file claims and fills in what it lacks (what each cost: docs/robustness.md):
     - no readable frame header, or fewer bytes than one bit per 8x8 block (the least a whole
-      Huffman-coded file holds: a 662-byte file claiming 8192x8192 cost 384 MB): CORRUPT;
-    - a side over `max_dim`: TOO_LARGE (a 1 KB file claiming 30000x30000 took 10 s and 5 GB);
+      Huffman-coded file holds): CORRUPT;
+    - a side over `max_dim`: TOO_LARGE;
     - a coding process other than baseline, extended or progressive Huffman (arithmetic coding
       would make the byte bound void; the DPU decodes baseline only, the CPU progressive too), or
-      more than `max_scans` scans (a 100 KB file of 1,000 progressive scans at 8192x8192 took
-      25 s, each scan a pass over the whole image): UNSUPPORTED."""
+      more than `max_scans` scans (each a pass over the whole image): UNSUPPORTED."""
     f = jpeg_header.frame(data)
     if f is None:
         raise PreprocessError(Status.CORRUPT, "not a JPEG file with a readable frame header")
@@ -91,8 +90,8 @@ def image_size(data: bytes, max_dim: int, max_scans: int) -> tuple[int, int]:
 
 
 def resized_size(h: int, w: int, short: int) -> tuple[int, int]:
-    """`resized_shape`, refused (TOO_LARGE) past the DPU's line buffers as the DPU refuses it: an
-    8192x1 image would otherwise resize to 256x2097152 (1.6 GB for a 16 KB file)."""
+    """`resized_shape`, refused (TOO_LARGE) past the DPU's line buffers as the DPU refuses it: a
+    tiny file of an extreme aspect ratio would otherwise resize to gigabytes."""
     rh, rw = resized_shape(h, w, short)
     if max(rh, rw) > MAX_RESIZED_SIDE:
         raise PreprocessError(Status.TOO_LARGE, f"{w}x{h} resized to a shorter side of {short} would be {rw}x{rh}, "
@@ -229,7 +228,7 @@ def init_worker() -> None:
     One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
     every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
     P workers then run P x cores spinning BLAS threads on P cores, and audio got slower with more
-    workers (2 cores: one worker burnt 1.9 cores for one core's throughput; two were slower than one).
+    workers (figures: docs/benchmarks.md, Preprocessing).
     """
     cv2.setNumThreads(1)
     audio(np.zeros(8000, dtype=np.float32), 8000)

@@ -1,20 +1,13 @@
 """The DPU driver shared by every device backend: CU pool, buffers, timeouts and the CPU fallback.
 
-It opens every CU listed in the manifest, gives each CU its own pre-allocated buffers, and runs one
-request per CU at a time on a thread per CU. Audio is chained as in PREBA: a mel CU writes the
-log-mel and its per-bin sums into a hand-off buffer that a norm CU then reads on the device, so
-the mel CU takes the next request while the norm CU finishes the previous one.
-
-What a device API offers is behind a `Port` (xrt_driver.XrtPort for pyxrt and its emulation,
-pynq_driver.PynqPort for pynq): open a CU, allocate, write and read a buffer, start a command and
-ask, without blocking, whether it has ended. Timeouts are the driver's own deadline over those
-polls, not a blocking wait's timeout (pyxrt's `run.wait(ms)` can miss its timeout while other runs
-keep completing, XRT's xrt_kernel.h says; pynq's wait handles take none).
-
-A CU that errors is retired for good. Neither pyxrt nor pynq binds a way to abort a command, so a
-CU whose command runs past the deadline is taken out of service until that command ends, for at
-most `QUARANTINE_S`, then back if it ended and retired if not. Either way the request fails with
-`CuFailure`, which the Preprocessor answers on the CPU path.
+Each CU in the manifest is opened with its own pre-allocated buffers and runs one request at a time
+on a thread of its own. Audio is chained as in PREBA: a mel CU writes the log-mel into a hand-off
+buffer that a norm CU reads on the device, so the mel CU takes the next request meanwhile. A device
+API is behind a `Port` (xrt_driver.XrtPort, pynq_driver.PynqPort) whose `ended` never blocks, so
+timeouts are the driver's own deadline over polls: neither API's wait is a bound to rely on
+(docs/hardware.md). A CU that errors is retired; one past its deadline (no API can abort a command)
+is out of service until that command ends, within `QUARANTINE_S`, else retired. Either way the
+request fails with `CuFailure`, which the Preprocessor answers on the CPU path.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Emulated XRT: pyxrt's names (a subset, nothing pyxrt lacks), run on the host.
 
-Like XRT's software emulation, kernels execute the HLS C++ compiled for the host (the C-simulation
-library, `fpga_host.csim`) through ctypes, which releases the GIL. Each CU has one worker thread that
-runs its commands in order, so CUs of a device run concurrently and a CU never runs two commands at
-once, as on the FPGA. An "xclbin" here is the manifest JSON; buffer objects are NumPy arrays.
-
-Every public name of the pyxrt classes here is one pyxrt binds (tests/fpga_host/test_pyxrt_surface.py
-compares them with XRT 2.20's); what only the emulation needs is in the module functions of
-`CONTROL`. Fault injection: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) when the device is
-opened, or passed to `hang()`, complete no command while hung (or until `release()`), so their
-commands stay RUNNING.
+As in XRT's software emulation, kernels run the HLS C++ compiled for the host (`fpga_host.csim`)
+through ctypes, which releases the GIL. One worker thread per CU runs its commands in order: the CUs
+of a device run concurrently, a CU never runs two commands at once. An "xclbin" is the manifest
+JSON; buffer objects are NumPy arrays. Every public pyxrt-class name here is one pyxrt binds
+(tests/fpga_host/test_pyxrt_surface.py); what only the emulation needs is in `CONTROL`'s functions.
+Fault injection: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) at open, or passed to `hang()`,
+complete no command while hung, so their commands stay RUNNING (`release()` aborts them).
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def frame_size(data: bytes) -> tuple[int, int] | None:
 def scan_count(data: bytes, stop_after: int) -> int:
     """The number of scans (SOS markers) libjpeg would decode from `data`, counted no further than
     `stop_after` + 1. Each scan of a progressive JPEG is a pass over the whole image, and an AC
-    refinement scan can cover 32767 blocks with two bytes, so a 100 KB file of 1,000 such scans at
-    8192x8192 costs OpenCV 25 s; the count bounds that before any decode.
+    refinement scan can cover 32767 blocks with two bytes, so a small file can hold OpenCV for tens
+    of seconds (docs/robustness.md); the count bounds that before any decode.
 
     Every marker libjpeg can read is counted, wherever it sits (after a scan's entropy-coded data,
     after junk it would skip), except inside length-delimited segments, which it skips as this

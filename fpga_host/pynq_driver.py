@@ -1,21 +1,13 @@
 """The pynq backend of the DPU driver (`PynqPort`): the same CU pool, timeouts and CPU fallback as
-the XRT backend (`DpuDriver`), over pynq's API for XRT cards (pynq 3.x, pynq/overlay.py and
-pynq/pl_server/xrt_device.py of pynq 3.0.1):
+the XRT backend, over pynq 3.x's `Overlay` (each CU and memory bank an attribute), `allocate` (a
+buffer in the bank a CU argument reaches) and `ip.start` (a wait handle); docs/hardware.md has the
+API facts this relies on and why pynq 4 does not fit.
 
-- `pynq.Overlay(xclbin, device=...)` downloads the xclbin and exposes each CU as an attribute
-  (`overlay.image_cu_1`) and each memory bank by its tag without punctuation (`overlay.HBM0`);
-- `pynq.allocate(shape, dtype, target=bank)` gives a buffer (a NumPy array with
-  `sync_to_device`, `sync_from_device`) in the bank the CU argument is connected to
-  (`ip.args[name].mem`);
-- `ip.start(*args)` schedules one command and returns a wait handle with `wait()` and `done`.
-
-pynq's `wait()` takes no timeout and `done` only changes while some thread is in `wait()`, which
-processes every pending command's completion. So one pump thread per overlay waits on the
-pending handles in turn, and the driver polls `done` against its own deadline; a hung command
-keeps the pump in its `wait()`, where the others still complete. `wait()` returns whether the
-command succeeded or not; a failed command leaves the status word the driver set before starting
-it, so the driver retires that CU. pynq 4.0 dropped `start` on XRT devices (and pins numpy<2), so
-this needs pynq 3.x.
+pynq's `wait()` takes no timeout, and a handle's `done` changes only while some thread is in `wait()`.
+So one pump thread per overlay waits on the pending handles in turn and the driver polls `done`
+against its own deadline; a hung command keeps the pump in its `wait()`, where the others still
+complete. A failed command leaves the status word the driver set before starting it, so the driver
+retires that CU.
 """
 
 from __future__ import annotations
