@@ -2,28 +2,12 @@
 
 From each kernel top it follows the call graph, binding every callee's parameters to what the
 caller passed (an m_axi port, a port plus an offset, a local array), and reports what Vitis HLS
-would schedule below line rate or not at all:
-
-- `narrow-port`: an m_axi port narrower than 512 bits is read or written inside a pipelined loop
-  or a loop of runtime length (one beat carries one element: no wide bursts);
-- `port-beats`: a pipelined loop moves more than one beat per iteration through one port and
-  direction (II >= the number of beats);
-- `float-carried`: a float sum carried from one iteration of a pipelined loop to the next (II >=
-  the adder's latency), unless the accumulator is picked by the loop's own index (interleaved
-  partial sums);
-- `array-ports`: more reads of an array per iteration than its partition has ports (two per bank);
-- `runtime-window`: a pointer to a partitioned array at a runtime offset (every access muxes every
-  bank);
-- `divide`: an integer `/` or `%` in a pipelined loop, other than by a constant power of two (a
-  float divide is one pipelined divider);
-- `no-tripcount`: a loop whose bound is not a compile-time constant and has no LOOP_TRIPCOUNT;
-- `port-in-struct`, `port-arith`: an m_axi pointer stored in a struct, or passed to a callee with
-  pointer arithmetic applied;
-- `partition-param`: ARRAY_PARTITION on a parameter of a function that is not the kernel top;
-- `double`, `null`: double-precision values or null pointers in a kernel's functions.
-
-Loops nested in a pipelined loop are unrolled by Vitis HLS, so their accesses count once per
-unrolled iteration; calls inside are inlined. `python -m sim_tb.hls_hygiene` prints the findings.
+would schedule below line rate or not at all: narrow or multi-beat port accesses in pipelined loops,
+float sums carried across iterations, more array reads than a partition has ports, runtime windows
+into partitioned arrays, integer divides, loops without a trip count, m_axi ports in structs or
+with arithmetic, partitioned parameters below the top, doubles and null pointers (each rule by
+name: docs/hardware.md). Loops nested in a pipelined loop count once per unrolled iteration and
+calls inside are inlined, as in Vitis HLS. `python -m sim_tb.hls_hygiene` prints the findings.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Synthesis of the RTL units with Yosys for UltraScale+ (synth_xilinx -family xcup), and their resources.
 
-Each unit is synthesized out of context (flattened, no I/O buffers) with the defaults of its
-parameters, the configuration its blackbox descriptor describes. Counts, from the mapped cells:
-FF = FD* flip-flops; LUT = LUT1..LUT6 and INV cells plus the LUTs of distributed RAM and shift
-registers (RAM32M16: 8, RAM32M / RAM64M: 4, RAM*X1D: 2, SRL16E / SRLC32E / RAM*X1S: 1); BRAM in
-18 Kb units as Vitis HLS reports it (RAMB36E2: 2, RAMB18E2: 1); URAM = URAM288; DSP = DSP48E2.
-
-    python -m sim_tb.yosys_synth          # print the table
-    python -m sim_tb.yosys_synth --write  # also write the counts into the units' JSON and the README
-
-tests/sim_tb/test_rtl_synthesis.py synthesizes every unit and compares with the JSON. Counts are
-cached (`$ATOLL_HOME` or `~/.cache/atoll`, under yosys/) by a hash of the unit's Verilog, the script
-and the Yosys version, so a unit is synthesized again only when one of those changes.
+Each unit is synthesized out of context (flattened, no I/O buffers) with its parameters' defaults,
+the configuration its blackbox descriptor describes. Counts come from the mapped cells (`resources`):
+FF, LUT (with the LUTs of distributed RAM and shift registers), BRAM in 18 Kb units as Vitis HLS
+reports it, URAM, DSP. `python -m sim_tb.yosys_synth` prints the table; `--write` also writes the
+counts into the units' JSON and the README, which tests/sim_tb/test_rtl_synthesis.py checks. Counts
+are cached (`$ATOLL_HOME` or `~/.cache/atoll`, under yosys/) by a hash of the unit's Verilog, the
+script and the Yosys version, so a unit is synthesized again only when one of those changes.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
-"""Generate soxr_tables.h: soxr's measured HQ response at 22.05 and 44.1 kHz -> 16 kHz
-(run: python hls/audio/gen_soxr_tables.py; needs the `soxr` package that librosa installs).
+"""Generate soxr_tables.h: soxr's HQ response at 22.05 and 44.1 kHz -> 16 kHz, measured with unit
+impulses (run: python hls/audio/gen_soxr_tables.py; needs `soxr`, which librosa installs).
 
-At these ratios (L/M = 320/441 and 160/441) soxr does not run one exact polyphase filter: it builds
-its coefficients by interpolation from a table of its own. Its output differs from any closed-form
-windowed sinc by up to ~1.2e-4 of full scale, enough to move librosa's normalised features by 0.1
-on steady tones. Measured, its behaviour is simple:
-- past the first two outputs it is a linear periodically time-varying filter whose coefficient for
-  input j and output n depends only on tau = n * M / L - j, and, in units of 16 kHz output samples,
-  it is the same function at both rates (to 2.5e-7). That function, sampled on its natural grid of
-  1/441 output sample, is SOXR441_RESPONSE (one side, |tau| <= SOXR441_SPAN; zero beyond, where soxr
-  is below 2e-7);
-- outputs 0 and 1 come from a start-up transient: their coefficients differ from the periodic ones
-  by up to 4 % (output 0) and 0.2 % (output 1). SOXR441_START holds both rows as functions of the
-  input index at 44.1 kHz (22.05 kHz reads every other entry); they do not depend on the input length.
-Everything is normalised to the 16 kHz grid: a coefficient at input rate sr is the table value times
-16000 / sr. Each response is measured with unit impulses; the periodic one is averaged over the two
-rates and its mirror image (soxr's filter is linear-phase), which halves soxr's float32 noise.
+At these ratios (L/M = 320/441, 160/441) soxr interpolates its coefficients from a table of its own,
+which no closed-form windowed sinc matches closely enough. Past its first two outputs it is a linear
+periodically time-varying filter whose coefficient depends only on tau = n * M / L - j, one function
+at both rates in 16 kHz units: SOXR441_RESPONSE samples it every 1/GRID output sample (one side,
+|tau| <= SPAN), averaged over both rates and its mirror image (soxr is linear-phase) to halve its
+float32 noise. SOXR441_START holds outputs 0 and 1's start-up rows over 44.1 kHz inputs (22.05 kHz
+reads every other entry). At rate sr, coefficient = table value * 16000 / sr. Figures: docs/hardware.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """Generate audio_tables.h: the constant ROMs of the audio CUs (run: python hls/audio/gen_tables.py).
 
-Tables are computed here in float64 from their defining formulas and stored as float32:
-- the resampling prototype, a Kaiser-windowed sinc whose parameters were fitted to the impulse
-  response of soxr's 'HQ' recipe (librosa.resample's default): cutoff 0.956872 of the lower Nyquist
-  rate, Kaiser beta 13.04, half-length 97.25 units of 1/(2 * lower Nyquist rate). Sampled at
-  PROTO_STEPS points per unit for 4-point cubic interpolation;
-- the periodic Hann window of 400 samples (scipy.signal.get_window('hann', 400, fftbins=True));
+Computed in float64 from their defining formulas, stored as float32:
+- the resampling prototype, a Kaiser-windowed sinc (PROTO_*) fitted to the impulse response of soxr
+  'HQ' (librosa.resample's default), PROTO_STEPS points per unit for 4-point cubic interpolation;
+- the periodic Hann window of WIN samples (scipy.signal.get_window('hann', WIN, fftbins=True));
 - the bit-reversal permutation and per-stage twiddles of the 256-point complex FFT, and the
   twiddles of the 512-point real-FFT split step;
-- the 80-band Slaney mel filterbank on 257 FFT bins (0..8000 Hz, Slaney area normalisation),
+- the N_MELS-band Slaney mel filterbank on 257 FFT bins (0..F_MAX Hz, Slaney area normalisation),
   stored sparsely: each band's first bin, its number of bins and their weights.
 """
 

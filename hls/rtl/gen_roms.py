@@ -1,14 +1,12 @@
-"""Generate the constant tables of the RTL units and of their C models (run: python hls/rtl/gen_roms.py).
+"""Generate the constant tables of the RTL units and their C models (run: python hls/rtl/gen_roms.py).
 
-- fp32_log: ln(x) = e ln2 - ln(r1) - ln(r2) - ln(r3) + ln(1 + t3), where x = m 2^e (1 <= m < 2)
-  and r1, r2, r3 are table reciprocals that bring m * r1 * r2 * r3 = 1 + t3 to t3 < 2^-21.8, each
-  chosen from the leading bits of what is left (m's fraction, then t1, then t2): r = ceil(2^K / c) /
-  2^K for the bin's lower end c, so every partial product stays >= 1. The logarithms are rounded
-  to 62 fraction bits, computed with Python's decimal arithmetic at 60 significant digits; ln 2
-  gets 68. Written to hls/audio/log_tables.h (the C model) and hls/rtl/fp32_log_rom.v (the RTL).
-- image_postdecode: (i / 255 - mean[c]) / std[c] for every byte value i and channel c, evaluated
-  with NumPy float32 exactly as the reference normalisation expression, and its float16 cast
-  (numpy astype): hls/rtl/image_norm_rom.v.
+- fp32_log: ln(x) = e ln2 - ln(r1) - ln(r2) - ln(r3) + ln(1 + t3) for x = m 2^e (1 <= m < 2), with
+  table reciprocals r = ceil(2^K / c) / 2^K, c the lower end of the bin picked by the leading bits of
+  m's fraction, then t1, then t2: every partial product stays >= 1 and t3 < 2^-21.8. Logarithms are
+  rounded to LOG_FRAC_BITS fraction bits (ln 2 to LN2_FRAC_BITS) in 60-digit decimal arithmetic:
+  hls/audio/log_tables.h (the C model) and hls/rtl/fp32_log_rom.v (the RTL).
+- image_postdecode: (i / 255 - mean[c]) / std[c] for every byte value i and channel c, in NumPy
+  float32 exactly as the reference normalisation, and its float16 cast: hls/rtl/image_norm_rom.v.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """cocotb testbench: hls/rtl/image_postdecode.v is the image CU's resize -> crop -> normalise, bit for bit.
 
 References: the unit's C model (hls/image/image_postdecode.cpp, what the image CU runs in C
-simulation), compiled behind postdecode_ref.cpp and called through ctypes; and, for every frame,
-the libraries the C model is specified against: cv2.resize(INTER_LINEAR) cropped at torchvision
-CenterCrop's offsets for the uint8 format, then NumPy float32 (px / 255 - mean) / std and its
-astype(float16) for the normalised formats.
-
-Frames: downscales and upscales, odd sizes, an extreme aspect ratio, a single pixel, the identity
-(decode-only stage) and a crop without resize, in each format, with random idle cycles on the
-pixel stream and backpressure on the beats; a frame after a reset in the middle of another; and
-the reference frame at full rate against the descriptor's latency.
+simulation) behind postdecode_ref.cpp through ctypes, and the libraries it is specified against:
+cv2.resize(INTER_LINEAR) cropped at torchvision CenterCrop's offsets (uint8), then NumPy float32
+(px / 255 - mean) / std and its float16 cast. Frames: down- and upscales, odd sizes, an extreme
+aspect ratio, one pixel, the identity (decode-only stage) and a crop without resize, in each format,
+with random idle cycles on the pixel stream and backpressure on the beats; a frame after a reset in
+the middle of another; the reference frame at full rate against the descriptor's latency.
 """
 
 from __future__ import annotations
