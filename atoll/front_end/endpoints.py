@@ -127,10 +127,7 @@ class Endpoints:
     async def load(self, name: str, parameters: dict) -> None:
         if not isinstance(parameters, dict):
             raise ApiError(ErrorCode.INVALID_ARG, "load 'parameters' must be a JSON object")
-        if parameters:
-            raise ApiError(ErrorCode.INVALID_ARG, f"load parameters ({', '.join(parameters)}) are not supported: "
-                                                  "Atoll loads a model from its folder in the repository")  # fmt: skip
-        await self.supervisor.ask(LoadModel(name))
+        await self.supervisor.ask(LoadModel(name, parameters))  # checked by the supervisor (load_request.py)
 
     async def unload(self, name: str) -> None:
         await self.supervisor.ask(UnloadModel(name))

@@ -15,6 +15,9 @@ slots are given to every front end; an unload first retires the model in every f
 stop admitting its requests and answer those they hold. A load that fails part way takes back what
 it did. One load or unload runs at a time.
 
+A load request may carry Triton's parameters (`load_request.py`): a JSON `config` used instead of
+config.pbtxt, and model files (`file:<path>`) making the model's folder for that load.
+
 A model that does not load is contained: one log line with its reason (no traceback), UNAVAILABLE
 with that reason in the index, the others served. At start every model is tried; with
 `server.exit_on_error` (`--exit-on-error`, Triton's flag and default) any failure then stops the
@@ -26,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.repository.specs import ModelSpec, RepositoryError, is_model_folder, load_model
+from atoll.supervisor import load_request
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
 log = logging.getLogger("atoll.supervisor.model_control")
@@ -88,6 +94,13 @@ class ModelControl:
         self._lock = asyncio.Lock()
         self._states: dict[str, dict] = {}  # model -> its index entry, once it was asked for
         self._served: dict[str, tuple[ModelSpec, tuple]] = {}  # model -> (spec, files' signature)
+        self._uploads: dict[str, Path] = {}  # model -> the folder its load request's files were written to
+
+    def close(self) -> None:
+        """Remove the folders of models loaded from files sent in load requests."""
+        for upload in self._uploads.values():
+            shutil.rmtree(upload, ignore_errors=True)
+        self._uploads.clear()
 
     async def start(self, names: list[str], exit_on_error: bool = True) -> list[str]:
         """Serve the models of the start: `names` in explicit mode (`*` for all), else every one.
@@ -110,10 +123,10 @@ class ModelControl:
 
     async def handle(self, action):
         match action:
-            case LoadModel(name=name):
+            case LoadModel(name=name, parameters=parameters):
                 self._check_mode()
                 check_model_name(name)
-                return await self._load(name)
+                return await self._load(name, parameters)
             case UnloadModel(name=name):
                 self._check_mode()
                 check_model_name(name)
@@ -156,40 +169,62 @@ class ModelControl:
             raise ApiError(ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed in "
                                                   f"model control mode {self.mode!r}")  # fmt: skip
 
-    async def _load(self, name: str) -> None:
-        """Serve the model of folder `name` (a name `check_model_name` passed). Whatever fails before
-        `add` leaves every served model as it was; `add` takes back what it did when it fails."""
+    async def _load(self, name: str, parameters: dict | None = None) -> None:
+        """Serve the model of folder `name` (a name `check_model_name` passed), or of the files and
+        config of a load request's `parameters` (`load_request.py`). Whatever fails before `add`
+        leaves every served model as it was; `add` takes back what it did when it fails."""
         async with self._lock:
-            folder = self.repository / name
             try:
-                present = is_model_folder(folder)
-            except OSError:  # e.g. a path too long for the file system
-                present = False
-            if not present:  # Triton's status for an unknown model: INTERNAL (tests/atoll/triton_calls.py)
-                log.error("failed to load '%s': no such model in the repository", name)
-                raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': no model named '{name}' in the "
-                                                   "repository (a folder with a config.pbtxt or a "
-                                                   "<version>/model.onnx)")  # fmt: skip
-            try:
-                spec, signature = await asyncio.to_thread(lambda: (load_model(folder), _signature(folder)))
-            except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
-                if name not in self._served:  # else its served version goes on
-                    self._state(name, "UNAVAILABLE", one_line(exc))
+                request = load_request.parse(parameters or {})
+            except load_request.LoadParameterError as exc:
                 raise self._failed(name, exc) from None
-            served = self._served.get(name)
-            if served is not None and served[1] == signature:
-                return
-            if served is not None:
-                await self._drop(name)
-            self._state(name, "LOADING", version=spec.version)
+            upload = None
+            if request.files:  # the model's folder is the request's files alone
+                upload = Path(tempfile.mkdtemp(prefix="atoll-load-"))
+                folder = upload / name
+                await asyncio.to_thread(load_request.write_files, request.files, folder)
+            else:
+                folder = self.repository / name
+                try:
+                    present = is_model_folder(folder)
+                except OSError:  # e.g. a path too long for the file system
+                    present = False
+                if not present:  # Triton's status for an unknown model: INTERNAL (tests/atoll/triton_calls.py)
+                    log.error("failed to load '%s': no such model in the repository", name)
+                    raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': no model named '{name}' in the "
+                                                       "repository (a folder with a config.pbtxt or a "
+                                                       "<version>/model.onnx)")  # fmt: skip
             try:
-                await self._add(spec)
-            except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
+                await self._serve(name, folder, request)
+            except BaseException:
+                if upload is not None:
+                    shutil.rmtree(upload, ignore_errors=True)
+                raise
+            if upload is not None:
+                self._uploads[name] = upload
+
+    async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest) -> None:
+        try:
+            spec, files = await asyncio.to_thread(lambda: (load_model(folder, request.config), _signature(folder)))
+        except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
+            if name not in self._served:  # else its served version goes on
                 self._state(name, "UNAVAILABLE", one_line(exc))
-                raise self._failed(name, exc) from None
-            self._served[name] = (spec, signature)
-            self._state(name, "READY")
-            log.info("model %s version %s is ready", name, spec.version)
+            raise self._failed(name, exc) from None
+        signature = (files, request.key())  # files sent in a request are new files: loaded again
+        served = self._served.get(name)
+        if served is not None and served[1] == signature:
+            return
+        if served is not None:
+            await self._drop(name)
+        self._state(name, "LOADING", version=spec.version)
+        try:
+            await self._add(spec)
+        except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
+            self._state(name, "UNAVAILABLE", one_line(exc))
+            raise self._failed(name, exc) from None
+        self._served[name] = (spec, signature)
+        self._state(name, "READY")
+        log.info("model %s version %s is ready", name, spec.version)
 
     @staticmethod
     def _failed(name: str, exc: BaseException) -> ApiError:
@@ -207,5 +242,7 @@ class ModelControl:
         self._state(name, "UNLOADING")
         await self._remove(self._served[name][0].name)
         del self._served[name]
+        if name in self._uploads:
+            shutil.rmtree(self._uploads.pop(name), ignore_errors=True)
         self._state(name, "UNAVAILABLE", "unloaded")
         log.info("model %s is unloaded", name)

@@ -333,6 +333,8 @@ class Supervisor:
         for arenas in self._arenas.values():
             for arena in arenas:
                 arena.close()
+        if self.model_control:
+            self.model_control.close()
         if self._checked is not None:
             self._checked.close()
         if self._metrics_dir:

@@ -13,6 +13,7 @@ from atoll.repository.specs import ModelSpec
 @dataclass(frozen=True)
 class LoadModel:
     name: str
+    parameters: dict | None = None  # Triton's load parameters: `config`, `file:<path>` (supervisor/load_request.py)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ add/remove (the real ones run in test_triton_protocol.py)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import shutil
 
 import pytest
@@ -249,3 +251,72 @@ def test_a_start_tries_every_model_and_exit_on_error_decides(tmp_path, caplog):
     assert not any(r.exc_info for r in caplog.records)
     message, log, _ = asyncio.run(go(True))
     assert message.startswith("failed to load b, c") and log == [("add", "a", "1")]  # the others still tried
+
+
+def test_a_load_with_a_config_parameter_serves_that_config(tmp_path):
+    write(tmp_path, "a")
+    specs = []
+
+    async def go():
+        supervisor = Supervisor()
+
+        async def add(spec):
+            specs.append(spec)
+            await supervisor.add(spec)
+
+        mc = ModelControl(tmp_path, "explicit", 0.05, add, supervisor.remove)
+        await mc.handle(LoadModel("a"))
+        await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))
+        await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))  # the same: nothing to do
+        for bad, reason in (("{", "not valid JSON"), ("[1]", "must be a JSON object"),
+                            ('{"max_batch_size": 2, "input": [{"name": "nope", "data_type": "TYPE_FP32", '
+                             '"dims": [2]}]}', "input 'nope' is not in the graph")):  # fmt: skip
+            with pytest.raises(ApiError) as refused:
+                await mc.handle(LoadModel("a", {"config": bad}))
+            assert refused.value.code == ErrorCode.INVALID_ARG
+            assert refused.value.message.startswith("failed to load 'a': ") and reason in refused.value.message
+        with pytest.raises(ApiError) as unknown:
+            await mc.handle(LoadModel("nope", {"config": "{}"}))
+        assert unknown.value.code == ErrorCode.INTERNAL and "failed to load 'nope'" in unknown.value.message
+        with pytest.raises(ApiError, match="unknown load parameter"):
+            await mc.handle(LoadModel("a", {"colour": "red"}))
+        return supervisor.log, await mc.index()
+
+    log, index = asyncio.run(go())
+    assert [s.max_batch_size for s in specs] == [4, 2]
+    assert log == [("add", "a", "1"), ("remove", "a"), ("add", "a", "1")]
+    assert index == [{"name": "a", "version": "1", "state": "READY"}]  # the refused loads left it served
+
+
+def test_a_load_with_files_serves_them_and_forgets_them_at_unload(tmp_path):
+    repository = tmp_path / "repo"
+    repository.mkdir()
+    specs = []
+
+    async def go():
+        supervisor = Supervisor()
+
+        async def add(spec):
+            specs.append(spec)
+            await supervisor.add(spec)
+
+        mc = ModelControl(repository, "explicit", 0.05, add, supervisor.remove)
+        config = json.dumps({"max_batch_size": 3})
+        for parameters, reason in (({"file:1/model.onnx": base64.b64encode(GRAPH).decode()}, "need the 'config'"),
+                                   ({"config": config, "file:../x": ""}, "must be relative"),
+                                   ({"config": config, "file:1/model.onnx": "not base64!"}, "is not base64")):  # fmt: skip
+            with pytest.raises(ApiError, match=reason):
+                await mc.handle(LoadModel("up", parameters))
+        await mc.handle(LoadModel("up", {"config": config, "file:1/model.onnx": base64.b64encode(GRAPH).decode()}))
+        folder = specs[-1].path.parent.parent
+        assert folder.name == "up" and folder.parent != repository and (folder / "1" / "model.onnx").read_bytes() == GRAPH
+        assert (await mc.index())[0] == {"name": "up", "version": "1", "state": "READY"}
+        await mc.handle(LoadModel("up", {"config": config, "file:2/model.onnx": GRAPH}))  # bytes, as gRPC sends
+        assert specs[-1].version == "2" and not folder.exists()  # the first upload went with its model
+        second = specs[-1].path.parent.parent
+        await mc.handle(UnloadModel("up"))
+        assert not second.exists()
+        return supervisor.log
+
+    assert asyncio.run(go()) == [("add", "up", "1"), ("remove", "up"), ("add", "up", "2"), ("remove", "up")]
+    assert [s.max_batch_size for s in specs] == [3, 3]
