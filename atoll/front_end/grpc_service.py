@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -23,6 +25,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from atoll.front_end.endpoints import Endpoints, unsupported
+from atoll.http.bodies import BodyBudget
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.protocol import (
@@ -186,10 +189,22 @@ def _answers(method):
     return call
 
 
+def _cost(msg: pb.ModelInferRequest) -> int:
+    """The bytes an infer message holds and its typed contents will decode to (their packed copy
+    and their tensor; raw contents are viewed, not copied)."""
+    cost = msg.ByteSize()
+    for t in msg.inputs:
+        if t.HasField("contents") and t.datatype in DTYPES and t.datatype != "BYTES":
+            packed = t.contents.ByteSize()  # each element takes a byte at least: bounds a hostile shape
+            cost += packed + min(math.prod(t.shape), packed) * DTYPES[t.datatype].itemsize
+    return cost
+
+
 class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, endpoints: Endpoints, pace: RefusalPace | None = None):
+    def __init__(self, endpoints: Endpoints, pace: RefusalPace | None = None, budget: BodyBudget | None = None):
         self.endpoints = endpoints
         self.pace = pace  # of UNAVAILABLE answers to infer calls, as HTTP's 503s (`refusal_pace`)
+        self.budget = budget  # the HTTP bodies' budget, which infer messages share (None: no bound)
 
     # -- health, metadata, statistics ---------------------------------------------------------------
 
@@ -288,12 +303,18 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def decode():
             return request_from_proto(msg, self.endpoints.regions)
 
+        held = SimpleNamespace(held=0)  # its share of the budget, as an HTTP request's
         try:
+            if self.budget is not None:
+                self.budget.reserve(held, _cost(msg))
             spec, request, outputs = await self.endpoints.infer(msg.model_name, msg.model_version, decode)
         except ApiError as exc:
             if exc.code == ErrorCode.UNAVAILABLE and self.pace is not None:
                 await self.pace.turn()
             raise
+        finally:
+            if self.budget is not None:
+                self.budget.release(held)
         return response_to_proto(spec.name, spec.version, request.id, outputs)
 
     @_answers
@@ -375,14 +396,16 @@ _CALL_ENDED = _CallEnded()
 
 
 async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int,
-                limits: list[tuple[str, int]] = (), pace: RefusalPace | None = None) -> grpc.aio.Server:
+                limits: list[tuple[str, int]] = (), pace: RefusalPace | None = None,
+                budget: BodyBudget | None = None) -> grpc.aio.Server:
     """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT); `limits`
-    are further options (`connections.grpc_limits`), `pace` that of its UNAVAILABLE answers."""
+    are further options (`connections.grpc_limits`), `pace` that of its UNAVAILABLE answers,
+    `budget` the HTTP bodies' one, which its infer messages share."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
                                       ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
                                       ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits])  # fmt: skip
     logging.getLogger("grpc._cython.cygrpc").addFilter(_CALL_ENDED)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints, pace), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints, pace, budget), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:
         raise OSError(f"gRPC cannot listen on {address}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from concurrent.futures import ThreadPoolExecutor
 
 from atoll.front_end.endpoints import Endpoints, check_input, unsupported
 from atoll.http.bodies import BodyBudget, BodyLimits
@@ -20,7 +21,7 @@ from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.kserve.json_tensors import Incomplete, Skeleton, sliced, sliced_sync
+from atoll.kserve.json_tensors import Incomplete, Skeleton, Span, decoded_bytes, sliced, sliced_sync
 from atoll.kserve.protocol import (
     HEADER_LENGTH,
     ProtocolError,
@@ -51,7 +52,10 @@ class InferenceServer:
         self.endpoints = endpoints
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
-        self.budget = budget  # request bodies held at once (None: no bound)
+        self.budget = budget  # request bodies (and what JSON ones decode to) held at once (None: no bound)
+        # JSON bodies are parsed here a slice at a time, off the loop (a SCHED_FIFO relay): its
+        # threads, started from the loop's, are ordinary (SCHED_RESET_ON_FORK)
+        self.parsing = ThreadPoolExecutor(1, thread_name_prefix="atoll-json")
 
     def http(self, max_request_bytes: int, connections: HttpConnections, idle_timeout_s: float = 300.0,
              pace: RefusalPace | None = None) -> HttpServer:
@@ -192,7 +196,7 @@ class InferenceServer:
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
         info = request.params
-        body = _InferBody(request, self.endpoints, info["model"], info.get("version"))
+        body = _InferBody(request, self, info["model"], info.get("version"))
         spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), body.decode, body.parameters)
         payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
         return HttpResponse(200, payload, headers.pop("Content-Type"), headers or None)
@@ -210,23 +214,31 @@ def _prefix_skeleton(prefix: bytes, header_length: int | None) -> Skeleton:
 class _InferBody:
     """An infer request's body, read as `Endpoints.infer` asks for it: the parameters first (its
     JSON but the inputs' data), the tensors only once it is admitted, each input's fields checked
-    against the model before any data is parsed. Both in slices, between which the loop runs."""
+    against the model and what its data will take counted in the body budget before any data is
+    parsed. Both in slices, off the loop."""
 
-    def __init__(self, request: HttpRequest, endpoints, model: str, version: str | None):
-        self.request, self.endpoints = request, endpoints
+    def __init__(self, request: HttpRequest, server: InferenceServer, model: str, version: str | None):
+        self.request, self.server = request, server
         self.model, self.version = model, version
         self._skeleton: Skeleton | None = None
 
     async def parameters(self) -> dict:
-        self._skeleton = await sliced(request_skeleton(self.request.body, _header_length(self.request)))
+        steps = request_skeleton(self.request.body, _header_length(self.request))
+        self._skeleton = await sliced(steps, self.server.parsing)
         return request_parameters(self._skeleton.fields)
 
-    def _check(self, head) -> None:
-        check_input(self.endpoints.model(self.model, self.version), head)
+    def _check(self, skeleton: Skeleton, heads) -> None:
+        spec = self.server.endpoints.model(self.model, self.version)
+        for head in heads:
+            check_input(spec, head)
+        spans = [(head, fields["data"]) for head, fields in zip(heads, skeleton.inputs) if isinstance(fields.get("data"), Span)]
+        if spans and self.server.budget is not None:
+            self.server.budget.reserve(self.request, sum(decoded_bytes(h.datatype, h.count, span) for h, span in spans))
 
     async def decode(self):
-        steps = decoding(self.request.body, _header_length(self.request), self.endpoints.regions, self._skeleton, self._check)
-        return await sliced(steps)
+        steps = decoding(self.request.body, _header_length(self.request), self.server.endpoints.regions,
+                         self._skeleton, self._check)  # fmt: skip
+        return await sliced(steps, self.server.parsing)
 
 
 def _header_length(request: HttpRequest) -> int | None:

@@ -64,6 +64,19 @@ class BodyBudget:
         self.used += size
         request.held += size
 
+    def reserve(self, request, size: int) -> None:
+        """Count `size` more bytes for a request whose body has arrived (what decoding it will
+        allocate; a gRPC message: anything with `held`), or BodyError (503) where they do not fit:
+        nothing is cut off for them. A request holding everything held may pass the total (one
+        largest request always fits)."""
+        if self.used + size > self.total and self.used > request.held:
+            if self.refused is not None:
+                self.refused.inc()
+            raise BodyError(ErrorCode.UNAVAILABLE, f"this front end holds {self.used} bytes of requests and may hold "
+                                                   f"{self.total} (server.body_memory_bytes): try again", 1)  # fmt: skip
+        self.used += size
+        request.held += size
+
     def arrived(self, request: HttpRequest) -> None:
         """`request`'s body is whole (or given up): it is no longer cut off to make room."""
         self._arriving.pop(id(request), None)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import warnings
 from collections.abc import Generator
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,20 +69,41 @@ class Skeleton:
 def sliced_sync(steps: Steps) -> Any:
     """A generator's result, run to its end with no pause."""
     while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
+        done, value = _step(steps)
+        if done:
+            return value
 
 
-async def sliced(steps: Steps) -> Any:
-    """A generator's result, letting the event loop run other work at each of its yields."""
+async def sliced(steps: Steps, executor: Executor | None = None) -> Any:
+    """A generator's result, letting the event loop run other work at each of its yields; each step
+    run in `executor` where given (the loop's thread then only waits: a front end's loop is a
+    SCHED_FIFO relay, and its executor's threads are ordinary)."""
+    loop = asyncio.get_running_loop()
     while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
-        await asyncio.sleep(0)
+        if executor is None:
+            done, value = _step(steps)
+            await asyncio.sleep(0)
+        else:
+            done, value = await loop.run_in_executor(executor, _step, steps)
+        if done:
+            return value
+
+
+def _step(steps: Steps) -> tuple[bool, Any]:
+    """One step: (True, the result) at the end (a future cannot carry StopIteration)."""
+    try:
+        next(steps)
+    except StopIteration as stop:
+        return True, stop.value
+    return False, None
+
+
+def decoded_bytes(datatype: str, count: int, span: Span) -> int:
+    """What an input's JSON data will take once decoded: its tensor (a BYTES element as a bytes
+    object of its text's length and a pointer)."""
+    if datatype == "BYTES":
+        return count * (sys.getsizeof(b"") + 8) + span.end - span.start
+    return count * DTYPES[datatype].itemsize
 
 
 class _Walk:

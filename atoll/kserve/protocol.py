@@ -242,8 +242,8 @@ def decoding(body, header_length: int | None = None, regions=None, skeleton_: Sk
              check=None) -> Steps:
     """An infer request from its body, in slices (`json_tensors.sliced`). `regions`
     (`shm_registry.Regions`) supplies inputs in shared memory; `skeleton_` is `request_skeleton`'s
-    answer where it was read already; `check(InputHead)`, where given, sees every input's fields
-    before any input's data is parsed (a model's refusal then costs no parse)."""
+    answer where it was read already; `check(skeleton, heads)`, where given, sees every input's
+    fields (`InputHead`s) before any input's data is parsed (a model's refusal then costs no parse)."""
     binary = None if header_length is None else memoryview(body)[header_length:]
     if skeleton_ is None:
         skeleton_ = yield from request_skeleton(body, header_length)
@@ -256,8 +256,8 @@ def decoding(body, header_length: int | None = None, regions=None, skeleton_: Sk
     parameters = request_parameters(doc)
     outputs = _requested(doc.get("outputs"))
     heads = [input_head(spec) for spec in skeleton_.inputs]
-    for head in heads if check is not None else ():
-        check(head)
+    if check is not None:
+        check(skeleton_, heads)
     offset, inputs = 0, []
     for spec, head in zip(skeleton_.inputs, heads):
         data, offset = yield from _input_data(body, spec, head, binary, offset, regions)

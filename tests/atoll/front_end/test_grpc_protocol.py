@@ -3,6 +3,7 @@
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -18,7 +19,9 @@ from atoll.bench.bodies import grpc_request
 from atoll.front_end import grpc_service
 from atoll.front_end.endpoints import Endpoints
 from atoll.front_end.grpc_service import CONTENTS, _CallEnded, request_from_proto, response_to_proto
+from atoll.http.bodies import BodyBudget
 from atoll.http.refusal_pace import RefusalPace
+from atoll.kserve.errors import ApiError
 from atoll.kserve.protocol import DTYPES, Output, ProtocolError, join_bytes
 from atoll.kserve.shm_registry import Regions as MappedRegions
 from atoll.observe.metrics import Metrics
@@ -284,3 +287,23 @@ def test_typed_contents_give_the_tensor_raw_contents_give(datatype):
         assert from_typed.tolist() == from_raw.tolist()
     else:
         assert from_typed.dtype == from_raw.dtype and from_typed.tobytes() == from_raw.tobytes()
+
+
+def test_infer_messages_count_in_the_body_budget_while_in_hand():
+    budget = BodyBudget(1000)
+    endpoints = Endpoints(EchoFrontEnd(), Metrics(), MappedRegions())
+    endpoints.ready = True
+    service = grpc_service.GrpcService(endpoints, budget=budget)
+    small = _one_input(shape=[1, 2], fp32_contents=[1.0, 2.0])
+    large = _one_input(shape=[1, 2], fp32_contents=[1.0] * 300)  # 1.2 KB packed, and its tensor
+
+    async def go():
+        answer = await service._infer(small)
+        budget.take(SimpleNamespace(held=0), 1)  # another request holds something: no longer alone
+        with pytest.raises(ApiError) as refused:
+            await service._infer(large)
+        return answer, refused.value
+
+    answer, refused = asyncio.run(go())
+    assert np.frombuffer(answer.raw_output_contents[0], np.float32).tolist() == [1.0, 2.0]
+    assert refused.code.http == 503 and budget.used == 1  # both shares given back

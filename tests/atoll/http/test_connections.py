@@ -154,6 +154,23 @@ def test_the_body_budget_cuts_off_the_largest_body_still_arriving():
     assert budget.used == 20
 
 
+def test_what_a_whole_body_will_decode_to_is_reserved_without_cutting_anyone_off():
+    budget = BodyBudget(100)
+    arriving, whole, alone = (SimpleNamespace(held=0, connection=SimpleNamespace(abort=None)) for _ in range(3))
+    budget.take(arriving, 40)
+    budget.take(whole, 30)
+    budget.arrived(whole)
+    budget.reserve(whole, 30)  # its tensors: 100 held, nothing cut off
+    assert (budget.used, whole.held) == (100, 60)
+    with pytest.raises(BodyError) as refused:
+        budget.reserve(whole, 1)
+    assert refused.value.code.http == 503 and budget.used == 100
+    budget.release(arriving)
+    budget.release(whole)
+    budget.reserve(alone, 500)  # alone, one request always fits
+    assert budget.used == 500
+
+
 def test_a_connection_that_sends_nothing_is_closed_after_the_idle_timeout(tmp_path):
     with ServerProcess(["--repository", str(tmp_path), "--front-ends", "1", "--grpc-port", "-1",
                         "--set", "server.idle_timeout_s=1"]) as s:  # fmt: skip

@@ -117,18 +117,19 @@ def test_a_prefix_tells_the_fields_that_precede_each_data():
 
 
 def test_a_check_sees_every_input_before_any_data_is_parsed():
+    """And what they will cost decoded."""
     body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [3], "data": ["not", "numbers", 1]},
                                   {"name": "y", "datatype": "INT8", "shape": [1], "data": [1]}]}).encode()  # fmt: skip
     seen = []
 
-    def check(head):
-        seen.append((head.name, head.datatype, head.shape))
-        if head.name == "y":
-            raise ProtocolError("y refused")
+    def check(skeleton_, heads):
+        seen.extend((head.name, head.datatype, head.shape) for head in heads)
+        raise ProtocolError("y refused")
 
     with pytest.raises(ProtocolError, match="y refused"):  # not "data is not an array of FP32 values"
         sliced_sync(decoding(body, check=check))
     assert seen == [("x", "FP32", [3]), ("y", "INT8", [1])]
+    assert json_tensors.decoded_bytes("FP32", 3, json_tensors.Span(0, 20)) == 12
 
 
 @pytest.mark.parametrize("data, match", [
