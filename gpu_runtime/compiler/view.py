@@ -4,12 +4,10 @@ A view of rank r addresses its element (i_0, ..., i_{r-1}) in its base buffer at
 
     table[i_0, ..., i_{k-1}] + i_k * strides[0] + ... + i_{r-1} * strides[r-k-1]
 
-so Transpose, Slice, Split, Reshape, Squeeze, Expand, Gather with constant indices and Concat of
-views of one buffer cost no launch: a consumer reads through the view (strides, plus a row table
-for gathered rows such as Swin's rolled window partition, which becomes one int32 table instead of
-eight copies) or materialises it with one copy. k = 0 is an affine view (the table is a 0-d
-offset). Tables are built at import time with NumPy and capped at MAX_TABLE entries; an operation
-that would need a bigger one returns None and the caller copies.
+(k = 0: affine, the table a 0-d offset). So Transpose, Slice, Split, Reshape, Squeeze, Expand,
+Gather with constant indices (a row table, e.g. Swin's rolled window partition) and Concat of views
+of one buffer launch nothing: a consumer reads through the view or copies it once. Tables are built
+with NumPy at model import, at most MAX_TABLE entries; past that an operation returns None (copy).
 """
 
 from __future__ import annotations

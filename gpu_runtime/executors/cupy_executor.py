@@ -1,24 +1,13 @@
 """The GPU executor: our CUDA kernels compiled with NVRTC (cupy.RawKernel), captured as CUDA graphs.
 
-Every kernel's first parameter is the guard flag, one int in device memory (DeviceFlag): once set,
-kernels that start afterwards (or reach their next tile) return without writing. The arena is one
-device allocation with buffers as views at the planned offsets; weights live in a separate region.
-Both come from `device_memory.DeviceMemory`: one weight copy per model (programs of a model share
-it), arenas shared by programs that never run at once, loads that would not fit refused.
-
-At load the whole program is captured into one CUDA graph (`execute` replays it: one launch instead
-of hundreds, ~2-3 us apart on the GPU instead of a Python launch each). For preemptible best-effort
-work the program can instead be cut into chunks of consecutive launches (`load(chunks=...)`), each
-captured as its own graph that ends with a progress marker: a one-thread kernel that, unless the
-flag is set, stores the chunk's number into a host-mapped word. A marker that ran with the flag
-clear proves its whole chunk ran with the flag clear, so after a preemption the task resumes from
-the first chunk not so proven, re-running at most the chunk that was cut short. For that re-run to
-be exact the arena is re-planned so that no buffer a chunk reads is overwritten inside that chunk
-(`compiler.arena.chunked`). Real-time programs can start with a stamp kernel that sets a mapped word
-when the program's first kernel gets an SM (what `bench preempt` measures).
-
-CuPy is imported lazily: without it (or without a CUDA device) construction fails with a clear
-message.
+Every kernel's first parameter is the guard flag (DeviceFlag, one int in device memory): once set,
+kernels that start afterwards (or reach their next tile) return without writing. Weights and arena
+come from `device_memory.DeviceMemory`. A program is captured at load as one graph: `execute` is one
+launch, not a Python launch per kernel. `load(chunks=...)` also captures runs of launches as graphs
+that each end in a marker storing the chunk's number in a host-mapped word unless the flag is set; a
+marker that ran proves its chunk ran with the flag clear, so a preempted task resumes after the last
+one (the arena re-planned so a chunk can run twice: `compiler.arena.chunked`). `stamp=True` opens the
+graph with a kernel marking when it got an SM. No CuPy or no device: `CudaUnavailableError`.
 """
 
 from __future__ import annotations

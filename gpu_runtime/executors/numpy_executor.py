@@ -76,7 +76,7 @@ class HostArenaExecutor:
 
 class NumpyExecutor(HostArenaExecutor):
     """`blas_threads` caps the BLAS pool (process-wide): a CPU vGPU owns a few cores, and an
-    oversubscribed OpenBLAS pool made small matrix products 50x slower in our measurements."""
+    oversubscribed OpenBLAS pool makes small matrix products many times slower (docs/gpu.md)."""
 
     name = "numpy"
     preemptible = True

@@ -43,7 +43,7 @@ class OrtExecutor:
         # A vGPU worker runs one batch at a time; inter-op parallelism would oversubscribe its cores.
         options.inter_op_num_threads = 1
         # Threads that spin between parallel sections burn the cores a server's front ends
-        # preprocess on (2-core VM, MobileNetV3 b4, 2 threads: 2.8 vs 1.6 CPU-ms per image).
+        # preprocess on (the cost: docs/gpu.md).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

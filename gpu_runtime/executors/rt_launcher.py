@@ -1,20 +1,13 @@
 """The native real-time launch path (native/rt_launch.c), built with the system C compiler on first
-use and called through ctypes.
+use (`gpu_runtime.native`, cached by content under build/rt_launch/) and called through ctypes.
 
-Why native: between an RT request's arrival and its graph's launch there must be no scheduler
-Python and nothing that waits for the GIL. A Python launch sequence (flag write, event, graph,
-event) costs several interpreter round trips and can be held up by whichever thread has the GIL;
-the C function does the four driver calls back to back with the GIL released, and can spin on the
-stamp word to report when the first RT kernel got an SM. A dedicated launch thread would add a
-wake-up (a futex hand-off, tens of us on a busy host) to every arrival, so the arriving thread
-calls it itself.
-
-Everything a launch passes is made with its program (`RtLauncher.program`): the structure's
-pointer and the two out-parameters, so `fire` allocates no ctypes object; it runs inside
-`quiet.RT_WINDOW`, where no garbage collection starts.
-
-Built by `gpu_runtime.native` (cached by content under build/rt_launch/); a missing compiler
-raises `NativeBuildError`, and callers fall back to launching from Python.
+Why native: between an RT request's arrival and its graph's launch there must be no scheduler Python
+and nothing waiting for the GIL. The C function makes the four driver calls (flag write, event,
+graph, event) back to back with the GIL released, and can spin on the stamp word to report when the
+first RT kernel got an SM. The arriving thread calls it itself, as a launch thread would add a
+wake-up to every arrival. `RtLauncher.program` makes all a launch passes, so `fire` allocates no
+ctypes object; it runs inside `quiet.RT_WINDOW`, where no garbage collection starts. Without a
+compiler `NativeBuildError` is raised, and callers launch from Python. Figures: docs/gpu.md.
 """
 
 from __future__ import annotations

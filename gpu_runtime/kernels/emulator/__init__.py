@@ -3,12 +3,11 @@ against `cuda_emu.h` (threads as fibers, block and warp barriers, shared memory,
 __half) so its CUDA side can be checked against its NumPy reference without a GPU.
 
 `EmulatedKernel(kernel_def).launch(grid, block, args, shared_mem)` runs one launch synchronously,
-like `cupy.RawKernel`: args are NumPy arrays for pointers (their dtype must match the pointee:
-float32 for float*, float16 for __half*, int32 for int*) and Python numbers for scalars, the guard
-flag (an int32 array) first. Parameter types come from the compiled kernel itself, so macros in a
-parameter list need no parsing here. Libraries are built once per source and cached under
-build/cuda_emu/ by `gpu_runtime.native`; a compile error raises
-`KernelCompileError` with g++'s output, a deadlock or warp misuse inside a launch `EmulatorError`.
+like `cupy.RawKernel`: the guard flag (an int32 array) first, NumPy arrays for pointers (dtype as the
+pointee: float32, float16 for __half, int32 for int) and Python numbers for scalars. Parameter types
+come from the compiled kernel, so no parameter list is parsed here. Libraries are built once per
+source, cached under build/cuda_emu/; a compile error raises `KernelCompileError` with g++'s
+output, a deadlock or warp misuse inside a launch `EmulatorError`.
 """
 
 from __future__ import annotations
