@@ -114,7 +114,7 @@ export STEP_RESULTS=""  # step:rc:ms:budget_s of each step run, for the summary
 for step in $STEPS; do
     echo "=== $step (budget ${BUDGET[$step]} s)"
     start=$(date +%s%N)
-    timeout -k 5 "${BUDGET[$step]}" bash "$0" --step "$step" "$MODE"
+    timeout -k 2 "$((BUDGET[$step] - 2))" bash "$0" --step "$step" "$MODE"  # the kill's grace inside the budget
     rc=$?
     STEP_RESULTS="$STEP_RESULTS $step:$rc:$((($(date +%s%N) - start) / 1000000)):${BUDGET[$step]}"
 done
