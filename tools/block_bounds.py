@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_runtime import nvcc_check  # noqa: E402
-from gpu_runtime.kernels import bounds  # noqa: E402
-from gpu_runtime.zoo import MODELS  # noqa: E402
+from gpu_runtime import nvcc_check
+from gpu_runtime.kernels import bounds
+from gpu_runtime.zoo import MODELS
 
 
 def main(argv=None) -> int:
