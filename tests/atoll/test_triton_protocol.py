@@ -81,6 +81,16 @@ def test_ready_tensors_over_grpc_http_stream_and_shared_memory_agree(served):
     assert stream["0"] == stream["2"] == tensor and "nope" in stream["error"]
 
 
+def test_json_and_typed_contents_give_what_binary_tensors_give(served):
+    """tritonclient's binary_data=False in and out (HTTP), and gRPC typed contents (fp32 and
+    bytes), for the datatypes the zoo's models take: the very same logits."""
+    calls = served[0]
+    assert calls["http infer tensor json"]["value"] == calls["http infer tensor"]["value"]
+    assert calls["grpc infer tensor typed"]["value"] == calls["http infer tensor"]["value"]
+    assert calls["http infer jpeg json output"]["value"] == calls["http infer jpeg"]["value"]
+    assert calls["grpc infer jpeg typed"]["value"] == calls["http infer jpeg"]["value"]
+
+
 def test_classified_top3_matches_argsort_of_the_logits(served):
     calls = served[0]
     logits = np.array(calls["http infer jpeg"]["value"], np.float32)

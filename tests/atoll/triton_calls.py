@@ -239,6 +239,24 @@ async def asyncio_clients():
         await g.close()
 
 
+def json_and_typed(http, grpc):
+    """The same tensors as JSON (`binary_data=False`, in and out) and as gRPC typed contents."""
+    tensor = httpclient.InferInput("input", list(TENSOR.shape), "FP32")
+    tensor.set_data_from_numpy(TENSOR, binary_data=False)
+    as_json = [httpclient.InferRequestedOutput("logits", binary_data=False)]
+    call("http infer tensor json", lambda: http.infer(IMAGE, [tensor], outputs=as_json), logits, True)
+    image = httpclient.InferInput("image", [1, 1], "BYTES")
+    image.set_data_from_numpy(np.array([[JPEG]], dtype=object))
+    call("http infer jpeg json output", lambda: http.infer(IMAGE, [image], outputs=as_json), logits, True)
+    for name, kind, values in (("tensor", "FP32", TENSOR), ("jpeg", "BYTES", np.array([[JPEG]], dtype=object))):
+        request = grpcclient.service_pb2.ModelInferRequest(model_name=IMAGE)
+        typed = request.inputs.add(name="input" if kind == "FP32" else "image", datatype=kind, shape=values.shape)
+        contents = typed.contents.fp32_contents if kind == "FP32" else typed.contents.bytes_contents
+        contents.extend(values.reshape(-1).tolist())
+        call(f"grpc infer {name} typed", lambda: grpc._client_stub.ModelInfer(request),
+             lambda r: np.frombuffer(r.raw_output_contents[0], np.float32).tolist(), True)
+
+
 def main():
     http, grpc = httpclient.InferenceServerClient(HTTP), grpcclient.InferenceServerClient(GRPC)
     before = stats(http)["inference_stats"]["success"]["count"]
@@ -246,6 +264,7 @@ def main():
     per_protocol("grpc", grpcclient, grpc)
     shared_memory("http", httpclient, http)
     shared_memory("grpc", grpcclient, grpc)
+    json_and_typed(http, grpc)
     model_control(http, grpc)
     stream(grpc)
     asyncio.run(asyncio_clients())
