@@ -101,8 +101,10 @@ STALL_FACTOR = 4  # times a worker's slowest batch: the least silence that makes
 
 
 class _Worker:
-    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine, backoff: Backoff):
+    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine, backoff: Backoff,
+                 clock: Callable[[], float]):
         self.state = WorkerState(info)
+        self.clock = clock
         self.ctx = ctx
         self.engine = engine
         self.backoff = backoff
@@ -126,7 +128,7 @@ class _Worker:
         )
         self.process.start()
         child.close()
-        self.backoff.started(time.monotonic())
+        self.backoff.started(self.clock())
         self.state.pid = self.process.pid
         self.state.ready = False
         self.state.loaded = {}
@@ -182,17 +184,20 @@ class WorkerPool:
         backoff: Backoff | None = None,
         on_change: Callable[[], None] | None = None,
         stall_s: float = STALL_FLOOR_S,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """`engine` is what runs batches inside each worker: a picklable callable taking the
         worker's VGpuInfo (see gpu_runtime.vgpu.worker); None for `serial_engine.SerialEngine`.
         `backoff` is the restart policy each worker starts from (default `Backoff()`); `stall_s`
-        the silence that makes a busy worker stalled (see the module docstring)."""
+        the silence that makes a busy worker stalled (see the module docstring); `clock` the
+        time that restarts and stalls are reckoned in (the monitor's waits follow it)."""
         if not infos:
             raise ValueError("WorkerPool needs at least one vGPU")
         self.executor = executor
         self.crash_retries = crash_retries
         self.on_change = on_change or (lambda: None)
         self.stall_s = stall_s
+        self.clock = clock
         backoff = backoff or Backoff()
         self._prefix = shm.segment_prefix()
         self._ids = itertools.count()
@@ -200,8 +205,8 @@ class WorkerPool:
         self._closed = False
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine, dataclasses.replace(backoff))
-                         for info in infos}  # fmt: skip
+        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine, dataclasses.replace(backoff),
+                                          clock) for info in infos}  # fmt: skip
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="vgpu-monitor", daemon=True
@@ -353,7 +358,7 @@ class WorkerPool:
         worker.inflight[request.req] = request
         if not isinstance(request.message, (Load, Unload)):
             if not worker.state.inflight_runs:  # its silence counts from now
-                worker.heard = time.monotonic()
+                worker.heard = self.clock()
             worker.state.inflight_runs += 1
         worker.send(request.message)
         return request.future
@@ -370,7 +375,7 @@ class WorkerPool:
                 with self._lock:
                     if self._closed:
                         return
-                    now = time.monotonic()
+                    now = self.clock()
                     for worker in self._workers.values():
                         if worker.restart_at is not None and worker.restart_at <= now:
                             self._start_again(worker)
@@ -391,7 +396,7 @@ class WorkerPool:
                         selector.register(fd, selectors.EVENT_READ, data)
                         watched[fd] = data
                 # at least once a second: a batch sent to an idle worker starts a stall deadline unannounced
-                timeout = max(0.0, min([*restarts, *stalls, now + 1.0]) - time.monotonic())
+                timeout = max(0.0, min([*restarts, *stalls, now + 1.0]) - self.clock())
                 for key, _ in selector.select(timeout):  # handles of a worker that died meanwhile are stale
                     if key.data is None:
                         self._wake_r.recv()
@@ -439,7 +444,7 @@ class WorkerPool:
         return newly, upcoming
 
     def _on_reply(self, worker: _Worker, reply) -> None:
-        worker.heard = time.monotonic()
+        worker.heard = self.clock()
         if worker.state.stalled:
             with self._lock:
                 worker.state.stalled = False
@@ -545,10 +550,10 @@ class WorkerPool:
                         worker.models.pop(request.message.model, None)
                     self._finish(worker, request, exception=WorkerCrashed(
                         f"{vgpu}: worker died ({how}) while running this request, {request.crashes} time(s)"))
-            delay = worker.backoff.delay(time.monotonic())
+            delay = worker.backoff.delay(self.clock())
             log.warning("vGPU %s: worker (pid %d) died, %s; restarting it%s", vgpu, worker.state.pid, how,
                         f" in {delay:.1f} s (it died again soon after its last start)" if delay else "")
-            worker.restart_at = time.monotonic() + delay
+            worker.restart_at = self.clock() + delay
 
     def _start_again(self, worker: _Worker) -> None:
         """Start the successor of a dead worker (under the lock): reload its models, then re-send

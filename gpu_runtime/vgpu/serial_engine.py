@@ -109,13 +109,15 @@ class _Lane:
         return future
 
     def close(self) -> None:
+        """Fail the queued batches at once, then wait for the running ones."""
         with self._ready:
             self._closed = True
+            queued, self._queue = self._queue, deque()
             self._ready.notify_all()
+        for future, _, _ in queued:
+            future.set_exception(RuntimeError("vGPU worker stopped before the batch ran"))
         for thread in self._threads:
             thread.join()
-        for future, _, _ in self._queue:
-            future.set_exception(RuntimeError("vGPU worker stopped before the batch ran"))
 
     def _loop(self, priority: Priority) -> None:
         prioritise_this_thread(priority)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
 
 import numpy as np
 import onnxruntime
@@ -47,19 +46,48 @@ def recorder():
     return order, record
 
 
+class Held:
+    """A model's runner whose batches (those `held(inputs)` picks; all by default) start, say so on
+    `started`, and wait for `go` before they run: a lane kept busy for as long as a test likes."""
+
+    def __init__(self, runner=None, held=lambda inputs: True):
+        self.runner, self.held = runner, held
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def run(self, inputs):
+        if self.held(inputs):
+            self.started.set()
+            assert self.go.wait(30), "never let go"
+        return self.runner.run(inputs) if self.runner is not None else {}
+
+
+def hold_lane(engine, slow, priority) -> Held:
+    """Occupy `priority`'s lane (one of its threads) with a batch of a model that waits."""
+    engine.load("held", slow, "onnxruntime", None)
+    held = engine.models["held"] = Held()
+    engine.run("held", {}, priority)
+    assert held.started.wait(30)
+    return held
+
+
 def test_rt_batch_runs_beside_the_running_be_batch(slow):
+    """The BE batch is running (held) until the RT batch's result is out: the RT lane must not
+    wait for it (else the BE batch is let go after 30 s, and the order says so)."""
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
     try:
         described = engine.load("slow", slow, "onnxruntime", None)
         assert described["scheduler"] == "serial" and described["batch_sizes"] == []
+        held = engine.models["slow"] = Held(engine.models["slow"], lambda inputs: len(inputs["x"]) > 2)
         rng = np.random.default_rng(6)
-        be = rng.standard_normal((2048, 768)).astype(np.float32)  # seconds of BE work, not ms
+        be = rng.standard_normal((64, 768)).astype(np.float32)
         rt = rng.standard_normal((2, 768)).astype(np.float32)
         order, record = recorder()
         be_future = engine.run("slow", {"x": be}, Priority.BE)
         be_future.add_done_callback(record("be"))
+        assert held.started.wait(30)
         rt_future = engine.run("slow", {"x": rt}, "rt")
         rt_future.add_done_callback(record("rt"))
+        rt_future.add_done_callback(lambda _: held.go.set())
         rt_out, seconds = rt_future.result(60)
         np.testing.assert_allclose(rt_out["h24"], reference(slow, rt), rtol=1e-5, atol=1e-5)
         assert seconds > 0
@@ -74,8 +102,7 @@ def test_kernel_programs_run_rt_before_queued_be_batches(slow):
     try:
         assert engine.load("slow", slow, "numpy", 4)["batch_sizes"] == [1, 2, 4]
         rng = np.random.default_rng(7)
-        gate = threading.Event()
-        engine._lanes[Priority.BE].put(gate.wait)  # hold the BE lane: the batches below queue behind
+        held = hold_lane(engine, slow, "be")  # the batches below queue behind it
         order, record = recorder()
         inputs = {tag: rng.standard_normal((n, 768)).astype(np.float32)
                   for tag, n in (("be1", 4), ("be2", 4), ("rt", 2))}  # fmt: skip
@@ -84,7 +111,7 @@ def test_kernel_programs_run_rt_before_queued_be_batches(slow):
             futures[tag] = engine.run("slow", {"x": inputs[tag]}, "rt" if tag == "rt" else "be")
             futures[tag].add_done_callback(record(tag))
         futures["rt"].result(60)
-        gate.set()
+        held.go.set()
         for tag, future in futures.items():
             np.testing.assert_allclose(future.result(60)[0]["h24"], reference(slow, inputs[tag]),
                                        rtol=1e-4, atol=1e-5)  # fmt: skip
@@ -97,51 +124,51 @@ def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow):
     """Two cores: a second BE batch runs while the first is held, each session on one thread."""
     info = dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=2)
     engine = SerialEngine(info)
+    held = None
     try:
         engine.load("slow", slow, "onnxruntime", None)
         assert engine.models["slow"].session.get_session_options().intra_op_num_threads == 1
-        gate = threading.Event()
-        held = engine._lanes[Priority.BE].put(gate.wait)
+        held = hold_lane(engine, slow, "be")
         x = np.random.default_rng(8).standard_normal((3, 768)).astype(np.float32)
-        out, _ = engine.run("slow", {"x": x}, "be").result(60)  # would wait for the gate on one core
+        out, _ = engine.run("slow", {"x": x}, "be").result(60)  # would wait for the held one on one core
         np.testing.assert_allclose(out["h24"], reference(slow, x), rtol=1e-5, atol=1e-5)
-        assert not held.done()
-        gate.set()
-        held.result(10)
     finally:
-        gate.set()
+        if held is not None:
+            held.go.set()
         engine.close()
 
 
-def test_be_lane_runs_at_a_lower_os_priority():
+class NiceProbe:
+    def run(self, inputs):
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_be_lane_runs_at_a_lower_os_priority(slow):
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priorities here")
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
     try:
-        nice = {p: engine._lanes[p].put(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-                for p in Priority}
-        rt, be = nice[Priority.RT].result(10), nice[Priority.BE].result(10)
+        engine.load("probe", slow, "onnxruntime", None)
+        engine.models["probe"] = NiceProbe()
+        rt, be = (engine.run("probe", {}, p).result(10)[0] for p in (Priority.RT, Priority.BE))
         assert be == min(19, rt + BE_NICE)
     finally:
         engine.close()
 
 
 def test_errors_and_close(slow):
+    """close() fails the queued batch at once (before the running one ends) and refuses new ones."""
     engine = SerialEngine(one_core())
     with pytest.raises(KeyError, match="not loaded"):
         engine.run("nope", {}, "be").result(10)
     with pytest.raises(ValueError, match="priority"):
         engine.run("nope", {}, "urgent")
-    gate = threading.Event()
-    engine._lanes[Priority.BE].put(gate.wait)
+    held = hold_lane(engine, slow, "be")
     queued = engine.run("nope", {}, "be")
     closer = threading.Thread(target=engine.close)
     closer.start()
-    while not engine._lanes[Priority.BE]._closed:  # close() marks the lane before the held batch returns
-        time.sleep(0.001)
-    gate.set()
+    assert isinstance(queued.exception(10), RuntimeError) and "stopped" in str(queued.exception())
+    held.go.set()
     closer.join(10)
-    with pytest.raises(RuntimeError, match="stopped"):
-        queued.result(10)
     with pytest.raises(RuntimeError, match="closed"):
         engine.run("nope", {}, "be")

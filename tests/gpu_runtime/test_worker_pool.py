@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import selectors
 import signal
 import subprocess
 import sys
@@ -173,6 +174,7 @@ def test_outputs_larger_than_inputs(models):
 
 
 def wait_for(predicate, timeout=30.0):
+    """Poll a condition that other processes or threads bring about (the deadline only ends a hang)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -277,13 +279,33 @@ def test_ready_models_is_empty_while_the_only_worker_is_dead(models):
         assert pool.ready_models() == set() and pool.workers["cpu0"].pid == pid
 
 
+class ManualClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, monkeypatch):
     """SIGSTOP stands for a worker hung in a driver or starved: readiness said 200 while every
-    infer timed out. With batches in flight and no word for `stall_s`, its models count as not
-    ready (and `on_change` says so); once it answers, they are ready again and the batch's result
-    is right."""
-    changes = []
-    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), stall_s=0.5, on_change=lambda: changes.append(1)) as pool:
+    infer timed out. With batches in flight and no word for `stall_s` (on the pool's clock, moved
+    by hand here), its models count as not ready (and `on_change` says so); once it answers, they
+    are ready again and the batch's result is right. Meanwhile the monitor must wait its idle
+    second between looks: its stall deadline gone by must not make it poll with no wait (it took
+    0.28 of a core until the worker answered); every wait it asks of the selector is recorded."""
+    changes, waits, pools = [], [], []
+
+    class RecordingSelector(selectors.DefaultSelector):
+        def select(self, timeout=None):
+            waits.append((bool(pools) and pools[0].workers["cpu0"].stalled, timeout))
+            return super().select(timeout)
+
+    monkeypatch.setattr(selectors, "DefaultSelector", RecordingSelector)
+    clock = ManualClock()
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), stall_s=0.5, on_change=lambda: changes.append(1),
+                    clock=clock) as pool:  # fmt: skip
+        pools.append(pool)
         pool.load_model("mlp", models["mlp"])
         pid = pool.workers["cpu0"].pid
         x = np.random.default_rng(4).standard_normal((3, 16)).astype(np.float32)
@@ -291,15 +313,11 @@ def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, mo
         try:
             future = pool.submit("cpu0", "mlp", {"x": x})
             before = len(changes)
-            wait_for(lambda: pool.ready_models() == set())
+            clock.now += 10.0  # silent for far longer than stall_s
+            wait_for(lambda: pool.ready_models() == set())  # the monitor looks within a second
             assert pool.workers["cpu0"].stalled and len(changes) > before and not future.done()
-            # once stalled, the monitor wakes about once a second, as it does idle: its deadline
-            # gone by must not keep it spinning (it took 0.28 of a core until the worker answered)
-            wakes = []
-            note_stalls = pool._note_stalls
-            monkeypatch.setattr(pool, "_note_stalls", lambda now: wakes.append(now) or note_stalls(now))
-            time.sleep(1.5)
-            assert len(wakes) <= 5
+            wait_for(lambda: sum(stalled for stalled, _ in waits) >= 3)  # looks after the one that stalled it
+            assert [t for stalled, t in waits if stalled] == [1.0] * sum(s for s, _ in waits)
         finally:
             os.kill(pid, signal.SIGCONT)
         np.testing.assert_array_equal(future.result(60)["relu"], reference(models["mlp"], {"x": x})["relu"])

@@ -59,14 +59,9 @@ def dense_chain(model: str, layers: int, width: int = 32, slots: int = 3, seed: 
                    weight_offset)
 
 
-def sleep_chain(model: str, kernels: int, seconds: float) -> Program:
-    """Kernels that only take time (time.sleep frees the GIL), for timing-order tests."""
-    return gated_chain(model, kernels, seconds, None)
-
-
 def gated_chain(model: str, kernels: int, seconds: float, gate) -> Program:
-    """A sleep chain whose first kernel is `gate(x, out, seconds)` instead (None: a sleep too),
-    for tests that need the first kernel to wait for a condition."""
+    """Kernels that copy after sleeping `seconds` (declared durations, for profiles), the first one
+    `gate(x, out, seconds)` instead (None: the same), for tests that need it to wait for a condition."""
     first = SLEEP if gate is None else KernelDef(f"gate_{model}", "", gate)
     buffers = [BufferSpec("x", (1, 4), "float32", 0, "input"),
                BufferSpec("a", (1, 4), "float32", 16, "temp"),
@@ -95,7 +90,7 @@ class ArenaState:
 
 class ArenaExecutor:
     """Runs launches synchronously and logs (model, index, start, end) for every kernel it runs;
-    `hook(model, index)`, when set, is called before each kernel (a test's gate)."""
+    `hook(model, index)`, when set, is called as each kernel starts (a test's gate)."""
 
     name = "arena-fake"
     preemptible = True
@@ -115,9 +110,9 @@ class ArenaExecutor:
     def launch(self, state: ArenaState, index: int, stream=None) -> None:
         launch = state.program.launches[index]
         args = [state.views[a.index] if isinstance(a, BufferRef) else a for a in launch.args]
+        t0 = time.perf_counter()  # a kernel held by the hook started here
         if self.hook is not None:
             self.hook(state.program.model, index)
-        t0 = time.perf_counter()
         launch.kernel.numpy_impl(*args)
         t1 = time.perf_counter()
         with self._lock:

@@ -92,9 +92,9 @@ def test_scheduler_on_cuda_is_bit_identical(programs, policy):
     with reef:
         futures = [reef.submit(f"b{k % 2}", x) for k, x in enumerate(xs)]
         rt_results = []
-        while not all(f.done() for f in futures):  # one RT request at a time, BE work between
+        for f in futures:  # one RT request each time a BE task ends, the next ones mid-task
+            f.result(timeout=60)
             rt_results.append(reef.submit("r", xr).result(timeout=60))
-            time.sleep(0.001)
         results = [f.result(timeout=60) for f in futures]
     dev.close()
     ref_rt = _run_alone(ex, rt, xr)["logits"]

@@ -1,16 +1,16 @@
 """The scheduler on a CPU vGPU with instrumented fake executors (tests/scheduler/scheduler_fakes.py).
 
 References: outputs are compared with the same program run once, straight through, with no
-scheduler (`run_alone`); timing claims are checked on the executor's own kernel log."""
+scheduler (`run_alone`); orders of events are read from the executor's kernel log, and RT arrivals are
+placed by holding chosen kernels (`_pause_at`), never by sleeps."""
 
 import queue
 import threading
-import time
 
 import numpy as np
 import pytest
 from scheduler_fakes import (ArenaExecutor, DeclaredTimeDevice, ObservedCpuDevice, dense_chain, gated_chain,
-                             run_alone, sleep_chain)
+                             run_alone)
 
 from scheduler.cpu_device import CpuDevice
 from scheduler.policies import POLICIES
@@ -38,6 +38,9 @@ def _close(reef):
 
 @pytest.mark.parametrize("policy", ["reset", "reef"])
 def test_preempted_be_tasks_are_bit_identical(policy):
+    """RT tasks arrive while chosen BE kernels are held (be0's at 100 and 300, be1's at 100; not
+    while the flag is up, when a BE kernel is a pad), each alone and launched at once, so its flag
+    is up before the held kernel lets go and every such BE task is preempted mid-task."""
     be = [dense_chain("be0", 400, WIDTH, slots=6, seed=1), dense_chain("be1", 300, WIDTH, slots=2, seed=2)]
     rt = dense_chain("rt", 8, WIDTH, slots=3, seed=3)
     reef = _scheduler(policy)
@@ -46,17 +49,21 @@ def test_preempted_be_tasks_are_bit_identical(policy):
     reef.add_client("r", rt, RT)
     reef.prepare_padding()
     xs = _inputs(8)
+    held = _pause_at(reef.executor, {"be0": {100, 300}, "be1": {100}}, unless=reef.device.flag_is_set)
     with reef:
         be_futures = [(i % 2, x, reef.submit(f"b{i % 2}", x)) for i, x in enumerate(xs)]
-        rt_futures = []
-        while not all(f.done() for _, _, f in be_futures):  # RT arrivals all through the BE work
-            rt_futures.append((xs[len(rt_futures) % 8], reef.submit("r", xs[len(rt_futures) % 8])))
-            time.sleep(0.004)  # long enough for RT mode to end in between
+        _end_when_done(held, [f for _, _, f in be_futures])
+        rt_results = []
+        while (pause := held.get(timeout=30)) is not None:
+            x = xs[len(rt_results) % 8]
+            rt_future = reef.submit("r", x)
+            pause[2].set()
+            rt_results.append((x, rt_future.result(timeout=30)))
         results = [(k, x, f.result(timeout=30)) for k, x, f in be_futures]
-        rt_results = [(x, f.result(timeout=30)) for x, f in rt_futures]
     _close(reef)
-    assert sum(r.preemptions for _, _, r in results) >= 6
-    assert max(r.preemptions for _, _, r in results) >= 2  # some task preempted several times
+    assert len(rt_results) >= 6
+    assert sum(r.preemptions for _, _, r in results) >= 8  # every task at least once
+    assert max(r.preemptions for _, _, r in results) >= 2  # be0's tasks twice
     for k, x, r in results:
         np.testing.assert_array_equal(r.outputs["y"], run_alone(be[k], x)["y"])
     for x, r in rt_results:
@@ -151,21 +158,38 @@ class LaggingCpuDevice(ObservedCpuDevice):
         super().set_flag()
 
 
-def _pause_at(executor, model, indices):
-    """Hold `model`'s kernels at `indices` until the test lets each go (not again when the kernel
-    held last is re-run after its preemption); the queue gives the test an event per held kernel,
-    in the order they were reached."""
-    held, last = queue.SimpleQueue(), [None]
+def _pause_at(executor, points, unless=lambda: False):
+    """Hold each kernel of `points` ({model: indices}) until the test lets it go (once per task:
+    not when the kernel held last is re-run after its preemption; nor while `unless()`): the queue
+    yields (model, index, go) per held kernel, in the order they were reached."""
+    held, last = queue.SimpleQueue(), {}
 
-    def hook(m, index):
-        if m == model and index in indices and index != last[0]:
-            last[0] = index
+    def hook(model, index):
+        if index == 0:  # a task of `model` starts
+            last.pop(model, None)
+        if index in points.get(model, ()) and index != last.get(model) and not unless():
+            last[model] = index
             go = threading.Event()
-            held.put(go)
+            held.put((model, index, go))
             assert go.wait(30)
 
     executor.hook = hook
     return held
+
+
+def _end_when_done(held, futures):
+    """Put None on `held` once every future is done: the end of a test's loop over held kernels."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def done(_):
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                held.put(None)
+
+    for f in futures:
+        f.add_done_callback(done)
 
 
 @pytest.mark.parametrize("slots", [2, 4])
@@ -181,11 +205,11 @@ def test_reruns_after_late_progress_are_bit_identical(slots):
     reef.add_client("b", be, BE)
     reef.add_client("r", rt, RT)
     xs = _inputs(3)
-    held = _pause_at(ex, "be", {40, 150, 260})
+    held = _pause_at(ex, {"be": {40, 150, 260}})
     with reef:
         futures = [reef.submit("b", x) for x in xs]
         for _ in range(3 * len(xs)):
-            go = held.get(timeout=30)
+            _, _, go = held.get(timeout=30)
             reef.submit("r", xs[0]).result(timeout=30)
             go.set()
         results = [f.result(timeout=30) for f in futures]
@@ -207,11 +231,11 @@ def test_an_rt_task_arriving_as_the_last_one_ends_finds_be_work_still_flushed():
     reef.add_client("b", be, BE)
     reef.add_client("r", dense_chain("rt", 8, WIDTH, seed=3), RT)
     x = _inputs(1)[0]
-    held = _pause_at(ex, "be", {100})
+    held = _pause_at(ex, {"be": {100}})
     second = []
     with reef:
         be_future = reef.submit("b", x)
-        go = held.get(timeout=30)
+        _, _, go = held.get(timeout=30)
         first = reef.submit("r", x)
         first.add_done_callback(lambda _: second.append(reef.submit("r", x)))
         go.set()
@@ -237,8 +261,8 @@ def test_every_task_completes_exactly_once(policy):
     with reef:
         for i, x in enumerate(_inputs(60)):
             futures.append(reef.submit(clients[i % 5], x))
-            if i % 7 == 0:
-                time.sleep(0.002)
+            if i % 7 == 0:  # now and then the system runs down to this request before more come
+                futures[-1].result(timeout=30)
         results = [f.result(timeout=30) for f in futures]
     _close(reef)
     assert len(results) == 60 and all(f.done() for f in futures)
@@ -256,11 +280,22 @@ def test_a_task_resolves_once():
 
 
 def test_tasks_left_at_stop_fail_once():
-    reef = _scheduler("reset")
-    reef.add_client("b", sleep_chain("slow", 50, 0.01), BE)
+    """The first task's first kernel is running when the scheduler stops (it returns once stop
+    raises the flag), the others are queued: all three fail, once, and so does a late submit."""
+    running = threading.Event()
+
+    def first_kernel(x, out, _):
+        running.set()
+        assert device.wait_flag_raised(1)
+        out[...] = x
+
+    ex = ArenaExecutor()
+    device = ObservedCpuDevice(ex)
+    reef = Reef(ex, device, "reset", poll_s=5e-5)
+    reef.add_client("b", gated_chain("slow", 50, 0.0, first_kernel), BE)
     with reef:
         futures = [reef.submit("b", {"x": np.zeros((1, 4), np.float32)}) for _ in range(3)]
-        time.sleep(0.05)
+        assert running.wait(30)
     _close(reef)
     for f in futures:
         with pytest.raises(RuntimeError, match="stopped"):
@@ -270,40 +305,58 @@ def test_tasks_left_at_stop_fail_once():
         late.result(timeout=1)
 
 
-BE_KERNEL_S = 0.02
-BE_KERNELS = 30  # a whole BE task: 0.6 s
+def _rt_arrivals_during_held_be_kernels(policy, wait_for_rt_start):
+    """One BE stream running tasks of be0 and be1 in turn; an RT task is submitted whenever a BE
+    kernel is held (be0's 20th, be1's 30th; not while the flag is up, when it is a pad), and the
+    held kernel lets go at once or, with `wait_for_rt_start`, once the RT task's first kernel has
+    started. Returns the scheduler, the executor's log and [(held model, index, RT result)]."""
+    ex = ArenaExecutor()
+    device = ObservedCpuDevice(ex)
+    reef = Reef(ex, device, policy, be_streams=1, poll_s=5e-5, profile_reps=1)
+    reef.add_client("b0", dense_chain("be0", 60, WIDTH, seed=1), BE)
+    reef.add_client("b1", dense_chain("be1", 60, WIDTH, seed=2), BE)
+    reef.add_client("r", dense_chain("rt", 3, WIDTH, seed=3), RT)
+    reef.prepare_padding()
+    held = _pause_at(ex, {"be0": {20}, "be1": {30}}, unless=device.flag_is_set)
+    pause, rt_started = ex.hook, threading.Event()
 
+    def hook(model, index):
+        if model == "rt" and index == 0:
+            rt_started.set()
+        pause(model, index)
 
-def _rt_start_delays(policy):
-    """RT arrival -> its first kernel start, and how many BE kernels ended inside that gap."""
-    reef = _scheduler(policy, be_streams=2)
-    reef.add_client("b0", sleep_chain("be0", BE_KERNELS, BE_KERNEL_S), BE)
-    reef.add_client("b1", sleep_chain("be1", BE_KERNELS, BE_KERNEL_S), BE)
-    reef.add_client("r", sleep_chain("rt", 3, 0.001), RT)
-    x = {"x": np.ones((1, 4), np.float32)}
+    ex.hook = hook
+    x = _inputs(1)[0]
+    arrivals = []
     with reef:
         be = [reef.submit(c, x) for c in ("b0", "b1", "b0", "b1")]
-        time.sleep(0.05)
-        rt = []
-        for _ in range(5):
-            rt.append(reef.submit("r", x).result(timeout=30))
-            time.sleep(0.043)  # lands at varying points inside BE kernels
+        _end_when_done(held, be)
+        while (paused := held.get(timeout=30)) is not None:
+            model, index, go = paused
+            rt_started.clear()
+            rt = reef.submit("r", x)
+            if wait_for_rt_start:
+                assert rt_started.wait(30), "the RT task waited for the BE kernel"
+            go.set()
+            arrivals.append((model, index, rt.result(timeout=30)))
         for f in be:
             f.result(timeout=30)
     _close(reef)
-    log = reef.executor.log
-    out = []
-    for r in rt:
-        inside = sum(1 for m, _, t0, t1 in log if m.startswith("be") and r.arrival_s < t1 < r.first_kernel_s)
-        out.append((r.first_kernel_s - r.arrival_s, inside))
-    return out
+    assert len(arrivals) == 4  # one per BE task: each reaches its held kernel with the flag down
+    return reef, ex.log, arrivals
 
 
 @pytest.mark.parametrize("policy", ["reset", "reef"])
-def test_rt_waits_at_most_one_be_kernel(policy):
-    for delay, inside in _rt_start_delays(policy):
-        assert inside <= 2  # at most the kernel each BE stream was already running
-        assert delay < BE_KERNEL_S + 0.015  # one kernel plus scheduling slack, far below a task
+def test_rt_starts_beside_the_be_kernel_it_found_and_no_other_starts(policy):
+    """The RT task's first kernel starts while the BE kernel it found is still running (that one
+    cannot be stopped), and until the RT task ends no BE kernel starts but REEF's pads."""
+    reef, log, arrivals = _rt_arrivals_during_held_be_kernels(policy, wait_for_rt_start=True)
+    for model, index, r in arrivals:
+        found = [t1 for m, i, t0, t1 in log if (m, i) == (model, index) and t0 < r.arrival_s < t1]
+        assert len(found) == 1 and r.first_kernel_s < found[0]
+    started_beside = [t0 for m, _, t0, _ in log if m.startswith("be")
+                      for _, _, r in arrivals if r.first_kernel_s < t0 < r.end_s]
+    assert len(started_beside) <= reef.stats.padded_kernels  # 0 under reset
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
@@ -311,20 +364,25 @@ def test_a_lone_rt_task_starts_in_the_submitting_thread(policy):
     """Under streams/reset/reef an RT task that finds no other RT task in the system has its first
     kernel launched by submit() itself: it runs even before the scheduler thread exists. A second
     RT task submitted meanwhile goes through the scheduler; seq and wait never start at once."""
-    reef = _scheduler(policy)
+    ex = ArenaExecutor()
+    device = ObservedCpuDevice(ex)
+    reef = Reef(ex, device, policy, poll_s=5e-5, profile_reps=1)
     rt = dense_chain("rt", 4, WIDTH, seed=3)
     reef.add_client("r0", rt, RT)
     reef.add_client("r1", rt, RT)
-    reef.executor.log.clear()  # `reef` profiled the kernels at add_client
+    ex.log.clear()  # `reef` profiled the kernels at add_client
     x0, x1 = _inputs(2)
     first = reef.submit("r0", x0)
     second = reef.submit("r1", x1)
-    time.sleep(0.05)  # the RT stream thread runs whatever was launched
-    ran_before_start = [(m, i) for m, i, _, _ in reef.executor.log]
+    rt_stream = device.unguarded[0]
+    rt_stream.drain()  # the RT stream thread runs whatever was launched
+    ran_before_start = [(m, i) for m, i, _, _ in ex.log]
+    submitted_before_start = list(rt_stream.submitted)
     with reef:
         results = [first.result(timeout=30), second.result(timeout=30)]
     _close(reef)
     at_once = POLICIES[policy].rt_starts_at_once
+    assert submitted_before_start == ([("r0", 0, 0)] if at_once else [])
     assert ran_before_start == ([("rt", 0)] if at_once else [])
     assert reef.stats.rt_started_on_arrival == int(at_once)
     for x, r in zip((x0, x1), results):
@@ -335,36 +393,44 @@ def test_a_lone_rt_task_starts_in_the_submitting_thread(policy):
 def test_rt_task_does_not_wait_for_the_running_be_kernel(policy):
     """A BE kernel that is already running when the RT task arrives cannot be stopped. The RT
     task must neither wait for it before its other kernels are submitted (`reef` leaves them
-    unpadded until it exits) nor before its result is delivered: it ends long before that BE
-    kernel does."""
-    started = threading.Event()
+    unpadded until it exits) nor before its result is delivered: the BE kernel here ends only
+    once the RT task's result is out."""
+    started, rt_done = threading.Event(), threading.Event()
 
-    def first_be_kernel(x, out, seconds):
+    def first_be_kernel(x, out, _):
         started.set()
-        time.sleep(seconds)
+        assert rt_done.wait(30)
         out[...] = x
 
+    rt_done.set()  # while `reef` profiles the kernels at add_client
     reef = _scheduler(policy, be_streams=1)
-    reef.add_client("b", gated_chain("be", 4, 0.3, first_be_kernel), BE)
-    reef.add_client("r", sleep_chain("rt", 4, 0.002), RT)
-    reef.executor.log.clear()  # `reef` profiled the kernels at add_client
+    reef.add_client("b", gated_chain("be", 4, 0.0, first_be_kernel), BE)
+    reef.add_client("r", dense_chain("rt", 4, WIDTH, seed=3), RT)
+    reef.executor.log.clear()
     started.clear()
+    rt_done.clear()
     x = {"x": np.ones((1, 4), np.float32)}
     with reef:
         be = reef.submit("b", x)
-        assert started.wait(30)  # BE kernel 0 is running: 300 ms of it to go
-        rt = reef.submit("r", x).result(timeout=30)
-        be.result(timeout=30)
+        assert started.wait(30)  # BE kernel 0 is running until the RT result is out
+        rt_future = reef.submit("r", _inputs(1)[0])
+        rt_future.add_done_callback(lambda _: rt_done.set())
+        rt = rt_future.result(timeout=30)
+        be_result = be.result(timeout=30)
     _close(reef)
     be_kernel_0_end = min(t1 for m, i, _, t1 in reef.executor.log if m == "be" and i == 0)
-    # 8 ms of RT kernels: done long before the 300 ms BE kernel, however loaded the machine
-    assert rt.end_s < be_kernel_0_end - 0.1
-    assert rt.end_s - rt.arrival_s < 0.15
+    assert rt.end_s < be_kernel_0_end
+    np.testing.assert_array_equal(be_result.outputs["y"], x["x"])
 
 
 def test_seq_makes_rt_wait_for_a_whole_be_task():
-    delays = [d for d, _ in _rt_start_delays("seq")]
-    assert max(delays) > 5 * BE_KERNEL_S
+    """Under seq the RT task found a BE task running and starts only after that task's last kernel."""
+    _, log, arrivals = _rt_arrivals_during_held_be_kernels("seq", wait_for_rt_start=False)
+    for model, index, r in arrivals:
+        held_start = [t0 for m, i, t0, t1 in log if (m, i) == (model, index) and t0 < r.arrival_s < t1]
+        assert len(held_start) == 1
+        last = [t1 for m, i, t0, t1 in log if m == model and i == 59 and t0 > held_start[0]]
+        assert last and last[0] < r.first_kernel_s
 
 
 @pytest.mark.parametrize("capacity", [1, 3])

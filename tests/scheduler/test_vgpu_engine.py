@@ -5,7 +5,9 @@ bit."""
 
 from __future__ import annotations
 
-import time
+import functools
+import shutil
+from pathlib import Path
 
 import numpy as np
 import onnxruntime
@@ -15,6 +17,7 @@ from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
 from scheduler.vgpu_engine import ReefEngine, engine_for
 from tests.gpu_runtime.chain_model import matmul_chain
+from tests.scheduler.held_engine import HeldReefEngine
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,26 +33,32 @@ def reference(path, x):
 
 
 @pytest.mark.parametrize("policy", ["reset", "reef", "seq"])
-def test_rt_batch_and_a_running_be_batch(slow, policy):
+def test_rt_batch_and_a_running_be_batch(slow, policy, tmp_path):
+    """The RT batch reaches the scheduler while the BE batch's first kernel runs (HeldReefEngine
+    orders the two in the worker): reset and reef answer it first, seq only after the BE batch."""
+    model = shutil.copy(slow, tmp_path / "slow.onnx")
     rng = np.random.default_rng(8)
-    be = rng.standard_normal((2048, 768)).astype(np.float32)  # 58 GFLOP: >0.5 s on one fast core
+    be = rng.standard_normal((2048, 768)).astype(np.float32)
     rt = rng.standard_normal((1, 768)).astype(np.float32)
-    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy",
-                  engine=engine_for(policy)) as pool:  # fmt: skip
-        described = pool.load_model("slow", slow, max_batch=2)
+    engine = functools.partial(HeldReefEngine, policy=policy)
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy", engine=engine) as pool:
+        described = pool.load_model("slow", model, max_batch=2)
         assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy,
                                      "batch_sizes": [1, 2]}
         alone = pool.submit("cpu0", "slow", {"x": be}).result(60)["h24"]  # also plans that shape
+        Path(model).with_suffix(".hold").touch()
+        answered = []
         be_future = pool.submit("cpu0", "slow", {"x": be})
-        time.sleep(0.2)  # the BE batch is running
-        rt_out = pool.submit("cpu0", "slow", {"x": rt}, priority="rt").result(60)["h24"]
-        be_was_done = be_future.done()
+        be_future.add_done_callback(lambda _: answered.append("be"))
+        rt_future = pool.submit("cpu0", "slow", {"x": rt}, priority="rt")
+        rt_future.add_done_callback(lambda _: answered.append("rt"))
+        rt_out = rt_future.result(60)["h24"]
         preempted = be_future.result(60)["h24"]
     np.testing.assert_allclose(rt_out, reference(slow, rt), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(alone, reference(slow, be), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(preempted, alone)  # kernels are idempotent: restore is exact
     # seq never preempts: the RT batch waits for the whole BE batch; reset and reef do not.
-    assert be_was_done == (policy == "seq")
+    assert answered == (["be", "rt"] if policy == "seq" else ["rt", "be"])
 
 
 def test_onnxruntime_models_run_beside_the_scheduler(slow):
