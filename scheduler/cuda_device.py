@@ -1,28 +1,12 @@
 """CUDA vGPU: CUDA-graph units on prioritised CuPy streams over the cupy executor.
 
-Units. A real-time task is one unit: its whole program as one CUDA graph on the highest-priority
-stream, opened by a stamp kernel that marks when the program first got an SM. A best-effort task's
-units are chunks: graphs of consecutive kernels of about `chunk_s` GPU time each (measured at
-load), each ending with a progress marker that stores the chunk's number into a host-mapped word
-unless the flag is set. So the vHQ keeps at most `c` chunks outstanding, progress is exact per
-chunk (`exact_progress`: a flush re-runs at most the chunk that was cut short), and the host learns
-it with a plain load, without synchronising.
-
-The arrival path. An RT task that starts at once is launched by the arriving thread through the
-native launcher (executors/rt_launcher.py): the flag write, when the policy preempts, and the
-graph launch are stream-ordered on the RT stream and made back to back in C with the GIL released.
-Guarded BE kernels see the flag at their next block or tile and leave the SMs to the RT blocks.
-
-Padding in hardware. Under `reef` the flushed BE work resumes beside the running RT task as soon
-as the flush has settled, one chunk per stream at the lowest stream priority: the GPU's block
-scheduler dispatches pending RT blocks first and BE blocks fill the SMs the RT kernels leave idle.
-(The source-level padded launches this replaces lost 14-19 % BE throughput in DISB C-E on the
-H100, bench/results/disb_*_h100.json of the previous runs, and they need RT kernels launched one by
-one, which a single RT graph rules out.)
-
-Preemption latency on the host clock: from the task's arrival (inputs on the device) to the moment
-the arriving thread sees the stamp (`measure_start`: the native launcher spins for it with the GIL
-released), else when the scheduler loop first sees it.
+An RT task is one unit: its program as one CUDA graph on the highest-priority stream, opened by a
+stamp kernel (when it first got an SM). A BE task's units are chunk graphs of about `chunk_s` GPU
+time, each ending in a progress marker the host reads without synchronising, so progress is exact
+per chunk. A lone RT task is launched by the arriving thread through the native launcher: flag
+write and graph launch stream-ordered on the RT stream. Under `reef` the GPU's block scheduler pads:
+flushed BE chunks resume beside the RT graph at the lowest stream priority. Why, and the figures:
+docs/scheduling.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Scheduling policies as small pure objects over one controller contract (XSched-style levels).
 
-A policy only decides; the scheduler (`scheduler.reef.Reef`) owns queues, streams and the clock and
-offers the callbacks below. The ladder:
+A policy only decides; the scheduler (`scheduler.reef.Reef`) owns queues, streams, the clock and
+the mode (`scheduler.preemption`), and offers the callbacks below. The ladder:
 
   seq      one task at a time, RT first then BE in arrival order; nothing is ever preempted.
   streams  BE tasks on concurrent streams and the RT task on its own higher-priority stream.
   wait     level 1, hold back: stop issuing BE kernels and wait for the outstanding ones to finish.
-  reset    level 2, flush: the RT task's first kernel is submitted at once, then the guard is
-           set and the vHQs cleared; the scheduler waits for the (guarded) BE kernels to exit
-           and rewinds each BE task to its last completed kernel; restore clears the guard and
-           re-enqueues them from there.
-  reef     reset plus padding: BE kernels run beside the RT task's (CPU vGPUs: chosen BE kernels
-           on a spare thread, REEF's rules; CUDA: the flushed BE chunks resume at the lowest
-           stream priority once the flush has settled, and the GPU's block scheduler pads).
+  reset    level 2, flush: guard raised with the RT task's first kernel, BE tasks rewound; restore.
+  reef     reset plus padding: BE kernels beside the RT task's (docs/scheduling.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """WorkerPool: one worker process per vGPU, fed batches through shared memory.
 
-`submit` (arrays, copied into the pool's segments) and `submit_rows` (rows already in front-end slot
-arenas) return a concurrent.futures.Future (wrap it with asyncio.wrap_future on an event loop).
-One monitor thread waits on every worker's pipe and process sentinel at once: replies resolve
-futures, and a sentinel firing means the worker died. A dead worker is restarted (at once, or after
-a `backoff.Backoff` delay when it keeps dying; there is no lifetime budget), its models are
-reloaded, and the requests it had in flight are re-sent, each at most `crash_retries` times; after
-that they fail with WorkerCrashed. Every request therefore ends in a result or an exception, never a
-hang. Deaths are logged at WARNING; `on_change` (if given) is called from the monitor thread
-whenever a worker dies, starts, finishes loading a model, stalls or answers again, so a server can
-say which models have a worker that can run them (`ready_models`).
-
-A worker that has had batches in flight and said nothing for `stall_s` seconds, or four times its
-slowest batch if that is longer, is stalled (stopped, hung in a driver, starved of CPU): it counts
-as not ready until it answers again, since what is sent to it meanwhile cannot be answered in time.
-A stalled worker is not killed: it may only be slow, and its batches would be lost.
+`submit` (arrays) and `submit_rows` (rows already in slot arenas) return concurrent Futures. One
+monitor thread waits on every worker's pipe and process sentinel: replies resolve futures, a
+sentinel firing means a death. A dead worker is restarted (after a `backoff.Backoff` delay when it
+keeps dying), its models reloaded and its in-flight requests re-sent, each at most `crash_retries`
+times, so every request ends in a result or an exception. A worker with batches in flight that has
+said nothing for `stall_s` (or four times its slowest batch) is stalled: not ready until it answers,
+and never killed, since it may only be slow. `on_change` hears of every death, start, load and stall.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The vGPU worker's default engine: whole batches, each priority on its own lane.
 
-A running batch is never interrupted (onnxruntime cannot be, and this engine does not try with the
-kernel-program executors either: `scheduler.vgpu_engine` does). What it gives real-time work is a
-lane of its own: RT batches run on one thread (SCHED_FIFO where the OS permits), BE batches on
-threads whose OS priority is lowered (`priority.prioritise_this_thread`), so an RT batch starts at
-once and takes the CPU from the BE batches running beside it instead of waiting for them. A CPU
-vGPU has a BE thread per core, each running whole batches on one thread of its own (as REEF's CPU
-streams do): on cores that front ends share, a session with several intra-op threads waits on
-whichever lost its core (2-core VM, MobileNetV3 while serving: 3.0 vs 1.5 CPU-ms per image).
-Executors that are not reentrant (kernel programs keep their buffers in a per-shape state) run one
-batch of a model at a time: there an RT batch overtakes every queued BE batch and waits only for
-the running one. Loads run in the caller's thread (the worker's loader), so a model is in place
-before any batch sent after its load.
-
-An engine, for the worker: built as `engine(info)` in the worker process; `prepare(executor)`,
-called on the worker's receiving thread before each load, starts whatever threads that executor's
-models will run on (threads inherit their creator's OS priority, and loads run on a thread of the
-lowest); `load(model, onnx_path, executor, max_batch, lengths) -> describe()` (with `batch_sizes`: the static batch sizes it built,
-empty when any size runs), called beside running batches of other models; `warm_up(model, inputs) -> (outputs, compute
-seconds)`, a batch of a model being loaded, run in the calling thread where the engine can (the
-worker's loader: warm-ups never queue among served batches); `unload(model)`, called once none of
-its batches is in flight (a model it does not know is no error); `run(model, inputs, priority) ->
-Future of (outputs, compute seconds)`, resolved from any thread; `close()`, which fails whatever
-has not run.
+A running batch is never interrupted (`scheduler.vgpu_engine` preempts kernel programs). RT batches
+get a lane of their own (SCHED_FIFO where the OS permits); BE batches run on threads of a lowered OS
+priority, one per core of a CPU vGPU, each session on one thread. Executors that are not reentrant
+run one batch of a model at a time, so there an RT batch overtakes every queued BE batch and waits
+only for the running one. The engine contract a worker relies on (prepare, load, warm_up, unload,
+run, close) and the figures behind these choices: docs/scheduling.md.
 """
 
 from __future__ import annotations

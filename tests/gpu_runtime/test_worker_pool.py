@@ -292,8 +292,8 @@ def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, mo
     infer timed out. With batches in flight and no word for `stall_s` (on the pool's clock, moved
     by hand here), its models count as not ready (and `on_change` says so); once it answers, they
     are ready again and the batch's result is right. Meanwhile the monitor must wait its idle
-    second between looks: its stall deadline gone by must not make it poll with no wait (it took
-    0.28 of a core until the worker answered); every wait it asks of the selector is recorded."""
+    second between looks: its stall deadline gone by must not make it poll with no wait
+    (docs/scheduling.md); every wait it asks of the selector is recorded."""
     changes, waits, pools = [], [], []
 
     class RecordingSelector(selectors.DefaultSelector):

@@ -1,14 +1,12 @@
 """No flag race (issue #32): every interleaving of a new RT task's arrival with the restore that ends
 the previous RT task's RT mode, and none leaves BE work unflagged while the new RT task runs.
 
-The ordering code is the real one: `Preemption.rt_arrives` (count in, then launch) and
-`Preemption.restore` (settle, lower the flag under the arrivals' lock unless an RT task is in the
-system, resubmit BE work). Around it are models: of the device's flag protocol (CUDA's, as in
-`scheduler.cuda_device`: stream-ordered flag writes that land later, clears that wait for the writes
-recorded before them; and the CPU one, whose writes land at once), of the BE streams, and of the
-lock. Each actor runs on a thread of its own, but only one moves at a time and only between steps
-where it touches shared state; `explore` enumerates every schedule of those steps depth-first
-(stateless model checking). Today's order, kept below as `restore_before_the_fix`, races.
+The ordering code is the real one (`Preemption.rt_arrives`, `settle`, `restore`); around it are
+models of the device's flag protocol (CUDA's stream-ordered writes and event-waiting clears, as in
+`scheduler.cuda_device`; the CPU's immediate ones), of the BE streams and of the lock. Each actor runs
+on its own thread, but one moves at a time, and only where it touches shared state; `explore`
+enumerates every schedule of those steps depth-first. The order before the fix (kept below as
+`restore_before_the_fix`) races.
 """
 
 from __future__ import annotations
