@@ -36,14 +36,16 @@ class PadPlanner:
             for be in (c for c in clients if c.priority == BE):
                 self._tables[(rt.name, be.name)] = pair_table(rt.profiles, be.profiles, same_block)
 
-    def plan(self, rt_name: str, rt_profiles: Sequence[KernelProfile], first: int,
-             be: Sequence[tuple[Task, Sequence[KernelProfile]]]) -> list[list[Kernel]]:
-        """Pads for the RT kernels first.. (a list per kernel); advances each chosen BE task."""
+    def plan(self, rt: Any, first: int, running: Sequence[Task],
+             clients: dict[str, Any]) -> list[list[Kernel]]:
+        """Pads for RT client `rt`'s kernels first.. (a list per kernel) from the `running` BE tasks
+        (their clients' profiles in `clients`); advances each chosen BE task."""
         tables = self._tables
 
         def paddable(r, t, i):
-            table = tables.get((rt_name, t.client))
+            table = tables.get((rt.name, t.client))
             return table is not None and bool(table[r + first, i])
 
-        return plan_padding(rt_profiles[first:], be, self._device.padding_rules,
+        be = [(t, clients[t.client].profiles) for t in running]
+        return plan_padding(rt.profiles[first:], be, self._device.padding_rules,
                             paddable if tables else None)  # not prepared: the rules alone

@@ -37,7 +37,7 @@ class Preemption:
 
     def __init__(self, device: Any, be: BeStreams, stats: Any, pads_in_hardware: bool,
                  lock: Any = None):
-        self.mode = Mode.NORMAL
+        self._mode = Mode.NORMAL
         self._device = device
         self._be = be
         self._stats = stats
@@ -47,8 +47,12 @@ class Preemption:
         self._flush_t0 = 0.0
 
     @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @property
     def rt_mode(self) -> bool:
-        return self.mode is not Mode.NORMAL
+        return self._mode is not Mode.NORMAL
 
     # ---- arrivals (callers' threads) and departures (scheduler thread) ---------------------------
     def rt_arrives(self, launch: Callable[[], None] | None) -> bool:
@@ -68,43 +72,43 @@ class Preemption:
 
     # ---- transitions (scheduler thread) ------------------------------------------------------------
     def enter_rt(self) -> None:
-        self.mode = Mode.RT
+        self._mode = Mode.RT
 
     def flush(self) -> None:
         """Raise the flag; waiting for the BE kernels already on the streams is left to `settle`."""
         self._flush_t0 = self._device.clock()
         self._be.poll()  # credit what finished before the flag, nothing after
         self._device.set_flag()  # a no-op where the RT launch raised it already
-        self.mode = Mode.FLUSHING
+        self._mode = Mode.FLUSHING
 
     def settle(self) -> None:
         """After a flush: wait for the flushed kernels, rewind; pad in hardware where the device does."""
-        if self.mode is not Mode.FLUSHING:
+        if self._mode is not Mode.FLUSHING:
             return
         self._rewind()
         if self._pads_in_hardware:
             self._device.clear_flag()  # on purpose: the RT task it pads is known and in the system
-            self.mode = Mode.PADDING
+            self._mode = Mode.PADDING
         else:
-            self.mode = Mode.RT
+            self._mode = Mode.RT
 
     def resume(self) -> None:
-        self.mode = Mode.NORMAL
+        self._mode = Mode.NORMAL
 
     def restore(self) -> bool:
         """Leave RT mode: lower the flag and resubmit BE work. False (RT mode kept) when an RT task
         arrived since the RT queue emptied: its flag write may already be on its way."""
-        if self.mode is Mode.FLUSHING:
+        if self._mode is Mode.FLUSHING:
             self._rewind()  # the flushed kernels must be gone before the flag comes down
-            self.mode = Mode.RT
+            self._mode = Mode.RT
         t0 = self._device.clock()
         with self._lock:
             restored = self._rt_in_system == 0
             if restored:
                 self._device.clear_flag()
-                self.mode = Mode.NORMAL
+                self._mode = Mode.NORMAL
         if not restored:
-            if self.mode is Mode.PADDING:
+            if self._mode is Mode.PADDING:
                 self.flush()  # that arrival's flag cuts the padding chunks short
             return False
         self._be.pump_all()

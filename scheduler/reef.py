@@ -78,8 +78,7 @@ class Reef:
         self._be = BeStreams(device, capacity, be_streams)
         self._state = Preemption(device, self._be, self.stats,
                                  pads_in_hardware=self.policy.pads and device.pads_in_hardware)
-        # REEF's planned pads where the device pads in software (CPU vGPUs); None elsewhere.
-        self._planner = (PadPlanner(device, profile_reps)
+        self._planner = (PadPlanner(device, profile_reps)  # pads planned in software (CPU vGPUs)
                          if self.policy.pads and device.padding_rules is not None else None)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._ids = itertools.count()
@@ -108,8 +107,7 @@ class Reef:
         return name in self._clients
 
     def prepare_padding(self) -> None:
-        """Tabulate, before traffic, which launch pairs REEF's rules allow (software padding), so
-        planning on the RT path is a table lookup."""
+        """Tabulate REEF's allowed launch pairs before traffic: planning pads is then a lookup."""
         if self._planner is not None:
             self._planner.prepare(self._clients.values())
 
@@ -118,9 +116,7 @@ class Reef:
         if c is None:
             raise KeyError(f"unknown client {client!r}")
         if self._stop.is_set():
-            refused: Future = Future()
-            refused.set_exception(RuntimeError("scheduler is stopped"))
-            return refused
+            return _failed(RuntimeError("scheduler is stopped"))
         with self._clients_lock:
             free = c.in_flight == 0
             c.in_flight += 1
@@ -129,9 +125,8 @@ class Reef:
         task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window, 0.0,
                     inputs_loaded=upload, state=c.state if upload else None)
         if upload:
-            # An RT request counts as arrived once its inputs are on the vGPU; behind another
-            # request of its client the upload waits for its start. BE inputs go through the
-            # uploader thread (`scheduler.be_streams`).
+            # An RT request has arrived once its inputs are on the vGPU (behind another of its
+            # client, the upload waits for its start); BE inputs go through `be_streams`' uploader.
             try:
                 self.device.set_inputs(c.state, inputs)
             except BaseException:
@@ -288,9 +283,8 @@ class Reef:
             self.policy.enter_rt(self)
         self._rt_task = task
         if task.next_launch == 0:  # else the submitting thread launched it (rt_starts_at_once)
-            # The preemption: nothing else comes before it. A flushing policy raises the flag
-            # with it, also when hardware padding had let BE work back in beside the last RT
-            # task: then that work is flushed again.
+            # The preemption: nothing comes before it. A flushing policy raises the flag with it,
+            # also when hardware padding had let BE work back in beside the last RT task.
             padded = self.padding_open()
             self._rt_stream.submit(task, 0, preempt=self.policy.flushes)
             if padded:
@@ -300,20 +294,24 @@ class Reef:
         self._continue_rt(task)
 
     def _continue_rt(self, task: Task) -> None:
-        """Submit RT kernels 1.. at once. Pads start from each BE task's rewound position, known
-        only once the flushed BE kernels have exited: until then RT kernels go unpadded rather
-        than wait (a running BE kernel can take longer than several RT kernels)."""
+        """Submit RT kernels 1.. at once. Pads start from each BE task's rewound position, known once
+        the flushed BE kernels have exited: RT kernels go unpadded rather than wait for that."""
         client = self._clients[task.client]
         plan, first = None, task.n_launches
         if self._planner is not None:
-            time.sleep(0)  # CPU vGPUs: the RT stream thread needs the GIL to start kernel 0, and planning pads holds it
+            time.sleep(0)  # CPU: the RT stream thread takes the GIL to start kernel 0; planning holds it
         for i in range(1, task.n_launches):
             if self._planner is not None and plan is None and self._be.exited():
                 self._state.settle()
-                be = [(t, self._clients[t.client].profiles) for t in self._be.running()]
-                plan, first = self._planner.plan(client.name, client.profiles, i, be), i
+                plan, first = self._planner.plan(client, i, self._be.running(), self._clients), i
                 self.stats.padded_kernels += sum(map(len, plan))
             self._rt_stream.submit(task, i, plan[i - first] if plan else ())
         task.next_launch = task.n_launches
         if self._be.exited():  # else settled at restore: the RT task's end must not wait for it
             self._state.settle()
+
+
+def _failed(error: Exception) -> Future:
+    future: Future = Future()
+    future.set_exception(error)
+    return future

@@ -143,7 +143,7 @@ class Sequential:
 
 class ModelLock:
     def __init__(self, explorer):
-        self.explorer = explorer
+        self.explorer = explorer  # Sequential while a scenario is set up
         self.owner: str | None = None
 
     def __enter__(self):
@@ -161,9 +161,9 @@ class ModelGpu:
     and sets the host view. `set_flag` writes at once unless the host view says it is set;
     `clear_flag` takes the recorded events, waits until they have landed, then writes 0."""
 
-    def __init__(self, explorer: Explorer, flag: int):
-        self._x = explorer
-        self.word = self.host_view = flag
+    def __init__(self, explorer):
+        self.explorer = explorer  # Sequential while a scenario is set up
+        self.word = self.host_view = 0
         self.rt_stream: deque = deque()
         self.flag_events: list[dict] = []
         self.running: set[str] = set()
@@ -173,25 +173,25 @@ class ModelGpu:
         return 0.0
 
     def launch_rt(self, task: str, preempt: bool) -> None:
-        self._x.step()
+        self.explorer.step()
         event = {"landed": False}
         if preempt:
             self.rt_stream.append(("flag", event))
         self.rt_stream.append(("start", task))
         if preempt:
-            self._x.step()
+            self.explorer.step()
             self.host_view = 1
             self.flag_events.append(event)
 
     def set_flag(self) -> None:
-        self._x.step()
+        self.explorer.step()
         if not self.host_view:
             self.word = self.host_view = 1
 
     def clear_flag(self) -> None:
-        self._x.step()
+        self.explorer.step()
         events, self.flag_events = self.flag_events, []
-        self._x.step(lambda: all(e["landed"] for e in events))
+        self.explorer.step(lambda: all(e["landed"] for e in events))
         self.word = self.host_view = 0
 
     def moves(self) -> list:
@@ -210,39 +210,39 @@ class ModelCpu(ModelGpu):
     """CpuDevice's flag: a preempting launch raises it at once, before queuing the kernel."""
 
     def launch_rt(self, task: str, preempt: bool) -> None:
-        self._x.step()
+        self.explorer.step()
         if preempt:
             self.word = self.host_view = 1
         self.rt_stream.append(("start", task))
 
     def set_flag(self) -> None:
-        self._x.step()
+        self.explorer.step()
         self.word = self.host_view = 1
 
     def clear_flag(self) -> None:
-        self._x.step()
+        self.explorer.step()
         self.word = self.host_view = 0
 
 
 class ModelBe:
     """The BE streams: `issued` while BE kernels are on them (they run wherever the flag is 0)."""
 
-    def __init__(self, explorer: Explorer, issued: bool):
-        self._x = explorer
+    def __init__(self, explorer, issued: bool):
+        self.explorer = explorer  # Sequential while a scenario is set up
         self.issued = issued
 
     def poll(self) -> None:
         pass
 
     def drain(self) -> None:  # under the flag: the flushed kernels exit
-        self._x.step()
+        self.explorer.step()
         self.issued = False
 
     def rewind(self) -> None:
         pass
 
     def pump_all(self) -> None:
-        self._x.step()
+        self.explorer.step()
         self.issued = True
 
 
@@ -252,15 +252,14 @@ def restore_before_the_fix(p: Preemption, device: ModelGpu, be: ModelBe) -> None
     if p.mode is Mode.FLUSHING:
         be.drain()
         be.rewind()
-    p.mode = Mode.NORMAL
     device.clear_flag()
     be.pump_all()
 
 
-# (mode the previous RT task leaves, flag, BE work on the streams): RT after a settled flush,
-# FLUSHING when its flushed kernels had not yet exited, PADDING under `reef` on CUDA.
-STARTS = {"rt": (Mode.RT, 1, False), "flushing": (Mode.FLUSHING, 1, True),
-          "padding": (Mode.PADDING, 0, True)}
+# How the previous RT task A left things, reached through the real transitions: under `reset` a
+# settled flush (RT); a flush whose kernels have not yet exited (FLUSHING; under `reef` on CUDA,
+# hardware padding); padding under `reef` on CUDA, its chunks out beside A (PADDING).
+STARTS = {"rt": (False, Mode.RT), "flushing": (True, Mode.FLUSHING), "padding": (True, Mode.PADDING)}
 DEVICES = {"cuda": ModelGpu, "cpu": ModelCpu}
 CASES = [(d, s) for d in DEVICES for s in STARTS if not (d == "cpu" and s == "padding")]
 
@@ -269,18 +268,25 @@ def scenario(device_kind: str, start: str, restore=None, settle_first=False):
     """RT task A is finishing: the scheduler (after settling its flush, with `settle_first`) counts
     it out and restores, while RT task B arrives and, alone once A is out, launches itself with the
     flag."""
-    mode, flag, issued = STARTS[start]
+    pads_in_hardware, mode = STARTS[start]
+    pads_in_hardware &= device_kind == "cuda"
 
     def run(x: Explorer) -> str | None:
-        device, be, lock = DEVICES[device_kind](x, flag), ModelBe(x, issued), ModelLock(Sequential())
-        p = Preemption(device, be, SchedulerStats(), pads_in_hardware=device_kind == "cuda", lock=lock)
-        p.mode = mode
-        p.rt_arrives(None)  # A, counted in when it arrived
-        lock.explorer = x
+        setup = Sequential()
+        device, be, lock = DEVICES[device_kind](setup), ModelBe(setup, True), ModelLock(setup)
+        p = Preemption(device, be, SchedulerStats(), pads_in_hardware=pads_in_hardware, lock=lock)
+        p.rt_arrives(None)  # A arrived, was admitted, preempted the BE work
+        p.enter_rt()
+        p.flush()
+        if mode is not Mode.FLUSHING:
+            p.settle()
+            be.issued = mode is Mode.PADDING  # the padding chunks go out beside A
+        assert p.mode is mode
+        device.explorer = be.explorer = lock.explorer = x
 
         def scheduler():
             if settle_first:
-                p.settle()  # under `reef` on CUDA: the flag down on purpose, A known
+                p.settle()  # with hardware padding: the flag down on purpose, A known
             p.rt_departs()
             if restore is None:
                 p.restore()
@@ -318,10 +324,13 @@ def test_a_refused_restore_keeps_rt_mode_and_cuts_padding_short():
     """One schedule spelled out: B is counted in before the restore looks, so RT mode stays; from
     padding, the flag is raised again and the padding chunks count as flushed (settled later)."""
     x = Sequential()
-    device, be = ModelGpu(x, 0), ModelBe(x, True)
+    device, be = ModelGpu(x), ModelBe(x, True)
     p = Preemption(device, be, SchedulerStats(), pads_in_hardware=True, lock=ModelLock(x))
-    p.mode = Mode.PADDING
     p.rt_arrives(None)
+    p.enter_rt()
+    p.flush()
+    p.settle()
+    assert p.mode is Mode.PADDING and device.word == 0
     p.rt_departs()
     assert p.rt_arrives(lambda: device.launch_rt("B", preempt=True))
     assert not p.restore()
