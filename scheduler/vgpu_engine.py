@@ -1,25 +1,12 @@
 """REEF inside a vGPU worker: the engine that runs the worker's batches through `reef.Reef`.
 
-`WorkerPool(..., engine=functools.partial(ReefEngine, policy=..., capacity=...))` makes every worker
-schedule its batches as REEF tasks: real-time batches preempt best-effort ones (reset-based under
-`reset`/`reef`, padded under `reef`), best-effort batches of different models and shapes run
-concurrently on the vHQ streams, and a preempted batch resumes from its last completed kernel.
-
-A Reef client is one loaded program state, so the engine keeps one per (model, priority, batch,
-length). Programs for every shape the model will be sent (the batch sizes of
-`gpu_runtime.vgpu.batches.batch_sizes` up to `max_batch`, times each padded length) are built at
-load, for both priorities, so neither an RT nor a BE batch pays for an import or NVRTC when it
-arrives.
-
-On executors with device memory (`ExecutorSpec.device_memory`) the programs of a model share one
-copy of its weights, and those of one priority share one arena, loaded largest first so that it is
-sized by the largest shape; so that they never run at once, the engine hands a model's batches of
-one priority to the scheduler one at a time (`_Turns`). A GPU vGPU is given one batch at a time by
-the dispatcher anyway; RT and BE arenas stay apart, since RT work preempts BE work mid-program.
-
-Only the kernel-program executors can be preempted. Models loaded with onnxruntime, and every
-model on a green-context vGPU (the scheduler's CUDA streams are made in the primary context, not
-the partition's), run on a `SerialEngine` beside the scheduler: RT batches on a lane of their own.
+`engine_for(policy)` makes every worker schedule its batches as REEF tasks: RT batches preempt BE
+ones, BE batches run concurrently on the vHQ streams, a preempted batch resumes from its last
+completed kernel. A Reef client is one loaded program state, one per (model, priority, batch,
+length), all built at load so no batch pays for an import or NVRTC. With device memory a model's
+programs share one weight copy and one arena per priority, so its batches of one priority go to the
+scheduler one at a time (`_Turns`). onnxruntime models and green-context vGPUs run on a
+`SerialEngine` beside the scheduler. Details: docs/scheduling.md.
 """
 
 from __future__ import annotations
