@@ -28,6 +28,7 @@ class BodyReader:
         self._chunks: list[bytes] = []
         self._size = 0
         self._placed: bytearray | None = None
+        self._early_at = 0  # bytes of the body placed when the route's early answer is asked (0: never)
 
     def sized(self, request: HttpRequest) -> None:
         """Take `request`'s Content-Length as the `length` of its body, counted whole in the budget
@@ -58,11 +59,14 @@ class BodyReader:
 
     # -- past the parser ------------------------------------------------------------------------------
 
-    def place(self, at_hand: int) -> None:
-        """Read the body (`length` bytes) into its place, `at_hand` of them in the read being parsed."""
+    def place(self, at_hand: int, early_at: int = 0) -> None:
+        """Read the body (`length` bytes) into its place, `at_hand` of them in the read being parsed;
+        with `early_at` (past `at_hand`), the loop is first woken once that many have arrived, for
+        the route's early answer (`early_due`)."""
         self._placed, self.left = bytearray(self.length), self.length
+        self._early_at = early_at if at_hand < early_at < self.length else 0
         if at_hand < self.length:
-            self.wake_at(self.length - at_hand)
+            self.wake_at((self._early_at or self.length) - at_hand)
 
     def space(self) -> memoryview:
         """Where the kernel copies what comes next of the body being placed."""
@@ -80,9 +84,24 @@ class BodyReader:
         """`nbytes` more of the body are in place (`space`): whether it is whole (else the rest is
         awaited)."""
         self.left -= nbytes
-        if self.left:  # a short read: wake for what is left (the bound was set for more)
-            self.wake_at(self.left)
+        if self.left:  # a short read: wake for what is awaited (the bound was set for more)
+            got = self.length - self.left
+            self.wake_at(self._early_at - got if self._early_at > got else self.left)
         return not self.left
+
+    def early_due(self) -> memoryview | None:
+        """The body's first bytes, once `early_at` of them are in place (once): what the route's
+        early answer reads."""
+        got = self.length - self.left
+        if not self._early_at or got < self._early_at:
+            return None
+        self._early_at = 0
+        return memoryview(self._placed)[:got]
+
+    def drop_rest(self) -> None:
+        """Drop what is still to come of the body being placed: it was answered early after all."""
+        self._placed = None
+        self.wake_at(1)
 
     def placed(self) -> bytearray:
         """The body placed, whole."""

@@ -33,6 +33,9 @@ READ_BUFFER = 256 * 1024
 # A request's first read: its head and, for a binary-extension infer request, its JSON header; the
 # body is then placed or dropped by the kernel (`body_reader`), never copied through the shared buffer.
 HEAD_READ = 8 * 1024
+# The body's first bytes a route's early answer reads at least (a JSON infer request's inputs' fields,
+# a binary one's JSON header), where the head's read held fewer: clients send the head on its own.
+EARLY_BYTES = 4 * 1024
 
 
 class HttpServer:
@@ -146,6 +149,9 @@ class Connection(asyncio.BufferedProtocol):
         if self.state is PLACING:
             if self._body.filled(nbytes):
                 self._complete(self._body.placed())
+            elif (prefix := self._body.early_due()) is not None and (response := self._early(prefix)) is not None:
+                self._body.drop_rest()
+                self._answer_early(response)
         elif self.state not in STOPPED:  # (else: lingering, what the client still sends is dropped)
             self._parse(0, nbytes)
             if self.state is DROPPING and self._body.discard(self.server.buffer):
@@ -215,18 +221,29 @@ class Connection(asyncio.BufferedProtocol):
     def _past_head(self, rest: memoryview) -> None:
         """The head of a body of known length ended where the read was cut: the body is read past
         the parser (`rest`: what this read holds of it and after it), into its place, or, its route
-        answering it from its first bytes (`messages.Early`: a refusal under overload), dropped."""
+        answering it from its first bytes (`messages.Early`: a refusal), dropped. Where the read
+        held fewer than EARLY_BYTES of it and the route could not tell, it is asked again once that
+        many are in place (`BodyReader.early_due`)."""
         request = self._request
         request.keep_alive = self._requests.past_head()
         prefix = rest[:self._body.length]
-        response = request.early(request, prefix) if request.early and request.keep_alive else None
+        response = self._early(prefix)
         if response is None:
             self.state = PLACING
-            self._body.place(len(prefix))
+            asking = request.early is not None and request.keep_alive
+            self._body.place(len(prefix), EARLY_BYTES if asking else 0)  # asked again, once, with more
             return
-        self.state = DROPPING
         self._body.drop()
-        self._request = None
+        self._answer_early(response)
+
+    def _early(self, prefix: memoryview):
+        request = self._request
+        return request.early(request, prefix) if request.early is not None and request.keep_alive else None
+
+    def _answer_early(self, response) -> None:
+        """Answer the request arriving now from its first bytes; the rest of its body is dropped."""
+        request, self._request = self._request, None
+        self.state = DROPPING
         self.server.limits.release(request)
         self._deadline.set(self.server.limits.timeout_s, self.close)  # the rest must come, but it has had its answer
         self._answers.early(response, request.method != "HEAD")

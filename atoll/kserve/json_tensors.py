@@ -15,6 +15,7 @@ loop can let other work run (`sliced`). Outputs are written by NumPy's formattin
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import sys
@@ -239,26 +240,34 @@ def skeleton(body, complete: bool = True, end: int | None = None) -> Steps:
     was read as its first argument."""
     walk = _Walk(body, complete, end)
     result = Skeleton(body)
+
+    def field_(name: str) -> Steps:
+        if name == "inputs" and walk.peek() == ord("["):
+            yield from _inputs(walk, result)
+        else:
+            result.fields[name] = walk.value()
+
     try:
         if walk.peek() != ord("{"):
             raise ProtocolError("request header must be a JSON object")
-        walk.pos += 1
-        if walk.peek() == ord("}"):
-            walk.pos += 1
-        else:
-            while True:
-                name = walk.key()
-                if name == "inputs" and walk.peek() == ord("["):
-                    yield from _inputs(walk, result)
-                else:
-                    result.fields[name] = walk.value()
-                if not walk.more(b"}"):
-                    break
+        yield from _members(walk, field_)
         if _WS.match(body, walk.pos, walk.end).end() != walk.end:
             walk._invalid("the body's end")
     except Incomplete:
         raise Incomplete(result) from None
     return result
+
+
+def _members(walk: _Walk, member) -> Steps:
+    """The members of the object at the cursor, each value read by `member(its name)`."""
+    walk.pos += 1
+    if walk.peek() == ord("}"):
+        walk.pos += 1
+        return
+    while True:
+        yield from member(walk.key())
+        if not walk.more(b"}"):
+            return
 
 
 def _inputs(walk: _Walk, result: Skeleton) -> Steps:
@@ -270,26 +279,23 @@ def _inputs(walk: _Walk, result: Skeleton) -> Steps:
     while True:
         if walk.peek() != ord("{"):
             raise ProtocolError(f"each input must be a JSON object, got {described(walk.value())}")
-        walk.pos += 1
         fields: dict[str, Any] = {}
         result.inputs.append(fields)
-        if walk.peek() == ord("}"):
-            walk.pos += 1
-        else:
-            while True:
-                name = walk.key()
-                if name == "data" and walk.peek() == ord("["):
-                    start = walk.pos
-                    fields["data"] = None  # its fields so far are those before it (`Incomplete`)
-                    yield from walk.array_end()
-                    fields["data"] = Span(start, walk.pos)
-                else:
-                    fields[name] = walk.value()
-                if not walk.more(b"}"):
-                    break
+        yield from _members(walk, functools.partial(_input_field, walk, fields))
         yield
         if not walk.more(b"]"):
             return
+
+
+def _input_field(walk: _Walk, fields: dict[str, Any], name: str) -> Steps:
+    """An input's field: its data passed over (a `Span`), any other read."""
+    if name == "data" and walk.peek() == ord("["):
+        start = walk.pos
+        fields["data"] = None  # its fields so far are those before it (`Incomplete`)
+        yield from walk.array_end()
+        fields["data"] = Span(start, walk.pos)
+    else:
+        fields[name] = walk.value()
 
 
 # -- data: a span into an array ----------------------------------------------------------------------

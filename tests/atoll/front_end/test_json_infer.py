@@ -5,6 +5,8 @@ is parsed."""
 import asyncio
 import json
 
+import pytest
+
 from tests.atoll.front_end.test_server_errors import BODY, EchoFrontEnd, _infer_head, _served_raw, _serving
 
 
@@ -14,13 +16,18 @@ async def _answer(reader) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(await asyncio.wait_for(reader.readexactly(length), 30))
 
 
-def test_a_wrong_shape_is_refused_from_the_first_bytes_and_the_rest_dropped():
+@pytest.mark.parametrize("head_alone", [False, True], ids=["head and body start in one write", "head alone first"])
+def test_a_wrong_shape_is_refused_from_the_first_bytes_and_the_rest_dropped(head_alone):
     data = b"[" + b"0.5," * 250_000 + b"0.5]"  # 1 MB of numbers, of which only the first bytes are sent first
     body = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,250001],"data":' + data + b"}]}"
     endpoints = _serving(EchoFrontEnd())
 
     async def talk(reader, writer):
-        writer.write(_infer_head(len(body)) + body[:4096])
+        if head_alone:  # as most clients send it: the body's first bytes come in a later read
+            writer.write(_infer_head(len(body)))
+            await writer.drain()
+            await asyncio.sleep(0.05)  # (lets the head be read alone; the test holds either way)
+        writer.write(_infer_head(len(body)) + body[:4096] if not head_alone else body[:4096])
         await writer.drain()
         status, answer = await _answer(reader)  # before the rest of the body was sent
         writer.write(body[4096:] + _infer_head(len(BODY)) + BODY.encode())

@@ -11,11 +11,13 @@ from tests.atoll.http.test_http_edge import _answers
 
 from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections
+from atoll.http import edge
 from atoll.http.edge import Connection, HttpServer
 from atoll.http.receiving import Receiving
 from atoll.http.messages import HttpResponse, Routes, error
 
 MAX_BYTES = 1024
+EARLY_BYTES = 64  # the body's first bytes a route's early answer reads, here
 
 
 class Transport:
@@ -152,6 +154,28 @@ def test_a_request_answered_from_its_first_bytes_has_the_rest_dropped_and_the_co
     early, state, answers, after = asyncio.run(go())
     assert [status for status, _, _ in early] == ["503"] and state is Receiving.DROPPING
     assert [(status, body) for status, _, body in answers[1:]] == [("200", b"live")] and after is Receiving.IDLE
+
+
+def test_a_head_read_alone_has_its_route_asked_again_once_the_bodys_first_bytes_are_in_place(monkeypatch):
+    """Most clients write the head, then the body: the read that ends the head holds none of it."""
+    monkeypatch.setattr(edge, "EARLY_BYTES", EARLY_BYTES)
+
+    async def go(body: bytes):
+        connection, transport = _connect(_server())
+        request = _post(body)
+        head = len(request) - len(body)
+        _receive(connection, request[:head])  # the route is asked with nothing: it cannot tell
+        _receive(connection, request[head : head + EARLY_BYTES - 1])
+        placing = connection.state
+        _receive(connection, request[head + EARLY_BYTES - 1 : head + EARLY_BYTES])  # asked again, now
+        early = connection.state
+        _receive(connection, request[head + EARLY_BYTES :] + LIVE)
+        return placing, early, [(status, body[:4]) for status, _, body in await transport.answers(2)]
+
+    assert asyncio.run(go(b"no" + b"z" * 3 * EARLY_BYTES)) == (
+        Receiving.PLACING, Receiving.DROPPING, [("503", b'{"er'), ("200", b"live")])
+    assert asyncio.run(go(b"ok" + b"z" * 3 * EARLY_BYTES))[1:] == (
+        Receiving.PLACING, [("200", b"okzz"), ("200", b"live")])
 
 
 def test_a_refusal_ends_reading_and_says_whether_a_body_was_on_its_way():
