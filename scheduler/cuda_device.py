@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
+from gpu_runtime.executors.quiet import RT_WINDOW
 from gpu_runtime.executors.rt_launcher import NativeBuildError, RtLauncher
 from scheduler.device import Kernel
 from scheduler.profiler import DeviceLimits
@@ -191,7 +192,7 @@ class CudaDevice:
                 task.first_kernel_s = started
         else:
             task.launched_s = self.clock()
-            with stream:
+            with RT_WINDOW, stream:  # no garbage collection inside the launch (the native path's too)
                 if preempt:
                     self.flag.device.fill(1)  # on the RT stream: stream-ordered like the C path
                 flag_event.record(stream)

@@ -12,6 +12,7 @@ in the caller's thread: one thread hand-off less before the preemption (docs/sch
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import sys
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gpu_runtime.executors.quiet import RT_WINDOW
 from gpu_runtime.program import Program
 
 from scheduler.be_streams import BeStreams
@@ -124,19 +126,21 @@ class Reef:
         # The task exists before it arrives, so that nothing but the launch comes after arrival.
         task = Task(next(self._ids), c.priority, client, inputs, c.units, c.rerun_window, 0.0,
                     inputs_loaded=upload, state=c.state if upload else None)
-        if upload:
-            # An RT request has arrived once its inputs are on the vGPU (behind another of its
-            # client, the upload waits for its start); BE inputs go through `be_streams`' uploader.
-            try:
-                self.device.set_inputs(c.state, inputs)
-            except BaseException:
-                with self._clients_lock:
-                    c.in_flight -= 1
-                raise
-        task.arrival_s = self.clock()
-        if c.priority == RT:
-            at_once = upload and self.policy.rt_starts_at_once
-            self._state.rt_arrives((lambda: self._launch_first(task)) if at_once else None)
+        # From an RT task's upload to its first launch no garbage collection may start.
+        with RT_WINDOW if c.priority == RT else contextlib.nullcontext():
+            if upload:
+                # An RT request has arrived once its inputs are on the vGPU (behind another of its
+                # client, the upload waits for its start); BE inputs go through `be_streams`' uploader.
+                try:
+                    self.device.set_inputs(c.state, inputs)
+                except BaseException:
+                    with self._clients_lock:
+                        c.in_flight -= 1
+                    raise
+            task.arrival_s = self.clock()
+            if c.priority == RT:
+                at_once = upload and self.policy.rt_starts_at_once
+                self._state.rt_arrives((lambda: self._launch_first(task)) if at_once else None)
         self._inbox.put(task)
         self.device.wake.set()
         return task.future

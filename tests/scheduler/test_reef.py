@@ -4,6 +4,7 @@ References: outputs are compared with the same program run once, straight throug
 scheduler (`run_alone`); orders of events are read from the executor's kernel log, and RT arrivals are
 placed by holding chosen kernels (`_pause_at`), never by sleeps."""
 
+import gc
 import queue
 import threading
 
@@ -469,3 +470,26 @@ def test_an_executor_error_fails_only_its_task():
             futures[0].result(timeout=30)
         assert all(f.result(timeout=30) for f in futures[1:])
     _close(reef)
+
+
+
+def test_no_garbage_collection_starts_between_an_rt_arrival_and_its_launch():
+    """An RT task's upload, arrival and first launch run with the collector off; a BE submit's do not."""
+    reef = _scheduler("reset")
+    reef.add_client("b", dense_chain("be", 4, WIDTH, seed=1), BE)
+    reef.add_client("r", dense_chain("rt", 4, WIDTH, seed=2), RT)
+    collector = []
+    set_inputs = reef.device.set_inputs
+
+    def recording(state, inputs):
+        collector.append(gc.isenabled())
+        set_inputs(state, inputs)
+
+    reef.device.set_inputs = recording
+    x = _inputs(1)[0]
+    with reef:
+        reef.submit("b", x).result(timeout=30)
+        reef.submit("r", x).result(timeout=30)
+    _close(reef)
+    assert collector[-1] is False  # the RT upload, inside the window
+    assert gc.isenabled()
