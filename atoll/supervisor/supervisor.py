@@ -317,6 +317,8 @@ class Supervisor:
         """Take down what `start` started, however far it got: nothing is restarted from here on."""
         for task in self._tasks:
             task.cancel()
+        if self.pool:
+            self.pool.stop_restarts()
         for front_end in self.front_ends:  # front ends first: they answer what they hold
             front_end.stop()
         if self.front_ends:

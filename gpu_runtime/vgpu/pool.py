@@ -195,6 +195,7 @@ class WorkerPool:
         self._ids = itertools.count()
         self._lock = threading.RLock()
         self._closed = False
+        self._stopping = False  # a stop is under way: a worker that dies now is not started again
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
         self._workers = {info.id: _Worker(info, ctx, self._prefix, engine, dataclasses.replace(backoff),
@@ -307,6 +308,12 @@ class WorkerPool:
                 self._finish(worker, request, exception=PoolClosed("pool closed"))
                 return request.future
             return self._dispatch(worker, request)
+
+    def stop_restarts(self) -> None:
+        """From now on a worker that dies stays dead and fails what it held: the server is stopping,
+        and a successor would only be stopped again."""
+        with self._lock:
+            self._stopping = True
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop every worker, fail what is still in flight, and unlink every segment."""
@@ -532,6 +539,12 @@ class WorkerPool:
                 self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker {worker.state.error}; vGPU disabled"))
                 return
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            if self._stopping:
+                worker.state.alive = False
+                log.info("vGPU %s: worker (pid %d) died (%s) while the server stops; not restarted", vgpu,
+                         worker.state.pid, how)  # fmt: skip
+                self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker died ({how}) while the server stops"))
+                return
             for req, request in list(worker.inflight.items()):
                 if isinstance(request.message, Run):
                     shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker

@@ -202,6 +202,21 @@ def test_killed_worker_restarts_and_reruns_the_batch(models):
     assert shm_segments(pool) == []
 
 
+def test_a_worker_dying_once_the_stop_began_is_not_restarted(models, caplog):
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
+        pool.load_model("slow", models["slow"])
+        pid = pool.workers["cpu0"].pid
+        future = pool.submit("cpu0", "slow", {"x": np.ones((1024, 768), np.float32)})
+        pool.stop_restarts()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerCrashed, match="while the server stops"):
+            future.result(60)
+        state = pool.workers["cpu0"]
+        assert state.restarts == 0 and not state.alive
+    assert "restarting it" not in caplog.text
+    assert shm_segments(pool) == []
+
+
 def test_second_crash_fails_the_batch_explicitly(models):
     x = np.random.default_rng(4).standard_normal((64, 768)).astype(np.float32)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
