@@ -24,7 +24,7 @@ from gpu_runtime.priority import Priority
 from atoll import __version__
 from atoll.front_end.admission import Admission
 from atoll.front_end.media import MediaError
-from atoll.front_end.rows import RowFailed, priority_of
+from atoll.front_end.rows import RowFailed, check_tensor, priority_of
 from atoll.kserve.classification import classify
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.protocol import (
@@ -298,6 +298,11 @@ def check_input(spec: ModelSpec, head: InputHead) -> None:
     if spec.preprocess != "none" and head.name == spec.raw_input:
         if head.datatype != "BYTES":
             raise ProtocolError(f"input {head.name!r} must be BYTES (a {spec.preprocess} file)")
+        return
+    if not spec.padded:  # rows hold every input (rows.check_tensor)
+        want = next((t for t in spec.inputs if t.name == head.name), None)
+        if want is not None:
+            check_tensor(spec, want, head.datatype, tuple(head.shape))
         return
     want = spec.inputs[0]
     if head.name != want.name:

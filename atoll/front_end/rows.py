@@ -25,7 +25,7 @@ from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
-from gpu_runtime.vgpu.slots import SlotArena
+from gpu_runtime.vgpu.slots import SlotArena, row_layout
 
 from atoll.config import Config
 from atoll.front_end.lanes import Lanes
@@ -34,7 +34,7 @@ from atoll.front_end.media import pad_stack, read_wav
 from atoll.front_end.slots import SlotAllocator
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.protocol import InferRequest, ProtocolError, Tensor, described
-from atoll.repository.specs import ModelSpec
+from atoll.repository.specs import ModelSpec, TensorSpec
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
 
@@ -195,6 +195,8 @@ class FrontEnd:
                 raise ProtocolError(f"{len(files)} files in one request; model {spec.name!r} takes 1 to {limit}")
             self.limits.check(spec.preprocess, files)
             return (self._preprocess_image if spec.preprocess == "image" else self._preprocess_audio), files
+        if not spec.padded:
+            return self._copy_fields, _split_request(spec, by_name)
         model_input = spec.inputs[0]
         if model_input.name not in by_name:
             wanted = [spec.raw_input] if spec.preprocess != "none" else []
@@ -219,6 +221,12 @@ class FrontEnd:
 
     async def _make_rows(self, spec, priority, make, sources, slots, indices) -> tuple[Row, ...]:
         arena = slots.arena
+        if make is self._copy_fields:
+            try:
+                return tuple(self._copy_fields(spec, arena, index, row) for index, row in zip(indices, sources))
+            except BaseException:
+                slots.release(indices)
+                raise
         if make is None:
             try:
                 shapes = [self._copy_row(arena, index, row) for index, row in zip(indices, sources)]
@@ -240,6 +248,14 @@ class FrontEnd:
         arena.input(index, row.shape)[...] = row
         return row.shape
 
+    @staticmethod
+    def _copy_fields(spec: ModelSpec, arena: SlotArena, index: int, row: list[np.ndarray]) -> Row:
+        """A row holding every input of the model, each at its offset (`slots.row_layout`)."""
+        fields, _ = row_layout(spec.row_fields(), spec.dim_bound)
+        for field, array in zip(fields, row):
+            arena.input(index, array.shape, field.dtype, field.offset)[...] = array
+        return Row(arena.name, index, row[0].shape, tuple(a.shape for a in row[1:]))
+
     def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
         return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index)))
 
@@ -259,6 +275,8 @@ class FrontEnd:
 
     def _outputs(self, spec: ModelSpec, slots: SlotAllocator, indices, layouts) -> dict[str, np.ndarray]:
         rows = [shm.views(slots.arena.output(index), layout) for index, layout in zip(indices, layouts)]
+        if spec.max_batch_size == 0:  # the one row's outputs are the whole outputs, as the model made them
+            return {out.name: np.array(rows[0][out.name]) for out in spec.outputs}
         return {out.name: pad_stack([row[out.name] for row in rows]) for out in spec.outputs}
 
     # -- the dispatcher's answers -------------------------------------------------------------------
@@ -278,6 +296,45 @@ class FrontEnd:
                 future.set_exception(RowFailed(message.failure, message.reason))
             else:
                 future.set_result(message.layouts[k])
+
+
+def check_tensor(spec: ModelSpec, want: TensorSpec, datatype: str, shape: tuple[int, ...]) -> None:
+    """An input of a model whose rows hold every input: its datatype, and its shape against the
+    config's dims (after 1 to max_batch_size rows where the model batches; a -1 up to its bound)."""
+    if datatype != want.datatype:
+        raise ProtocolError(f"input {want.name!r}: expected {want.datatype}, got {datatype}")
+    batched = spec.max_batch_size > 0
+    dims = tuple(shape[1:] if batched else shape)
+    if len(dims) != len(want.dims) or any(d != -1 and d != s for d, s in zip(want.dims, dims)):
+        expected = ", ".join(map(str, ([-1] if batched else []) + list(want.dims)))
+        raise ProtocolError(f"input {want.name!r}: shape {list(shape)} does not match [{expected}]")
+    if batched and not 0 < shape[0] <= spec.max_batch_size:
+        raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to {spec.max_batch_size}")
+    if any(d == -1 and s > spec.dim_bound for d, s in zip(want.dims, dims)):
+        raise ProtocolError(f"input {want.name!r}: shape {list(shape)} exceeds this model's bound of "
+                            f"{spec.dim_bound} in a -1 dimension (its config's parameter atoll.max_dim)")  # fmt: skip
+
+
+def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.ndarray]]:
+    """A request to a model whose rows hold every input: its rows, each a list of every input's
+    part in the model's order (the whole tensors for a model without batching). Each input must be
+    sent in its datatype, with the config's dims (a -1 up to the model's bound), and every input
+    with as many rows."""
+    missing = [t.name for t in spec.inputs if t.name not in by_name]
+    if missing:
+        raise ProtocolError(f"model {spec.name!r} needs input(s) {', '.join(missing)}")
+    unknown = [name for name in by_name if name not in {t.name for t in spec.inputs}]
+    if unknown:
+        raise ProtocolError(f"model {spec.name!r} has no input(s) {', '.join(unknown)}")
+    parts = []
+    for want in spec.inputs:
+        tensor = by_name[want.name]
+        check_tensor(spec, want, tensor.datatype, tensor.data.shape)
+        parts.append(list(tensor.data) if spec.max_batch_size > 0 else [tensor.data])
+    if len({len(p) for p in parts}) > 1:
+        raise ProtocolError(f"inputs of model {spec.name!r} must have as many rows: "
+                            f"{', '.join(f'{t.name} {len(p)}' for t, p in zip(spec.inputs, parts))}")  # fmt: skip
+    return [list(row) for row in zip(*parts)]
 
 
 async def _settled(futures: list[asyncio.Future], slots: SlotAllocator, indices: list[int]) -> list:

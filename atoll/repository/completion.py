@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default-max-batch-size for auto-completed configs
@@ -51,7 +52,7 @@ def graph_tensors(path: Path) -> tuple[list[GraphTensor], list[GraphTensor]]:
     """The graph's inputs (initializers excluded) and outputs."""
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf's DecodeError and onnx's own: the file is not a model
+    except (DecodeError, OSError, ValueError) as exc:  # the file is not a model, or cannot be read
         raise GraphError(f"{path.name} is not a readable ONNX model ({type(exc).__name__}: {exc})") from None
     graph = model.graph
     weights = {t.name for t in graph.initializer}

@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from atoll.kserve.classification import load_labels
+from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt
 from atoll.repository.completion import GraphError, complete, graph_tensors
 
@@ -27,6 +30,7 @@ TYPES = {
     "TYPE_STRING": "BYTES",
 }  # fmt: skip
 PREPROCESS_KINDS = ("image", "audio", "none")
+DIM_BOUND = 1024  # the default largest size of a -1 dimension in a slot row (parameter atoll.max_dim)
 
 
 class RepositoryError(ValueError):
@@ -57,6 +61,22 @@ class ModelSpec:
     preferred_batch_sizes: tuple[int, ...] = ()
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
+
+    @property
+    def padded(self) -> bool:
+        """Batched as the media models are: one FP32 input made by preprocessing (or sent ready),
+        its variable length zero-padded to its bucket's. Any other model's slot rows hold every
+        input (`row_fields`), batched with rows of equal shapes."""
+        return self.preprocess != "none"
+
+    @property
+    def dim_bound(self) -> int:
+        """The largest size a -1 dimension of a slot row takes: `atoll.max_dim`, else DIM_BOUND."""
+        return int(self.parameters.get("atoll.max_dim", DIM_BOUND))
+
+    def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """Every input of a slot row: name, dims (without the batch dimension), dtype."""
+        return [(t.name, t.dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -175,6 +195,13 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
         raise RepositoryError(f"{name}: label_filename: {exc}") from None
+    unserved = [t.name for t in inputs if t.datatype == "BYTES"]
+    if unserved and preprocess == "none":
+        raise RepositoryError(f"{name}: BYTES (string) input(s) {', '.join(unserved)} are served only as a media "
+                              "model's raw input (atoll.preprocess) so far")  # fmt: skip
+    bound = params.get("atoll.max_dim", str(DIM_BOUND))
+    if not bound.isdigit() or int(bound) < 1:
+        raise RepositoryError(f"{name}: parameter atoll.max_dim must be a positive integer, got {bound!r}")
     batching = cfg.get("dynamic_batching") or {}
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:

@@ -40,6 +40,7 @@ class ModelPlan:
     max_batch: int  # the largest batch it is ever sent (RT rows are chunked to it)
     frame_axis: int | None  # the rows' variable (audio frame) axis, None for fixed-shape models
     padded_frames: tuple[int, ...] = ()  # the lengths batches pad to: each bucket's upper edge
+    equal_shapes: bool = False  # a batch holds rows of equal shapes only (models batched unpadded)
 
     def pad_to(self, longest: int) -> int | None:
         """The padded length of a batch whose longest row has `longest` frames."""
@@ -202,7 +203,22 @@ class Dispatcher:
 
     def _send(self, plan: ModelPlan, vgpu: str, priority: Priority, tickets: list[_Ticket], bucket: str,
               finished) -> None:
-        """Run the tickets' rows as one batch on `vgpu`; `finished` runs on the loop once it is over."""
+        """Run the tickets' rows as one batch on `vgpu`; `finished` runs on the loop once it is over.
+        A model batched unpadded runs a batch per shape among them (`finished` once all are over)."""
+        groups = defaultdict(list)
+        for t in tickets if plan.equal_shapes else ():
+            groups[t.row.shapes].append(t)
+        if len(groups) > 1:
+            left = [len(groups)]
+
+            def one_finished() -> None:
+                left[0] -= 1
+                if not left[0]:
+                    finished()
+
+            for group in groups.values():
+                self._send(plan, vgpu, priority, group, bucket, one_finished)
+            return
         start = self.now()
         gone, expired, live = [], [], []
         for t in tickets:

@@ -5,6 +5,7 @@ largest batch, and the plans the dispatcher and workers follow."""
 from __future__ import annotations
 
 import logging
+import math
 
 from batching import (
     BatcherSettings,
@@ -19,6 +20,7 @@ from batching import (
 from batching.factory import batcher_kind
 from batching.profile import load_profile, shipped_profile
 from gpu_runtime.vgpu.messages import BatchSpec
+from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.config import Config
 from atoll.repository.specs import ModelSpec
@@ -128,12 +130,28 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 
 
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
+    if not spec.padded:
+        return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
+                         equal_shapes=True)  # fmt: skip
     dims = spec.inputs[0].dims
     frame_axis = dims.index(-1) if -1 in dims else None
-    padded = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
-    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded)
+    padded_frames = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames)
 
 
 def batch_spec(spec: ModelSpec) -> BatchSpec:
-    return BatchSpec(spec.inputs[0].name, tuple(spec.inputs[0].dims),
-                     {t.name: tuple(t.dims) for t in spec.outputs})
+    outputs = {t.name: tuple(t.dims) for t in spec.outputs}
+    first = spec.inputs[0]
+    if spec.padded:
+        return BatchSpec(first.name, tuple(first.dims), outputs)
+    fields, _ = row_layout(spec.row_fields(), spec.dim_bound)
+    return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
+                     spec.max_batch_size > 0, spec.dim_bound)  # fmt: skip
+
+
+def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:
+    """The bytes of one slot row: the padded input at its longest, or every input at its largest."""
+    if spec.padded:
+        frames = plan.padded_frames[-1] if plan.padded_frames else None
+        return 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
+    return row_layout(spec.row_fields(), spec.dim_bound)[1]

@@ -82,6 +82,16 @@ def _signature(folder: Path) -> tuple:
                         for p in folder.rglob("*") if p.is_file()))  # fmt: skip
 
 
+def _read(folder: Path, config: dict | None) -> tuple[ModelSpec, tuple]:
+    """The model of `folder` and its files' signature, both of the same files: a folder written
+    while it was read (poll mode) is read again at the next scan."""
+    before = _signature(folder)
+    spec = load_model(folder, config)
+    if _signature(folder) != before:
+        raise OSError(f"{folder.name}: its files changed while they were read")
+    return spec, before
+
+
 class ModelControl:
     def __init__(self, repository: Path, mode: str, poll_s: float, add, remove):
         """`add(spec)` and `remove(name)`: the supervisor's coroutines serving and dropping a model."""
@@ -205,7 +215,7 @@ class ModelControl:
 
     async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest) -> None:
         try:
-            spec, files = await asyncio.to_thread(lambda: (load_model(folder, request.config), _signature(folder)))
+            spec, files = await asyncio.to_thread(_read, folder, request.config)
         except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
             if name not in self._served:  # else its served version goes on
                 self._state(name, "UNAVAILABLE", one_line(exc))

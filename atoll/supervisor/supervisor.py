@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import os
 import shutil
 import socket
@@ -57,7 +56,7 @@ from atoll.supervisor.dispatcher import Dispatcher
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
-from atoll.supervisor.model_batching import Batching, batch_spec, plan_for
+from atoll.supervisor.model_batching import Batching, batch_spec, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
@@ -189,8 +188,7 @@ class Supervisor:
                                                 None, batch_spec(spec), plan.padded_frames)  # fmt: skip
             log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
             out_row_bytes = max(d["out_row_bytes"] for d in described.values())
-            frames = plan.padded_frames[-1] if plan.padded_frames else None
-            in_bytes = 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
+            in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
             share = self.config.server.pending_share(self._front_end_count)
             count = (share or SLOTS_PER_FRONT_END) + 2 * max(spec.max_batch_size, 1)

@@ -6,6 +6,11 @@ added up to the next batch size the model was built for. Rows that already lie p
 consecutive slots of one arena at their full shape are run where they are, without a copy (a lone
 row of a fixed-shape model always is). Batch buffers are reused, since fresh pages cost a fault
 each. Each row's outputs are cut back to its own share of the padded length and stored in its slot.
+
+A model whose spec lists `row_inputs` (any number of inputs, each with its dtype and shape, at its
+offset in the row) is batched from rows of equal shapes, each input stacked on its own (a lone row
+is run where it is), with no padding but the zero rows up to a built batch size; a model that is not
+`batched` runs one row as the whole input.
 """
 
 from __future__ import annotations
@@ -97,6 +102,50 @@ class BatchBuilder:
 
         return buf, release
 
+    def build_inputs(self, spec: BatchSpec, rows: tuple[Row, ...], length: int | None,
+                     sizes: tuple[int, ...]) -> tuple[dict[str, np.ndarray], Callable[[], None]]:
+        """Every input of the batch by name, and a function that hands its buffers back."""
+        if not spec.row_inputs:
+            batch, release = self.build(spec, rows, length, sizes)
+            return {spec.input_name: batch}, release
+        first = rows[0]
+        for row in rows:
+            if row.shapes != first.shapes:
+                raise ValueError(f"rows of shapes {list(row.shapes)} and {list(first.shapes)} in one batch")
+        if len(first.shapes) != len(spec.row_inputs):
+            raise ValueError(f"a row of {len(first.shapes)} inputs for a model of {len(spec.row_inputs)}")
+        for field, shape in zip(spec.row_inputs, first.shapes):
+            self._check(Row(first.arena, first.index, shape), field.dims, shape)
+        arena = self.arena(first.arena)
+        if not spec.batched:
+            if len(rows) != 1:
+                raise ValueError(f"{len(rows)} rows in one run of a model without batching")
+            return {f.name: arena.input(first.index, shape, f.dtype, f.offset)
+                    for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
+        n = len(rows)
+        batch = padded_size(n, sizes)
+        if batch == 1:
+            return {f.name: arena.inputs(first.index, 1, shape, f.dtype, f.offset)
+                    for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
+        inputs, taken = {}, []
+        for f, shape in zip(spec.row_inputs, first.shapes):
+            key = ((batch, *shape), np.dtype(f.dtype).str)
+            with self._lock:
+                free = self._free.setdefault(key, [])
+                buf = free.pop() if free else np.empty(key[0], f.dtype)
+            taken.append((key, buf))
+            for i, row in enumerate(rows):
+                buf[i] = self.arena(row.arena).input(row.index, shape, f.dtype, f.offset)
+            buf[n:] = 0
+            inputs[f.name] = buf
+
+        def release() -> None:
+            with self._lock:
+                for key, buf in taken:
+                    self._free[key].append(buf)
+
+        return inputs, release
+
     @staticmethod
     def _check(row: Row, dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
         if len(row.shape) != len(dims) or any(
@@ -106,7 +155,9 @@ class BatchBuilder:
     def scatter(self, spec: BatchSpec, rows: tuple[Row, ...], outputs: dict[str, np.ndarray],
                 length: int | None) -> tuple[shm.Layout, ...]:
         """Store each row's outputs in its slot's output region; returns their layouts."""
-        axis = variable_axis(spec.input_dims)
+        axis = None if spec.row_inputs else variable_axis(spec.input_dims)
+        if not spec.batched:  # the outputs of the one row, which has no batch axis
+            outputs = {name: np.asarray(array)[None] for name, array in outputs.items()}
         layouts = []
         for i, row in enumerate(rows):
             share = 1.0 if axis is None else row.shape[axis] / length

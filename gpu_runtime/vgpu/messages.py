@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.shm import Layout
 
@@ -14,14 +16,32 @@ from gpu_runtime.vgpu.shm import Layout
 
 
 @dataclass(frozen=True)
+class RowInput:
+    """One input of a request inside its slot row (`slots.row_layout`)."""
+
+    name: str
+    dims: tuple[int, ...]  # without the batch dimension; -1: any size up to the layout's bound
+    dtype: np.dtype
+    offset: int  # bytes from the start of the slot's input region
+
+
+@dataclass(frozen=True)
 class BatchSpec:
     """A model's batched input and outputs, so a worker can build batches from slot rows, cut
-    each row's outputs back from the padding, and build and warm every shape at load."""
+    each row's outputs back from the padding, and build and warm every shape at load.
+
+    Padded models (the media models: one input, its variable length zero-padded to the batch's
+    `length`) name that input; any other model lists every input in `row_inputs`, each at its
+    offset in the row, and is batched from rows of equal shapes, unpadded (`batched` False: a row
+    is the whole input, run alone, as `max_batch_size: 0` asks)."""
 
     input_name: str
     input_dims: tuple[int, ...]  # one row, without the batch dimension; -1 marks the variable length
     output_dims: dict[str, tuple[int, ...]]  # the same for each output
     dtype: str = "float32"
+    row_inputs: tuple[RowInput, ...] = ()  # given: every input of a request, batched unpadded
+    batched: bool = True
+    dim_bound: int = 0  # row_inputs: the largest size a -1 dimension takes (warm-up, output room)
 
 
 @dataclass(frozen=True)
@@ -58,11 +78,17 @@ class Run:
 
 @dataclass(frozen=True)
 class Row:
-    """One input row in a front end's slot arena (`slots.SlotArena`), and its own shape."""
+    """One input row in a front end's slot arena (`slots.SlotArena`), and its own shape (for a
+    model with `row_inputs`, the first input's; `more_shapes` the others', in their order)."""
 
     arena: str
     index: int
     shape: tuple[int, ...]
+    more_shapes: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        return (self.shape, *self.more_shapes)
 
 
 @dataclass(frozen=True)

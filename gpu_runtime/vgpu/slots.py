@@ -15,6 +15,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from gpu_runtime.vgpu.messages import RowInput
 from gpu_runtime.vgpu.shm import ALIGN
 
 HEADER = 4096  # the geometry, then the input regions from the next page
@@ -23,6 +24,16 @@ _GEOMETRY = np.dtype([("count", "<i8"), ("in_stride", "<i8"), ("out_stride", "<i
 
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+def row_layout(inputs, dim_bound: int) -> tuple[tuple[RowInput, ...], int]:
+    """Every input of a request in one slot row: `inputs` as (name, dims, numpy dtype), each at an
+    aligned offset with room for its dims, a -1 taking up to `dim_bound`; and the row's bytes."""
+    out, offset = [], 0
+    for name, dims, dtype in inputs:
+        out.append(RowInput(name, tuple(dims), np.dtype(dtype), offset))
+        offset += _aligned(math.prod(dim_bound if d == -1 else d for d in dims) * np.dtype(dtype).itemsize)
+    return tuple(out), max(offset, 1)
 
 
 class SlotArena:
@@ -50,17 +61,19 @@ class SlotArena:
     def attach(cls, name: str) -> SlotArena:
         return cls(shared_memory.SharedMemory(name=name), owner=False)
 
-    def input(self, index: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
-        """Slot `index`'s input region as an array of `shape` (a view: writes land in the slot)."""
-        return self.inputs(index, 1, shape, dtype)[0]
+    def input(self, index: int, shape: tuple[int, ...], dtype=np.float32, offset: int = 0) -> np.ndarray:
+        """Slot `index`'s input region (from byte `offset`: one input of a row holding several) as an
+        array of `shape` (a view: writes land in the slot)."""
+        return self.inputs(index, 1, shape, dtype, offset)[0]
 
-    def inputs(self, first: int, n: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    def inputs(self, first: int, n: int, shape: tuple[int, ...], dtype=np.float32, offset: int = 0) -> np.ndarray:
         """Slots `first .. first+n-1` as one (n, *shape) array; they must be packed (see `packed`)."""
         dtype = np.dtype(dtype)
         row = math.prod(shape) * dtype.itemsize
-        if row > self.in_stride or first < 0 or first + n > self.count or (n > 1 and row != self.in_stride):
+        if (offset < 0 or offset + row > self.in_stride or first < 0 or first + n > self.count
+                or (n > 1 and row != self.in_stride)):  # fmt: skip
             raise ValueError(f"arena {self.name}: slots {first}+{n} cannot hold rows of {shape} {dtype}")
-        start = first * self.in_stride
+        start = first * self.in_stride + offset
         return self._inputs[start : start + n * row].view(dtype).reshape((n, *shape))
 
     def packed(self, shape: tuple[int, ...], dtype=np.float32) -> bool:

@@ -161,9 +161,8 @@ class _Worker:
                 if spec is None:
                     raise KeyError(f"model {message.model!r} was not loaded for rows (no BatchSpec)")
                 self.arenas.setdefault(message.model, set()).update(row.arena for row in message.rows)
-                batch, release = self.batches.build(spec, message.rows, message.length,
-                                                    self.sizes[message.model])
-                inputs = {spec.input_name: batch}
+                inputs, release = self.batches.build_inputs(spec, message.rows, message.length,
+                                                            self.sizes[message.model])  # fmt: skip
                 self._note_shape(message.model, inputs)
                 future = self.runner.run(message.model, inputs, message.priority)
                 future.add_done_callback(lambda _: release())
@@ -180,7 +179,12 @@ class _Worker:
         sizes = tuple(description.get("batch_sizes") or ())
         out_row_bytes = 0
         warm = set()
-        for length in message.lengths or (None,):
+        for inputs in _warm_up_inputs(spec, sizes):  # every input at its own dtype and largest shape
+            outputs, _ = self.runner.warm_up(message.model, inputs)
+            row = {k: v[0] if spec.batched else v for k, v in outputs.items()}
+            out_row_bytes = max(out_row_bytes, shm.plan({k: np.asarray(v) for k, v in row.items()})[1])
+            warm.add(_shape_key(inputs[spec.input_name].shape, sizes))
+        for length in (message.lengths or (None,)) if not spec.row_inputs else ():
             shape = full_shape(spec.input_dims, length)
             for batch in sizes or (1,):
                 x = np.zeros((batch, *shape), spec.dtype)
@@ -203,8 +207,8 @@ class _Worker:
         """Count a batch whose shape was not built at load (see the module docstring)."""
         warm = self.warm.get(model)
         spec = self.specs.get(model)
-        if warm is None or spec.input_name not in inputs:
-            return
+        if warm is None or spec.input_name not in inputs or (spec.row_inputs and not self.sizes[model]):
+            return  # (onnxruntime and the like build nothing for a new shape)
         key = _shape_key(inputs[spec.input_name].shape, self.sizes[model])
         if key not in warm:
             warm.add(key)
@@ -250,6 +254,17 @@ class _Worker:
         self.outbox.put(None)
         self.replier.join(10)
         self.batches.close()
+
+
+def _warm_up_inputs(spec, sizes: tuple[int, ...]):
+    """A model with `row_inputs`: its warm-up batches, each input in its dtype, -1 dimensions at
+    the spec's bound (the outputs' room in a slot is measured on them), at every built batch size."""
+    if not spec.row_inputs:
+        return
+    for batch in (sizes or (1,)) if spec.batched else (None,):
+        lead = (batch,) if batch else ()
+        yield {f.name: np.zeros(lead + tuple(spec.dim_bound if d == -1 else d for d in f.dims), f.dtype)
+               for f in spec.row_inputs}  # fmt: skip
 
 
 def _shape_key(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple:

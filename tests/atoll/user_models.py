@@ -43,6 +43,42 @@ def fp32_pair() -> onnx.ModelProto:
                   [one, two])  # fmt: skip
 
 
+def bert() -> onnx.ModelProto:
+    """BERT-shaped: input_ids, attention_mask, token_type_ids INT64 [batch, seq] -> start_logits,
+    end_logits FP32 [batch, seq] (a stand-in arithmetic on the three, per position)."""
+    nodes = [helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["token_type_ids"], ["types"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["ids", "mask"], ["start_logits"]),
+             helper.make_node("Sub", ["ids", "types"], ["end_logits"])]  # fmt: skip
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    return _model(nodes, [value(n, TensorProto.INT64, ["batch", "seq"]) for n in names],
+                  [value(n, TensorProto.FLOAT, ["batch", "seq"]) for n in ("start_logits", "end_logits")])
+
+
+def half() -> onnx.ModelProto:
+    """FP16 in and out: y = x * x, [batch, 8]."""
+    return _model([helper.make_node("Mul", ["x", "x"], ["y"])], [value("x", TensorProto.FLOAT16, ["batch", 8])],
+                  [value("y", TensorProto.FLOAT16, ["batch", 8])])
+
+
+def masked() -> onnx.ModelProto:
+    """BOOL and UINT8 inputs: y = where(mask, pixels, 0) as UINT8, [batch, 6]."""
+    zero = helper.make_tensor("zero", TensorProto.UINT8, [], [0])
+    return _model([helper.make_node("Where", ["mask", "pixels", "zero"], ["y"])],
+                  [value("mask", TensorProto.BOOL, ["batch", 6]), value("pixels", TensorProto.UINT8, ["batch", 6])],
+                  [value("y", TensorProto.UINT8, ["batch", 6])], [zero])  # fmt: skip
+
+
+def unbatched() -> onnx.ModelProto:
+    """No batch dimension (max_batch_size 0): x FP32 [4, 16] -> row sums [4] and the transpose [16, 4]."""
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    return _model([helper.make_node("ReduceSum", ["x", "axes"], ["sums"], keepdims=0),
+                   helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0])],
+                  [value("x", TensorProto.FLOAT, [4, 16])],
+                  [value("sums", TensorProto.FLOAT, [4]), value("t", TensorProto.FLOAT, [16, 4])], [axes])  # fmt: skip
+
+
 def signature(inputs: dict, outputs: dict) -> onnx.ModelProto:
     """A graph declaring these inputs and outputs ({name: (elem type, shape)}), for tests of what the
     repository reads from a graph: it is never run (each output is a Cast of the first input)."""

@@ -217,3 +217,26 @@ def test_models_added_and_removed_while_it_runs():
         await dispatcher.stop()
 
     asyncio.run(main())
+
+
+def test_a_model_batched_unpadded_runs_a_batch_per_shape():
+    async def main():
+        pool = StandInPool()
+        plan = ModelPlan("bert", "1", max_batch=4, frame_axis=None, equal_shapes=True)
+        batcher = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01,
+                               policies={"bert": ModelBatching("image", (BucketPolicy(float("inf"), 4, 0.001),))})
+        dispatcher = Dispatcher({"bert": plan}, pool, batcher, Metrics(), LatencyModel(), {"cpu0": "cpu"})
+        dispatcher.start()
+        fe0 = Writer()
+        rows = [Row("fe0-bert", i, (n,), ((n,), (n,))) for i, n in enumerate((7, 9, 7, 9))]
+        dispatcher.submit(FrontEndLink(fe0), Submit("bert", Priority.RT, dispatcher.now() + 60, tuple(rows)))
+        batches = [(b[2], b[3]) for b in pool.batches]  # sent at once: real-time rows skip the batcher
+        assert batches == [((rows[0], rows[2]), None), ((rows[1], rows[3]), None)]
+        for b in pool.batches:
+            b[5].set_result(tuple([("y", "<f4", (1,), 0)] for _ in b[2]))
+        await settle()
+        assert sorted(r.index for m in fe0.messages for r in m.rows) == [0, 1, 2, 3]
+        assert all(m.failure is None for m in fe0.messages)
+        await dispatcher.stop()
+
+    asyncio.run(main())

@@ -268,9 +268,9 @@ def test_a_load_with_a_config_parameter_serves_that_config(tmp_path):
         await mc.handle(LoadModel("a"))
         await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))
         await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))  # the same: nothing to do
+        wrong = json.dumps({"max_batch_size": 2, "input": [{"name": "nope", "data_type": "TYPE_FP32", "dims": [2]}]})
         for bad, reason in (("{", "not valid JSON"), ("[1]", "must be a JSON object"),
-                            ('{"max_batch_size": 2, "input": [{"name": "nope", "data_type": "TYPE_FP32", '
-                             '"dims": [2]}]}', "input 'nope' is not in the graph")):  # fmt: skip
+                            (wrong, "input 'nope' is not in the graph")):
             with pytest.raises(ApiError) as refused:
                 await mc.handle(LoadModel("a", {"config": bad}))
             assert refused.value.code == ErrorCode.INVALID_ARG

@@ -1,0 +1,105 @@
+"""Slot rows holding every input of a request (`slots.row_layout`, `BatchBuilder.build_inputs`):
+each input at its aligned offset in its own dtype and shape, rows of equal shapes stacked input by
+input (a lone row run where it is), rows of other shapes refused, a model without batching given
+the row itself; and through the real WorkerPool, a two-input INT32 model warmed in its dtype whose
+outputs equal onnxruntime's."""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from gpu_runtime.vgpu.batches import BatchBuilder
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.messages import BatchSpec, Row
+from gpu_runtime.vgpu.pool import WorkerPool
+from gpu_runtime.vgpu.shm import ALIGN
+from gpu_runtime.vgpu.slots import SlotArena, row_layout
+from tests.gpu_runtime.chain_model import save
+
+pytestmark = pytest.mark.timeout(120)
+FIELDS = [("ids", (-1,), np.int64), ("mask", (3,), np.bool_)]
+
+
+def _spec(fields, batched=True, bound=8):
+    layout, _ = row_layout(fields, bound)
+    return BatchSpec(fields[0][0], fields[0][1], {"y": (-1,)}, layout[0].dtype.name, layout, batched, bound)
+
+
+def test_row_layout_puts_each_input_at_an_aligned_offset():
+    fields, size = row_layout(FIELDS + [("half", (2, 2), np.float16)], dim_bound=100)
+    assert [(f.name, f.offset) for f in fields] == [("ids", 0), ("mask", 832), ("half", 832 + ALIGN)]
+    assert [f.dtype for f in fields] == [np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.float16)]
+    assert size == 832 + 2 * ALIGN  # 100 int64 = 800 bytes, aligned up; then 3 and 8 bytes, aligned
+
+
+def _write(arena, index, ids, mask, spec) -> Row:
+    ids_field, mask_field = spec.row_inputs
+    arena.input(index, ids.shape, ids_field.dtype, ids_field.offset)[...] = ids
+    arena.input(index, mask.shape, mask_field.dtype, mask_field.offset)[...] = mask
+    return Row(arena.name, index, ids.shape, (mask.shape,))
+
+
+def test_rows_of_equal_shapes_batch_input_by_input():
+    spec = _spec(FIELDS)
+    arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 4, row_layout(FIELDS, 8)[1], 64)
+    builder = BatchBuilder()
+    try:
+        rows = [_write(arena, i, np.arange(5) + 10 * i, np.array([i % 2 == 0, True, False]), spec) for i in range(3)]
+        inputs, release = builder.build_inputs(spec, tuple(rows), None, (1, 2, 4))
+        assert inputs["ids"].shape == (4, 5) and inputs["ids"].dtype == np.int64  # padded up to the built size 4
+        np.testing.assert_array_equal(inputs["ids"][:3], [np.arange(5) + 10 * i for i in range(3)])
+        assert not inputs["ids"][3].any() and not inputs["mask"][3].any()
+        np.testing.assert_array_equal(inputs["mask"][:3, 0], [True, False, True])
+        release()
+        alone, _ = builder.build_inputs(spec, (rows[1],), None, ())
+        arena.input(1, (5,), np.int64)[...] = -1  # run where it is: the slot's own memory
+        np.testing.assert_array_equal(alone["ids"], [[-1] * 5])
+        other = _write(arena, 3, np.arange(6), np.zeros(3, bool), spec)
+        with pytest.raises(ValueError, match="in one batch"):
+            builder.build_inputs(spec, (rows[0], other), None, ())
+        whole = _spec(FIELDS, batched=False)
+        inputs, _ = builder.build_inputs(whole, (rows[2],), None, ())
+        assert inputs["ids"].shape == (5,) and inputs["mask"].shape == (3,)
+        layouts = builder.scatter(whole, (rows[2],), {"y": np.arange(4.0)}, None)
+        assert layouts[0][0][2] == (4,)  # a model without batching: its outputs as they are
+    finally:
+        builder.close()
+        arena.close()
+
+
+def test_a_two_input_int32_model_through_the_worker_pool(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["sum"]), helper.make_node("Sub", ["a", "b"], ["diff"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["N", 16]) for n in "ab"],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["N", 16]) for n in ("sum", "diff")])  # fmt: skip
+    path = save(graph, tmp_path / "two.onnx")
+    fields = [("a", (16,), np.int32), ("b", (16,), np.int32)]
+    layout, size = row_layout(fields, 1)
+    spec = BatchSpec("a", (16,), {"sum": (16,), "diff": (16,)}, "int32", layout, True, 1)
+    arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 4, size, 256)
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(-50, 50, (3, 16), dtype=np.int32), rng.integers(-50, 50, (3, 16), dtype=np.int32)
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)[:1], executor="onnxruntime") as pool:
+        try:
+            pool.load_model("two", path, max_batch=4, batch=spec)
+            rows = []
+            for i in range(3):
+                arena.input(i, (16,), np.int32, layout[0].offset)[...] = a[i]
+                arena.input(i, (16,), np.int32, layout[1].offset)[...] = b[i]
+                rows.append(Row(arena.name, i, (16,), ((16,),)))
+            layouts = pool.submit_rows("cpu0", "two", tuple(rows)).result(30)
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            want_sum, want_diff = session.run(["sum", "diff"], {"a": a, "b": b})
+            for i, layout in enumerate(layouts):
+                got = {name: np.frombuffer(arena.output(i), np.dtype(dt), int(np.prod(shape)), offset).reshape(shape)
+                       for name, dt, shape, offset in layout}  # fmt: skip
+                np.testing.assert_array_equal(got["sum"], want_sum[i])
+                np.testing.assert_array_equal(got["diff"], want_diff[i])
+            assert pool.workers["cpu0"].program_builds == 0
+        finally:
+            arena.close()
