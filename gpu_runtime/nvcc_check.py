@@ -1,7 +1,7 @@
-"""Every CUDA kernel variant the zoo models lower to at the shapes the batcher sends, compiled
-ahead with nvcc (no GPU needed) into the cubin cache the cupy executor loads
-(`gpu_runtime.kernels.cubins`), with per variant the registers, spills, stack and shared memory
-ptxas reports.
+"""Every CUDA kernel variant the zoo models lower to at the shapes the batcher sends, and the
+executor's two markers (`kernels.markers`), compiled ahead with nvcc (no GPU needed) into the cubin
+cache the cupy executor loads (`gpu_runtime.kernels.cubins`), with per variant the registers,
+spills, stack and shared memory ptxas reports.
 
     python -m gpu_runtime.nvcc_check [--arch 80,90] [--batches 1 32] [--frames 300] [--json out.json]
 
@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gpu_runtime.compiler.importer import PRECISIONS, import_model
-from gpu_runtime.kernels import cubins
+from gpu_runtime.kernels import cubins, markers
 from gpu_runtime.program import KernelDef
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.zoo import MODELS, build
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quiet", action="store_true", help="only the summary and failures")
     args = parser.parse_args(argv)
     archs = [cubins.arch_of(a) for a in args.arch.split(",") if a]
-    kernels = zoo_kernels(args.models, args.batches, args.precisions, args.frames)
+    kernels = markers.KERNELS | zoo_kernels(args.models, args.batches, args.precisions, args.frames)
     reports = check(kernels, archs, args.jobs)
     bad = [r for r in reports if not r.ok or r.spills]
     if not args.quiet:

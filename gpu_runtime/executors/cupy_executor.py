@@ -1,13 +1,13 @@
-"""The GPU executor: our CUDA kernels compiled with NVRTC (cupy.RawKernel), captured as CUDA graphs.
+"""The GPU executor: our CUDA kernels, cubins from the ahead-of-time cache (`kernels.cubins`, nvcc)
+with NVRTC as the fallback for what it lacks, captured as CUDA graphs.
 
 Every kernel's first parameter is the guard flag (DeviceFlag, one int in device memory): once set,
 kernels that start afterwards (or reach their next tile) return without writing. Weights and arena
-come from `device_memory.DeviceMemory`. A program is captured at load as one graph: `execute` is one
-launch, not a Python launch per kernel. `load(chunks=...)` also captures runs of launches as graphs
-that each end in a marker storing the chunk's number in a host-mapped word unless the flag is set; a
-marker that ran proves its chunk ran with the flag clear, so a preempted task resumes after the last
-one (the arena re-planned so a chunk can run twice: `compiler.arena.chunked`). `stamp=True` opens the
-graph with a kernel marking when it got an SM. No CuPy or no device: `CudaUnavailableError`.
+come from `device_memory.DeviceMemory`. A program is one graph: `execute` is one launch. With
+`load(chunks=...)` runs of launches are graphs too, each ending in a marker (`kernels.markers`) that
+stores the chunk's number in a host-mapped word unless the flag is set, so a preempted task resumes
+after the last chunk that ran unflagged (arena re-planned for re-runs: `compiler.arena.chunked`);
+`stamp=True` opens the graph with a marker of when it got an SM. No CuPy or device: `CudaUnavailableError`.
 """
 
 from __future__ import annotations
@@ -20,21 +20,12 @@ import numpy as np
 
 from gpu_runtime.compiler.arena import chunked
 from gpu_runtime.executors.device_memory import DeviceMemory, Region, buffer_views
-from gpu_runtime.kernels import cubins
+from gpu_runtime.kernels import cubins, markers
 from gpu_runtime.program import BufferRef, KernelDef, Program
 
 NVRTC_OPTIONS = ("--std=c++14",)
 # Captures made while other threads serve: only this thread's unsafe calls may break a capture.
 CAPTURE_MODE_THREAD_LOCAL = 1
-
-MARKER_SOURCE = r"""
-extern "C" __global__ void atoll_progress(const int* __restrict__ flag, int* word, int value) {
-  if (!*((volatile const int*)flag)) { *((volatile int*)word) = value; __threadfence_system(); }
-}
-extern "C" __global__ void atoll_stamp(int* word) {
-  *((volatile int*)word) = 1; __threadfence_system();
-}
-"""
 
 
 class CudaUnavailableError(RuntimeError):
@@ -150,9 +141,8 @@ class CupyExecutor:
         self._kernels: dict[str, Any] = {}
         self.memory = DeviceMemory(lambda n: self._cp.zeros(n, self._cp.uint8), self._free_bytes,
                                    lambda: self._cp.cuda.runtime.memGetInfo()[1])
-        module = self._cp.RawModule(code=MARKER_SOURCE, options=NVRTC_OPTIONS)
-        self._marker = module.get_function("atoll_progress")
-        self._stamp = module.get_function("atoll_stamp")
+        self._marker = self.compile(markers.PROGRESS)
+        self._stamp = self.compile(markers.STAMP)
 
     def new_flag(self) -> DeviceFlag:
         return DeviceFlag()

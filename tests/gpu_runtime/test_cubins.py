@@ -1,17 +1,20 @@
 """Kernels compiled ahead: the cache is keyed by source and architecture, nvcc fills it (where
-installed), and the cupy executor loads a cached cubin without NVRTC (CuPy stood in for, so this
-runs without a GPU) and falls back to NVRTC for what the cache lacks."""
+installed), and the cupy executor loads a cached cubin without NVRTC, its marker kernels' too (CuPy
+stood in for, so this runs without a GPU), and falls back to NVRTC for what the cache lacks."""
 
 from __future__ import annotations
 
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from gpu_runtime.executors import cupy_executor
 from gpu_runtime.executors.cupy_executor import CupyExecutor
-from gpu_runtime.kernels import cubins
+from gpu_runtime.kernels import cubins, markers
 from gpu_runtime.kernels.elementwise import ewise, fill
+from gpu_runtime.kernels.emulator import EmulatedKernel
 from gpu_runtime.kernels.rows import rows_kernel
 from gpu_runtime.kernels.se import se
 
@@ -54,7 +57,7 @@ def _stand_in_cubin(kernel, root, monkeypatch):
     """A file where the cache keeps `kernel`'s sm_90 cubin (the executor only passes its path)."""
     monkeypatch.setattr(cubins, "CACHE", root)
     path = cubins.cubin_path(kernel, "90")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\x7fELF stand-in")
     return path
 
@@ -77,11 +80,42 @@ def test_nvrtc_compiles_what_the_cache_lacks(tmp_path, monkeypatch):
     assert cp.calls == [("nvrtc", kernel.name), ("nvrtc", fill("float16").name)]
 
 
+def test_the_executor_loads_its_marker_kernels_from_the_cache(tmp_path, monkeypatch):
+    paths = [_stand_in_cubin(k, tmp_path, monkeypatch) for k in (markers.PROGRESS, markers.STAMP)]
+    cp = FakeCupy("90")
+    monkeypatch.setattr(cupy_executor, "_cupy", lambda: cp)
+    ex = CupyExecutor()
+    assert cp.calls == [("cubin", str(p)) for p in paths]
+    assert ex.compile(markers.STAMP) == ("function", str(paths[1]), "atoll_stamp")  # loaded once
+    assert len(cp.calls) == 2
+
+
+def test_nvrtc_compiles_the_marker_kernels_the_cache_lacks(tmp_path, monkeypatch):
+    monkeypatch.setattr(cubins, "CACHE", tmp_path)
+    cp = FakeCupy("90")
+    monkeypatch.setattr(cupy_executor, "_cupy", lambda: cp)
+    CupyExecutor()
+    assert cp.calls == [("nvrtc", "atoll_progress"), ("nvrtc", "atoll_stamp")]
+
+
+def test_the_marker_kernels_do_what_their_numpy_references_do():
+    """Their CUDA source on the emulator: progress stores its value only while the flag is clear."""
+    for flag in (0, 1):
+        words = [np.zeros(1, np.int32) for _ in range(2)]
+        EmulatedKernel(markers.PROGRESS).launch((1,), (1,), (np.array([flag], np.int32), words[0], 7))
+        markers.PROGRESS.numpy_impl(np.array([flag], np.int32), words[1], 7)
+        assert words[0][0] == words[1][0] == (0 if flag else 7)
+    word = np.zeros(1, np.int32)
+    EmulatedKernel(markers.STAMP).launch((1,), (1,), (word,))
+    assert word[0] == 1
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 def test_nvcc_fills_the_cache_the_executor_reads(tmp_path, monkeypatch):
     kernels = [fill(), ewise("add", "relu", 2, (False,) * 3, "ccc", ("float16",) * 3),
                rows_kernel("layernorm", "block", 0, ("float32",) * 3),
-               se("relu", "hardsigmoid", ("float32", "float16", "float16"))]
+               se("relu", "hardsigmoid", ("float32", "float16", "float16")),
+               markers.PROGRESS, markers.STAMP]
     reports = cubins.build(kernels, ["80", "90"], NVCC, jobs=2, root=tmp_path)
     assert [(r.name, r.arch) for r in reports] == [(k.name, a) for a in ("80", "90") for k in kernels]
     assert all(r.ok and r.spills == 0 and 0 < r.registers <= 255 for r in reports), reports
