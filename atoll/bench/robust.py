@@ -2,6 +2,7 @@
 processes cost `atoll serve` (ARCHITECTURE §3.4), in one run (the flood on a second server).
 
 Steps: bomb (JPEGs whose headers claim far more than they hold: time to each 400, extra peak memory),
+json (`--json-requests` concurrent `--json-mb` JSON bodies, wrong shape then right: `robust_json`),
 slow (a good client's throughput beside `--slow` connections holding bodies open), flood (the same
 beside `--flood` idle and half-sent connections, on a server bounded to `--flood-bound`), overload
 (open loop at `--overload` x capacity: every request answered once, goodput over capacity), storm
@@ -33,6 +34,8 @@ from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request, split
+from atoll.bench.robust_json import json_step, peak_rss_mb, wide_model
+from atoll.bench.robust_json import summary as json_summary
 from atoll.bench.server_process import ServerProcess
 from atoll.bench.servers import add_loadgen_options, counter_total, split_cores, started
 from atoll.http.connections import raise_open_file_limit
@@ -56,6 +59,8 @@ def register(subparsers) -> None:
     p.add_argument("--storm", type=int, default=256,
                    help="closed-loop connections resending refused requests at once (default 256)")
     p.add_argument("--request-timeout", type=float, default=2.0, help="the server's request_timeout_s (default 2)")
+    p.add_argument("--json-requests", type=int, default=4, help="concurrent large JSON requests (default 4)")
+    p.add_argument("--json-mb", type=float, default=60.0, help="size of each large JSON request (default 60 MB)")
     add_loadgen_options(p)
     p.add_argument("--out", type=Path, default=Path("bench/results/robust_cpu.json"),
                    help="results JSON (default bench/results/robust_cpu.json)")
@@ -68,10 +73,13 @@ def run(args) -> int:
     load = Load(load_cpus, procs)
     with tempfile.TemporaryDirectory(prefix="atoll-robust-") as root:
         write_model(Path(root), MODEL, build(MODEL))
+        json_elements = int(args.json_mb * 1e6 / 5)
+        wide_model(Path(root), json_elements)
         serve = ["--repository", root, "--backend", "cpu", "--set", f"server.request_timeout_s={args.request_timeout:g}"]
         with started(serve, server_cpus) as server:
             doc = {"server_args": serve, "cores": len(os.sched_getaffinity(0)), "server_cores": list(server_cpus) or "all",
-                   "loadgen_cores": list(load_cpus) or "all", "loadgen_processes": procs, "bomb": _bomb(server)}  # fmt: skip
+                   "loadgen_cores": list(load_cpus) or "all", "loadgen_processes": procs, "bomb": _bomb(server),
+                   "json": json_step(server, args.json_requests, json_elements)}  # fmt: skip
             alone = _closed_loop(server, load, args.concurrency, args.duration)
             slow = _with_connections(server, 0, args.slow,
                                      lambda: _closed_loop(server, load, args.concurrency, args.duration))
@@ -88,6 +96,7 @@ def run(args) -> int:
     b, s, o, f, st = doc["bomb"], doc["slow"], doc["overload"], doc["flood"], doc["storm"]
     summary = [f"bomb: 400 in {b['one']['median_ms']} ms (32 in a request: {b['thirty_two']['median_ms']} ms; "
                f"1,000 scans: {b['scans']['median_ms']} ms), +{b['extra_peak_rss_mb']} MB peak RSS",
+               *json_summary(doc["json"]),
                f"slow: {s['with_slow_rps']} vs {s['alone_rps']} req/s alone with {s['connections']} slow connections "
                f"({s['ratio']:.0%})",
                f"flood: {f['with_flood_rps']} vs {f['alone_rps']} req/s alone beside {f['idle']} idle and "
@@ -129,18 +138,10 @@ def _status(url: str) -> int:
         return -1
 
 
-def _peak_rss_mb(pids) -> dict[int, float]:
-    out = {}
-    for pid in pids:
-        with open(f"/proc/{pid}/status") as f:
-            out[pid] = next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
-    return out
-
-
 def _bomb(server: ServerProcess, reps: int = 20) -> dict:
     url = f"{server.url}/v2/models/{MODEL}/infer"
     fronts = server.children()["front_end"]
-    before = _peak_rss_mb(fronts)
+    before = peak_rss_mb(fronts)
     doc = {"file_bytes": len(jpeg_bomb()), "scans_file_bytes": len(jpeg_scan_bomb())}
     for name, files in (("one", [jpeg_bomb()]), ("thirty_two", [jpeg_bomb()] * 32), ("scans", [jpeg_scan_bomb()])):
         body, headers = infer_body("image", files)
@@ -151,7 +152,7 @@ def _bomb(server: ServerProcess, reps: int = 20) -> dict:
             times.append(time.perf_counter() - start)
         doc[name] = {"statuses": sorted(statuses), "median_ms": round(statistics.median(times) * 1e3, 2),
                      "max_ms": round(max(times) * 1e3, 2)}  # fmt: skip
-    after = _peak_rss_mb(fronts)
+    after = peak_rss_mb(fronts)
     doc["extra_peak_rss_mb"] = round(max(after[p] - before[p] for p in fronts), 1)
     return doc
 

@@ -63,19 +63,20 @@ class BodyReader:
         """Read the body (`length` bytes) into its place, `at_hand` of them in the read being parsed;
         with `early_at` (past `at_hand`), the loop is first woken once that many have arrived, for
         the route's early answer (`early_due`)."""
-        self._placed, self.left = bytearray(self.length), self.length
         self._early_at = early_at if at_hand < early_at < self.length else 0
+        # until the early answer is asked, only its bytes have a place: a refused body is never allocated
+        self._placed, self.left = bytearray(self._early_at or self.length), self.length
         if at_hand < self.length:
             self.wake_at((self._early_at or self.length) - at_hand)
 
     def space(self) -> memoryview:
         """Where the kernel copies what comes next of the body being placed."""
-        return memoryview(self._placed)[len(self._placed) - self.left:]
+        return memoryview(self._placed)[self.length - self.left:]
 
     def copy(self, data: memoryview) -> int:
         """Copy the start of `data` (a read being parsed) into the body being placed; how much."""
         take = min(len(data), self.left)
-        start = len(self._placed) - self.left
+        start = self.length - self.left
         self._placed[start:start + take] = data[:take]
         self.left -= take
         return take
@@ -97,6 +98,14 @@ class BodyReader:
             return None
         self._early_at = 0
         return memoryview(self._placed)[:got]
+
+    def place_rest(self) -> None:
+        """Not answered early after all: the whole body gets its place, and is awaited."""
+        got = self.length - self.left
+        whole = bytearray(self.length)
+        whole[:got] = memoryview(self._placed)[:got]
+        self._placed = whole
+        self.wake_at(self.left)
 
     def drop_rest(self) -> None:
         """Drop what is still to come of the body being placed: it was answered early after all."""

@@ -149,9 +149,12 @@ class Connection(asyncio.BufferedProtocol):
         if self.state is PLACING:
             if self._body.filled(nbytes):
                 self._complete(self._body.placed())
-            elif (prefix := self._body.early_due()) is not None and (response := self._early(prefix)) is not None:
-                self._body.drop_rest()
-                self._answer_early(response)
+            elif (prefix := self._body.early_due()) is not None:
+                if (response := self._early(prefix)) is None:
+                    self._body.place_rest()
+                else:
+                    self._body.drop_rest()
+                    self._answer_early(response)
         elif self.state not in STOPPED:  # (else: lingering, what the client still sends is dropped)
             self._parse(0, nbytes)
             if self.state is DROPPING and self._body.discard(self.server.buffer):

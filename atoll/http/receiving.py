@@ -11,7 +11,8 @@ class Receiving(enum.Enum):
     (a request begins) -> BODY (its head is parsed: a body comes through the parser) -> IDLE (the
     body is whole). A body of known length is SIZED first, then -> BODY if the parser went on, else
     -> PLACING (read past the parser into its place) or -> DROPPING (answered from its head: the
-    rest is dropped), then -> IDLE. A refusal ends parsing (`REFUSED`): in a head -> REFUSED_IN_HEAD,
+    rest is dropped), then -> IDLE; PLACING -> DROPPING where the route answers once the body's
+    first bytes (`edge.EARLY_BYTES`) are in place. A refusal ends parsing (`REFUSED`): in a head -> REFUSED_IN_HEAD,
     in a body -> REFUSED_IN_BODY (what still comes is dropped while the connection lingers), between
     requests -> ENDED, as does a client that half-closes or asks to upgrade (answered, then closed)."""
 
