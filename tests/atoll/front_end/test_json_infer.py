@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from tests.atoll.front_end.test_server_errors import BODY, EchoFrontEnd, _infer_head, _served_raw, _serving
+from tests.atoll.front_end.test_server_errors import (
+    BODY,
+    EchoFrontEnd,
+    _infer_head,
+    _served_raw,
+    _serving,
+)
 
 
 async def _answer(reader) -> tuple[int, dict]:

@@ -9,8 +9,21 @@ import pytest
 
 from atoll.kserve import json_tensors
 from atoll.kserve.datatypes import DTYPES, ProtocolError
-from atoll.kserve.json_tensors import Incomplete, Skeleton, json_values, skeleton, sliced_sync
-from atoll.kserve.protocol import HEADER_LENGTH, Output, decode_request, decoding, encode_response, join_bytes
+from atoll.kserve.json_tensors import (
+    Incomplete,
+    Skeleton,
+    json_values,
+    skeleton,
+    sliced_sync,
+)
+from atoll.kserve.protocol import (
+    HEADER_LENGTH,
+    Output,
+    decode_request,
+    decoding,
+    encode_response,
+    join_bytes,
+)
 
 RNG = np.random.default_rng(7)
 
