@@ -419,8 +419,8 @@ def _strings(body, span: Span, count: int, name: str) -> Steps:
         if filled + len(items) > count:
             raise ProtocolError(f"input {name!r}: more than {count} values for its shape")
         try:
-            out[filled : filled + len(items)] = [item.encode() for item in items]
-        except AttributeError:
+            out[filled : filled + len(items)] = list(map(str.encode, items))
+        except TypeError:  # not a str
             bad = next(item for item in items if not isinstance(item, str))
             raise ProtocolError(f"input {name!r}: BYTES data must be strings, got {described(bad)}") from None
         except UnicodeEncodeError:
