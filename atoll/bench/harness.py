@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from gpu_runtime import zoo
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors import preemptible_executor, program_executor
@@ -106,13 +107,14 @@ def zoo_model(name: str, device: str, seed: int):
     return model
 
 
-def load_program(name: str, device: str, seed: int):
-    """Import a zoo model (`zoo_model`) for batch 1."""
+def load_program(name: str, device: str, seed: int, batch: int = 1):
+    """Import a zoo model (`zoo_model`) at `batch`, audio at the device's AUDIO_FRAMES; the
+    program is named `<model>[-b<batch>]-<seed>`."""
 
     model = zoo_model(name, device, seed)
     length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
-    return import_model(model, batch=1, length=length, name=f"{name}-{seed}")
-
+    size = f"-b{batch}" if batch > 1 else ""
+    return import_model(model, batch=batch, length=length, name=f"{name}{size}-{seed}")
 
 
 def make_device(kind: str, measure_start: bool = False):
@@ -144,6 +146,7 @@ def solo_latency_s(kind: str, program, inputs, reps: int = 5, warmup: int = 2) -
             times.append(r.end_s - r.arrival_s)
     dev.close()
     return statistics.median(times[warmup:])
+
 
 def pin_cpu_vgpu(cores: int) -> list[int]:
     """Give the CPU vGPU `cores` cores, as a MIG slice owns its SMs: every thread started from

@@ -1,14 +1,13 @@
 """`atoll bench preempt`: how fast an RT request gets the device while BE work keeps it busy.
 
-Closed-loop BE clients keep the vGPU busy; RT requests arrive one at a time at random moments
-(each a random while after the previous one ended, so each finds BE work running). Preemption
-latency is the time from an RT request's arrival to its first kernel starting (CPU: the stream
-thread's clock; CUDA: GPU events, see scheduler.cuda_device). Restore overhead is the scheduler's
-time to clear the flag and re-submit the preempted BE tasks; `be_reruns` counts kernels executed
-twice. `rt-only` is the same RT stream of requests on an idle vGPU, and each policy's RT overhead
-is its median RT latency over rt-only's. The BE load (`--be-load`): `idle`, one batch-1 client
-(most of its kernels fill few SMs); `saturate`, a conv net and a GEMM-heavy model at a large batch
-on BE streams of their own, so every SM holds BE blocks when an RT request arrives.
+Closed-loop BE clients keep the vGPU busy; RT requests arrive one at a time, each a random while
+after the previous one ended, so each finds BE work running. Preemption latency is arrival -> first
+RT kernel start (CPU: the stream thread's clock; CUDA: GPU events, see scheduler.cuda_device);
+restore overhead is the scheduler's time to clear the flag and re-submit the preempted BE tasks
+(`be_reruns` counts kernels run twice). `rt-only` sends the same RT requests to an idle vGPU; each
+policy's RT overhead is its median RT latency over rt-only's, minus one. `--be-load idle`: one
+batch-1 client (most of its kernels fill few SMs); `saturate`: a conv net and a GEMM-heavy model at
+a large batch, each on a BE stream of its own, so every SM holds BE blocks when an RT request arrives.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import numpy as np
 from tqdm import tqdm
 
 from atoll.bench.harness import (
-    AUDIO_FRAMES,
     POLICY_ORDER,
     RT_ONLY,
     Recorder,
@@ -35,10 +33,7 @@ from atoll.bench.harness import (
     pin_cpu_vgpu,
     policies_from,
     random_inputs,
-    zoo_model,
 )
-from gpu_runtime import zoo
-from gpu_runtime.compiler.importer import import_model
 from scheduler.reef import DEFAULT_CAPACITY, Reef
 
 RT_MODEL = "mobilenet_v3_small"
@@ -89,15 +84,6 @@ def be_clients(load: str, device: str, short: bool) -> dict[str, int]:
     """model -> batch of the BE clients of `load` on `device`."""
     clients = BE_LOADS[load][device]
     return {m: min(b, SHORT["batch"]) if short else b for m, b in clients.items()}
-
-
-def load_batch(name: str, device: str, seed: int, batch: int):
-    """A zoo model's program at `batch` (harness.load_program's inputs and lengths)."""
-    if batch == 1:
-        return load_program(name, device, seed)
-    length = None if zoo.MODELS[name].kind == "image" else AUDIO_FRAMES[device]
-    return import_model(zoo_model(name, device, seed), batch=batch, length=length,
-                        name=f"{name}-b{batch}-{seed}")
 
 
 def measure(policy: str, kind: str, rt, be: dict, inputs: dict, n: int, seed: int,
@@ -198,7 +184,7 @@ def run(args) -> int:
         be[load] = {}
         for i, (model, batch) in enumerate(be_clients(load, args.device, args.short).items()):
             client = f"be-{model}-b{batch}"
-            be[load][client] = load_batch(model, args.device, args.seed + 100 + i, batch)
+            be[load][client] = load_program(model, args.device, args.seed + 100 + i, batch)
             inputs[client] = random_inputs(be[load][client], args.seed + 1 + i)
     n = args.n or (SHORT["n"] if args.short else DEFAULT_N[args.device])
     runs = ([(RT_ONLY, None)] if RT_ONLY in policies else []) + [
