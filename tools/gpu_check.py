@@ -1,20 +1,14 @@
 #!/usr/bin/env python3
-"""Atoll's kernels on a GPU, per zoo model: correctness against onnxruntime and the time of one
-inference replayed as a single CUDA graph, beside PyTorch's CUDA-graph replay of the same ONNX
-graph (fp32 with TF32 off, and fp16).
+"""Atoll's kernels on a GPU, per zoo model: the error against onnxruntime and one inference replayed
+as a CUDA graph, beside PyTorch's CUDA-graph replay of the same ONNX graph (fp32 without TF32, fp16).
 
     python3 tools/gpu_check.py [--models NAME ...] [--batches 1 32] [--precisions fp32 fp16]
     python3 tools/gpu_check.py --device cpu ...    the same rows on the CPU (the dry run)
 
-Run from the repository root on a machine with CuPy, PyTorch and a CUDA GPU. For each model
-(zoo seed 0; audio at 300 frames), batch and precision it records: the max relative error of the
-outputs against onnxruntime (and whether it is within `atoll model check`'s tolerance), the
-median over --repeats graph replays (CUDA events, after warm-up), a per-kernel-name breakdown
-from launching each kernel alone between events (~2 us of event overhead each), and the
-torch-graph fp32/fp16 medians. Kernels come from the cubin cache (built first with nvcc where it
-is installed: `gpu_runtime.kernels.cubins`), else NVRTC. One failing model is reported and the
-others go on. Writes $OUT/gpu_check.json (or ./gpu_check.json) and prints a table last. On the
-CPU the numpy executor runs the programs (timed with the host clock) and PyTorch is left out.
+Per model (zoo seed 0, audio at 300 frames), batch and precision, gpu_check.json in $OUT (or .) gets
+the error (within `atoll model check`'s tolerance or not), the median replay (CUDA events), per-kernel
+times and the torch-graph medians; a failing model is reported, the others go on. Kernels: the cubin
+cache (nvcc-built first where installed), else NVRTC; on the CPU, their NumPy references.
 """
 
 from __future__ import annotations
@@ -109,7 +103,6 @@ def per_kernel(cp, ex, state, passes: int = 3) -> dict[str, list]:
 
 def torch_graph_ms(onnx_path: str, feeds: dict[str, np.ndarray], dtype: str, repeats: int) -> float:
     import torch  # optional: PyTorch, the GPU baseline only
-
 
     model = TorchGraphModel(onnx_path, feeds, dtype)
     stream = torch.cuda.current_stream()

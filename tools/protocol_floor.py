@@ -1,23 +1,11 @@
 """What a request costs a bare server of each protocol Atoll's front ends speak, before any Atoll
-code runs: Atoll's HTTP edge (`edge.HttpServer`, on httptools) with one POST route that
-answers a few bytes once the body is read, the same route on aiohttp (which served Atoll's HTTP
-before the edge), and a grpc.aio server whose one unary method (raw bytes in, a few bytes out)
-does the same. Each is
-driven in closed loop from a process of its own, as `atoll bench serve` drives Atoll: the lean
-HTTP client, or gRPC channels sending bytes encoded beforehand. The figure is the server
-process's CPU-ms per request, for a JPEG-sized body (110 KB) and a ready 224x224 FP32 tensor
-(602 KB). It is the floor under `bench serve --protocol http,grpc`: gRPC cannot serve as many
-requests per core as HTTP where grpcio's own floor is the higher one.
-
-A fourth server, `atoll-refusal`, is Atoll's own HTTP server (routes, errors, body limits,
-request decoding, admission, metrics) over a front end that is never reached: admission refuses
-every request (503, as under overload), so its figure against the bare route's is what Atoll adds
-to a refusal, the part of `bench robust`'s overload cost that is not contention. It is sent a real
-infer request carrying a 640x480 JPEG.
-
-Every server runs with the glibc heap settings `atoll serve` gives its processes
-(`supervisor.HEAP_TUNING`): without them each body of 128 KB or more is a fresh mmap whose page faults
-cost more than the protocol (a 602 KB body: 0.24 CPU-ms on the edge instead of 0.06).
+code runs: one POST route answering a few bytes once the body is read, on Atoll's HTTP edge
+(`edge.HttpServer`) and on aiohttp, and a grpc.aio unary method doing the same. The figure is the
+server's CPU-ms per request for a 110 KB body and a 602 KB tensor, driven in closed loop from a
+process of its own as `atoll bench serve` drives Atoll. `atoll-refusal` is Atoll's HTTP server
+refusing every request at admission: what Atoll adds to a refusal. Servers run with `atoll serve`'s
+glibc heap settings (`supervisor.HEAP_TUNING`), without which a body of 128 KB or more is a fresh
+mmap whose page faults cost more than the protocol. Figures: docs/benchmarks.md, docs/http-edge.md.
 
 Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
 """
@@ -59,7 +47,7 @@ from atoll.supervisor.supervisor import HEAP_TUNING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atoll.bench.cpustat import process_cpu_s  # noqa: E402
+from atoll.bench.cpustat import process_cpu_s
 
 SIZES = {"jpeg_110kb": 110_000, "tensor_602kb": 3 * 224 * 224 * 4}
 MODEL = "mobilenet_v3_small"

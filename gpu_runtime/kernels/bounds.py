@@ -2,16 +2,11 @@
 flag set while the block runs stops it only at its next check, so this bounds how long a
 real-time arrival waits for the SMs best-effort blocks hold.
 
-Each kernel factory registers, per variant, a function giving the longest stretch of one block
-of a launch between checks (launch -> first check, check -> check, last check -> end) as the
-global-memory bytes it moves, the flops it does and the global loads on its longest chain of
-dependent round trips (trip counts x work per trip). The H100 model turns a stretch into time:
-
-    t = max(resident * bytes / (HBM / SMS), resident * flops / rate_per_SM, chain * LATENCY)
-
-where `resident` is the number of the launch's blocks sharing an SM (occupancy by threads,
-registers and shared memory, capped by the grid), so the first two terms are the time for the SM
-to drain every resident block's stretch at its fair share of bandwidth or arithmetic.
+Each kernel factory registers, per variant, the stretches of one block of a launch between checks
+(launch -> first check, check -> check, last check -> end) as the global bytes it moves, the flops
+it does and its chain of dependent global loads. `seconds` turns a stretch into time: the longest
+of the SM draining its resident blocks' stretches at their share of HBM bandwidth or arithmetic,
+and the chain's latency. The model and its H100 figures: docs/gpu-acceptance.md, "Bounded blocks".
 """
 
 from __future__ import annotations

@@ -2,18 +2,12 @@
 
     Y[z, m, n] = act(alpha * sum_k A[z, m, k] B[z, k, n] + bias + beta * C[z, m, n] * S[z0, m])
 
-Every operand is addressed by element strides over (z0, z1, z2, m/k, k/n), so transposed and
-broadcast operands cost nothing; A rows may come from an int32 table (gathered rows). For a
-convolution M is output channels and N is every output pixel of every image (column n is image
-n / P, pixel n % P): stores along N are contiguous NCHW rows, and B is an implicit im2col whose
-geometry is baked into the source (constant divisions become multiplies). Small problems take
-small tiles (more blocks) and, when there are still too few blocks, a deterministic split over K:
-each split writes its own fp32 partial and a second launch sums them in a fixed order and applies
-the epilogue (no atomics: results are bit-identical run to run).
-
-Two main loops share the operand addressing and the epilogue: fp32 SIMT below (a block of 256
-threads computes BM x BN with a BM/16 x BN/16 patch per thread from double-buffered shared tiles)
-and fp16 tensor cores in `mma.py`.
+Operands are addressed by element strides, so transposes and broadcasts cost nothing (A rows may
+be gathered through an int32 table); a convolution is an implicit im2col whose geometry is baked
+into the source. Small problems take small tiles and, still short of blocks, a deterministic split
+over K: each split writes an fp32 partial that a second launch sums in a fixed order (no atomics,
+so results are bit-identical run to run). Two main loops share addressing and epilogue: fp32 SIMT
+here, fp16 tensor cores in `mma.py`. The layout in detail: docs/gpu.md, "Kernels".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The fp16 tensor-core main loop of the GEMM family: mma.sync m16n8k16 (fp16 x fp16 -> fp32).
 
-Same spec, operand addressing, split and epilogue as the SIMT loop in gemm.py; what differs is
-the tile in shared memory (fp16, k-contiguous rows for A, and for B either [k][n] read with
-ldmatrix.trans or [n][k] read with ldmatrix) and the inner product: each of the 8 warps owns a
-(BM/WM) x (BN/WN) piece of the block tile as m16 x n8 fragments. Operands of any storage type are
-converted to fp16 on their way into shared memory (an fp32 graph input feeds the first layer
-directly); accumulation stays fp32.
-
+Same spec, operand addressing, split and epilogue as the SIMT loop in gemm.py; the shared tile is
+fp16 (A in k-contiguous rows; B as [k][n] read with ldmatrix.trans or [n][k] read with ldmatrix),
+and each of the 8 warps owns a (BM/WM) x (BN/WN) piece of the block tile as m16 x n8 fragments.
+Operands of any storage type become fp16 on their way into shared memory; accumulation is fp32.
 ldmatrix and mma are inline PTX (NVRTC through CuPy cannot include <mma.h>). Built with
-ATOLL_EMULATOR, both are replaced by warp-shuffle code that moves the same elements to the same
-lanes as the PTX ISA's fragment layouts say, so the CPU emulator checks the fragment indexing:
-  mma A (16x16, row): reg q of lane l holds row l/4 + 8 * (q & 1), cols 2 * (l % 4) + 8 * (q >> 1)
-  and +1; B (16x8, col): reg q holds rows 2 * (l % 4) + 8 * q and +1 of col l / 4; D (16x8):
-  d0, d1 at row l / 4, cols 2 * (l % 4) and +1; d2, d3 the same 8 rows below.
-  ldmatrix: lanes 8j..8j+7 give the row addresses of matrix j; lane l receives elements
-  2 * (l % 4), +1 of row l / 4 of each matrix (.trans: rows 2 * (l % 4), +1 of column l / 4).
+ATOLL_EMULATOR, warp shuffles move the same elements to the same lanes as the PTX ISA's fragment
+layouts (docs/gpu.md, "Kernels"), so the CPU emulator checks the fragment indexing.
 """
 
 from __future__ import annotations
