@@ -25,7 +25,7 @@ from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
-from gpu_runtime.vgpu.slots import SlotArena, row_layout
+from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
 from atoll.front_end.lanes import Lanes
@@ -251,9 +251,15 @@ class FrontEnd:
     @staticmethod
     def _copy_fields(spec: ModelSpec, arena: SlotArena, index: int, row: list[np.ndarray]) -> Row:
         """A row holding every input of the model, each at its offset (`slots.row_layout`)."""
-        fields, _ = row_layout(spec.row_fields(), spec.dim_bound)
+        fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
         for field, array in zip(fields, row):
-            arena.input(index, array.shape, field.dtype, field.offset)[...] = array
+            if field.dtype != object:
+                arena.input(index, array.shape, field.dtype, field.offset)[...] = array
+                continue
+            try:
+                pack_bytes(array.reshape(-1), arena.input(index, (field.room,), np.uint8, field.offset))
+            except ValueError as exc:
+                raise ProtocolError(f"input {field.name!r}: {exc} (its config's parameter atoll.max_bytes)") from None
         return Row(arena.name, index, row[0].shape, tuple(a.shape for a in row[1:]))
 
     def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:

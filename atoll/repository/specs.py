@@ -31,6 +31,7 @@ TYPES = {
 }  # fmt: skip
 PREPROCESS_KINDS = ("image", "audio", "none")
 DIM_BOUND = 1024  # the default largest size of a -1 dimension in a slot row (parameter atoll.max_dim)
+BYTES_ROOM = 64 * 1024  # the default bytes of a BYTES input in a slot row, length prefixes included (atoll.max_bytes)
 
 
 class RepositoryError(ValueError):
@@ -74,8 +75,13 @@ class ModelSpec:
         """The largest size a -1 dimension of a slot row takes: `atoll.max_dim`, else DIM_BOUND."""
         return int(self.parameters.get("atoll.max_dim", DIM_BOUND))
 
+    @property
+    def bytes_room(self) -> int:
+        """The bytes a BYTES input takes at most in a slot row: `atoll.max_bytes`, else BYTES_ROOM."""
+        return int(self.parameters.get("atoll.max_bytes", BYTES_ROOM))
+
     def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-        """Every input of a slot row: name, dims (without the batch dimension), dtype."""
+        """Every input of a slot row: name, dims (without the batch dimension), dtype (object: BYTES)."""
         return [(t.name, t.dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
@@ -195,13 +201,13 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
         raise RepositoryError(f"{name}: label_filename: {exc}") from None
-    unserved = [t.name for t in inputs if t.datatype == "BYTES"]
-    if unserved and preprocess == "none":
-        raise RepositoryError(f"{name}: BYTES (string) input(s) {', '.join(unserved)} are served only as a media "
-                              "model's raw input (atoll.preprocess) so far")  # fmt: skip
-    bound = params.get("atoll.max_dim", str(DIM_BOUND))
-    if not bound.isdigit() or int(bound) < 1:
-        raise RepositoryError(f"{name}: parameter atoll.max_dim must be a positive integer, got {bound!r}")
+    unserved = [t.name for t in outputs if t.datatype == "BYTES"]
+    if unserved:
+        raise RepositoryError(f"{name}: BYTES (string) output(s) {', '.join(unserved)} are not served yet")
+    for key, default in (("atoll.max_dim", DIM_BOUND), ("atoll.max_bytes", BYTES_ROOM)):
+        bound = params.get(key, str(default))
+        if not bound.isdigit() or int(bound) < 1:
+            raise RepositoryError(f"{name}: parameter {key} must be a positive integer, got {bound!r}")
     batching = cfg.get("dynamic_batching") or {}
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:

@@ -144,7 +144,7 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     first = spec.inputs[0]
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
-    fields, _ = row_layout(spec.row_fields(), spec.dim_bound)
+    fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
     return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
                      spec.max_batch_size > 0, spec.dim_bound)  # fmt: skip
 
@@ -154,4 +154,4 @@ def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:
     if spec.padded:
         frames = plan.padded_frames[-1] if plan.padded_frames else None
         return 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
-    return row_layout(spec.row_fields(), spec.dim_bound)[1]
+    return row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)[1]

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import numpy as np
 
 from gpu_runtime.vgpu import shm
-from gpu_runtime.vgpu.messages import BatchSpec, Row
-from gpu_runtime.vgpu.slots import SlotArena
+from gpu_runtime.vgpu.messages import BatchSpec, Row, RowInput
+from gpu_runtime.vgpu.slots import SlotArena, unpack_bytes
 
 
 def batch_sizes(max_batch: int | None) -> tuple[int, ...]:
@@ -120,15 +120,22 @@ class BatchBuilder:
         if not spec.batched:
             if len(rows) != 1:
                 raise ValueError(f"{len(rows)} rows in one run of a model without batching")
-            return {f.name: arena.input(first.index, shape, f.dtype, f.offset)
+            return {f.name: self._field(first, f, shape)
                     for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
         n = len(rows)
         batch = padded_size(n, sizes)
         if batch == 1:
-            return {f.name: arena.inputs(first.index, 1, shape, f.dtype, f.offset)
+            return {f.name: self._field(first, f, shape)[None] if f.dtype == object
+                    else arena.inputs(first.index, 1, shape, f.dtype, f.offset)
                     for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
         inputs, taken = {}, []
         for f, shape in zip(spec.row_inputs, first.shapes):
+            if f.dtype == object:  # BYTES: decoded from each row (the one copy), empty strings below
+                strings = np.full((batch, *shape), "", object)
+                for i, row in enumerate(rows):
+                    strings[i] = self._field(row, f, shape)
+                inputs[f.name] = strings
+                continue
             key = ((batch, *shape), np.dtype(f.dtype).str)
             with self._lock:
                 free = self._free.setdefault(key, [])
@@ -145,6 +152,12 @@ class BatchBuilder:
                     self._free[key].append(buf)
 
         return inputs, release
+
+    def _field(self, row: Row, field: RowInput, shape: tuple[int, ...]) -> np.ndarray:
+        """One input of a row: a view of its slot, or BYTES elements decoded from it."""
+        if field.dtype == object:
+            return unpack_bytes(self.arena(row.arena).input(row.index, (field.room,), np.uint8, field.offset), shape)
+        return self.arena(row.arena).input(row.index, shape, field.dtype, field.offset)
 
     @staticmethod
     def _check(row: Row, dims: tuple[int, ...], shape: tuple[int, ...]) -> None:

@@ -21,8 +21,9 @@ class RowInput:
 
     name: str
     dims: tuple[int, ...]  # without the batch dimension; -1: any size up to the layout's bound
-    dtype: np.dtype
+    dtype: np.dtype  # object: BYTES elements, length-prefixed (`slots.pack_bytes`)
     offset: int  # bytes from the start of the slot's input region
+    room: int  # bytes it may take there
 
 
 @dataclass(frozen=True)

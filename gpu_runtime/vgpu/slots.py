@@ -26,14 +26,43 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def row_layout(inputs, dim_bound: int) -> tuple[tuple[RowInput, ...], int]:
+def row_layout(inputs, dim_bound: int, bytes_room: int = 0) -> tuple[tuple[RowInput, ...], int]:
     """Every input of a request in one slot row: `inputs` as (name, dims, numpy dtype), each at an
-    aligned offset with room for its dims, a -1 taking up to `dim_bound`; and the row's bytes."""
+    aligned offset with room for its dims, a -1 taking up to `dim_bound` (a BYTES input, dtype
+    object, has `bytes_room` bytes, its length prefixes included); and the row's bytes."""
     out, offset = [], 0
     for name, dims, dtype in inputs:
-        out.append(RowInput(name, tuple(dims), np.dtype(dtype), offset))
-        offset += _aligned(math.prod(dim_bound if d == -1 else d for d in dims) * np.dtype(dtype).itemsize)
+        dtype = np.dtype(dtype)
+        elements = math.prod(dim_bound if d == -1 else d for d in dims)
+        room = _aligned(bytes_room if dtype == object else elements * dtype.itemsize)
+        out.append(RowInput(name, tuple(dims), dtype, offset, room))
+        offset += room
     return tuple(out), max(offset, 1)
+
+
+def pack_bytes(elements, region: np.ndarray) -> None:
+    """BYTES elements into a row's region (uint8) as KServe's binary form lays them out: each a
+    4-byte little-endian length, then its bytes. Raises ValueError past the region's room."""
+    parts = [e if isinstance(e, bytes) else str(e).encode() for e in elements]
+    size = 4 * len(parts) + sum(map(len, parts))
+    if size > len(region):
+        raise ValueError(f"{size} bytes of BYTES elements exceed the row's room of {len(region)}")
+    at = 0
+    for part in parts:
+        region[at : at + 4] = np.frombuffer(len(part).to_bytes(4, "little"), np.uint8)
+        region[at + 4 : at + 4 + len(part)] = np.frombuffer(part, np.uint8)
+        at += 4 + len(part)
+
+
+def unpack_bytes(region: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The elements `pack_bytes` wrote, as an object array of `shape` holding str (onnxruntime's
+    string tensors take UTF-8 text)."""
+    data, out, at = region.tobytes(), np.empty(math.prod(shape), object), 0
+    for i in range(len(out)):
+        n = int.from_bytes(data[at : at + 4], "little")
+        out[i] = data[at + 4 : at + 4 + n].decode("utf-8", errors="replace")
+        at += 4 + n
+    return out.reshape(shape)
 
 
 class SlotArena:

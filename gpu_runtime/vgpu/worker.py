@@ -257,14 +257,14 @@ class _Worker:
 
 
 def _warm_up_inputs(spec, sizes: tuple[int, ...]):
-    """A model with `row_inputs`: its warm-up batches, each input in its dtype, -1 dimensions at
-    the spec's bound (the outputs' room in a slot is measured on them), at every built batch size."""
+    """A model with `row_inputs`: its warm-up batches, each input in its dtype (zeros, empty strings),
+    -1 dimensions at the spec's bound (the outputs' room in a slot is measured on them), at every built batch size."""
     if not spec.row_inputs:
         return
     for batch in (sizes or (1,)) if spec.batched else (None,):
         lead = (batch,) if batch else ()
-        yield {f.name: np.zeros(lead + tuple(spec.dim_bound if d == -1 else d for d in f.dims), f.dtype)
-               for f in spec.row_inputs}  # fmt: skip
+        yield {f.name: np.full(lead + tuple(spec.dim_bound if d == -1 else d for d in f.dims),
+                               "" if f.dtype == object else 0, f.dtype) for f in spec.row_inputs}  # fmt: skip
 
 
 def _shape_key(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple:

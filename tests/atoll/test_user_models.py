@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
 from tests.atoll.user_models import (SIMPLE_CONFIG, bert, half, masked, reference, simple, unbatched,
-                                     write)  # fmt: skip
+                                     words, write)  # fmt: skip
 
 from atoll.bench.server_process import ServerProcess
 
@@ -30,6 +30,7 @@ MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
     "masked": (masked(), None, {"mask": RNG.integers(0, 2, (2, 6)).astype(bool),
                                 "pixels": RNG.integers(0, 256, (2, 6), dtype=np.uint8)}),
     "unbatched": (unbatched(), "max_batch_size: 0", {"x": RNG.normal(size=(4, 16)).astype(np.float32)}),
+    "words": (words(), None, {"text": np.array([[w.encode() for w in ("cat", "x", "\u00e9mu")], [b"dog", b"", b"cat"]])}),
 }  # fmt: skip
 PATHS = ("http-json", "http-binary", "grpc", "shm")
 BATCHING = ("simple",)

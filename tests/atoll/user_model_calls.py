@@ -12,7 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import np_to_triton_dtype
+from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 HTTP, GRPC, IN, OUT = sys.argv[1:5]
 feeds = {}
@@ -27,6 +27,7 @@ results = {}
 def inputs(module, arrays, binary=True):
     out = []
     for name, array in arrays.items():
+        array = array.astype(object) if array.dtype.kind == "S" else array  # BYTES, as clients send them
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         if module is httpclient:
             tensor.set_data_from_numpy(array, binary_data=binary)
@@ -47,11 +48,16 @@ def via_shared_memory(model, arrays, names):
     handles, tensors, wanted = [], [], []
     try:
         for name, array in arrays.items():
+            if array.dtype.kind == "S":  # BYTES in a region: serialized as the protocol lays them out
+                array = np.frombuffer(serialize_byte_tensor(array.astype(object)).item(), np.uint8)
+                datatype, shape = "BYTES", list(feeds[model][name].shape)
+            else:
+                datatype, shape = np_to_triton_dtype(array.dtype), list(array.shape)
             key = f"/um_{model}_{name}"
             handles.append(shm.create_shared_memory_region(f"{model}_{name}", key, array.nbytes))
             shm.set_shared_memory_region(handles[-1], [np.ascontiguousarray(array)])
             http.register_system_shared_memory(f"{model}_{name}", key, array.nbytes)
-            tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor = httpclient.InferInput(name, shape, datatype)
             tensor.set_shared_memory(f"{model}_{name}", array.nbytes)
             tensors.append(tensor)
         for name in names:

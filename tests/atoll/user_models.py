@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-OPSET = [helper.make_opsetid("", 17)]
+OPSET = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
 
 
 def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
@@ -79,6 +79,14 @@ def unbatched() -> onnx.ModelProto:
                   [value("sums", TensorProto.FLOAT, [4]), value("t", TensorProto.FLOAT, [16, 4])], [axes])  # fmt: skip
 
 
+def words() -> onnx.ModelProto:
+    """A BYTES (string) input: text [batch, 3] -> ids INT64 [batch, 3] (a category lookup, -1 unknown)."""
+    lookup = helper.make_node("CategoryMapper", ["text"], ["ids"], domain="ai.onnx.ml", default_int64=-1,
+                              cats_strings=["cat", "dog", "\u00e9mu"], cats_int64s=[1, 2, 3])  # fmt: skip
+    return _model([lookup], [value("text", TensorProto.STRING, ["batch", 3])],
+                  [value("ids", TensorProto.INT64, ["batch", 3])])
+
+
 def signature(inputs: dict, outputs: dict) -> onnx.ModelProto:
     """A graph declaring these inputs and outputs ({name: (elem type, shape)}), for tests of what the
     repository reads from a graph: it is never run (each output is a Cast of the first input)."""
@@ -116,7 +124,9 @@ def write(root: Path, name: str, model: onnx.ModelProto | bytes, config: str | N
 
 
 def reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """onnxruntime's outputs for `feeds`, by output name."""
+    """onnxruntime's outputs for `feeds`, by output name (BYTES given as bytes: fed as UTF-8 text)."""
+    feeds = {k: np.vectorize(bytes.decode, otypes=[object])(v) if v.dtype.kind == "S" else v
+             for k, v in feeds.items()}  # fmt: skip
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))

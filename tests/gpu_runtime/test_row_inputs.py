@@ -18,7 +18,7 @@ from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.messages import BatchSpec, Row
 from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import ALIGN
-from gpu_runtime.vgpu.slots import SlotArena, row_layout
+from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout, unpack_bytes
 from tests.gpu_runtime.chain_model import save
 
 pytestmark = pytest.mark.timeout(120)
@@ -103,3 +103,29 @@ def test_a_two_input_int32_model_through_the_worker_pool(tmp_path):
             assert pool.workers["cpu0"].program_builds == 0
         finally:
             arena.close()
+
+
+def test_bytes_elements_round_trip_through_a_row_and_their_room_is_bounded():
+    fields, size = row_layout([("text", (-1,), object), ("n", (1,), np.int32)], dim_bound=4, bytes_room=40)
+    assert [(f.offset, f.room) for f in fields] == [(0, ALIGN), (ALIGN, ALIGN)]  # 40 bytes, aligned up
+    region = np.zeros(fields[0].room, np.uint8)
+    pack_bytes([b"cat", "\u00e9mu", b""], region)
+    assert region[:7].tobytes() == b"\x03\x00\x00\x00cat"
+    assert unpack_bytes(region, (3,)).tolist() == ["cat", "\u00e9mu", ""]
+    with pytest.raises(ValueError, match="exceed the row's room of 64"):
+        pack_bytes([b"x" * 61], region)
+    spec = BatchSpec("text", (-1,), {"y": (-1,)}, "object", fields, True, 4)
+    arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 2, size, 64)
+    builder = BatchBuilder()
+    try:
+        for i, words in enumerate((["a", "b"], ["c", "dd"])):
+            pack_bytes(words, arena.input(i, (fields[0].room,), np.uint8, 0))
+        rows = tuple(Row(arena.name, i, (2,), ((1,),)) for i in range(2))
+        inputs, release = builder.build_inputs(spec, rows, None, (1, 2))
+        assert inputs["text"].tolist() == [["a", "b"], ["c", "dd"]] and inputs["text"].dtype == object
+        release()
+        alone, _ = builder.build_inputs(spec, rows[1:], None, ())
+        assert alone["text"].tolist() == [["c", "dd"]]
+    finally:
+        builder.close()
+        arena.close()
