@@ -33,6 +33,11 @@ from atoll.kserve.datatypes import DTYPES, ProtocolError, described
 SLICE_BYTES = 128 * 1024  # of the body parsed or scanned between two yields
 STRING_SLICE_BYTES = 16 * 1024  # of BYTES data (an object per element: ~8 times the work a byte)
 FIELD_BYTES = 64 * 1024  # the most any value but an input's data may take
+WINDOWS = (256, 4096, FIELD_BYTES)  # of the body a field is looked for in, in turn
+# Walking a field costs some microseconds of Python: a body of a million tiny inputs or keys would
+# cost its size many times over. No model has nearly so many inputs, nor an input so many fields.
+MAX_INPUTS = 4096
+MAX_MEMBERS = 256  # of the request's object and of each input's
 
 _WS = re.compile(rb"[ \t\n\r]*")
 _STRING = re.compile(rb'"(?:[^"\\\x00-\x1f]|\\.)*"')
@@ -123,7 +128,10 @@ class _Walk:
         raise ProtocolError(f"request body is not valid JSON: expected {what} at byte {self.pos}")
 
     def peek(self) -> int:
-        self.pos = _WS.match(self.body, self.pos, self.end).end()
+        bound = min(self.end, self.pos + FIELD_BYTES)
+        self.pos = _WS.match(self.body, self.pos, bound).end()
+        if self.pos == bound < self.end:  # one call over megabytes of blanks would hold the GIL
+            raise ProtocolError(f"request body: over 64 KiB of whitespace before byte {self.pos}")
         if self.pos >= self.end:
             self._ended("its end")
         return self.body[self.pos]
@@ -153,28 +161,33 @@ class _Walk:
             self._invalid("a key (a string of at most 64 KiB)")
         self.pos = match.end()
         self.expect(b":", "':'")
+        raw = match.group()
         try:
-            return json.loads(match.group())
+            return raw[1:-1].decode() if b"\\" not in raw else json.loads(raw)
         except UnicodeDecodeError:
             raise ProtocolError(f"request body is not valid JSON: a key before byte {self.pos} is not UTF-8") from None
 
     def value(self) -> Any:
-        """A value of at most FIELD_BYTES, parsed."""
+        """A value of at most FIELD_BYTES, parsed: from a window of the body that grows only while
+        it cuts the value (most are a few bytes; a body of many small ones costs its size)."""
         self.peek()
-        window = bytes(self.body[self.pos : min(self.end, self.pos + FIELD_BYTES)])
-        text = window.decode("utf-8", "surrogateescape")
-        try:
-            value, end = _DECODER.raw_decode(text)
-        except json.JSONDecodeError:
-            end = -1
-        except RecursionError:
-            raise ProtocolError("request body nests too deeply") from None
-        if end < 0 or end == len(text):  # cut by the window's end, or not JSON
-            if self.pos + len(window) >= self.end and not self.complete:
-                raise Incomplete
-            if len(window) == FIELD_BYTES:
-                raise ProtocolError(f"request body: a field at byte {self.pos} is not valid JSON of at most 64 KiB")
-            self._invalid("a JSON value")
+        for size in WINDOWS:
+            window = bytes(self.body[self.pos : min(self.end, self.pos + size)])
+            text = window.decode("utf-8", "surrogateescape")
+            try:
+                value, end = _DECODER.raw_decode(text)
+            except json.JSONDecodeError:
+                end = -1
+            except RecursionError:
+                raise ProtocolError("request body nests too deeply") from None
+            if 0 <= end < len(text):
+                break
+            if self.pos + len(window) >= self.end:  # not cut by the window: by the buffer, or not JSON
+                if not self.complete:
+                    raise Incomplete
+                self._invalid("a JSON value")
+        else:
+            raise ProtocolError(f"request body: a field at byte {self.pos} is not valid JSON of at most 64 KiB")
         try:
             self.pos += len(text[:end].encode("utf-8"))
         except UnicodeEncodeError:  # bytes that are not UTF-8, which surrogateescape kept
@@ -183,10 +196,11 @@ class _Walk:
 
     def array_end(self) -> Steps:
         """Past the array at the cursor, in slices (strings inside it skipped, escapes heeded)."""
-        depth, strings = 0, _Strings()
+        depth, strings, size = 0, _Strings(), min(WINDOWS[0], SLICE_BYTES)
         pos = self.pos
         while pos < self.end:
-            stop = min(self.end, pos + SLICE_BYTES)
+            stop = min(self.end, pos + size)
+            size = min(SLICE_BYTES, size * 16)  # a small array costs its size, not a slice
             chunk = np.frombuffer(self.body, np.uint8, stop - pos, pos)
             delta = (chunk == _OPEN).view(np.int8) - (chunk == _CLOSE).view(np.int8)
             delta[strings.inside(chunk)] = 0
@@ -264,10 +278,11 @@ def _members(walk: _Walk, member) -> Steps:
     if walk.peek() == ord("}"):
         walk.pos += 1
         return
-    while True:
+    for _ in range(MAX_MEMBERS):
         yield from member(walk.key())
         if not walk.more(b"}"):
             return
+    raise ProtocolError(f"request body: an object of more than {MAX_MEMBERS} fields")
 
 
 def _inputs(walk: _Walk, result: Skeleton) -> Steps:
@@ -277,6 +292,8 @@ def _inputs(walk: _Walk, result: Skeleton) -> Steps:
         walk.pos += 1
         return
     while True:
+        if len(result.inputs) == MAX_INPUTS:
+            raise ProtocolError(f"request has more than {MAX_INPUTS} inputs")
         if walk.peek() != ord("{"):
             raise ProtocolError(f"each input must be a JSON object, got {described(walk.value())}")
         fields: dict[str, Any] = {}
@@ -313,8 +330,12 @@ def values(body, span: Span, datatype: str, shape: list[int], count: int, name: 
     filled, pos, end = 0, span.start + 1, span.end - 1
     while pos < end:
         cut = end if end - pos <= SLICE_BYTES else body.rfind(b",", pos, pos + SLICE_BYTES)
-        if cut <= pos:  # one value longer than a slice: invalid anyway, found by the parse
-            cut = end
+        if cut <= pos:  # no comma in a slice: one value (or run of blanks) that long, up to a field's bound
+            reach = min(end, pos + SLICE_BYTES + FIELD_BYTES)
+            cut = body.find(b",", pos, reach)
+            if cut < 0 and reach < end:
+                raise ProtocolError(f"input {name!r}: data holds a value (or blanks) of more than 64 KiB")
+            cut = end if cut < 0 else cut
         piece = b"[" + bytes(body[pos:cut]).translate(_BLANK_BRACKETS) + b"]"
         got = _piece(parser, piece, datatype, name)
         if filled + len(got) > count:

@@ -174,3 +174,19 @@ def test_outputs_are_written_as_python_writes_them():
     assert json_values(np.array([[True], [False]])) == b"[true,false]"
     assert json_values(np.array([1.5, -2], ml_dtypes.bfloat16)) == b"[1.5,-2.0]"
     assert json_values(np.array([2**64 - 1], np.uint64)) == b"[18446744073709551615]"
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({"inputs": [{"name": "x", "datatype": "INT8", "shape": [1], "data": [1]}] * 4097}, "more than 4096 inputs"),
+    ({"inputs": [], **{f"k{i}": i for i in range(300)}}, "more than 256 fields"),
+    ({"inputs": [{"name": "x", **{f"k{i}": i for i in range(300)}}]}, "more than 256 fields"),
+    ('{"inputs":' + " " * 70_000 + "[]}", "over 64 KiB of whitespace"),
+])  # fmt: skip
+def test_a_body_of_countless_tiny_fields_is_refused_before_it_costs_its_size_many_times(doc, match):
+    with pytest.raises(ProtocolError, match=match):
+        decode_request((doc if isinstance(doc, str) else json.dumps(doc)).encode())
+
+
+def test_keys_with_escapes_read_as_json_reads_them():
+    body = b'{"inputs":[{"n\\u0061me":"x","datatype":"INT8","shape":[1],"data":[1]}],"i\\"d":"q"}'
+    assert decode_request(body).inputs[0].name == "x"
