@@ -76,7 +76,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
-                                       grpc_limits(bound, c.server.idle_timeout_s), pace)  # fmt: skip
+                                       grpc_limits(bound, c.server.idle_timeout_s), pace, budget)  # fmt: skip
     relay_this_thread()  # this loop passes every request on, real-time ones among them
     stopping, health = asyncio.Event(), asyncio.Event()
     changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
