@@ -158,7 +158,7 @@ class Endpoints:
         tensors are decoded, which under overload is most requests."""
         spec = self.model(name, version)
         if not self.ready:
-            raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
+            raise ApiError(ErrorCode.UNAVAILABLE, "server is starting or stopping")
         counters = self.metrics.of(spec.name, spec.version)
         start = time.perf_counter()
         admission = None  # decided before the decode where the parameters come first
