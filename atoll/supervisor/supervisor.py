@@ -53,6 +53,7 @@ from atoll.repository.demo import demo_repository
 from atoll.repository.specs import ModelSpec
 from atoll.supervisor.checks import Checked, StartError, check
 from atoll.supervisor.dispatcher import Dispatcher
+from atoll.supervisor.executor_choice import choose
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
@@ -107,6 +108,7 @@ class Supervisor:
         self._arena_prefix = segment_prefix()
         self._gpu_uuids: tuple[str, ...] = ()
         self._checked: Checked | None = None  # what `check` found, the reserved ports among it
+        self._executor: str | None = None  # the server's executor (`auto` resolved); None: the pool's
         self._metrics_dir: str | None = None
         self._http: list[HttpServer] = []
         self.http_url = ""
@@ -144,6 +146,7 @@ class Supervisor:
         # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
         s = c.scheduler
         loop = asyncio.get_running_loop()
+        self._executor = checked.executor
         with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
             self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine_for(s.policy, s.outstanding_kernels),
                                    on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
@@ -179,13 +182,17 @@ class Supervisor:
             raise ValueError(f"model {spec.name!r} is already served")
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
+        datatypes = [t.datatype for t in spec.inputs + spec.outputs]
+        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
+        if executor.reason:
+            log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
         log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
                  f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
         undo = []  # what to take back, latest first, should a later step fail
         try:
             undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
-            described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, None, plan.max_batch,
-                                                None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+            described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, executor.executor,
+                                                plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
             log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
             out_row_bytes = max(d["out_row_bytes"] for d in described.values())
             in_bytes = row_bytes(spec, plan)

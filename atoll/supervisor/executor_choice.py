@@ -1,0 +1,40 @@
+"""Which executor runs a model: the server's kernel runtime (`--executor` numpy or cupy: preemptible
+kernel programs) where it implements every operator of the graph and every tensor is floating
+point, onnxruntime otherwise. Chosen per model at load and said once in the log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from gpu_runtime.compiler.lowering import LOWERINGS
+from gpu_runtime.executors import program_executors
+
+FALLBACK = "onnxruntime"
+FLOATS = ("FP32", "FP16")  # what the kernel programs compute in
+
+
+@dataclass(frozen=True)
+class Choice:
+    executor: str | None  # None: the pool's own (the server's)
+    missing: tuple[str, ...] = ()  # operators the kernel runtime lacks
+    reason: str = ""  # why not the server's executor ("" when it is)
+
+
+def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str]) -> Choice:
+    """`datatypes`: those of the model's inputs and outputs."""
+    if server_executor not in program_executors():
+        return Choice(server_executor)
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    missing = tuple(sorted({label for n in graph.node if (label := _label(n)) not in LOWERINGS}))
+    others = sorted({d for d in datatypes if d not in FLOATS})
+    if missing:
+        return Choice(FALLBACK, missing, f"{server_executor} lacks operator(s) {', '.join(missing)}")
+    if others:
+        return Choice(FALLBACK, (), f"{server_executor} computes in {'/'.join(FLOATS)}, not {', '.join(others)}")
+    return Choice(server_executor)
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
