@@ -22,6 +22,7 @@ from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt
 from atoll.repository.completion import GraphError, complete, graph_tensors
+from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
 
 TYPES = {
     "TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
@@ -62,6 +63,7 @@ class ModelSpec:
     preferred_batch_sizes: tuple[int, ...] = ()
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
+    warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
 
     @property
     def padded(self) -> bool:
@@ -108,7 +110,7 @@ class ModelSpec:
         A model that preprocesses takes its media file or its ready tensor: both are optional."""
 
         def tensor(t: TensorSpec, optional: bool = False) -> dict:
-            out = {"name": t.name, "data_type": "TYPE_" + t.datatype.replace("BYTES", "STRING"), "dims": list(t.dims)}
+            out = {"name": t.name, "data_type": _type_name(t), "dims": list(t.dims)}
             if t.label_filename:
                 out["label_filename"] = t.label_filename
             return out | ({"optional": True} if optional else {})
@@ -124,7 +126,13 @@ class ModelSpec:
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
             "output": [tensor(t) for t in self.outputs], "dynamic_batching": batching,
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
-        }  # fmt: skip
+        } | ({"model_warmup": [w.config({t.name: _type_name(t) for t in self.inputs}) for w in self.warmups]}
+             if self.warmups else {})  # fmt: skip
+
+
+def _type_name(t: TensorSpec) -> str:
+    """A tensor's datatype as config.pbtxt names it (TYPE_FP32, TYPE_STRING)."""
+    return "TYPE_" + t.datatype.replace("BYTES", "STRING")
 
 
 def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
@@ -208,6 +216,11 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         bound = params.get(key, str(default))
         if not bound.isdigit() or int(bound) < 1:
             raise RepositoryError(f"{name}: parameter {key} must be a positive integer, got {bound!r}")
+    try:
+        warmups = read_warmups(cfg.get("model_warmup"), name, {t.name: (_type_name(t), t.dims) for t in inputs},
+                               completed.max_batch_size)  # fmt: skip
+    except WarmupError as exc:
+        raise RepositoryError(str(exc)) from None
     batching = cfg.get("dynamic_batching") or {}
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:
@@ -227,6 +240,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
         default_priority_level=default_priority,
         labels=labels,
+        warmups=warmups,
     )
 
 

@@ -145,8 +145,9 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
+    warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
     return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
-                     spec.max_batch_size > 0, spec.dim_bound)  # fmt: skip
+                     spec.max_batch_size > 0, spec.dim_bound, warmups)  # fmt: skip
 
 
 def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:

@@ -258,13 +258,31 @@ class _Worker:
 
 def _warm_up_inputs(spec, sizes: tuple[int, ...]):
     """A model with `row_inputs`: its warm-up batches, each input in its dtype (zeros, empty strings),
-    -1 dimensions at the spec's bound (the outputs' room in a slot is measured on them), at every built batch size."""
+    -1 dimensions at the spec's bound (the outputs' room in a slot is measured on them), at every
+    built batch size; then the config's `model_warmup` samples, each as often as it says."""
     if not spec.row_inputs:
         return
     for batch in (sizes or (1,)) if spec.batched else (None,):
         lead = (batch,) if batch else ()
         yield {f.name: np.full(lead + tuple(spec.dim_bound if d == -1 else d for d in f.dims),
                                "" if f.dtype == object else 0, f.dtype) for f in spec.row_inputs}  # fmt: skip
+    rng = np.random.default_rng(0)
+    dtypes = {f.name: f.dtype for f in spec.row_inputs}
+    for batch, count, inputs in spec.warmups:
+        lead = (batch,) if spec.batched else ()
+        for _ in range(count):
+            yield {name: _sample(rng, lead + dims, dtypes[name], kind) for name, dims, kind in inputs}
+
+
+def _sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, kind: str) -> np.ndarray:
+    """A warm-up input: zeros (empty strings), or random values of its dtype (digit strings)."""
+    if kind == "zero_data":
+        return np.full(shape, "" if dtype == object else 0, dtype)
+    if dtype == object:
+        return rng.integers(0, 10**6, shape).astype(str).astype(object)
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    return rng.integers(0, 2 if dtype == bool else 100, shape).astype(dtype)
 
 
 def _shape_key(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple:

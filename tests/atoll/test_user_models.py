@@ -14,23 +14,24 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
-from tests.atoll.user_models import (SIMPLE_CONFIG, bert, half, masked, reference, simple, unbatched,
-                                     words, write)  # fmt: skip
+from tests.atoll.user_models import (SIMPLE_CONFIG, SIMPLE_WARMUP, bert, half, masked, reference, simple,
+                                     unbatched, words, write)  # fmt: skip
 
 from atoll.bench.server_process import ServerProcess
 
 HERE = os.path.dirname(__file__)
 RNG = np.random.default_rng(30)
 MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
-    "simple": (simple(), SIMPLE_CONFIG, {"INPUT0": RNG.integers(-99, 99, (2, 16), dtype=np.int32),
-                                         "INPUT1": RNG.integers(-99, 99, (2, 16), dtype=np.int32)}),
+    "simple": (simple(), SIMPLE_CONFIG + SIMPLE_WARMUP, {  # with model_warmup
+        "INPUT0": RNG.integers(-99, 99, (2, 16), dtype=np.int32),
+        "INPUT1": RNG.integers(-99, 99, (2, 16), dtype=np.int32)}),
     "bert": (bert(), None, {"input_ids": RNG.integers(0, 30000, (1, 7)), "attention_mask": np.ones((1, 7), np.int64),
                             "token_type_ids": RNG.integers(0, 2, (1, 7))}),
     "half": (half(), None, {"x": RNG.normal(size=(3, 8)).astype(np.float16)}),
     "masked": (masked(), None, {"mask": RNG.integers(0, 2, (2, 6)).astype(bool),
                                 "pixels": RNG.integers(0, 256, (2, 6), dtype=np.uint8)}),
     "unbatched": (unbatched(), "max_batch_size: 0", {"x": RNG.normal(size=(4, 16)).astype(np.float32)}),
-    "words": (words(), None, {"text": np.array([[w.encode() for w in ("cat", "x", "\u00e9mu")], [b"dog", b"", b"cat"]])}),
+    "words": (words(), None, {"text": np.array([[b"cat", b"x", "\u00e9mu".encode()], [b"dog", b"", b"cat"]])}),
 }  # fmt: skip
 PATHS = ("http-json", "http-binary", "grpc", "shm")
 BATCHING = ("simple",)

@@ -3,7 +3,8 @@
 IN.npz holds `<model>/<input>` arrays; for every model, every input is sent over HTTP (JSON and
 binary data), gRPC and system shared memory (inputs and outputs in regions), and each answer's
 outputs are written to OUT.npz as `<model>/<path>/<output>`. Then 32 concurrent one-row HTTP requests
-to each batching model, all sent before any answer is read (`<model>` in the BATCH environment variable, comma-separated)."""
+to each batching model, all sent before any answer is read (`<model>` in the BATCH environment
+variable, comma-separated)."""
 
 import os
 import sys
@@ -79,8 +80,8 @@ def via_shared_memory(model, arrays, names):
 
 for model, arrays in feeds.items():
     names = [o["name"] for o in http.get_model_metadata(model)["outputs"]]
-    keep(model, "http-json", http.infer(model, inputs(httpclient, arrays, binary=False),
-                                        outputs=[httpclient.InferRequestedOutput(n, binary_data=False) for n in names]), names)
+    as_json = [httpclient.InferRequestedOutput(n, binary_data=False) for n in names]
+    keep(model, "http-json", http.infer(model, inputs(httpclient, arrays, binary=False), outputs=as_json), names)
     keep(model, "http-binary", http.infer(model, inputs(httpclient, arrays)), names)
     keep(model, "grpc", grpc.infer(model, inputs(grpcclient, arrays)), names)
     via_shared_memory(model, arrays, names)

@@ -104,6 +104,12 @@ input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
          { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 """
+SIMPLE_WARMUP = """model_warmup [ {
+  name: "pair" batch_size: 2 count: 3
+  inputs { key: "INPUT0" value: { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } }
+  inputs { key: "INPUT1" value: { data_type: TYPE_INT32 dims: [ 16 ] random_data: true } }
+} ]
+"""
 FP32_PAIR_CONFIG = """name: "{name}"
 backend: "onnxruntime"
 max_batch_size: 8

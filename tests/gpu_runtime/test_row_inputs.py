@@ -18,6 +18,7 @@ from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.messages import BatchSpec, Row
 from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import ALIGN
+from gpu_runtime.vgpu.worker import _warm_up_inputs
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout, unpack_bytes
 from tests.gpu_runtime.chain_model import save
 
@@ -129,3 +130,14 @@ def test_bytes_elements_round_trip_through_a_row_and_their_room_is_bounded():
     finally:
         builder.close()
         arena.close()
+
+
+def test_warm_up_runs_every_input_at_its_largest_then_the_configs_samples():
+    fields, _ = row_layout([("a", (-1,), np.int32), ("t", (2,), object)], dim_bound=4, bytes_room=64)
+    sample = (2, 3, (("a", (3,), "random_data"), ("t", (2,), "zero_data")))
+    runs = list(_warm_up_inputs(BatchSpec("a", (-1,), {}, "int32", fields, True, 4, (sample,)), (1, 2)))
+    assert [{k: (v.shape, v.dtype) for k, v in run.items()} for run in runs] == (
+        [{"a": ((b, 4), np.int32), "t": ((b, 2), object)} for b in (1, 2)]
+        + [{"a": ((2, 3), np.int32), "t": ((2, 2), object)}] * 3)  # fmt: skip
+    assert not runs[0]["a"].any() and runs[0]["t"].tolist() == [["", ""]]
+    assert runs[2]["t"].tolist() == [["", ""]] * 2 and runs[2]["a"].any()  # random_data: not all zeros

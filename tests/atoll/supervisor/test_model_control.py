@@ -34,9 +34,11 @@ def write(root, name, version="1", config_name=None):
 class Supervisor:
     def __init__(self):
         self.log = []
+        self.specs = []  # every spec added
 
     async def add(self, spec):
         self.log.append(("add", spec.name, spec.version))
+        self.specs.append(spec)
 
     async def remove(self, name):
         self.log.append(("remove", name))
@@ -255,16 +257,11 @@ def test_a_start_tries_every_model_and_exit_on_error_decides(tmp_path, caplog):
 
 def test_a_load_with_a_config_parameter_serves_that_config(tmp_path):
     write(tmp_path, "a")
-    specs = []
+    supervisor = Supervisor()
+    specs = supervisor.specs
 
     async def go():
-        supervisor = Supervisor()
-
-        async def add(spec):
-            specs.append(spec)
-            await supervisor.add(spec)
-
-        mc = ModelControl(tmp_path, "explicit", 0.05, add, supervisor.remove)
+        mc = ModelControl(tmp_path, "explicit", 0.05, supervisor.add, supervisor.remove)
         await mc.handle(LoadModel("a"))
         await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))
         await mc.handle(LoadModel("a", {"config": json.dumps({"max_batch_size": 2})}))  # the same: nothing to do
@@ -291,16 +288,11 @@ def test_a_load_with_a_config_parameter_serves_that_config(tmp_path):
 def test_a_load_with_files_serves_them_and_forgets_them_at_unload(tmp_path):
     repository = tmp_path / "repo"
     repository.mkdir()
-    specs = []
+    supervisor = Supervisor()
+    specs = supervisor.specs
 
     async def go():
-        supervisor = Supervisor()
-
-        async def add(spec):
-            specs.append(spec)
-            await supervisor.add(spec)
-
-        mc = ModelControl(repository, "explicit", 0.05, add, supervisor.remove)
+        mc = ModelControl(repository, "explicit", 0.05, supervisor.add, supervisor.remove)
         config = json.dumps({"max_batch_size": 3})
         for parameters, reason in (({"file:1/model.onnx": base64.b64encode(GRAPH).decode()}, "need the 'config'"),
                                    ({"config": config, "file:../x": ""}, "must be relative"),
