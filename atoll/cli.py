@@ -1,28 +1,21 @@
 """The `atoll` command line: a thin dispatcher over one module per subcommand.
 
-Each module in COMMANDS defines `register(subparsers)` (adds its parser and sets `func`) and keeps
-heavy imports inside its functions, so `atoll --help` stays fast.
+Each module in COMMANDS defines `register(subparsers)` (adds its parser and sets `func`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from types import ModuleType
 
 from atoll import __version__
+from atoll.commands import bench, demo, info, model, preprocess, profile, serve, simulate, zoo
 
-# subcommand -> module; an explicit registry, no discovery magic.
-COMMANDS: dict[str, str] = {
-    "info": "atoll.commands.info",
-    "serve": "atoll.commands.serve",
-    "demo": "atoll.commands.demo",
-    "bench": "atoll.commands.bench",
-    "zoo": "atoll.commands.zoo",
-    "preprocess": "atoll.commands.preprocess",
-    "model": "atoll.commands.model",
-    "simulate": "atoll.commands.simulate",
-    "profile": "atoll.commands.profile",
+# subcommand -> its module; an explicit registry, no discovery magic.
+COMMANDS: dict[str, ModuleType] = {
+    "info": info, "serve": serve, "demo": demo, "bench": bench, "zoo": zoo, "preprocess": preprocess,
+    "model": model, "simulate": simulate, "profile": profile,
 }
 
 
@@ -35,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in COMMANDS.values():
-        importlib.import_module(module).register(sub)
+        module.register(sub)
     return parser
 
 

@@ -5,17 +5,14 @@ Each module in BENCHES defines `register(subparsers)` like a top-level command.
 
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 
-# benchmark -> module
-BENCHES: dict[str, str] = {
-    "preprocess": "atoll.bench.preprocess",
-    "models": "atoll.bench.models",
-    "disb": "atoll.bench.disb",
-    "preempt": "atoll.bench.preempt",
-    "worker": "atoll.bench.worker",
-    "serve": "atoll.bench.serve",
-    "robust": "atoll.bench.robust",
+from atoll.bench import disb, models, preempt, preprocess, robust, serve, worker
+
+# benchmark -> its module
+BENCHES: dict[str, ModuleType] = {
+    "preprocess": preprocess, "models": models, "disb": disb, "preempt": preempt, "worker": worker,
+    "serve": serve, "robust": robust,
 }
 
 
@@ -24,4 +21,4 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
     sub.required = True
     for module in BENCHES.values():
-        importlib.import_module(module).register(sub)
+        module.register(sub)

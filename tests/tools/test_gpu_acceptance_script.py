@@ -89,7 +89,7 @@ def _entries(args: list[str]) -> list[str]:
         if args[1] == "pytest":
             return gpu_tests()
         if args[1] == "atoll":
-            return list(COMMANDS.values()) + SERVER_MODULES
+            return [module.__name__ for module in COMMANDS.values()] + SERVER_MODULES
         return [args[1]]
     return [args[0]] if args[0].endswith(".py") else []
 
