@@ -4,6 +4,7 @@ tests."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +40,44 @@ def request(url: str, body: bytes = b"", headers: dict | None = None) -> int | s
         return e.code
     except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
         return type(getattr(e, "reason", e)).__name__
+
+
+class ClosedLoop:
+    """`clients` threads each sending `body` to `url` again as soon as it is answered, until the
+    `with` block ends; `outcomes` holds every request's (monotonic time answered, `request` outcome)
+    and `sent` how many were sent. With `until_refused`, a client whose connection is refused (the
+    server has gone) stops sending."""
+
+    def __init__(self, url: str, body: bytes, headers: dict, clients: int, until_refused: bool = False):
+        self.url, self.body, self.headers, self.until_refused = url, body, headers, until_refused
+        self.sent = 0
+        self.outcomes: list[tuple[float, int | str]] = []
+        self._lock, self._done = threading.Lock(), threading.Event()
+        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+
+    def _client(self) -> None:
+        while not self._done.is_set():
+            with self._lock:
+                self.sent += 1
+            outcome = request(self.url, self.body, self.headers)
+            with self._lock:
+                self.outcomes.append((time.monotonic(), outcome))
+            if self.until_refused and outcome == "ConnectionRefusedError":
+                return
+
+    def count(self, outcome, after: float = float("-inf")) -> int:
+        with self._lock:
+            return sum(o == outcome and t > after for t, o in self.outcomes)
+
+    def __enter__(self) -> ClosedLoop:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        for thread in self._threads:
+            thread.join(PATIENCE_S)
 
 
 def metric(url: str, name: str) -> float:

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import shared_memory
 
 import pytest
-from tests.atoll.probes import PATIENCE_S, metric, request, serving, until
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, metric, request, serving, until
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
@@ -64,33 +63,19 @@ def test_a_sigkilled_child_under_load_is_replaced_and_every_request_answered_onc
     body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=9)])
     restarts = f'atoll_worker_restarts_total{{kind="{kind}"}}'
     before = metric(server.url, restarts)
-    sent, outcomes, killed_at, stop = [0], [], [0.0], threading.Event()
-    lock = threading.Lock()
-
-    def client() -> None:
-        while not stop.is_set():
-            with lock:
-                sent[0] += 1
-            outcome = request(infer, body, headers)
-            with lock:
-                outcomes.append((time.monotonic(), outcome))
-
-    with ThreadPoolExecutor(4) as load:
-        for _ in range(4):
-            load.submit(client)
-        until(lambda: sum(o == 200 for _, o in outcomes) >= 8, "requests succeed before the kill")
+    with ClosedLoop(infer, body, headers, 4) as load:
+        until(lambda: load.count(200) >= 8, "requests succeed before the kill")
         victims = server.children()[kind]
         victim = min(victims)
         os.kill(victim, signal.SIGKILL)
-        killed_at[0] = time.monotonic()
+        killed_at = time.monotonic()
         # service is back: several successes answered after the kill, and the death is counted
-        until(lambda: sum(t > killed_at[0] and o == 200 for t, o in outcomes) >= 8, "requests succeed again")
+        until(lambda: load.count(200, after=killed_at) >= 8, "requests succeed again")
         until(lambda: metric(server.url, restarts) == before + 1, f"{restarts} counts the restart")
         until(lambda: (now := server.children()[kind]) and len(now) == len(victims) and victim not in now,
-               "its successor runs")
-        stop.set()
-    assert len(outcomes) == sent[0]  # every request sent got exactly one answer
-    kinds = Counter(o for _, o in outcomes)
+              "its successor runs")
+    assert len(load.outcomes) == load.sent  # every request sent got exactly one answer
+    kinds = Counter(o for _, o in load.outcomes)
     assert not [o for o in kinds if isinstance(o, int) and 400 <= o < 500], kinds  # never the client's fault
     assert request(f"{server.url}/v2/health/ready") == 200
     died = "vGPU cpu" if kind == "vgpu" else "front end"

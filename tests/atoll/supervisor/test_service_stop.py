@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
 from collections import Counter
 
 import pytest
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, request, until
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, request, until
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
@@ -61,42 +60,21 @@ def alive(pid: int) -> bool:
                                                (signal.SIGINT, True)], ids=["TERM-group", "TERM-main", "INT-group"])
 def test_a_stop_signal_during_a_closed_loop_stops_everything_in_order(repository, sig, to_group):
     body, headers = infer_body("image", [jpeg_bytes(320, 240, seed=3)])
-    outcomes: list = []
-    sent = [0]
-    lock, done = threading.Lock(), threading.Event()
-
     with server(repository) as s:
-        infer = f"{s.url}/v2/models/{MODEL}/infer"
-
-        def client() -> None:
-            while not done.is_set():
-                with lock:
-                    sent[0] += 1
-                outcome = request(infer, body, headers)
-                with lock:
-                    outcomes.append(outcome)
-                if outcome == "ConnectionRefusedError":  # the server has gone
-                    return
-
-        clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
-        for c in clients:
-            c.start()
-        until(lambda: outcomes.count(200) >= 8, "requests succeed before the signal")
-        children = set().union(*s.children().values())
-        assert children  # a front end and a vGPU worker at least
-        if to_group:
-            os.killpg(s.proc.pid, sig)
-        else:
-            os.kill(s.proc.pid, sig)
-        code = s.proc.wait(PATIENCE_S + 60)  # the drain, then the children's exit
-        done.set()
-        for c in clients:
-            c.join(PATIENCE_S)
+        with ClosedLoop(f"{s.url}/v2/models/{MODEL}/infer", body, headers, CLIENTS, until_refused=True) as load:
+            until(lambda: load.count(200) >= 8, "requests succeed before the signal")
+            children = set().union(*s.children().values())
+            assert children  # a front end and a vGPU worker at least
+            if to_group:
+                os.killpg(s.proc.pid, sig)
+            else:
+                os.kill(s.proc.pid, sig)
+            code = s.proc.wait(PATIENCE_S + 60)  # the drain, then the children's exit
         until(lambda: not any(map(alive, children)), "every child of the server is gone")
     log = "\n".join(s.log)
     assert code == 0, log
-    assert len(outcomes) == sent[0], "a request got no outcome"
-    kinds = Counter(outcomes)
+    assert len(load.outcomes) == load.sent, "a request got no outcome"
+    kinds = Counter(o for _, o in load.outcomes)
     assert set(kinds) <= ANSWERED | REFUSED, kinds
     assert "Traceback" not in log and "restarting" not in log, log
     assert "still in flight after server.drain_s" not in log, log  # nothing admitted was cut
