@@ -12,6 +12,7 @@ DIR [--port 0] [--workers N]`; it prints `atoll: serving on URL` once every work
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from atoll.kserve.protocol import (
 from atoll.repository.specs import load_repository
 
 MAX_BODY = 64 << 20
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            413: "Payload Too Large", 500: "Internal Server Error"}  # fmt: skip
 
@@ -145,7 +147,17 @@ def serve(listener: socket.socket, models: dict[str, Model]) -> None:
                 pass
 
 
-def worker_main(fd: int, repository: str) -> None:
+def _die_with_parent(parent: int) -> None:
+    """A worker ends with the server that started it, however that ends (Linux's PR_SET_PDEATHSIG):
+    a server killed outright would otherwise leave its workers serving nobody."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(0)
+
+
+def worker_main(fd: int, repository: str, parent: int) -> None:
+    _die_with_parent(parent)
     cpu_backend.init_worker()
     listener = socket.socket(fileno=fd)
     models = {name: Model(spec) for name, spec in load_repository(repository).items()}
@@ -161,14 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="worker processes (default: one per core)")
     p.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)  # set in the workers it starts
+    p.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # likewise: the server's pid
     args = p.parse_args(argv)
     if args.worker_fd is not None:
-        worker_main(args.worker_fd, args.repository)
+        worker_main(args.worker_fd, args.repository, args.parent)
         return 0
     listener = socket.create_server((args.host, args.port), backlog=4096)
     fd = listener.fileno()
     workers = [subprocess.Popen([sys.executable, "-m", "atoll.bench.baseline_server", "--repository",
-                                 args.repository, "--worker-fd", str(fd)], pass_fds=(fd,),
+                                 args.repository, "--worker-fd", str(fd), "--parent", str(os.getpid())], pass_fds=(fd,),
                                 stdout=subprocess.PIPE, text=True) for _ in range(args.workers)]  # fmt: skip
     for w in workers:
         if w.stdout.readline().strip() != "ready":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -17,6 +18,7 @@ import pytest
 from fpga_host import cpu_backend
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
+from tests.atoll.probes import until
 
 from atoll.bench import serve, servers, triton_baseline
 from atoll.bench import serve_analysis as analysis
@@ -162,6 +164,22 @@ def test_load_processes_speak_grpc_and_shared_memory(repository):
 def plain_server(repository):
     with servers.plain(str(repository), ()) as system:
         yield system
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_plain_baselines_workers_end_with_it_however_it_ends(repository):
+    with servers.plain(str(repository), ()) as system:
+        workers = descendants(system.pid)
+        assert workers
+        os.kill(system.pid, signal.SIGKILL)
+        until(lambda: not any(map(_running, workers)), "every worker of the killed server is gone")
 
 
 def _post(url: str, body: bytes, headers: dict) -> tuple[int, bytes, dict]:
