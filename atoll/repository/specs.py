@@ -78,6 +78,13 @@ class ModelSpec:
         return int(self.parameters.get("atoll.max_dim", DIM_BOUND))
 
     @property
+    def pad_dynamic(self) -> bool:
+        """The config's `atoll.pad_dynamic: "true"`: zero-padding a -1 dimension of its inputs
+        changes nothing of a row's outputs but their -1 dimension, which is cut back (e.g. a
+        transformer whose attention mask covers the padding); its rows of other sizes then batch."""
+        return self.parameters.get("atoll.pad_dynamic", "false") == "true"
+
+    @property
     def bytes_room(self) -> int:
         """The bytes a BYTES input takes at most in a slot row: `atoll.max_bytes`, else BYTES_ROOM."""
         return int(self.parameters.get("atoll.max_bytes", BYTES_ROOM))
@@ -212,6 +219,8 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     unserved = [t.name for t in outputs if t.datatype == "BYTES"]
     if unserved:
         raise RepositoryError(f"{name}: BYTES (string) output(s) {', '.join(unserved)} are not served yet")
+    if params.get("atoll.pad_dynamic", "false") not in ("true", "false"):
+        raise RepositoryError(f"{name}: parameter atoll.pad_dynamic must be true or false")
     for key, default in (("atoll.max_dim", DIM_BOUND), ("atoll.max_bytes", BYTES_ROOM)):
         bound = params.get(key, str(default))
         if not bound.isdigit() or int(bound) < 1:

@@ -132,7 +132,7 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
     if not spec.padded:
         return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
-                         equal_shapes=True)  # fmt: skip
+                         equal_shapes=not spec.pad_dynamic)  # fmt: skip
     dims = spec.inputs[0].dims
     frame_axis = dims.index(-1) if -1 in dims else None
     padded_frames = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
@@ -147,7 +147,7 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
     warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
     return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
-                     spec.max_batch_size > 0, spec.dim_bound, warmups)  # fmt: skip
+                     spec.max_batch_size > 0, spec.dim_bound, warmups, spec.pad_dynamic)  # fmt: skip
 
 
 def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:

@@ -109,13 +109,17 @@ class BatchBuilder:
             batch, release = self.build(spec, rows, length, sizes)
             return {spec.input_name: batch}, release
         first = rows[0]
-        for row in rows:
+        if any(len(row.shapes) != len(spec.row_inputs) for row in rows):
+            raise ValueError(f"a row of other than the model's {len(spec.row_inputs)} inputs")
+        for row in rows if not spec.pad_dynamic else ():
             if row.shapes != first.shapes:
                 raise ValueError(f"rows of shapes {list(row.shapes)} and {list(first.shapes)} in one batch")
-        if len(first.shapes) != len(spec.row_inputs):
-            raise ValueError(f"a row of {len(first.shapes)} inputs for a model of {len(spec.row_inputs)}")
-        for field, shape in zip(spec.row_inputs, first.shapes):
-            self._check(Row(first.arena, first.index, shape), field.dims, shape)
+        shapes = _largest(rows)
+        for row in rows:
+            for field, shape, full in zip(spec.row_inputs, row.shapes, shapes):
+                self._check(Row(row.arena, row.index, shape), field.dims, full)
+        if any(row.shapes != shapes for row in rows):  # rows of a model that allows padding
+            return self._padded(spec, rows, shapes, padded_size(len(rows), sizes))
         arena = self.arena(first.arena)
         if not spec.batched:
             if len(rows) != 1:
@@ -153,6 +157,17 @@ class BatchBuilder:
 
         return inputs, release
 
+    def _padded(self, spec: BatchSpec, rows: tuple[Row, ...], shapes, batch: int):
+        """Rows of several sizes in their -1 dimensions, each input zero-padded (empty strings) to
+        the batch's largest: fresh buffers, since their shapes vary from batch to batch."""
+        inputs = {}
+        for k, (f, full) in enumerate(zip(spec.row_inputs, shapes)):
+            buf = np.full((batch, *full), "" if f.dtype == object else 0, f.dtype)
+            for i, row in enumerate(rows):
+                buf[(i, *(slice(0, n) for n in row.shapes[k]))] = self._field(row, f, row.shapes[k])
+            inputs[f.name] = buf
+        return inputs, _nothing
+
     def _field(self, row: Row, field: RowInput, shape: tuple[int, ...]) -> np.ndarray:
         """One input of a row: a view of its slot, or BYTES elements decoded from it."""
         if field.dtype == object:
@@ -169,6 +184,9 @@ class BatchBuilder:
                 length: int | None) -> tuple[shm.Layout, ...]:
         """Store each row's outputs in its slot's output region; returns their layouts."""
         axis = None if spec.row_inputs else variable_axis(spec.input_dims)
+        if spec.pad_dynamic and -1 in spec.input_dims:  # outputs cut back by the first input's first -1
+            axis = spec.input_dims.index(-1)
+            length = max(row.shape[axis] for row in rows)
         if not spec.batched:  # the outputs of the one row, which has no batch axis
             outputs = {name: np.asarray(array)[None] for name, array in outputs.items()}
         layouts = []
@@ -195,6 +213,11 @@ class BatchBuilder:
         for arena in self._arenas.values():
             arena.close()
         self._arenas.clear()
+
+
+def _largest(rows: tuple[Row, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each input's shape in a batch of `rows`: the largest size of each dimension among them."""
+    return tuple(tuple(max(sizes) for sizes in zip(*shapes)) for shapes in zip(*(row.shapes for row in rows)))
 
 
 def _trim(out: np.ndarray, dims: tuple[int, ...], share: float) -> np.ndarray:

@@ -46,6 +46,7 @@ class BatchSpec:
     # row_inputs: more warm-up runs (Triton's model_warmup): (batch size, count, ((input, dims, kind), ...)),
     # kind "zero_data" or "random_data"
     warmups: tuple[tuple[int, int, tuple[tuple[str, tuple[int, ...], str], ...]], ...] = ()
+    pad_dynamic: bool = False  # row_inputs: rows of other -1 sizes batch, zero-padded to the largest
 
 
 @dataclass(frozen=True)

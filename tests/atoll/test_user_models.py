@@ -21,6 +21,7 @@ from atoll.bench.server_process import ServerProcess
 
 HERE = os.path.dirname(__file__)
 RNG = np.random.default_rng(30)
+PAD = 'parameters { key: "atoll.pad_dynamic" value { string_value: "true" } }'  # padding a seq changes nothing
 MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
     "simple": (simple(), SIMPLE_CONFIG + SIMPLE_WARMUP, {  # with model_warmup
         "INPUT0": RNG.integers(-99, 99, (2, 16), dtype=np.int32),
@@ -31,10 +32,13 @@ MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
     "masked": (masked(), None, {"mask": RNG.integers(0, 2, (2, 6)).astype(bool),
                                 "pixels": RNG.integers(0, 256, (2, 6), dtype=np.uint8)}),
     "unbatched": (unbatched(), "max_batch_size: 0", {"x": RNG.normal(size=(4, 16)).astype(np.float32)}),
+    "bert_padded": (bert(), PAD, {"input_ids": RNG.integers(0, 30000, (1, 7)),
+                                  "attention_mask": np.ones((1, 7), np.int64),
+                                  "token_type_ids": RNG.integers(0, 2, (1, 7))}),
     "words": (words(), None, {"text": np.array([[b"cat", b"x", "\u00e9mu".encode()], [b"dog", b"", b"cat"]])}),
 }  # fmt: skip
 PATHS = ("http-json", "http-binary", "grpc", "shm")
-BATCHING = ("simple",)
+BATCHING, PADDED = ("simple", "bert_padded"), ("bert_padded",)
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +52,11 @@ def answers(tmp_path_factory):
     np.savez(tmp / "in.npz", **feeds)
     args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
             "--set", "batching.max_queue_delay_microseconds=20000"]  # fmt: skip
+    env = {**os.environ, "BATCH": ",".join(BATCHING), "PADDED": ",".join(PADDED)}
     with ServerProcess(args) as server:
         subprocess.run([python, os.path.join(HERE, "user_model_calls.py"), server.url.removeprefix("http://"),
                         server.grpc_address, str(tmp / "in.npz"), str(tmp / "out.npz")],
-                       check=True, timeout=PATIENCE_S, env={**os.environ, "BATCH": ",".join(BATCHING)})  # fmt: skip
+                       check=True, timeout=PATIENCE_S, env=env)  # fmt: skip
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
             metrics = r.read().decode()
     assert server.proc.returncode == 0
@@ -77,9 +82,23 @@ def test_concurrent_requests_form_batches(answers):
     for i in range(32):
         for name, want in expected.items():
             np.testing.assert_array_equal(got[f"simple/concurrent{i}/{name}"], want)
+    assert _batches(metrics, "simple", 4 * 2 + 32) < 4 + 32  # four two-row requests (one per path), 32 one-row
+
+
+def test_a_model_that_allows_padding_batches_requests_of_other_lengths(answers):
+    got, metrics = answers
+    graph, _, feeds = MODELS["bert_padded"]
+    for i in range(32):
+        length = 1 + i % 7
+        expected = reference(graph, {name: array[:1, :length] for name, array in feeds.items()})
+        for name, want in expected.items():  # each request's own length back, equal to onnxruntime's
+            np.testing.assert_array_equal(got[f"bert_padded/concurrent{i}/{name}"], want)
+    assert _batches(metrics, "bert_padded", 4 + 32) < 4 + 32  # some batch held requests of several lengths
+
+
+def _batches(metrics: str, model: str, rows: int) -> float:
+    """How many batches of `model` ran, after checking its `rows` were each counted in one."""
     sizes = [s for family in text_string_to_metric_families(metrics) if family.name == "atoll_batch_size"
-             for s in family.samples if s.labels.get("model") == "simple"]  # fmt: skip
-    count = sum(s.value for s in sizes if s.name.endswith("_count"))
-    rows = sum(s.value for s in sizes if s.name.endswith("_sum"))
-    assert rows == 4 * 2 + 32  # four two-row requests (one per path), 32 one-row ones
-    assert count < 4 + 32  # some batch held rows of several requests
+             for s in family.samples if s.labels.get("model") == model]  # fmt: skip
+    assert sum(s.value for s in sizes if s.name.endswith("_sum")) == rows
+    return sum(s.value for s in sizes if s.name.endswith("_count"))

@@ -4,7 +4,7 @@ IN.npz holds `<model>/<input>` arrays; for every model, every input is sent over
 binary data), gRPC and system shared memory (inputs and outputs in regions), and each answer's
 outputs are written to OUT.npz as `<model>/<path>/<output>`. Then 32 concurrent one-row HTTP requests
 to each batching model, all sent before any answer is read (`<model>` in the BATCH environment
-variable, comma-separated)."""
+variable, comma-separated; those also in PADDED send lengths 1 to n of their last axis in turn)."""
 
 import os
 import sys
@@ -88,7 +88,12 @@ for model, arrays in feeds.items():
 
 for model in filter(None, os.environ.get("BATCH", "").split(",")):
     arrays = {name: array[:1] for name, array in feeds[model].items()}  # one row each: batches are of requests
-    pending = [http.async_infer(model, inputs(httpclient, arrays)) for _ in range(32)]
+    if model in os.environ.get("PADDED", "").split(","):  # request i: the first 1 + i % n of the last axis
+        length = next(iter(arrays.values())).shape[-1]
+        requests = [{k: v[..., : 1 + i % length] for k, v in arrays.items()} for i in range(32)]
+    else:
+        requests = [arrays] * 32
+    pending = [http.async_infer(model, inputs(httpclient, r)) for r in requests]
     answers = [request.get_result() for request in pending]
     for i, answer in enumerate(answers):
         names = [o["name"] for o in answer.get_response()["outputs"]]

@@ -141,3 +141,26 @@ def test_warm_up_runs_every_input_at_its_largest_then_the_configs_samples():
         + [{"a": ((2, 3), np.int32), "t": ((2, 2), object)}] * 3)  # fmt: skip
     assert not runs[0]["a"].any() and runs[0]["t"].tolist() == [["", ""]]
     assert runs[2]["t"].tolist() == [["", ""]] * 2 and runs[2]["a"].any()  # random_data: not all zeros
+
+
+def test_a_model_that_allows_padding_batches_rows_of_other_lengths_and_gets_its_own_back():
+    fields, size = row_layout([("ids", (-1,), np.int64), ("t", (-1,), object)], dim_bound=8, bytes_room=64)
+    spec = BatchSpec("ids", (-1,), {"y": (-1,)}, "int64", fields, True, 8, (), True)
+    arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 2, size, 256)
+    builder = BatchBuilder()
+    try:
+        rows = []
+        for i, n in enumerate((5, 3)):
+            arena.input(i, (n,), np.int64, 0)[...] = np.arange(1, n + 1)
+            pack_bytes(["w"] * n, arena.input(i, (fields[1].room,), np.uint8, fields[1].offset))
+            rows.append(Row(arena.name, i, (n,), ((n,),)))
+        inputs, _ = builder.build_inputs(spec, tuple(rows), None, ())
+        assert inputs["ids"].tolist() == [[1, 2, 3, 4, 5], [1, 2, 3, 0, 0]]  # zero-padded to the longest
+        assert inputs["t"].tolist() == [["w"] * 5, ["w", "w", "w", "", ""]]
+        layouts = builder.scatter(spec, tuple(rows), {"y": inputs["ids"].astype(np.float32) * 2}, None)
+        assert [layout[0][2] for layout in layouts] == [(5,), (3,)]  # each row's outputs cut back to its length
+        short = np.frombuffer(arena.output(1), np.float32, 3, layouts[1][0][3])
+        assert short.tolist() == [2.0, 4.0, 6.0]
+    finally:
+        builder.close()
+        arena.close()
