@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
-from gpu_runtime.compiler.importer import import_model
+from gpu_runtime.compiler.importer import import_model, missing_operators
 from gpu_runtime.executors import REFERENCE_EXECUTOR, program_executor, program_executors
 from gpu_runtime.model_check import TOLERANCES, compare
 
@@ -50,6 +50,10 @@ def run_check(args) -> int:
     try:
         path = _resolve(args.path)
         model = onnx.load(str(path))
+        missing = missing_operators(model)
+        if missing:
+            raise ValueError(f"{path}: the kernel runtime lacks operator(s) {', '.join(missing)} "
+                             f"(served, this model runs on onnxruntime)")
         t0 = time.perf_counter()
         program = import_model(model, args.batch, args.length, precision=args.precision)
         import_s = time.perf_counter() - t0

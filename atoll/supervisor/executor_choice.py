@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from gpu_runtime.compiler.lowering import LOWERINGS
-from gpu_runtime.executors import program_executors
+from gpu_runtime.compiler.importer import missing_operators
+from gpu_runtime.executors import DEFAULT_EXECUTOR, program_executors
 
-FALLBACK = "onnxruntime"
+FALLBACK = DEFAULT_EXECUTOR  # the whole-graph executor, which runs any operator and datatype
 FLOATS = ("FP32", "FP16")  # what the kernel programs compute in
 
 
@@ -26,8 +26,7 @@ def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str]) -
     """`datatypes`: those of the model's inputs and outputs."""
     if server_executor not in program_executors():
         return Choice(server_executor)
-    graph = onnx.load(str(onnx_path), load_external_data=False).graph
-    missing = tuple(sorted({label for n in graph.node if (label := _label(n)) not in LOWERINGS}))
+    missing = missing_operators(onnx.load(str(onnx_path), load_external_data=False))
     others = sorted({d for d in datatypes if d not in FLOATS})
     if missing:
         return Choice(FALLBACK, missing, f"{server_executor} lacks operator(s) {', '.join(missing)}")
@@ -35,6 +34,3 @@ def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str]) -
         return Choice(FALLBACK, (), f"{server_executor} computes in {'/'.join(FLOATS)}, not {', '.join(others)}")
     return Choice(server_executor)
 
-
-def _label(node: onnx.NodeProto) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"

@@ -51,6 +51,16 @@ def _static_dims(value_info, batch: int, length: int | None) -> tuple[int, ...]:
 RESTORE_WINDOW = 4  # REEF keeps 2-4 kernels outstanding per stream
 
 
+def missing_operators(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The graph's operators no lowering implements, sorted (another domain's as `domain.op`): what
+    keeps the model off the kernel runtime (it then runs on onnxruntime)."""
+    return tuple(sorted({op for node in model.graph.node if (op := _operator(node)) not in LOWERINGS}))
+
+
+def _operator(node: onnx.NodeProto) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def import_model(model: onnx.ModelProto | str | Path, batch: int = 1,
                  length: int | None = None, name: str | None = None,
                  restore_window: int = RESTORE_WINDOW, precision: str = "fp32") -> Program:

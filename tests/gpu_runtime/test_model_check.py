@@ -49,15 +49,16 @@ def test_check_relative_difference_is_robust():
     assert r["max_rel"] == pytest.approx(0.001 / 2.0, rel=1e-2)  # tiny reference values do not explode it
 
 
-def test_unsupported_model_is_a_one_line_error(tmp_path, capsys):
-    graph = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], "g",
+def test_unsupported_model_is_a_one_line_error_naming_every_missing_operator(tmp_path, capsys):
+    graph = helper.make_graph([helper.make_node("Hardmax", ["x"], ["h"], name="hm"),
+                               helper.make_node("Einsum", ["h"], ["y"], name="e", equation="ij->ij")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     assert _run([str(path)]) == 2
     err = capsys.readouterr().err
-    assert "node 'hm': op Hardmax is not supported" in err and err.count("\n") == 1
+    assert "lacks operator(s) Einsum, Hardmax" in err and "onnxruntime" in err and err.count("\n") == 1
 
 
 def test_missing_file(tmp_path, capsys):
