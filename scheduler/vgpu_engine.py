@@ -20,7 +20,6 @@ from concurrent.futures import Future
 
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.executors import EXECUTORS, program_executor
-from gpu_runtime.executors.quiet import freeze_after_load
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.serial_engine import SerialEngine
@@ -62,7 +61,6 @@ class ReefEngine:
             self._shapes.pop(model, None)
         else:
             described = self._load_clients(model, onnx_path, executor, max_batch, lengths)
-        freeze_after_load()  # what the load built is out of every later collection's walk
         return described
 
     def _load_clients(self, model: str, onnx_path: str, executor: str, max_batch: int | None,

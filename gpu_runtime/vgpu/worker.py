@@ -28,6 +28,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from gpu_runtime import green_context as vgpu_green_context
+from gpu_runtime.executors.quiet import freeze_after_load
 from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background, relay_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
@@ -139,6 +140,7 @@ class _Worker:
             try:
                 if isinstance(message, Load):
                     reply = Loaded(message.req, self._load(message))
+                    freeze_after_load()  # what the load and warm-up built is out of later collections' walks
                 else:
                     self._unload(message.model)
                     reply = Unloaded(message.req)
