@@ -21,7 +21,7 @@ from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.kserve.json_tensors import Incomplete, Skeleton, Span, decoded_bytes, sliced, sliced_sync
+from atoll.kserve.json_tensors import SLICE_BYTES, Incomplete, Skeleton, Span, decoded_bytes, sliced, sliced_sync
 from atoll.kserve.protocol import (
     HEADER_LENGTH,
     ProtocolError,
@@ -215,7 +215,9 @@ class _InferBody:
     """An infer request's body, read as `Endpoints.infer` asks for it: the parameters first (its
     JSON but the inputs' data), the tensors only once it is admitted, each input's fields checked
     against the model and what its data will take counted in the body budget before any data is
-    parsed. Both in slices, off the loop."""
+    parsed. A JSON part of at most one slice (the binary extension's header, a small body) is parsed
+    at once on the loop, where a hop to the parsing thread would cost more than the parse; a larger
+    one a slice at a time, off the loop."""
 
     def __init__(self, request: HttpRequest, server: InferenceServer, model: str, version: str | None):
         self.request, self.server = request, server
@@ -224,7 +226,7 @@ class _InferBody:
 
     async def parameters(self) -> dict:
         steps = request_skeleton(self.request.body, _header_length(self.request))
-        self._skeleton = await sliced(steps, self.server.parsing)
+        self._skeleton = await self._run(steps)
         return request_parameters(self._skeleton.fields)
 
     def _check(self, skeleton: Skeleton, heads) -> None:
@@ -238,6 +240,12 @@ class _InferBody:
     async def decode(self):
         steps = decoding(self.request.body, _header_length(self.request), self.server.endpoints.regions,
                          self._skeleton, self._check)  # fmt: skip
+        return await self._run(steps)
+
+    async def _run(self, steps):
+        json_bytes = _header_length(self.request) or len(self.request.body)
+        if json_bytes <= SLICE_BYTES:
+            return sliced_sync(steps)
         return await sliced(steps, self.server.parsing)
 
 
