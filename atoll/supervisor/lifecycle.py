@@ -1,17 +1,12 @@
 """`atoll serve`'s life as a service: start, readiness, and a stop on SIGTERM or SIGINT.
 
-A stop is the supervisor's alone. systemd (KillMode=control-group), `timeout` and Ctrl-C signal every
-process of the group at once, so the children this supervisor starts begin life with SIGINT and
-SIGTERM blocked (`shielded`: a signal mask survives fork and exec; multiprocessing's resource tracker
-shields itself the same way): none dies of the group's signal, none is restarted for it, and the
-supervisor stops them in order exactly as when it alone is signalled. A signal during start-up
-cancels the start; a second one changes nothing.
-
-Phases, one log line each: stopping (front ends refuse new requests and answer those in flight for
-up to `server.drain_s`), front ends stopped, vGPU workers stopped, stopped. The service manager
-(`notify.py`) hears STATUS= at each step, READY=1 once `start()` returns (every model loaded, every
-port listening, every front end knowing which models are ready), STOPPING=1 at the stop, and
-WATCHDOG=1 while the event loop turns.
+A stop is the supervisor's alone: service managers signal the whole process group, so the children
+it starts begin with SIGINT and SIGTERM blocked (`shielded`; a signal mask survives fork and exec)
+and none dies of, or is restarted for, the group's signal. A signal during start-up cancels the
+start. Phases, one log line each: stopping (front ends drain for up to `server.drain_s`), front ends
+stopped, vGPU workers stopped, stopped. The service manager (`notify.py`) hears STATUS= at each
+step, READY=1 once `start()` returns, STOPPING=1 at the stop and WATCHDOG=1 while the loop turns
+(docs/service.md).
 """
 
 from __future__ import annotations

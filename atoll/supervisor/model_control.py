@@ -1,27 +1,12 @@
 """Triton's model control: which models of the repository a server serves, and their states.
 
-Modes (`--model-control-mode`), as Triton's: `none` serves every model of the repository from the
-start and refuses load/unload calls; `explicit` starts with the models named by `--load-model` (`*`
-for all) and loads and unloads on request; `poll` serves every model and rescans the repository
-every `--repository-poll-secs`, loading new or changed models and unloading removed ones. Loading
-an already served model whose files are unchanged does nothing; a changed one is unloaded and
-loaded again, unless its new config cannot be read (the served version then goes on). A model is
-named by its folder directly inside the repository, and its config's `name` (if any) must be that
-folder's: any other name (a path, `..`, a separator) is refused before anything is read or loaded.
-
-The supervisor does the work (`Service.add_model` / `remove_model`): a load builds the model on
-every vGPU worker (on their loader threads, so models already served keep their latency), then its
-slots are given to every front end; an unload first retires the model in every front end, which
-stop admitting its requests and answer those they hold. A load that fails part way takes back what
-it did. One load or unload runs at a time.
-
-A load request may carry Triton's parameters (`load_request.py`): a JSON `config` used instead of
-config.pbtxt, and model files (`file:<path>`) making the model's folder for that load.
-
-A model that does not load is contained: one log line with its reason (no traceback), UNAVAILABLE
-with that reason in the index, the others served. At start every model is tried; with
-`server.exit_on_error` (`--exit-on-error`, Triton's flag and default) any failure then stops the
-start (`ModelsFailed`). A load over the API that fails answers Triton's `failed to load '<model>'`.
+Modes as Triton's (`none`, `explicit`, `poll`); a model is named by its folder directly inside the
+repository, any other name refused before anything is read. The supervisor does the work
+(`Supervisor.add_model` / `remove_model`), one load or unload at a time; a load that fails part way
+takes back what it did, and a model that does not load is contained (one log line, UNAVAILABLE with
+its reason in the index, the others served; `server.exit_on_error` decides a start). A load may
+carry Triton's parameters (`load_request.py`). What each mode and parameter does: docs/serving.md
+("Model control") and docs/models.md.
 """
 
 from __future__ import annotations

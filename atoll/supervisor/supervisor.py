@@ -1,25 +1,13 @@
 """The supervisor of one server: repository, vGPU workers, dispatcher, front-end processes, metrics.
 
-`Supervisor.start()` checks every setting first (`checks.py`: repository, choices, ports reserved),
-then starts the vGPU workers and the dispatcher on this process's event loop, loads the models the
-model-control mode serves at start (`add_model`: every model built and warmed on every vGPU worker,
-in every shape the batcher can ask for, and given a slot arena in each front end), starts the front
-ends on the reserved ports, and returns once every front end listens. Models are loaded and unloaded
-while serving through the same `add_model`/`remove_model` (`supervisor/model_control.py`). `stop()`
-takes it down in reverse: front ends refuse new requests and answer what they hold (up to
-`server.drain_s`), then the dispatcher, workers and shared memory go, so nothing outlives the server
-and nothing is restarted once the stop begins. Signals and readiness: `lifecycle.py`.
-
-Processes and what runs where (ARCHITECTURE §1):
-- front ends (`server.front_ends`, one per 4 cores by default): HTTP and gRPC, parsing, admission,
-  CPU preprocessing or DPU hand-off straight into slots (`front_end/rows.py`);
-- this process: the dispatcher (batcher, placement; `supervisor/dispatcher.py`), model control, the registry
-  of shared-memory regions, and the metrics port;
-- one worker per vGPU (`gpu_runtime.vgpu`): batches from slots, REEF or per-priority lanes.
-
-Children that die are started again: vGPU workers by their pool, front ends by their supervisors
-(`supervisor/front_ends.py`); both count in `atoll_worker_restarts_total{kind}`. The front ends hear which
-models have a live worker (`channel.Health`) at every change, and answer readiness from that.
+`Supervisor.start()` checks every setting first (`checks.py`), starts the vGPU workers and the
+dispatcher on this process's event loop, loads the models served at start (`add_model`: built and
+warmed on every worker in every shape the batcher can ask for, a slot arena in each front end),
+starts the front ends on the reserved ports, and returns once every front end listens. `stop()`
+takes it down in reverse, restarting nothing once it began: front ends answer what they hold (up
+to `server.drain_s`), then the dispatcher, workers and shared memory go. Children that die while
+serving are started again (the pool's workers, `front_ends.py`'s front ends). Which process runs
+what: docs/data-plane.md; signals and readiness: `lifecycle.py`.
 """
 
 from __future__ import annotations

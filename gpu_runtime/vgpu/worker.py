@@ -1,20 +1,12 @@
 """The vGPU worker process: one per vGPU, the same code for MIG, green contexts, GPUs and CPU.
 
-Messages (`messages.py`) arrive through a pipe from the pool; tensors arrive and leave through
-shared memory: the pool's segments (`Run`) or the front ends' slot arenas (`RunRows`, whose rows
-`batches.BatchBuilder` stacks into the batch with one copy at most). Batches run on an engine
-(`serial_engine.SerialEngine` by default; the pool may name another, e.g. the REEF scheduler in
-`scheduler.vgpu_engine`), so several can be in flight and their replies may come in any order.
-The receiving thread only builds batches and hands them to the engine; one reply thread stores
-outputs and sends every reply, so the engine's threads never wait on the pipe. Loads and unloads
-run on a loader thread of the lowest OS priority, warm-up batches included where the engine can run
-them there, so a model loaded while others serve takes only the cycles they leave and never holds
-up the batches arriving meanwhile; a batch for a
-model whose load is still running (a restarted worker's replayed load) waits for it.
-
-A load with a `BatchSpec` builds and runs every shape the model will be asked for (each batch size
-of the engine times each padded length) before it is answered, so nothing is built while serving;
-a batch of any other shape is counted in `program_builds`, which a server treats as a bug.
+Messages (`messages.py`) come through a pipe from the pool; tensors through shared memory (the
+pool's segments for `Run`, the front ends' slot arenas for `RunRows`, stacked by
+`batches.BatchBuilder` with one copy at most). Batches run on an engine (`SerialEngine`, or the
+REEF scheduler's `scheduler.vgpu_engine`), several in flight; one reply thread stores outputs and
+answers, so engine threads never wait on the pipe. Loads run on a loader thread of the lowest OS
+priority and build and warm every shape the model will be asked for before they are answered; a
+batch of any other shape is counted in `program_builds`, which a server treats as a bug.
 """
 
 from __future__ import annotations
