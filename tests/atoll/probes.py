@@ -80,6 +80,15 @@ class ClosedLoop:
             thread.join(PATIENCE_S)
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def metric(url: str, name: str) -> float:
     """The sum of every series of Prometheus metric `name` the server at `url` exports."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=PATIENCE_S) as r:

@@ -18,7 +18,7 @@ import pytest
 from fpga_host import cpu_backend
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import until
+from tests.atoll.probes import alive, until
 
 from atoll.bench import serve, servers, triton_baseline
 from atoll.bench import serve_analysis as analysis
@@ -166,20 +166,12 @@ def plain_server(repository):
         yield system
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_the_plain_baselines_workers_end_with_it_however_it_ends(repository):
     with servers.plain(str(repository), ()) as system:
         workers = descendants(system.pid)
         assert workers
         os.kill(system.pid, signal.SIGKILL)
-        until(lambda: not any(map(_running, workers)), "every worker of the killed server is gone")
+        until(lambda: not any(map(alive, workers)), "every worker of the killed server is gone")
 
 
 def _post(url: str, body: bytes, headers: dict) -> tuple[int, bytes, dict]:

@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, ClosedLoop, request, until
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, alive, request, until
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
@@ -45,15 +45,6 @@ def repository(tmp_path_factory):
 def server(repository, env: dict[str, str] | None = None, *args: str) -> ServerProcess:
     return ServerProcess(["--repository", str(repository), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1",
                           "--set", f"server.drain_s={PATIENCE_S}", *args], env=env, new_session=True)  # fmt: skip
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` is a process that has not exited (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize(("sig", "to_group"), [(signal.SIGTERM, True), (signal.SIGTERM, False),
