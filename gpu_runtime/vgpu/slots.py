@@ -44,14 +44,10 @@ def pack_bytes(elements, region: np.ndarray) -> None:
     """BYTES elements into a row's region (uint8) as KServe's binary form lays them out: each a
     4-byte little-endian length, then its bytes. Raises ValueError past the region's room."""
     parts = [e if isinstance(e, bytes) else str(e).encode() for e in elements]
-    size = 4 * len(parts) + sum(map(len, parts))
-    if size > len(region):
-        raise ValueError(f"{size} bytes of BYTES elements exceed the row's room of {len(region)}")
-    at = 0
-    for part in parts:
-        region[at : at + 4] = np.frombuffer(len(part).to_bytes(4, "little"), np.uint8)
-        region[at + 4 : at + 4 + len(part)] = np.frombuffer(part, np.uint8)
-        at += 4 + len(part)
+    data = b"".join(len(part).to_bytes(4, "little") + part for part in parts)
+    if len(data) > len(region):
+        raise ValueError(f"{len(data)} bytes of BYTES elements exceed the row's room of {len(region)}")
+    region[: len(data)] = np.frombuffer(data, np.uint8)
 
 
 def unpack_bytes(region: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
