@@ -36,7 +36,7 @@ from atoll.bench.harness import emit
 from atoll.bench.loadproc import LoadPlan, LoadProcesses, Request, split
 from atoll.bench.robust_json import json_step, peak_rss_mb, wide_model
 from atoll.bench.robust_json import summary as json_summary
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.bench.servers import add_loadgen_options, counter_total, split_cores, started
 from atoll.http.connections import raise_open_file_limit
 

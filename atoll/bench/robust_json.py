@@ -27,7 +27,7 @@ from gpu_runtime.zoo.repository import write_model
 from onnx import TensorProto, helper
 
 from atoll.bench.harness import emit
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 MODEL = "mobilenet_v3_small"
 WIDE = "wide"

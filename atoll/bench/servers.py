@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 
 @dataclass

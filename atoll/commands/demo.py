@@ -15,7 +15,7 @@ from scheduler.policies import POLICIES
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
 from atoll.bench.loadgen import IMAGE_SIZES, Workload, format_table, run_load
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 
 def register(subparsers) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 PATIENCE_S = 120  # the bound on any one wait: generous, for a loaded 2-core machine
 

@@ -16,7 +16,7 @@ from tests.atoll.client_env import run_client
 from tests.gpu_runtime.chain_model import matmul_chain
 from tests.gpu_runtime.test_priority_threads import fifo_permitted
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.front_end.rows import priority_of
 from atoll.kserve.protocol import InferRequest, ProtocolError
 from atoll.repository.specs import load_model

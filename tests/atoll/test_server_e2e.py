@@ -24,7 +24,7 @@ from tests.atoll.client_env import run_client
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bomb, jpeg_bytes, jpeg_scan_bomb, synthetic_wav
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.kserve.protocol import HEADER_LENGTH
 
 MODEL = "mobilenet_v3_small"

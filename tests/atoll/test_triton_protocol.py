@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.atoll.test_server_e2e import _reference_logits
 from tests.atoll.triton_conformance import ATOLL_ARGS, calls_repository, run_calls, write_media
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 # every call not listed here answers OK
 ERRORS = {

@@ -17,7 +17,7 @@ from tests.atoll.probes import PATIENCE_S
 from tests.atoll.user_models import (SIMPLE_CONFIG, SIMPLE_WARMUP, bert, half, masked, reference, simple,
                                      unbatched, words, write)  # fmt: skip
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 HERE = os.path.dirname(__file__)
 RNG = np.random.default_rng(30)

@@ -25,7 +25,7 @@ from tests.atoll.client_env import run_client
 
 from atoll.bench import triton_baseline
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 CALLS = Path(__file__).with_name("triton_calls.py")
 MODELS = ("mobilenet_v3_small", "citrinet")

@@ -27,7 +27,7 @@ from atoll.bench.bodies import http_body, infer_body, tensor_body
 from atoll.bench.corpus import jpeg_bytes
 from atoll.bench.cpustat import CpuMeter, descendants
 from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, LoadProcesses, split
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.bench.triton_baseline import model_config
 from atoll.cli import build_parser
 from atoll.kserve.protocol import HEADER_LENGTH, decode_request

@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.http.bodies import BodyBudget, BodyError
 from atoll.http.connections import connection_bound, grpc_limits
 from atoll.http.messages import HttpRequest

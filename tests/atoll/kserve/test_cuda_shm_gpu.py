@@ -14,7 +14,7 @@ from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
 from tests.atoll.client_env import run_client
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 pytestmark = pytest.mark.gpu
 MODEL = "mobilenet_v3_small"

@@ -8,7 +8,7 @@ import numpy as np
 from tests.atoll.supervisor.test_failing_models import SERVER, _post
 from tests.atoll.user_models import FP32_PAIR_CONFIG, SIMPLE_CONFIG, fp32_pair, simple, words, write
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 from atoll.supervisor.executor_choice import choose
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.atoll.probes import PATIENCE_S, request
 from tests.atoll.user_models import FP32_PAIR_CONFIG, fp32_pair, write
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 SERVER = ["--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1"]
 

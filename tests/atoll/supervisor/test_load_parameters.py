@@ -13,7 +13,7 @@ from tests.atoll.probes import PATIENCE_S
 from tests.atoll.supervisor.test_failing_models import SERVER, _post
 from tests.atoll.user_models import FP32_PAIR_CONFIG, fp32_pair, write
 
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 
 def _config(url: str, model: str) -> dict:

@@ -23,7 +23,7 @@ from tests.atoll.probes import PATIENCE_S, ClosedLoop, alive, request, until
 
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
-from atoll.bench.server_process import ServerProcess
+from atoll.supervisor.server_process import ServerProcess
 
 MODEL = "mobilenet_v3_small"
 CLIENTS = 4
