@@ -1,0 +1,26 @@
+"""A Ray cluster of N raylets on this machine, each offering `atoll_node`: for demos, the bench's
+`--cluster N` and the multi-node tests (`ray.cluster_utils.Cluster`, Ray's own test harness)."""
+
+from __future__ import annotations
+
+import os
+
+from atoll.cluster.nodes import RESOURCE
+
+# Set before the raylets start (they inherit them): no usage report, and the raylet kills every
+# process a crashed worker left (an actor's `atoll serve`), as Ray's "Lifetimes of a User-Spawn
+# Process" page (Ray 2.60) describes.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}
+NODE_ARGS = {"num_cpus": 1, "resources": {RESOURCE: 1}, "object_store_memory": 80 * 2**20}
+
+
+def local_cluster(nodes: int):
+    """A started `ray.cluster_utils.Cluster` of `nodes` raylets (the head among them), not connected."""
+    from ray.cluster_utils import Cluster  # optional: Ray, the cluster extra
+
+    os.environ.update(RAY_ENV)
+
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    for _ in range(nodes - 1):
+        cluster.add_node(**NODE_ARGS)
+    return cluster

@@ -1,0 +1,137 @@
+"""The cluster's controller: a detached, named Ray actor holding one AtollNode per Ray node.
+
+Every RECONCILE_S it starts an AtollNode on each alive Ray node offering the `atoll_node` resource
+that has none, forgets those of nodes that left, and asks each node (one question in flight at a
+time) whether it is ready; `nodes()` answers from the last answers, so the endpoint's directory
+costs one small actor call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from atoll.cluster.directory import NodeAddress
+from atoll.cluster.nodes import RESOURCE, AtollNode, node_name
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "atoll"
+CONTROLLER = "atoll-cluster"
+RECONCILE_S = 1.0
+
+
+class ClusterController:
+    """The controller actor's body (wrapped with `ray.remote` by `start_controller`)."""
+
+    def __init__(self, repository: str, models: list[str], extra: list[str]):
+        self.repository, self.models, self.extra = repository, list(models), list(extra)
+        self._actors: dict[str, object] = {}  # Ray node id -> its AtollNode actor handle
+        self._asks: dict[str, tuple] = {}  # Ray node id -> its (ready, address) question in flight
+        self._found: dict[str, NodeAddress | None] = {}  # Ray node id -> its address if ready
+        self._ready: list[NodeAddress] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, daemon=True, name="atoll-reconcile").start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(RECONCILE_S):
+            try:
+                self.reconcile()
+            except Exception:  # a failed round (Ray busy, a node going) is retried next round
+                log.exception("reconcile failed")
+
+    def reconcile(self) -> None:
+        import ray  # optional dependency: only the cluster needs it
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        offering = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(RESOURCE, 0) >= 1}
+        with self._lock:
+            for node_id in set(self._actors) - offering:
+                log.info("node %s left", node_name(node_id))
+                del self._actors[node_id]
+                self._asks.pop(node_id, None)
+                self._found.pop(node_id, None)
+            for node_id in offering - set(self._actors):
+                log.info("node %s joined: starting Atoll on it", node_name(node_id))
+                self._actors[node_id] = node_actor().options(
+                    resources={RESOURCE: 1}, num_cpus=0, max_restarts=-1,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                ).remote(node_name(node_id), self.repository, self.models, self.extra)  # fmt: skip
+            for node_id, actor in self._actors.items():  # one question in flight per node
+                if node_id not in self._asks:
+                    self._asks[node_id] = (actor.ready.remote(), actor.address.remote())
+            asks = dict(self._asks)
+        refs = [ref for pair in asks.values() for ref in pair]
+        answered, _ = ray.wait(refs, num_returns=len(refs), timeout=RECONCILE_S)
+        answered = set(answered)
+        with self._lock:
+            for node_id, (is_ready, address) in asks.items():
+                if node_id not in self._asks or not {is_ready, address} <= answered:
+                    continue
+                del self._asks[node_id]
+                try:
+                    self._found[node_id] = ray.get(address) if ray.get(is_ready) else None
+                except ray.exceptions.RayActorError:  # died with the question: Ray is restarting it
+                    self._found[node_id] = None
+            self._ready = sorted((a for a in self._found.values() if a is not None), key=lambda a: a.name)
+
+    def nodes(self) -> list[NodeAddress]:
+        with self._lock:
+            return list(self._ready)
+
+    def actors(self) -> dict[str, object]:
+        """Each Atoll node's actor handle by node name (tests and `atoll cluster status`)."""
+        with self._lock:
+            return {node_name(node_id): a for node_id, a in self._actors.items()}
+
+    def shutdown(self) -> None:
+        """Stop every node's `atoll serve` cleanly, then the nodes; the controller is killed after."""
+        import ray  # optional dependency: only the cluster needs it
+
+        self._stop.set()
+        with self._lock:
+            actors, self._actors, self._ready = list(self._actors.values()), {}, []
+            self._asks, self._found = {}, {}
+        stops = [a.stop.remote() for a in actors]
+        ray.wait(stops, num_returns=len(stops), timeout=60)
+        for a in actors:
+            ray.kill(a, no_restart=True)
+
+
+def node_actor():
+    import ray  # optional dependency: only the cluster needs it
+
+    return ray.remote(AtollNode)
+
+
+def start_controller(repository: str, models: list[str], extra: list[str]):
+    """The running controller, or a new detached one (Ray connected in namespace "atoll")."""
+    import ray  # optional dependency: only the cluster needs it
+
+    return ray.remote(ClusterController).options(
+        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1, max_concurrency=8,
+    ).remote(repository, models, extra)  # fmt: skip
+
+
+def find_controller():
+    """The running controller's handle, or None."""
+    import ray  # optional dependency: only the cluster needs it
+
+    try:
+        return ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    except ValueError:  # no actor of that name
+        return None
+
+
+def stop_controller() -> bool:
+    """Stop the cluster's nodes and its controller; False when none ran."""
+    import ray  # optional dependency: only the cluster needs it
+
+    controller = find_controller()
+    if controller is None:
+        return False
+    ray.get(controller.shutdown.remote())
+    ray.kill(controller, no_restart=True)
+    return True
