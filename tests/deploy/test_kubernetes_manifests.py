@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from atoll import __version__
 from atoll.cli import build_parser
 from atoll.config import SERVE_FLAGS, config_from_args
 from tests.atoll.probes import request, serving
@@ -131,7 +132,8 @@ def test_the_helm_templates_render_to_the_plain_manifests():
         assert rendered == (MANIFESTS / template.name).read_text(), template.name
     (chart,) = load(CHART / "Chart.yaml")
     image = one("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.endswith(f":{chart['appVersion']}") and chart["apiVersion"] == "v2"
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == __version__
+    assert image == f"{values['image']['repository']}:{__version__}"
 
 
 def test_the_daemonset_runs_atoll_serve_on_the_ports_its_probes_and_service_use():
