@@ -18,7 +18,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[dev,cluster]'
 	@touch $@
 
 setup: $(VENV)/.installed
