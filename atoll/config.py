@@ -69,6 +69,12 @@ class ServerConfig:
                                                "so clients resending refused requests at once are slowed to it "
                                                "(0 = unpaced)")
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
+    http_restricted_api: list[str] = field(default_factory=list, metadata={
+        "doc": "Triton's restricted APIs: '<category>,...:<header>=<value>' each; requests of those categories "
+               "without the header are refused (HTTP 403). Categories: health, metadata, inference, "
+               "shared-memory, model-config, model-repository, statistics, trace, logging"})
+    grpc_restricted_protocol: list[str] = field(default_factory=list, metadata={
+        "doc": "the same for gRPC: the metadata key is triton-grpc-protocol-<header> (refused: UNAVAILABLE)"})
     rt_fifo: int = _num(1, 0, "SCHED_FIFO priority (1-98) of the threads relaying requests between the server's "
                               "processes, real-time lanes one above, where the OS permits it (root or CAP_SYS_NICE; "
                               "0 = off: they run as ordinary threads)")
@@ -152,7 +158,13 @@ def _coerce(key: str, value: Any, kind: type, meta: dict) -> Any:
         value = kind(value)
         if meta.get("min") is not None and value < meta["min"]:
             raise ConfigError(f"{key}: must be >= {meta['min']}, got {value!r}")
+    elif kind == list[str]:
+        value = [value] if isinstance(value, str) else value  # one item from --set
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
     elif kind is str:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)  # a repeated flag (--load-model a --load-model b)
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
         choices = meta.get("choices")
@@ -240,7 +252,7 @@ def config_from_args(args, flags: dict[str, str]):
     for attr, key in flags.items():
         value = getattr(args, attr, None)
         if value is not None:
-            overrides[key] = ",".join(value) if isinstance(value, list) else value
+            overrides[key] = value
     return load_config(args.config, overrides)
 
 
@@ -249,6 +261,7 @@ SERVE_FLAGS = {
     "grpc_port": "server.grpc_port", "metrics_port": "server.metrics_port", "front_ends": "server.front_ends",
     "model_control_mode": "server.model_control_mode", "load_model": "server.load_model",
     "repository_poll_secs": "server.repository_poll_secs", "exit_on_error": "server.exit_on_error",
+    "http_restricted_api": "server.http_restricted_api", "grpc_restricted_protocol": "server.grpc_restricted_protocol",
     "backend": "preprocessing.backend",
     "batcher": "batching.batcher", "executor": "vgpus.executor", "policy": "scheduler.policy",
 }  # fmt: skip

@@ -11,7 +11,8 @@ from fpga_host import BACKEND_CHOICES
 from gpu_runtime.executors import EXECUTOR_CHOICES, EXECUTORS
 from scheduler.policies import POLICIES
 
-from atoll.config import SERVE_FLAGS, ConfigError, add_config_options, config_from_args
+from atoll.config import SERVE_FLAGS, ConfigError, ServerConfig, add_config_options, config_from_args
+from atoll.kserve.restricted import Restrictions
 from atoll.observe.log_format import LOG_FORMATS, configure_logging
 from atoll.repository.specs import RepositoryError
 from atoll.supervisor.lifecycle import serve_forever
@@ -38,6 +39,13 @@ def register(subparsers) -> None:
     p.add_argument("--exit-on-error", metavar="BOOL",
                    help="true (default, as Triton's): a model that fails to load at start stops the server "
                         "(exit status 1); false: it is reported UNAVAILABLE and the others are served")
+    p.add_argument("--http-restricted-api", action="append", metavar="<API>,...:<KEY>=<VALUE>",
+                   help="as Triton's: HTTP requests of these APIs (health, metadata, inference, shared-memory, "
+                        "model-config, model-repository, statistics, trace, logging) need header KEY: VALUE, "
+                        "else 403 (repeatable; an API in one group only)")
+    p.add_argument("--grpc-restricted-protocol", action="append", metavar="<PROTOCOL>,...:<KEY>=<VALUE>",
+                   help="as Triton's: gRPC calls of these protocols (the same names) need metadata "
+                        "triton-grpc-protocol-KEY: VALUE, else UNAVAILABLE (repeatable)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, help="preprocessing backend")
     p.add_argument("--batcher", choices=tuple(BATCHERS), help="batching policy")
     p.add_argument("--executor", choices=EXECUTOR_CHOICES,
@@ -56,6 +64,7 @@ def run(args) -> int:
     configure_logging(args.log_format)
     try:
         config = config_from_args(args, SERVE_FLAGS)
+        _check_restrictions(config.server)
         asyncio.run(serve_forever(Supervisor(config)))
     except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
@@ -64,3 +73,11 @@ def run(args) -> int:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_restrictions(server: ServerConfig) -> None:
+    """A malformed restricted-API group stops the start with its reason (the front ends parse it again)."""
+    try:
+        Restrictions.parse(server.http_restricted_api, server.grpc_restricted_protocol)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
