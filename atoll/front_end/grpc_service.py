@@ -39,6 +39,7 @@ from atoll.kserve.protocol import (
     shared_memory_of,
     tensor_from_bytes,
 )
+from atoll.kserve.restricted import Restrictions
 from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 from atoll.observe.throttled import Throttled
 
@@ -395,15 +396,48 @@ STREAM_WINDOW_BYTES = 8 << 20
 _CALL_ENDED = _CallEnded()
 
 
+class _Restricted(grpc.aio.ServerInterceptor):
+    """Triton's --grpc-restricted-protocol: a call of a restricted method without its metadata key
+    and value ends at once with Triton's status (`restricted.Rule.grpc_refusal`), its request unread."""
+
+    def __init__(self, restrictions: Restrictions):
+        self.restrictions = restrictions
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        rule = self.restrictions.grpc_rule(details.method.rpartition("/")[2])
+        if rule is None or handler is None:
+            return handler
+        refusal = rule.grpc_refusal(dict(details.invocation_metadata or ()))
+        if refusal is None:
+            return handler
+
+        async def refuse(request, context):
+            await context.abort(*refusal)
+
+        kind = _HANDLER_KINDS[handler.request_streaming, handler.response_streaming]
+        return kind(refuse, handler.request_deserializer, handler.response_serializer)
+
+
+# a refusing handler of the refused one's shape, by (request streaming, response streaming)
+_HANDLER_KINDS = {(False, False): grpc.unary_unary_rpc_method_handler,
+                  (False, True): grpc.unary_stream_rpc_method_handler,
+                  (True, False): grpc.stream_unary_rpc_method_handler,
+                  (True, True): grpc.stream_stream_rpc_method_handler}  # fmt: skip
+
+
 async def start(endpoints: Endpoints, host: str, port: int, max_request_bytes: int,
                 limits: list[tuple[str, int]] = (), pace: RefusalPace | None = None,
-                budget: BodyBudget | None = None) -> grpc.aio.Server:
+                budget: BodyBudget | None = None, restrictions: Restrictions | None = None) -> grpc.aio.Server:
     """A started gRPC server on `port`, shared with the other front ends (SO_REUSEPORT); `limits`
     are further options (`connections.grpc_limits`), `pace` that of its UNAVAILABLE answers,
-    `budget` the HTTP bodies' one, which its infer messages share."""
+    `budget` the HTTP bodies' one, which its infer messages share, `restrictions` Triton's restricted
+    protocols (an interceptor only where some are: none costs nothing)."""
+    interceptors = [_Restricted(restrictions)] if restrictions is not None and restrictions.grpc else None
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes),
                                       ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 1),
-                                      ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits])  # fmt: skip
+                                      ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *limits],
+                             interceptors=interceptors)  # fmt: skip
     logging.getLogger("grpc._cython.cygrpc").addFilter(_CALL_ENDED)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(endpoints, pace, budget), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -18,7 +18,7 @@ from atoll.front_end.endpoints import Endpoints, check_input, unsupported
 from atoll.http.bodies import BodyBudget, BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
-from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
+from atoll.http.messages import Early, Handler, HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.json_tensors import SLICE_BYTES, Incomplete, Skeleton, Span, decoded_bytes, sliced, sliced_sync
@@ -33,6 +33,7 @@ from atoll.kserve.protocol import (
     request_parameters,
     request_skeleton,
 )
+from atoll.kserve.restricted import Restrictions
 from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 
 SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
@@ -48,8 +49,10 @@ def _fields(doc: dict, *names: str) -> list:
 
 
 class InferenceServer:
-    def __init__(self, endpoints: Endpoints, metrics, body_timeout_s: float = 30.0, budget: BodyBudget | None = None):
+    def __init__(self, endpoints: Endpoints, metrics, body_timeout_s: float = 30.0, budget: BodyBudget | None = None,
+                 restrictions: Restrictions | None = None):
         self.endpoints = endpoints
+        self.restrictions = restrictions or Restrictions.none()  # Triton's --http-restricted-api
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
         self.budget = budget  # request bodies (and what JSON ones decode to) held at once (None: no bound)
@@ -65,7 +68,7 @@ class InferenceServer:
         return HttpServer(self.routes(), limits, connections, idle_timeout_s, pace)
 
     def routes(self) -> Routes:
-        r = Routes()
+        r = _RestrictedRoutes(self.restrictions) if self.restrictions.http else Routes()
         r.add("GET", "/v2/health/live", self.live)
         r.add("GET", "/v2/health/ready", self.health_ready)
         r.add("GET", "/v2", self.server_metadata)
@@ -200,6 +203,34 @@ class InferenceServer:
         spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), body.decode, body.parameters)
         payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
         return HttpResponse(200, payload, headers.pop("Content-Type"), headers or None)
+
+
+class _RestrictedRoutes(Routes):
+    """Routes whose restricted ones refuse a request without their header (Triton's 403): from its
+    head where it has a body (the rest is dropped unread, a large load request's files too), else
+    before its handler; the others are added as they are, so an unrestricted route pays nothing."""
+
+    def __init__(self, restrictions: Restrictions):
+        super().__init__()
+        self.restrictions = restrictions
+
+    def add(self, method: str, pattern: str, handler: Handler, early: Early | None = None) -> None:
+        rule = self.restrictions.http_rule(pattern)
+        if rule is None:
+            super().add(method, pattern, handler, early)
+            return
+
+        async def guarded(request: HttpRequest) -> HttpResponse:
+            refusal = rule.http_refusal(request.headers)
+            return await handler(request) if refusal is None else error(*refusal)
+
+        def guarded_early(request: HttpRequest, prefix: memoryview) -> HttpResponse | None:
+            refusal = rule.http_refusal(request.headers)
+            if refusal is not None:
+                return error(*refusal)
+            return early(request, prefix) if early is not None else None
+
+        super().add(method, pattern, guarded, guarded_early)
 
 
 def _prefix_skeleton(prefix: bytes, header_length: int | None) -> Skeleton:

@@ -23,6 +23,7 @@ from atoll.http.bodies import BodyBudget, body_budget_bytes
 from atoll.http.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.restricted import Restrictions
 from atoll.kserve.shm_registry import CudaIpc, Regions, Register
 from atoll.observe import native_stderr
 from atoll.observe.log_format import configure_logging
@@ -64,7 +65,8 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     endpoints = Endpoints(front_end, metrics, regions, supervisor, share, c.server.request_timeout_s)
     budget = BodyBudget(body_budget_bytes(c.server.body_memory_bytes, setup.count, c.server.max_request_bytes),
                         metrics.refused)  # fmt: skip
-    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget)
+    restrictions = Restrictions.parse(c.server.http_restricted_api, c.server.grpc_restricted_protocol)
+    server = InferenceServer(endpoints, metrics, c.server.body_timeout_s, budget, restrictions)
     bound = connection_bound(c.server.max_connections, raise_open_file_limit())
     pace = RefusalPace(c.server.refusals_per_answer, endpoints.answer_rate, metrics.refusals_held)  # HTTP's and gRPC's
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
@@ -76,7 +78,8 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
-                                       grpc_limits(bound, c.server.idle_timeout_s), pace, budget)  # fmt: skip
+                                       grpc_limits(bound, c.server.idle_timeout_s), pace, budget,
+                                       restrictions)  # fmt: skip
     relay_this_thread()  # this loop passes every request on, real-time ones among them
     stopping, health = asyncio.Event(), asyncio.Event()
     changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
