@@ -1,0 +1,172 @@
+"""The endpoint's KServe v2 HTTP routes, on Atoll's own HTTP/1.1 edge (`atoll.http.edge`): an infer
+request's body goes to the chosen node as it was received (only the JSON part before the binary
+tensors is read, for the request's `priority`), and the node's answer comes back as it was sent.
+Repository index, statistics and metrics are the cluster's (`ClusterView`); model control goes to
+the nodes placement names; shared memory is refused: its regions live on one machine.
+"""
+
+from __future__ import annotations
+
+from atoll.cluster.cluster_view import ClusterView, NodeState
+from atoll.cluster.node_client import Answer
+from atoll.cluster.routing import real_time
+from atoll.front_end.http_routes import InferenceServer
+from atoll.http.messages import HttpRequest, HttpResponse, Routes, error
+from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.json_tensors import sliced_sync
+from atoll.kserve.protocol import HEADER_LENGTH, ProtocolError, request_parameters, request_skeleton
+
+SHM_KINDS = ("systemsharedmemory", "cudasharedmemory")
+SHARED_MEMORY_REFUSAL = ("shared memory is not available through the cluster endpoint: a region lives on one "
+                         "machine and a request may be served by any node; send the tensors in the request, or "
+                         "register the region with one node and send to that node")  # fmt: skip
+# headers of one hop, not passed on: the edge undid any Content-Encoding, and lengths are the sender's
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "expect",
+        "te", "trailer", "upgrade", "proxy-connection"}  # fmt: skip
+_ANSWER_HOP = _HOP | {"content-type"}
+_HEADER_LENGTH = HEADER_LENGTH.lower()
+OK = HttpResponse(200)
+
+
+class HttpProxy:
+    """The routes of the endpoint's HTTP port over `view`; `restrictions` (`kserve.restricted`)
+    refuses restricted calls without their header; `timeout_s` bounds a forwarded request."""
+
+    def __init__(self, view: ClusterView, restrictions, timeout_s: float):
+        self.view = view
+        self.restrictions = restrictions
+        self.timeout_s = timeout_s
+
+    def routes(self) -> Routes:
+        r = Routes()
+        add = self._add
+        add(r, "GET", "/v2/health/live", self.live)
+        add(r, "GET", "/v2/health/ready", self.ready)
+        add(r, "GET", "/v2", self.any_node)
+        add(r, "POST", "/v2/repository/index", self.repository_index)
+        add(r, "POST", "/v2/repository/models/{model}/load", self.load)
+        add(r, "POST", "/v2/repository/models/{model}/unload", self.unload)
+        add(r, "GET", "/v2/models/stats", self.statistics)
+        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            add(r, "GET", prefix, self.any_node)
+            add(r, "GET", prefix + "/ready", self.model_ready)
+            add(r, "GET", prefix + "/config", self.any_node)
+            add(r, "GET", prefix + "/stats", self.statistics)
+            add(r, "POST", prefix + "/infer", self.infer)
+        for kind in SHM_KINDS:
+            add(r, "GET", f"/v2/{kind}/status", self.region_status)
+            add(r, "GET", f"/v2/{kind}/region/{{region}}/status", self.region_status)
+            add(r, "POST", f"/v2/{kind}/region/{{region}}/register", self.register)
+            add(r, "POST", f"/v2/{kind}/unregister", self.unregister)
+            add(r, "POST", f"/v2/{kind}/region/{{region}}/unregister", self.unregister)
+        for path in ("/v2/trace/setting", "/v2/models/{model}/trace/setting", "/v2/logging"):
+            add(r, "*", path, self.any_node)
+        r.add("GET", "/metrics", self.metrics)
+        return r
+
+    def _add(self, routes: Routes, method: str, pattern: str, handler) -> None:
+        """`handler` at `pattern`, behind the restriction of the pattern's category, if any."""
+        rule = self.restrictions.http_rule(pattern) if self.restrictions else None
+        if rule is None:
+            routes.add(method, pattern, handler)
+            return
+
+        async def restricted(request: HttpRequest) -> HttpResponse:
+            refusal = rule.http_refusal(request.headers)
+            return error(*refusal) if refusal is not None else await handler(request)
+
+        routes.add(method, pattern, restricted)
+
+    # -- the cluster's own answers ------------------------------------------------------------------
+
+    async def live(self, request: HttpRequest) -> HttpResponse:
+        return OK
+
+    async def ready(self, request: HttpRequest) -> HttpResponse:
+        return OK if self.view.ready() else HttpResponse(503)
+
+    async def model_ready(self, request: HttpRequest) -> HttpResponse:
+        if self.view.candidates(request.params["model"], request.params.get("version")):
+            return OK
+        return error(400, "Model version not ready")
+
+    async def repository_index(self, request: HttpRequest) -> HttpResponse:
+        ready = InferenceServer._json_body(request).get("ready", False)
+        return HttpResponse.json(self.view.index(bool(ready)))
+
+    async def load(self, request: HttpRequest) -> HttpResponse:
+        parameters = InferenceServer._json_body(request).get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ApiError(ErrorCode.INVALID_ARG, "load 'parameters' must be a JSON object")
+        await self.view.load(request.params["model"], parameters)
+        return OK
+
+    async def unload(self, request: HttpRequest) -> HttpResponse:
+        await self.view.unload(request.params["model"])
+        return OK
+
+    async def statistics(self, request: HttpRequest) -> HttpResponse:
+        params = request.params
+        return HttpResponse.json(await self.view.statistics(params.get("model", ""), params.get("version", "")))
+
+    async def metrics(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(body=(await self.view.metrics_text()).encode())
+
+    async def region_status(self, request: HttpRequest) -> HttpResponse:
+        if "region" in request.params:
+            raise ApiError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{request.params['region']}'"
+                                                f" ({SHARED_MEMORY_REFUSAL})")  # fmt: skip
+        return HttpResponse.json([])
+
+    async def register(self, request: HttpRequest) -> HttpResponse:
+        raise ApiError(ErrorCode.UNSUPPORTED, SHARED_MEMORY_REFUSAL)
+
+    async def unregister(self, request: HttpRequest) -> HttpResponse:
+        return OK  # nothing is registered here
+
+    # -- forwarded to a node --------------------------------------------------------------------------
+
+    async def infer(self, request: HttpRequest) -> HttpResponse:
+        model, version = request.params["model"], request.params.get("version")
+        return await self._forward(request, model, self.view.candidates(model, version), _real_time(request))
+
+    async def any_node(self, request: HttpRequest) -> HttpResponse:
+        """A call any node can answer (for a model: one holding it), answered as that node does."""
+        model = request.params.get("model")
+        return await self._forward(request, model or "", self.view.spread(model), False)
+
+    async def _forward(self, request: HttpRequest, model: str, candidates: list[str], rt: bool) -> HttpResponse:
+        headers = {name: value for name, value in request.headers.items() if name not in _HOP}
+        target = request.path + ("?" + request.query if request.query else "")
+
+        async def send(node: NodeState) -> Answer:
+            return await node.http.request(request.method, target, headers, request.body, self.timeout_s)
+
+        try:
+            answer = await self.view.forward(model, candidates, rt, send, _refused)
+        except TimeoutError:
+            raise ApiError(ErrorCode.TIMEOUT, f"the node did not answer within {self.timeout_s:g} s") from None
+        return _response(answer)
+
+
+def _refused(answer: Answer) -> bool:
+    return answer.status == 503
+
+
+def _response(answer: Answer) -> HttpResponse:
+    headers = {name.title(): value for name, value in answer.headers.items() if name not in _ANSWER_HOP}
+    return HttpResponse(answer.status, answer.body, answer.headers.get("content-type", "text/plain"), headers or None)
+
+
+def _real_time(request: HttpRequest) -> bool:
+    """Whether the request asks for real-time service, from its JSON part alone (the binary
+    extension's header, else the body with every input's data skipped, not decoded); a request
+    that cannot be read is routed as best-effort, and the node answers what is wrong with it."""
+    try:
+        value = request.headers.get(_HEADER_LENGTH)
+        length = int(value) if value else None
+        skeleton = sliced_sync(request_skeleton(request.body, length))
+        return real_time(request_parameters(skeleton.fields))
+    except (ProtocolError, ValueError):
+        return False
+
