@@ -1,12 +1,13 @@
 """Knee profiles: JSON files of tail latency over batch size (and input length) per vGPU kind.
 
 Format (see batching/README.md):
-    {"kind": "a100-1g.5gb", "source": "how the numbers were obtained", "tail_percentile": 95,
-     "models": {"conformer": {"modality": "audio", "buckets": [
-         {"length_s": 2.5, "batch_knee": 32, "time_knee_ms": 35.0,
-          "latency_ms": {"1": 17.3, "2": 17.6, ...}}, ...]}}}
+    {"kind": "cpu", "source": "how the numbers were obtained", "tail_percentile": 95,
+     "models": {"citrinet": {"modality": "audio", "rule": "cost-floor", "source": "...", "buckets": [
+         {"length_s": 2.5, "batch_knee": 4, "time_knee_ms": 35.0, "latency_ms": {"1": 17.3, ...},
+          "cpu_ms_per_input": {"1": 9.1, ...}}, ...]}}}
 An audio bucket's `length_s` is its upper edge (inputs are profiled at that length); an image model
-has one bucket with `length_s` null. Every bucket of a model profiles the same batch sizes.
+has one bucket with `length_s` null. Every bucket of a model profiles the same batch sizes. A
+model's `rule` (batching.knee.RULES) made its Batch_max; without one it is the latency knee.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from batching.buckets import MODALITIES, BucketPolicy, ModelBatching
+from batching.knee import COST_FLOOR, RULES
 from batching.placement import ServiceTime
 
 
@@ -33,12 +35,15 @@ class BucketProfile:
     batch_knee: int
     time_knee_ms: float
     latency_ms: dict[int, float]
+    cpu_ms_per_input: dict[int, float] | None = None  # the executor's CPU time per batch / batch size
 
 
 @dataclass(frozen=True)
 class ModelProfile:
     modality: str
     buckets: tuple[BucketProfile, ...]
+    rule: str | None = None  # which batching.knee rule made Batch_max; None: not recorded (the knee)
+    source: str | None = None  # how this model's numbers were obtained, where it differs by model
 
     def batch_sizes(self) -> list[int]:
         return sorted(self.buckets[0].latency_ms)
@@ -87,19 +92,25 @@ class Profile:
             "kind": self.kind,
             "source": self.source,
             "tail_percentile": self.tail_percentile,
-            "models": {
-                name: {
-                    "modality": m.modality,
-                    "buckets": [
-                        {"length_s": b.length_s, "batch_knee": b.batch_knee,
-                         "time_knee_ms": round(b.time_knee_ms, 4),
-                         "latency_ms": {str(s): round(v, 4) for s, v in sorted(b.latency_ms.items())}}
-                        for b in m.buckets
-                    ],
-                }
-                for name, m in self.models.items()
-            },
+            "models": {name: _model_json(m) for name, m in self.models.items()},
         }
+
+
+def _model_json(m: ModelProfile) -> dict:
+    """A model's JSON; the fields older profiles lack are written only where set."""
+    out: dict = {"modality": m.modality}
+    out.update({key: value for key, value in (("rule", m.rule), ("source", m.source)) if value is not None})
+    out["buckets"] = [
+        {"length_s": b.length_s, "batch_knee": b.batch_knee, "time_knee_ms": round(b.time_knee_ms, 4),
+         "latency_ms": _ms_json(b.latency_ms),
+         **({} if b.cpu_ms_per_input is None else {"cpu_ms_per_input": _ms_json(b.cpu_ms_per_input)})}
+        for b in m.buckets
+    ]
+    return out
+
+
+def _ms_json(values: dict[int, float]) -> dict[str, float]:
+    return {str(s): round(v, 4) for s, v in sorted(values.items())}
 
 
 def _interp_rows(x: float, xs: Sequence[float], rows: np.ndarray) -> np.ndarray:
@@ -185,7 +196,15 @@ def _parse_model(m: object, at: str, fail) -> ModelProfile:
     for i, b in enumerate(buckets):
         if sorted(b.latency_ms) != sizes:
             raise fail(f"{at}.buckets[{i}].latency_ms", "must profile the same batch sizes as bucket 0")
-    return ModelProfile(modality, buckets)
+    rule = m.get("rule")
+    if rule is not None and rule not in RULES:
+        raise fail(f"{at}.rule", f"must be one of {RULES}")
+    if rule == COST_FLOOR and any(b.cpu_ms_per_input is None for b in buckets):
+        raise fail(f"{at}.buckets", f"the {COST_FLOOR} rule needs cpu_ms_per_input in every bucket")
+    source = m.get("source")
+    if source is not None and not isinstance(source, str):
+        raise fail(f"{at}.source", "must be a string")
+    return ModelProfile(modality, buckets, rule, source)
 
 
 def _parse_bucket(b: object, at: str, modality: str, fail) -> BucketProfile:
@@ -196,20 +215,30 @@ def _parse_bucket(b: object, at: str, modality: str, fail) -> BucketProfile:
         raise fail(f"{at}.length_s", "must be null for an image model")
     if modality == "audio" and (not isinstance(length, (int, float)) or not length > 0):
         raise fail(f"{at}.length_s", "must be a positive number of seconds")
-    raw = b.get("latency_ms")
-    if not isinstance(raw, dict) or not raw:
-        raise fail(f"{at}.latency_ms", "missing or empty")
-    latency = {}
-    for key, value in raw.items():
-        if not key.isdigit() or int(key) < 1:
-            raise fail(f"{at}.latency_ms", f"batch size {key!r} is not a positive integer")
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise fail(f"{at}.latency_ms[{key}]", "must be a positive number of ms")
-        latency[int(key)] = float(value)
+    latency = _parse_ms(b.get("latency_ms"), f"{at}.latency_ms", fail)
+    cpu = None
+    if b.get("cpu_ms_per_input") is not None:
+        cpu = _parse_ms(b["cpu_ms_per_input"], f"{at}.cpu_ms_per_input", fail)
+        if sorted(cpu) != sorted(latency):
+            raise fail(f"{at}.cpu_ms_per_input", "must cover the batch sizes of latency_ms")
     knee = b.get("batch_knee")
     if not isinstance(knee, int) or knee not in latency:
         raise fail(f"{at}.batch_knee", f"{knee!r} is not one of the profiled batch sizes")
     time_knee = b.get("time_knee_ms")
     if not isinstance(time_knee, (int, float)) or not time_knee > 0:
         raise fail(f"{at}.time_knee_ms", "must be a positive number of ms")
-    return BucketProfile(None if length is None else float(length), knee, float(time_knee), latency)
+    return BucketProfile(None if length is None else float(length), knee, float(time_knee), latency, cpu)
+
+
+def _parse_ms(raw: object, at: str, fail) -> dict[int, float]:
+    """{batch size: positive ms} from its JSON object."""
+    if not isinstance(raw, dict) or not raw:
+        raise fail(at, "missing or empty")
+    values = {}
+    for key, value in raw.items():
+        if not key.isdigit() or int(key) < 1:
+            raise fail(at, f"batch size {key!r} is not a positive integer")
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise fail(f"{at}[{key}]", "must be a positive number of ms")
+        values[int(key)] = float(value)
+    return values
