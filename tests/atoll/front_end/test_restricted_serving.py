@@ -53,11 +53,15 @@ def http_infer(headers=None):
 
 def grpc_stream(headers=None):
     answers = []
-    grpc.start_stream(lambda result, error: answers.append(error or result), headers=headers)
     x = grpcclient.InferInput("x", [1, 16], "FP32")
     x.set_data_from_numpy(np.arange(16, dtype=np.float32)[None])
-    grpc.async_stream_infer("good", [x])
-    grpc.stop_stream()  # waits for the stream's end
+    grpc.start_stream(lambda result, error: answers.append(error or result), headers=headers)
+    try:
+        grpc.async_stream_infer("good", [x])
+    except InferenceServerException:
+        pass  # the stream has ended already (refused): its error comes through the callback
+    finally:
+        grpc.stop_stream()  # waits for the stream's end and its callbacks
     if isinstance(answers[0], InferenceServerException):
         raise answers[0]
     return float(answers[0].as_numpy("z")[0, 15])
