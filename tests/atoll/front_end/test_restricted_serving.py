@@ -1,7 +1,8 @@
 """Triton's restricted APIs on a real `atoll serve` (issue #33): with model control, shared memory and
 inference restricted, `tritonclient` calls over HTTP and gRPC without the header are refused with
 Triton's status and message (403; UNAVAILABLE) and change nothing; with it they work; what is not
-restricted (health, metadata) needs no header. A malformed flag stops the start with its reason."""
+restricted (health, metadata) needs no header, and its routes are the handlers themselves. The flags
+reach the config; a malformed one stops the start with its reason."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from tests.atoll.user_models import FP32_PAIR_CONFIG, fp32_pair, write
 
 from atoll.cli import build_parser
 from atoll.config import SERVE_FLAGS, ConfigError, config_from_args, load_config
+from atoll.front_end.http_routes import InferenceServer
+from atoll.http.messages import HttpRequest
+from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.server_process import ServerProcess
 
 GROUP = "model-repository,shared-memory,inference:Atoll-Admin=open sesame"
@@ -123,6 +127,19 @@ def test_restricted_calls_need_the_header(tmp_path):
         assert out[f"{proto} live"] is True and out[f"{proto} metadata"] == "OK"  # not restricted
     assert out["http infer refused"] == HTTP_REFUSED and out["http infer"] == 30.0
     assert out["grpc stream refused"] == GRPC_REFUSED and out["grpc stream"] == 30.0
+
+
+def test_unrestricted_routes_are_the_handlers_themselves():
+    """What is not restricted is served as before: no wrapper on the infer path (nor a gRPC interceptor,
+    `grpc_service.start`, when no protocol is restricted)."""
+    for restrictions in (None, Restrictions.parse(["model-repository:k=v"], [])):
+        server = InferenceServer(None, None, restrictions=restrictions)
+        routes = server.routes()
+        assert routes.resolve(HttpRequest("POST", "/v2/models/m/infer", "", {})) == server.infer
+        assert routes.resolve(HttpRequest("GET", "/v2/health/live", "", {})) == server.live
+        load = routes.resolve(HttpRequest("POST", "/v2/repository/models/m/load", "", {}))
+        assert (load == server.load) is (restrictions is None)
+        server.parsing.shutdown()
 
 
 def test_the_flags_reach_the_config(tmp_path):
