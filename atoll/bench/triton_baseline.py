@@ -51,13 +51,13 @@ def _dims(dims) -> str:
     return "[ " + ", ".join(str(d) for d in dims) + " ]"
 
 
-def model_config(spec, instances: int, sys_path: str) -> str:
+def model_config(spec, instances: int) -> str:
     """config.pbtxt of the Python-backend twin of `spec`: the raw media input and the ready tensor
     input both optional (a request carries one of them)."""
     tensor = spec.inputs[0]
     ragged = " allow_ragged_batch: true" if -1 in tensor.dims else ""
     params = {"atoll_onnx": str(spec.path), "atoll_preprocess": spec.preprocess, "atoll_raw_input": spec.raw_input,
-              "atoll_input": tensor.name, "atoll_sys_path": sys_path}  # fmt: skip
+              "atoll_input": tensor.name}  # fmt: skip
     lines = [
         f'name: "{spec.name}"', 'backend: "python"', f"max_batch_size: {max(spec.max_batch_size, 1)}",
         "input [",
@@ -75,13 +75,12 @@ def model_config(spec, instances: int, sys_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_repository(repository: str, root: Path, instances: int, site_packages: Path) -> None:
-    sys_path = f"{ROOT}:{site_packages}"
+def write_repository(repository: str, root: Path, instances: int) -> None:
     for name, spec in load_repository(repository).items():
         if spec.preprocess == "none":
             continue
         (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(model_config(spec, instances, sys_path))
+        (root / name / "config.pbtxt").write_text(model_config(spec, instances))
         shutil.copy(MODEL_SOURCE, root / name / "1" / "model.py")
         for output in spec.outputs:  # class labels, for classification
             if output.label_filename:
@@ -131,7 +130,7 @@ def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()
     site_packages = home.parents[1]
     with tempfile.TemporaryDirectory(prefix="atoll-triton-") as tmp:
         root = Path(tmp)
-        write_repository(repository, root / "models", instances, site_packages)
+        write_repository(repository, root / "models", instances)
         port, grpc_port = _free_port(), _free_port()
         libs = site_packages / "nvidia_pytriton.libs"
         env = {**os.environ, "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])),
@@ -141,8 +140,11 @@ def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()
                    "--http-address=127.0.0.1", f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1",
                    "--allow-metrics=false", "--log-verbose=0", *options]  # fmt: skip
         log = root / "tritonserver.log"
+        # The Python stub's interpreter (the Triton environment's, found through PATH) ignores
+        # PYTHONPATH, but its sys.path starts with its working directory: started in this checkout,
+        # model.py imports fpga_host and atoll.front_end from here, wherever the bench was run.
         with pinned(cpus), log.open("w") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_ready(url, proc, log)

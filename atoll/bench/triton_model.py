@@ -9,25 +9,19 @@ model instance per core); each request gets its own rows of the outputs back.
 """
 
 import json
-import sys
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from fpga_host import cpu_backend
 
-from atoll.bench.baseline_server import media_rows
-from atoll.front_end.media import pad_stack
+from atoll.front_end.media import pad_stack, read_wav
 
 
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        # the stub's interpreter knows nothing of Atoll's environment: the bench names its paths
-        sys.path[:0] = [p for p in params["atoll_sys_path"].split(":") if p not in sys.path]
-
-
         cpu_backend.init_worker()
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
@@ -35,12 +29,14 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(params["atoll_onnx"], options, providers=["CPUExecutionProvider"])
         self.kind, self.raw, self.tensor = params["atoll_preprocess"], params["atoll_raw_input"], params["atoll_input"]
         self.outputs = [o["name"] for o in config["output"]]
-        self.media_rows, self.pad_stack = media_rows, pad_stack
 
     def _rows(self, request):
         raw = pb_utils.get_input_tensor_by_name(request, self.raw)
         if raw is not None:
-            return self.media_rows(self.kind, [bytes(b) for b in raw.as_numpy().reshape(-1)])
+            files = [bytes(b) for b in raw.as_numpy().reshape(-1)]
+            if self.kind == "image":
+                return np.stack([cpu_backend.image(f) for f in files])
+            return pad_stack([cpu_backend.audio(*read_wav(f)) for f in files])
         tensor = pb_utils.get_input_tensor_by_name(request, self.tensor)
         if tensor is None:
             raise ValueError(f"needs input {self.raw!r} or {self.tensor!r}")
@@ -57,7 +53,7 @@ class TritonPythonModel:
         good = [r for r in rows if r is not None]
         outputs = []
         if good:  # audio rows pad to the batch's longest
-            batch = self.pad_stack([row for r in good for row in r])
+            batch = pad_stack([row for r in good for row in r])
             outputs = self.session.run(self.outputs, {self.tensor: batch})
         responses, start = [], 0
         for i, r in enumerate(rows):
