@@ -2,7 +2,7 @@
 belongs to which category, and the refusal a request of a restricted category gets unless it carries
 its group's header key=value. Pure and transport-independent, so the front ends' HTTP routes and gRPC
 service and the cluster endpoint ask the same object; an empty one is falsy, so a server with nothing
-restricted pays one truth test. Facts from Triton r2.73 (github.com/triton-inference-server/server):
+restricted pays one truth test. Facts from Triton 2.73.0 (triton-inference-server/server e1db8a6):
 docs/customization_guide/inference_protocols.md "Limit Endpoint Access", src/restricted_features.h,
 src/command_line_parser.cc (ParseRestrictedFeatureOption), src/http_server.cc (RespondIfRestricted),
 src/grpc/grpc_server.cc and infer_handler.cc (ExecutePrecondition).
