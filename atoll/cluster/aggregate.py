@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
 _MAX_KEYS = {"last_inference"}  # a timestamp: the latest, not a sum
+_KEYS = {"batch_size"}  # what an entry is of, not a count
 
 
 def union_index(indexes: Mapping[str, list[dict]]) -> list[dict]:
@@ -57,7 +58,7 @@ def _sum(a, b, key: str):
     if isinstance(a, bool) or isinstance(a, str):
         return a
     if isinstance(a, (int, float)):
-        return max(a, b) if key in _MAX_KEYS else a + b
+        return a if key in _KEYS else max(a, b) if key in _MAX_KEYS else a + b
     if key == "batch_stats":
         sizes: dict[int, dict] = {}
         for entry in [*a, *b]:
