@@ -55,7 +55,7 @@ def _sum(a, b, key: str):
         return b if a is None else a
     if isinstance(a, dict):
         return {k: _sum(a.get(k), b.get(k), k) for k in a.keys() | b.keys()}
-    if isinstance(a, bool) or isinstance(a, str):
+    if isinstance(a, (bool, str)):
         return a
     if isinstance(a, (int, float)):
         return a if key in _KEYS else max(a, b) if key in _MAX_KEYS else a + b
@@ -69,7 +69,7 @@ def _sum(a, b, key: str):
 
 
 class _Family:
-    __slots__ = ("help", "type", "samples")
+    __slots__ = ("help", "samples", "type")
 
     def __init__(self):
         self.help = self.type = None

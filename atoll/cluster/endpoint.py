@@ -20,15 +20,20 @@ from atoll.cluster.http_proxy import HttpProxy
 from atoll.config import Config
 from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 from atoll.http.bodies import BodyBudget, BodyLimits, body_budget_bytes
-from atoll.http.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
+from atoll.http.connections import (
+    HttpConnections,
+    connection_bound,
+    grpc_limits,
+    raise_open_file_limit,
+)
 from atoll.http.edge import HttpServer
 from atoll.http.messages import Routes
 from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.lifecycle import serve_forever
+from atoll.supervisor.supervisor import METRICS_BODY_BYTES, METRICS_CONNECTIONS
 
 log = logging.getLogger("atoll.cluster.endpoint")
 FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and this much more
-METRICS_CONNECTIONS = 64
 
 
 class Endpoint:
@@ -63,13 +68,14 @@ class Endpoint:
         if c.metrics_port >= 0:
             routes = Routes()
             routes.add("GET", "/metrics", self.http.metrics)
-            metrics = HttpServer(routes, BodyLimits(64 * 1024, c.body_timeout_s),
+            metrics = HttpServer(routes, BodyLimits(METRICS_BODY_BYTES, c.body_timeout_s),
                                  HttpConnections(METRICS_CONNECTIONS, name="metrics"), c.idle_timeout_s)  # fmt: skip
             self.metrics_url = f"http://{c.host}:{await self._listen(metrics, c.metrics_port)}"
         if c.grpc_port >= 0:
             self._grpc_server = grpc.aio.server(options=[
                 ("grpc.max_receive_message_length", c.max_request_bytes), ("grpc.max_send_message_length", -1),
-                ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES), *grpc_limits(bound, c.idle_timeout_s)])  # fmt: skip
+                ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
+                *grpc_limits(bound, c.idle_timeout_s)])  # fmt: skip
             self._grpc_server.add_generic_rpc_handlers((self.grpc.handler(),))
             address = f"[{c.host}]:{c.grpc_port}" if ":" in c.host else f"{c.host}:{c.grpc_port}"
             port = self._grpc_server.add_insecure_port(address)

@@ -17,7 +17,6 @@ from tritonclient.grpc import service_pb2 as pb
 
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
-from atoll.cluster.node_client import NodeGone
 from atoll.cluster.routing import real_time
 from atoll.front_end.grpc_service import STREAM_UNSENT, _stream_error
 from atoll.kserve.errors import ApiError, ErrorCode
@@ -44,9 +43,8 @@ class GrpcProxy:
     def handler(self) -> grpc.GenericRpcHandler:
         unary = {
             "ServerLive": self.server_live, "ServerReady": self.server_ready, "ModelReady": self.model_ready,
-            "ServerMetadata": partial(self.any_node, "ServerMetadata"),
-            "ModelMetadata": partial(self.model_call, "ModelMetadata"), "ModelConfig": partial(self.model_call, "ModelConfig"),
-            "TraceSetting": partial(self.any_node, "TraceSetting"), "LogSettings": partial(self.any_node, "LogSettings"),
+            **{name: partial(self.any_node, name) for name in ("ServerMetadata", "TraceSetting", "LogSettings")},
+            **{name: partial(self.model_call, name) for name in ("ModelMetadata", "ModelConfig")},
             "ModelStatistics": self.statistics, "RepositoryIndex": self.repository_index,
             "RepositoryModelLoad": self.load, "RepositoryModelUnload": self.unload, "ModelInfer": self.infer,
             **{f"{kind}SharedMemory{call}": getattr(self, f"region_{call.lower()}")
@@ -84,7 +82,8 @@ class GrpcProxy:
 
     async def model_ready(self, raw: bytes, context) -> bytes:
         request = pb.ModelReadyRequest.FromString(raw)
-        return pb.ModelReadyResponse(ready=bool(self.view.candidates(request.name, request.version))).SerializeToString()
+        ready = bool(self.view.candidates(request.name, request.version))
+        return pb.ModelReadyResponse(ready=ready).SerializeToString()
 
     async def repository_index(self, raw: bytes, context) -> bytes:
         index = self.view.index(pb.RepositoryIndexRequest.FromString(raw).ready)
@@ -113,7 +112,8 @@ class GrpcProxy:
     async def region_status(self, raw: bytes, context) -> bytes:
         name = pb.SystemSharedMemoryStatusRequest.FromString(raw).name  # (the CUDA request has the same field)
         if name:
-            raise ApiError(ErrorCode.NOT_FOUND, f"Unable to find shared memory region: '{name}' ({SHARED_MEMORY_REFUSAL})")
+            raise ApiError(ErrorCode.NOT_FOUND,
+                           f"Unable to find shared memory region: '{name}' ({SHARED_MEMORY_REFUSAL})")  # fmt: skip
         return b""  # an empty status answer of either kind
 
     async def region_register(self, raw: bytes, context) -> bytes:

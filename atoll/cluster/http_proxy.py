@@ -14,7 +14,12 @@ from atoll.front_end.http_routes import InferenceServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes, error
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.json_tensors import sliced_sync
-from atoll.kserve.protocol import HEADER_LENGTH, ProtocolError, request_parameters, request_skeleton
+from atoll.kserve.protocol import (
+    HEADER_LENGTH,
+    ProtocolError,
+    request_parameters,
+    request_skeleton,
+)
 
 SHM_KINDS = ("systemsharedmemory", "cudasharedmemory")
 SHARED_MEMORY_REFUSAL = ("shared memory is not available through the cluster endpoint: a region lives on one "

@@ -18,7 +18,7 @@ class NodeGone(ConnectionError):
 
 
 class Answer:
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("body", "headers", "status")
 
     def __init__(self, status: int, headers: dict[str, str], body: bytes):
         self.status = status

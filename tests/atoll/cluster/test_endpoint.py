@@ -17,8 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.atoll.client_env import run_client
-from tests.atoll.probes import PATIENCE_S, ClosedLoop, until
 
 from atoll.bench.bodies import tensor_body
 from atoll.cluster.directory import NodeAddress
@@ -26,6 +24,8 @@ from atoll.cluster.endpoint import Endpoint
 from atoll.config import load_config
 from atoll.repository.demo import demo_repository
 from atoll.supervisor.server_process import ServerProcess
+from tests.atoll.client_env import run_client
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, until
 
 MODEL = "mobilenet_v3_small"  # the demo repository's lightest model taking a ready tensor
 METRICS = re.compile(r"\(metrics http://(\S+)/metrics\)")
@@ -57,10 +57,10 @@ def _address(name: str, server: ServerProcess) -> NodeAddress:
 class Running:
     """The endpoint on an event loop of its own thread."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, restrictions=None):
         config = load_config(None, {"server.http_port": 0, "server.grpc_port": 0, "server.metrics_port": 0,
                                     "server.drain_s": 1.0})  # fmt: skip
-        self.endpoint = Endpoint(directory, config)
+        self.endpoint = Endpoint(directory, config, restrictions)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -212,7 +212,8 @@ def test_unload_and_load_reach_the_nodes_and_replicas_bound_them(cluster, served
     assert ready_on() == [False, False]
     body, headers = tensor_body("input", np.zeros((1, 3, 224, 224), np.float32))
     assert _post(f"{url}/v2/models/{MODEL}/infer", body, headers)[0] == 503
-    assert _get(f"{url}/v2/repository/models/{MODEL}/load", json.dumps({"parameters": {"replicas": 1}}).encode())[0] == 200
+    one = json.dumps({"parameters": {"replicas": 1}}).encode()
+    assert _get(f"{url}/v2/repository/models/{MODEL}/load", one)[0] == 200
     assert sorted(ready_on()) == [False, True]
     assert _post(f"{url}/v2/models/{MODEL}/infer", body, headers)[0] == 200
     assert _get(f"{url}/v2/repository/models/{MODEL}/load", b"")[0] == 200  # every node, by default
