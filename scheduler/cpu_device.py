@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from gpu_runtime.thread_names import name_this_thread
 
 from scheduler.device import Kernel
 from scheduler.padding import PaddingRules
@@ -59,6 +60,7 @@ class CpuStream:
         self._thread.join()
 
     def _loop(self) -> None:
+        name_this_thread()
         device = self._device
         while True:
             item = self._queue.get()
@@ -86,7 +88,7 @@ class PadStream:
     def __init__(self, device: "CpuDevice"):
         self._device = device
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="cpu-pad", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="exec-pad", daemon=True)
         self._thread.start()
 
     def start(self, pads: Sequence[Kernel]) -> threading.Event:
@@ -99,6 +101,7 @@ class PadStream:
         self._thread.join()
 
     def _loop(self) -> None:
+        name_this_thread()
         while True:
             item = self._queue.get()
             if item is None:
@@ -135,7 +138,7 @@ class CpuDevice:
 
     def stream(self, guarded: bool, priority: int = 0) -> CpuStream:
         # Threads have no priorities worth the name; `priority` only matters on CUDA.
-        s = CpuStream(self, guarded, f"cpu-stream-{len(self._streams)}")
+        s = CpuStream(self, guarded, f"exec-stream{len(self._streams)}")
         self._streams.append(s)
         return s
 

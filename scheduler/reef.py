@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from gpu_runtime.executors.quiet import RT_WINDOW
 from gpu_runtime.program import Program
+from gpu_runtime.thread_names import name_this_thread
 
 from scheduler.be_streams import BeStreams
 from scheduler.pad_planner import PadPlanner
@@ -153,7 +154,7 @@ class Reef:
 
     def start(self) -> "Reef":
         self._be.start()
-        self._thread = threading.Thread(target=self._loop, name="reef", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="exec-reef", daemon=True)
         self._thread.start()
         return self
 
@@ -213,6 +214,7 @@ class Reef:
 
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
+        name_this_thread()
         try:
             self._poll_forever()
         except Exception as e:  # a bug or a device error: answer every task, then stop accepting

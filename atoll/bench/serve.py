@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from atoll.bench import servers, triton_baseline
 from atoll.bench import traffic as traffic_mod
+from atoll.bench.cpu_account import ThreadMeter
 from atoll.bench.cpustat import CpuMeter
 from atoll.bench.harness import emit, percentiles
 from atoll.bench.ideal import measure_ideal, served_vgpus
@@ -170,13 +171,19 @@ class Bench:
         builds = counter_total(system.url, "atoll_program_builds")
         with LoadProcesses(plans) as load:
             meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
+            threads = ThreadMeter(system.pid or 0)
+
+            def begin() -> None:
+                meter.start()
+                threads.start()
+
             start = load.go()
             window = (start + a.warmup, start + a.warmup + duration)
             stop = threading.Event()
             beside = threading.Thread(target=during, args=(stop,), daemon=True) if during else None
             with tqdm(total=round(a.warmup + duration), desc=f"{system.name} {_variant(labels)} {what}",
                       unit="s", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
-                for mark, action in ((window[0], meter.start), (window[1], None)):
+                for mark, action in ((window[0], begin), (window[1], None)):
                     while (left := mark - time.monotonic()) > 0:
                         time.sleep(min(0.5, left))
                         bar.n = round(min(time.monotonic() - start, a.warmup + duration))
@@ -186,6 +193,7 @@ class Bench:
                         if beside:
                             beside.start()
                 cpu = meter.stop()
+                threads.stop()
             stop.set()
             if beside:
                 beside.join()
@@ -194,6 +202,8 @@ class Bench:
                "concurrency": concurrency or None,
                **summarise(records, traffic.classes, window, rate)}  # fmt: skip
         row["cpu_cores"] = cpu
+        account = threads.account(round(row["throughput_rps"] * duration))
+        row["cpu_account"] = account.to_json() if account else None
         # answers per CPU-second of the server's own processes: comparable across runs when other
         # tenants take a varying share of the machine
         row["throughput_per_server_core"] = round(row["throughput_rps"] / cpu["server"], 1) if cpu["server"] else None
@@ -209,6 +219,8 @@ class Bench:
                    f"cores server {cpu['server']} load {cpu['load']} other {cpu['other']}"
                    + ("  LOAD GENERATOR SATURATED" if row["loadgen"]["saturated"] else ""),
                    file=sys.stderr)  # fmt: skip
+        if account and system.name == "atoll":
+            tqdm.write(account.table(), file=sys.stderr)
         return row, records, window
 
     def rt_isolation(self, system, traffic, labels: dict) -> tuple[list[dict], dict]:

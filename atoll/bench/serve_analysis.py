@@ -115,14 +115,14 @@ def curve_label(row: dict) -> str:
 
 def plot(rows: list[dict], slo_ms: float, title: str, path: Path) -> None:
     """Throughput vs p99, one curve per configuration (open-loop points by rate), closed-loop
-    points as separate markers."""
+    points as separate markers; beside it, each point's server CPU-ms per request by stage."""
     import matplotlib  # heavy: only --plot draws
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy: only --plot draws
 
     rows = [r for r in rows if r["mode"] in ("open", "closed")]  # not the real-time isolation points
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     for label in dict.fromkeys(curve_label(r) for r in rows):
         mine = [r for r in rows if curve_label(r) == label and r["latency_ms"]["p99"] is not None]
         open_loop = sorted((r for r in mine if r["rate_rps"]), key=lambda r: r["rate_rps"])
@@ -138,7 +138,25 @@ def plot(rows: list[dict], slo_ms: float, title: str, path: Path) -> None:
     ax.set_title(title + " (squares: closed loop)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    _stage_bars(bars, [r for r in rows if r.get("cpu_account")])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _stage_bars(ax, rows: list[dict]) -> None:
+    """One horizontal bar per load point: the server's CPU-ms per request, split by stage."""
+    labels = [f"{curve_label(r)} {r['concurrency']} conn" if r["concurrency"] else f"{curve_label(r)} {r['rate_rps']:g}/s"
+              for r in rows]  # fmt: skip
+    stages = list(dict.fromkeys(s for r in rows for s in r["cpu_account"]["stages_cpu_ms_per_request"]))
+    left = [0.0] * len(rows)
+    for stage in stages:
+        widths = [r["cpu_account"]["stages_cpu_ms_per_request"].get(stage, 0.0) for r in rows]
+        ax.barh(labels, widths, left=left, label=stage)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlabel("server CPU-ms per request")
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    ax.grid(axis="x", alpha=0.3)

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 
 from gpu_runtime.priority import Priority, prioritise_this_thread
+from gpu_runtime.thread_names import name_this_thread
 
 
 class Lanes:
@@ -45,6 +46,7 @@ class Lanes:
             thread.join()
 
     def _loop(self, priority: Priority) -> None:
+        name_this_thread()
         prioritise_this_thread(priority)
         jobs = self._queues[priority]
         while (job := jobs.get()) is not None:

@@ -14,6 +14,7 @@ import os
 import signal
 
 from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
+from gpu_runtime.thread_names import name_this_thread
 
 from atoll.front_end import grpc_service
 from atoll.front_end.endpoints import Endpoints
@@ -43,6 +44,7 @@ def front_end_main(setup: FrontEndSetup, sock) -> None:
     supervisor handles them and stops the front ends in order (it starts them with both signals
     blocked), so SIGINT is ignored here too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_thread(f"atoll-fe{setup.index}")  # its loop: HTTP/gRPC, admission, answers
     favour_real_time_threads()
     native_stderr.capture()
     configure_logging(who=f"fe{setup.index} ")  # the supervisor's format

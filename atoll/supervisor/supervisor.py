@@ -23,6 +23,7 @@ from pathlib import Path
 
 from batching.profile import ProfileError
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
@@ -105,6 +106,7 @@ class Supervisor:
 
     async def start(self) -> None:
         c = self.config
+        name_this_thread("atoll-super")  # its loop: dispatching, batching (the bench's CPU account)
         # every setting, before any process starts; off the loop, which feeds the watchdog (a forced
         # backend's probe may build the C simulation first)
         self._checked = checked = await asyncio.to_thread(check, c)

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from gpu_runtime.thread_names import named_while
+
 
 def default_providers(device: str) -> list[str]:
     """CUDA EP first on a GPU vGPU when this onnxruntime build has it; CPU always last."""
@@ -47,9 +49,10 @@ class OrtExecutor:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = onnxruntime.InferenceSession(
-            str(onnx_path), sess_options=options, providers=providers or default_providers(device)
-        )
+        with named_while("exec-pool"):  # onnxruntime's pool threads, started here, take the name
+            self.session = onnxruntime.InferenceSession(
+                str(onnx_path), sess_options=options, providers=providers or default_providers(device)
+            )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from gpu_runtime.executors import DEFAULT_EXECUTOR
 from gpu_runtime.priority import Priority, relay_this_thread
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
@@ -129,7 +130,7 @@ class _Worker:
         self.restart_at = None
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.sender = threading.Thread(
-            target=_send_loop, args=(self.conn, self.outbox), name=f"{name}-send", daemon=True
+            target=_send_loop, args=(self.conn, self.outbox), name=f"send-{name}", daemon=True
         )
         self.sender.start()
 
@@ -155,6 +156,7 @@ class _Worker:
 def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
     """Send what is queued until `retire`; close the pipe only then, since until then the pool's
     monitor may still read it (a send fails once the worker dies, before the monitor knows)."""
+    name_this_thread()
     relay_this_thread()
     failed = False
     while (message := outbox.get()) is not None:

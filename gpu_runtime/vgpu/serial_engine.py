@@ -19,6 +19,7 @@ from concurrent.futures import Future
 
 from gpu_runtime import executors as vgpu_executors
 from gpu_runtime.priority import Priority, prioritise_this_thread
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu.batches import batch_sizes
 
 
@@ -77,7 +78,7 @@ class _Lane:
         self._queue: deque = deque()
         self._ready = threading.Condition()
         self._closed = False
-        self._threads = [threading.Thread(target=self._loop, args=(priority,), name=f"vgpu-{priority}{i}",
+        self._threads = [threading.Thread(target=self._loop, args=(priority,), name=f"exec-{priority}{i}",
                                           daemon=True) for i in range(threads)]  # fmt: skip
         for thread in self._threads:
             thread.start()
@@ -103,6 +104,7 @@ class _Lane:
             thread.join()
 
     def _loop(self, priority: Priority) -> None:
+        name_this_thread()
         prioritise_this_thread(priority)
         while True:
             with self._ready:

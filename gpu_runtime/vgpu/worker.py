@@ -22,6 +22,7 @@ import numpy as np
 from gpu_runtime import green_context as vgpu_green_context
 from gpu_runtime.executors.quiet import freeze_after_load
 from gpu_runtime.priority import favour_real_time_threads, make_this_thread_background, relay_this_thread
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (
@@ -45,6 +46,7 @@ from gpu_runtime.vgpu.serial_engine import SerialEngine
 def worker_main(conn, info, engine=None) -> None:
     # Ctrl-C reaches the whole process group; the pool stops its workers itself (Stop), in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_thread(f"atoll-w-{info.id}")  # the process's name too: it receives the batches
     favour_real_time_threads()
     # The vGPU's environment (CUDA_VISIBLE_DEVICES=MIG-..., thread counts) must be in place before
     # any backend initialises CUDA or its thread pools, i.e. before any model is loaded.
@@ -81,7 +83,7 @@ class _Worker:
         self.arenas: dict[str, set[str]] = {}  # model -> the slot arenas its rows came from (mapped)
         self.program_builds = 0
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # callables making the next reply
-        self.replier = threading.Thread(target=self._reply_loop, name="vgpu-reply", daemon=True)
+        self.replier = threading.Thread(target=self._reply_loop, name="hop-reply", daemon=True)
         self.replier.start()
         self.loads: queue.SimpleQueue = queue.SimpleQueue()  # Load and Unload messages, in order
         self.parked: dict[str, list] = {}  # model being loaded -> batches that wait for it
@@ -127,6 +129,7 @@ class _Worker:
             self._reply(lambda m=message, e=exc: Failed(m.req, type(e).__name__, str(e)))
 
     def _load_loop(self) -> None:
+        name_this_thread()
         make_this_thread_background()
         while (message := self.loads.get()) is not None:
             try:
@@ -235,6 +238,7 @@ class _Worker:
         self.outbox.put(make)
 
     def _reply_loop(self) -> None:
+        name_this_thread()
         relay_this_thread()
         while (make := self.outbox.get()) is not None:
             try:

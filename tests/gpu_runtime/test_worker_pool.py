@@ -353,7 +353,7 @@ def test_a_send_held_up_across_a_restart_never_reaches_the_successor(models, mon
 
     def send(self, buf, *args):
         me = threading.current_thread()
-        if not (armed.is_set() and me.name.endswith("-send")):
+        if not (armed.is_set() and me.name.startswith("send-")):
             return original(self, buf)
         if not holder:  # the first send once armed: the batch, to the worker about to die
             holder.append(me)
