@@ -7,10 +7,7 @@ import os
 
 from atoll.cluster.nodes import RESOURCE
 
-# Set before the raylets start (they inherit them): no usage report, and the raylet kills every
-# process a crashed worker left (an actor's `atoll serve`), as Ray's "Lifetimes of a User-Spawn
-# Process" page (Ray 2.60) describes.
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}  # set before the raylets start (they inherit it): no usage report
 NODE_ARGS = {"num_cpus": 1, "resources": {RESOURCE: 1}, "object_store_memory": 80 * 2**20}
 
 

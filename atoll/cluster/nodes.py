@@ -2,8 +2,7 @@
 
 Ray places it (the `atoll_node` resource and the node's id) and restarts it (`max_restarts=-1`); the
 actor lives exactly as long as its child: a child that dies ends the actor (so Ray starts a new
-one), and the child group is killed when the actor stops. Ray's raylet subreaper kills the child of
-an actor that crashed (docs/cluster.md).
+one), and a child whose actor ends, cleanly or killed, is killed too.
 """
 
 from __future__ import annotations
@@ -22,6 +21,9 @@ from atoll.supervisor.server_process import ServerProcess, ServerStartError
 RESOURCE = "atoll_node"  # the custom resource a Ray node offers (1) when it should run Atoll
 METRICS = re.compile(r"\(metrics http://(\S+)/metrics\)")
 READY_TIMEOUT_S = 2.0
+# The child is killed when the actor's process ends, however it ends (Linux's PR_SET_PDEATHSIG, set by
+# util-linux's setpriv, which then runs `atoll serve`): a raylet that goes kills its workers outright.
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"]
 
 
 def node_name(node_id: str) -> str:
@@ -47,8 +49,10 @@ class AtollNode:
         self.name = name
         self._stopping = threading.Event()
         host = ray.util.get_node_ip_address()
+        server = ServerProcess(serve_args(host, repository, models, extra), new_session=True)
+        server.args = [*DIE_WITH_PARENT, *server.args]
         try:
-            self.server = ServerProcess(serve_args(host, repository, models, extra), new_session=True).__enter__()
+            self.server = server.__enter__()
         except ServerStartError as exc:  # a failed start is a crash: Ray starts the actor again
             print(exc, file=sys.stderr, flush=True)
             os._exit(1)

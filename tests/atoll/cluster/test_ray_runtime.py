@@ -1,0 +1,97 @@
+"""Atoll nodes on a real two-raylet Ray cluster (issue 33): one per Ray node, each serving; a killed
+`atoll serve` restarted by Ray; a Ray node that leaves leaves the directory, one that comes joins.
+
+One cluster and one controller for the module; every wait is bounded by probes.PATIENCE_S.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+
+import numpy as np
+import pytest
+from gpu_runtime.zoo import build
+from gpu_runtime.zoo.repository import write_model
+from tests.atoll.probes import PATIENCE_S, alive, until
+
+from atoll.bench.bodies import tensor_body
+from atoll.cluster.local import NODE_ARGS
+from atoll.cluster.membership import find_controller, start_controller, stop_controller
+from atoll.cluster.nodes import node_name
+from atoll.cluster.ray_directory import RayDirectory
+from atoll.kserve.protocol import HEADER_LENGTH
+
+ray = pytest.importorskip("ray", reason="ray is not installed (the cluster extra)")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * PATIENCE_S)]
+
+MODEL = "mobilenet_v3_small"  # the demo's lighter model, sent a ready tensor
+SERVE = ["--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1"]
+X = np.random.default_rng(3).standard_normal((1, 3, 224, 224), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def directory(ray_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    write_model(root, MODEL, build(MODEL))
+    start_controller(str(root), [MODEL], SERVE)
+    try:
+        directory = RayDirectory()
+        yield directory
+        directory.close()
+    finally:
+        stop_controller()
+
+
+def node_ids(cluster) -> set[str]:
+    return {node_name(n.node_id) for n in cluster.list_all_nodes()}
+
+
+def logits(address) -> np.ndarray:
+    body, headers = tensor_body("input", X)
+    req = urllib.request.Request(f"http://{address.http}/v2/models/{MODEL}/infer", body, headers, method="POST")
+    with urllib.request.urlopen(req, timeout=PATIENCE_S) as r:
+        payload, n = r.read(), int(r.headers[HEADER_LENGTH])
+    (out,) = json.loads(payload[:n])["outputs"]
+    return np.frombuffer(payload[n:], dtype=np.float32).reshape(out["shape"])
+
+
+def child_pid(name: str) -> int:
+    actors = ray.get(find_controller().actors.remote())
+    return ray.get(actors[name].pid.remote())
+
+
+def test_one_atoll_node_per_ray_node_each_serving(ray_cluster, directory):
+    nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "both nodes ready")
+    assert {a.name for a in nodes} == node_ids(ray_cluster)
+    assert all(a.http and a.grpc and a.metrics for a in nodes)
+    first, second = (logits(a) for a in nodes)
+    assert first.shape == (1, 1000) and np.array_equal(first, second)  # one model, same answer
+
+
+def test_a_killed_atoll_serve_is_restarted_by_ray(directory):
+    victim = until(lambda: len(found := directory.nodes()) == 2 and found[0], "both nodes ready")
+    pid = child_pid(victim.name)
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not alive(pid), "the killed atoll serve is gone")
+    back = until(lambda: next((a for a in directory.nodes() if a.name == victim.name and a != victim), None),
+                 "the node is ready again at its new ports")  # fmt: skip
+    assert child_pid(victim.name) != pid
+    assert logits(back).shape == (1, 1000)
+
+
+def test_a_ray_node_that_leaves_leaves_and_a_new_one_joins(ray_cluster, directory):
+    until(lambda: len(directory.nodes()) == 2, "both nodes ready")
+    leaving = ray_cluster.list_all_nodes()[-1]  # not the head, which holds the controller
+    name = node_name(leaving.node_id)
+    pid = child_pid(name)
+    ray_cluster.remove_node(leaving)
+    until(lambda: name not in {a.name for a in directory.nodes()}, "the node leaves the directory")
+    until(lambda: not alive(pid), "its atoll serve ends with it")
+    joining = node_name(ray_cluster.add_node(**NODE_ARGS).node_id)
+    nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "the new node joins")
+    assert {a.name for a in nodes} == node_ids(ray_cluster) and joining in {a.name for a in nodes}
+    assert all(logits(a).shape == (1, 1000) for a in nodes)
