@@ -45,7 +45,7 @@ class ClusterController:
         import ray  # optional dependency: only the cluster needs it
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        offering = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(RESOURCE, 0) >= 1}
+        offering = offering_nodes()
         with self._lock:
             for node_id in set(self._actors) - offering:
                 log.info("node %s left", node_name(node_id))
@@ -97,6 +97,13 @@ class ClusterController:
         ray.wait(stops, num_returns=len(stops), timeout=60)
         for a in actors:
             ray.kill(a, no_restart=True)
+
+
+def offering_nodes() -> set[str]:
+    """The ids of the alive Ray nodes offering the `atoll_node` resource."""
+    import ray  # optional dependency: only the cluster needs it
+
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(RESOURCE, 0) >= 1}
 
 
 def node_actor():

@@ -1,0 +1,96 @@
+"""Connecting to a Ray cluster by the address the CLI takes, and the cluster's life as `atoll
+cluster up` and `atoll serve --cluster` run it: the controller started (or found), its nodes awaited,
+the endpoint served in the foreground over the controller's directory."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from atoll.cluster.directory import NodeAddress
+from atoll.cluster.endpoint import serve_endpoint
+from atoll.cluster.local import local_cluster
+from atoll.cluster.membership import (
+    NAMESPACE,
+    find_controller,
+    offering_nodes,
+    start_controller,
+    stop_controller,
+)
+from atoll.cluster.ray_directory import RayDirectory
+from atoll.config import Config
+from atoll.kserve.restricted import Restrictions
+
+LOCAL = "local:"
+POLL_S = 0.5
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def connected(address: str) -> Iterator[object | None]:
+    """Ray connected, in namespace "atoll", to `address`: `ray://HOST:PORT` (Ray Client), `auto` (the
+    cluster this machine's `ray start` joined), a GCS `HOST:PORT`, or `local:N` (a new cluster of N
+    raylets on this machine, yielded, and shut down on exit with everything on it)."""
+    import ray  # optional dependency: only the cluster needs it
+
+    cluster = None
+    if address.startswith(LOCAL):
+        count = address.removeprefix(LOCAL)
+        if not count.isdigit() or int(count) < 1:
+            raise ClusterError(f"{address!r}: local:N wants a number of nodes N >= 1")
+        cluster = local_cluster(int(count))
+        address = cluster.address
+    try:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        try:
+            yield cluster
+        finally:
+            if cluster is not None:
+                stop_controller()  # each atoll serve stops cleanly before its raylet goes
+            ray.shutdown()
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def wait_for_nodes(timeout_s: float, progress: Callable[[int, int], None] = lambda ready, wanted: None,
+                   clock=time.monotonic) -> list[NodeAddress]:  # fmt: skip
+    """The controller's ready nodes once every Ray node offering `atoll_node` has one; `progress`
+    is told (ready, wanted) whenever either changes. ClusterError after `timeout_s`."""
+    import ray  # optional dependency: only the cluster needs it
+
+    controller = find_controller()
+    if controller is None:
+        raise ClusterError("no Atoll cluster controller runs on this Ray cluster (atoll cluster up)")
+    deadline, seen = clock() + timeout_s, None
+    while True:
+        nodes, wanted = ray.get(controller.nodes.remote()), len(offering_nodes())
+        if (len(nodes), wanted) != seen:
+            seen = (len(nodes), wanted)
+            progress(*seen)
+        if wanted and len(nodes) >= wanted:
+            return nodes
+        if clock() > deadline:
+            raise ClusterError(f"{len(nodes)} of {wanted} Atoll nodes ready after {timeout_s:g} s")
+        time.sleep(POLL_S)
+
+
+def serve_cluster(address: str, repository: str, models: list[str], serve_args: list[str], config: Config,
+                  restrictions: Restrictions | None = None, replicas: Mapping[str, int] | None = None) -> None:  # fmt: skip
+    """`atoll serve --cluster`: the controller started on the cluster at `address` (or the running
+    one found), then the endpoint served by `config` until SIGINT or SIGTERM; a controller started
+    here is stopped on exit."""
+    with connected(address):
+        started = find_controller() is None
+        start_controller(repository, models, serve_args)
+        directory = RayDirectory()
+        try:
+            serve_endpoint(directory, config, restrictions, replicas)
+        finally:
+            directory.close()
+            if started:
+                stop_controller()

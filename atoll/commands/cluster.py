@@ -1,0 +1,89 @@
+"""`atoll cluster up|status|down`: Atoll nodes on a Ray cluster, one per Ray node offering the
+`atoll_node` resource (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from atoll.cluster.directory import NodeAddress
+from atoll.cluster.membership import find_controller, start_controller, stop_controller
+from atoll.cluster.runtime import LOCAL, ClusterError, connected, wait_for_nodes
+from atoll.config import add_config_options
+from atoll.repository.demo import demo_repository
+
+ADDRESS_HELP = "ray://HOST:PORT (Ray Client), auto (the cluster `ray start` joined here) or HOST:PORT (its GCS)"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cluster", help="Atoll nodes on a Ray cluster: start, list, stop")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    up = sub.add_parser("up", help="start (or find) the cluster's controller and wait for its nodes")
+    up.add_argument("--address", default="auto",
+                    help=ADDRESS_HELP + ", or local:N (N raylets here, as long as the command runs; default auto)")
+    up.add_argument("--repository",
+                    help="model repository, at this path on every node (default: the built-in demo, "
+                         "built here: for local:N)")  # fmt: skip
+    up.add_argument("--load-model", action="append", metavar="MODEL",
+                    help="a model every node loads at start (repeatable; default: all)")
+    up.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for every node (default 600)")
+    add_config_options(up)  # --config and --set, passed to every node's atoll serve
+    up.set_defaults(func=run_up)
+    for action, helped, func in (("status", "list the cluster's ready nodes", run_status),
+                                 ("down", "stop every node's atoll serve and the controller", run_down)):  # fmt: skip
+        q = sub.add_parser(action, help=helped)
+        q.add_argument("--address", default="auto", help=ADDRESS_HELP + " (default auto)")
+        q.set_defaults(func=func)
+
+
+def _print_nodes(nodes: list[NodeAddress]) -> None:
+    for n in nodes:
+        print(f"{n.name}  http {n.http}  grpc {n.grpc or '-'}  metrics {n.metrics or '-'}", flush=True)
+
+
+def run_up(args) -> int:
+    repository = os.path.abspath(args.repository) if args.repository else str(demo_repository())
+    serve_args = [*(["--config", args.config] if args.config else []), *(f"--set={s}" for s in args.set)]
+    try:
+        with connected(args.address) as local:
+            start_controller(repository, args.load_model or ["*"], serve_args)
+            _print_nodes(wait_for_nodes(args.wait_s, lambda ready, wanted: print(
+                f"atoll cluster: {ready} of {wanted} nodes ready", file=sys.stderr, flush=True)))  # fmt: skip
+            if local is not None:  # the local cluster lives as long as this command
+                print(f"atoll cluster: local Ray cluster at {local.address}; Ctrl-C stops it", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                stops = {signal.SIGINT, signal.SIGTERM}
+                signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+                signal.sigwait(stops)
+    except ClusterError as exc:
+        print(f"atoll cluster up: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_status(args) -> int:
+    import ray  # optional dependency: only the cluster needs it
+
+    if args.address.startswith(LOCAL):
+        print("atoll cluster status: a local:N cluster is reached by the address `up` printed", file=sys.stderr)
+        return 2
+    with connected(args.address):
+        controller = find_controller()
+        if controller is None:
+            print("atoll cluster status: no Atoll cluster runs here (atoll cluster up)", file=sys.stderr)
+            return 1
+        ready = ray.get(controller.nodes.remote())
+        starting = sorted(set(ray.get(controller.actors.remote())) - {n.name for n in ready})
+    _print_nodes(ready)
+    for name in starting:
+        print(f"{name}  starting", flush=True)
+    return 0
+
+
+def run_down(args) -> int:
+    with connected(args.address):
+        stopped = stop_controller()
+    print("atoll cluster: stopped" if stopped else "atoll cluster: none was running", file=sys.stderr)
+    return 0
