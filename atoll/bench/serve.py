@@ -11,6 +11,7 @@ Batch_knee (`ideal`). Every row says who used the cores and whether the load gen
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import platform
@@ -27,7 +28,7 @@ from gpu_runtime.executors import EXECUTOR_CHOICES
 from scheduler.policies import POLICIES
 from tqdm import tqdm
 
-from atoll.bench import servers, triton_baseline
+from atoll.bench import servers, triton_baseline, triton_sweep
 from atoll.bench import traffic as traffic_mod
 from atoll.bench.cpu_account import ThreadMeter
 from atoll.bench.cpustat import CpuMeter
@@ -78,6 +79,11 @@ def register(subparsers) -> None:
     p.add_argument("--baseline", action="append", default=[], choices=SYSTEMS,
                    help="also drive this server with the same load: plain (one Python process per core, "
                         "OpenCV + onnxruntime, no batching) or triton (nvidia-pytriton's tritonserver); repeatable")
+    p.add_argument("--triton-sweep", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve Triton at each load point with the best of a few settings (instances, its dynamic "
+                        "batcher's queue delay, preferred and max batch sizes), each tried for "
+                        f"{triton_sweep.TRIAL_S:g} s after {triton_sweep.TRIAL_WARMUP_S:g} s at that point; "
+                        "--no-triton-sweep: one instance per core, 1 ms delay (default: on)")
     p.add_argument("--rt-isolation", action="store_true",
                    help="also measure real-time p99 alone and beside closed-loop best-effort load "
                         f"({PROBE_CONCURRENCY} connections), real-time requests at --rt-rate")
@@ -132,30 +138,57 @@ def _serve_args(args, repository: str, mix: dict[str, float]) -> list[str]:
 class Bench:
     """Drives one system with the load points of one traffic, and rows them."""
 
-    def __init__(self, args, load_cpus: tuple[int, ...], procs: int, ideal_rps: float | None):
+    def __init__(self, args, load_cpus: tuple[int, ...], procs: int, ideal_rps: float | None, models: dict):
         self.args = args
         self.load_cpus = load_cpus
         self.procs = procs
         self.ideal_rps = ideal_rps
+        self.models = models
+        self.points: list[dict] = []  # every point's row so far, of every system
 
     def point(self, system, traffic, labels: dict, **load) -> dict:
-        """One load point's row (`measure`'s arguments)."""
-        return self.measure(system, traffic, labels, **load)[0]
+        """One load point's row (`measure`'s arguments); Triton's, unless --no-triton-sweep, after
+        a short sweep at this very point for its best settings (`triton_sweep`), kept in the row."""
+        sweep = None
+        if system.name == "triton" and self.args.triton_sweep:
+            def trial() -> dict:
+                return self.measure(system, traffic, labels, **{**load, "seconds": triton_sweep.TRIAL_S},
+                                    warmup=triton_sweep.TRIAL_WARMUP_S)[0]  # fmt: skip
+
+            sweep = triton_sweep.tune(system, triton_sweep.served(self.models, traffic.classes),
+                                      self._triton_bound(labels, load), trial, f"{_variant(labels)} {_load(load)}")
+        row = self.measure(system, traffic, labels, **load)[0]
+        if sweep:
+            row["triton_sweep"] = sweep
+        self.points.append(row)
+        return row
+
+    def _triton_bound(self, labels: dict, load: dict) -> tuple[float | None, str]:
+        """The p99 Triton's settings must meet at a point: Atoll's at the same point, else the SLO
+        in open loop, else none (ms, whose)."""
+        atoll = [r["latency_ms"]["p99"] for r in self.points
+                 if r["server"] == "atoll" and "model_load" not in r and all(r[k] == v for k, v in labels.items())
+                 and r["concurrency"] == (load.get("concurrency") or None) and r["rate_rps"] == load.get("rate")]
+        if atoll and atoll[-1] is not None:
+            return atoll[-1], "atoll"
+        return (self.args.slo_ms, "slo") if load.get("rate") else (None, "none")
 
     def measure(self, system, traffic, labels: dict, rate: float | None = None, concurrency: int = 0,
-                seconds: float | None = None, rt_rate: float | None = None, during=None) -> tuple:
+                seconds: float | None = None, rt_rate: float | None = None, during=None,
+                warmup: float | None = None) -> tuple:
         """One load point: open loop at `rate` or closed loop at `concurrency`. With `rt_rate`, the
         real-time requests go as a Poisson stream of their own at that rate, beside best-effort
         requests in closed loop at `concurrency` (or alone). `during(stop)` runs on a thread of its
         own through the measurement window, until the `stop` event is set. (row, every request's
-        record, the measurement window)."""
+        record, the measurement window). `seconds` and `warmup` default to --duration and --warmup."""
 
 
         a = self.args
         duration = seconds or a.duration
+        warmup = a.warmup if warmup is None else warmup
 
         def plan(weights, rate, concurrency) -> LoadPlan:
-            return LoadPlan(system.url, traffic.requests, weights, a.warmup + duration, rate, concurrency,
+            return LoadPlan(system.url, traffic.requests, weights, warmup + duration, rate, concurrency,
                             a.timeout, a.seed, self.load_cpus, labels["protocol"], system.grpc,
                             labels["shm"])  # fmt: skip
 
@@ -178,15 +211,15 @@ class Bench:
                 threads.start()
 
             start = load.go()
-            window = (start + a.warmup, start + a.warmup + duration)
+            window = (start + warmup, start + warmup + duration)
             stop = threading.Event()
             beside = threading.Thread(target=during, args=(stop,), daemon=True) if during else None
-            with tqdm(total=round(a.warmup + duration), desc=f"{system.name} {_variant(labels)} {what}",
+            with tqdm(total=round(warmup + duration), desc=f"{system.name} {_variant(labels)} {what}",
                       unit="s", file=sys.stderr, disable=None, leave=False) as bar:  # fmt: skip
                 for mark, action in ((window[0], begin), (window[1], None)):
                     while (left := mark - time.monotonic()) > 0:
                         time.sleep(min(0.5, left))
-                        bar.n = round(min(time.monotonic() - start, a.warmup + duration))
+                        bar.n = round(min(time.monotonic() - start, warmup + duration))
                         bar.refresh()
                     if action:
                         action()
@@ -308,7 +341,8 @@ def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[in
         if name == "plain":
             out.append(("plain", lambda: servers.plain(repository, server_cpus)))
         else:
-            out.append(("triton", lambda: triton_baseline.server(repository, server_cpus)))
+            out.append(("triton", lambda: triton_baseline.server(
+                repository, server_cpus, triton_sweep.SERVER_OPTIONS if args.triton_sweep else ())))
     return out
 
 
@@ -348,7 +382,7 @@ def run(args) -> int:
               f"{args.load_during!r}", file=sys.stderr)  # fmt: skip
         return 2
     serve_args = _serve_args(args, repository, mix)
-    bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None)
+    bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None, models)
     rows, summary, skipped = [], [], {}
     for name, start in _systems(args, serve_args, repository, server_cpus):
         try:
@@ -424,6 +458,11 @@ def _load_and_unload(url: str, model: str, stop: threading.Event, swaps: list[di
                 pass
             swap[f"{action}_s"] = round(time.monotonic() - start, 3)
         swaps.append(swap)
+
+
+def _load(load: dict) -> str:
+    """e.g. "120.0 req/s" or "8 conn": a point's load as its line says it."""
+    return f"{load['rate']:.1f} req/s" if load.get("rate") else f"{load['concurrency']} conn"
 
 
 def _variant(labels: dict) -> str:

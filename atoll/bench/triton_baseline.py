@@ -6,7 +6,8 @@ Its Python backend is built against NumPy 1, so it lives in a virtual environmen
 start, the bench skips Triton and says why. The bench writes a Triton repository beside the served
 one: per model a Python-backend twin (`triton_model`: OpenCV/librosa per request, onnxruntime per
 batch) under the same model and tensor names, so the same request bodies reach it, behind Triton's
-dynamic batcher, one instance per server core.
+dynamic batcher, one instance per server core unless `TritonSettings` say otherwise (the bench's
+sweep over them: `triton_sweep`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from atoll.bench.servers import System, pinned
@@ -37,6 +39,29 @@ class TritonUnavailable(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class TritonSettings:
+    """How Triton serves each twin: model instances (Python stub processes), onnxruntime threads in
+    each, and the dynamic batcher's max_queue_delay_microseconds, preferred_batch_size (none: Triton
+    fills in the largest) and max_batch_size (0: the model's own; a bound above it is the model's)."""
+
+    instances: int
+    threads: int = 1
+    queue_delay_us: int = QUEUE_DELAY_US
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_batch_size: int = 0
+
+    def batch_bound(self, spec) -> int:
+        own = max(spec.max_batch_size, 1)
+        return min(self.max_batch_size, own) if self.max_batch_size else own
+
+    def preferred(self, spec) -> list[int]:
+        return [b for b in self.preferred_batch_sizes if b <= self.batch_bound(spec)]
+
+    def about(self) -> dict:
+        return {**asdict(self), "preferred_batch_sizes": list(self.preferred_batch_sizes)}
+
+
 def triton_home() -> Path:
     """pytriton's `tritonserver` folder (bin/, backends/, python_backend_stubs/), in the site-packages
     of the Triton environment."""
@@ -51,15 +76,18 @@ def _dims(dims) -> str:
     return "[ " + ", ".join(str(d) for d in dims) + " ]"
 
 
-def model_config(spec, instances: int) -> str:
+def model_config(spec, settings: TritonSettings) -> str:
     """config.pbtxt of the Python-backend twin of `spec`: the raw media input and the ready tensor
     input both optional (a request carries one of them)."""
     tensor = spec.inputs[0]
     ragged = " allow_ragged_batch: true" if -1 in tensor.dims else ""
     params = {"atoll_onnx": str(spec.path), "atoll_preprocess": spec.preprocess, "atoll_raw_input": spec.raw_input,
-              "atoll_input": tensor.name}  # fmt: skip
+              "atoll_input": tensor.name, "atoll_threads": settings.threads}  # fmt: skip
+    preferred = settings.preferred(spec)
+    batching = f"max_queue_delay_microseconds: {settings.queue_delay_us}" + (
+        f" preferred_batch_size: {_dims(preferred)}" if preferred else "")
     lines = [
-        f'name: "{spec.name}"', 'backend: "python"', f"max_batch_size: {max(spec.max_batch_size, 1)}",
+        f'name: "{spec.name}"', 'backend: "python"', f"max_batch_size: {settings.batch_bound(spec)}",
         "input [",
         f'  {{ name: "{spec.raw_input}" data_type: TYPE_STRING dims: [ 1 ] optional: true }},',
         f'  {{ name: "{tensor.name}" data_type: {TYPES[tensor.datatype]} dims: {_dims(tensor.dims)} optional: true{ragged} }}',
@@ -68,19 +96,19 @@ def model_config(spec, instances: int) -> str:
         *(f'  {{ name: "{o.name}" data_type: {TYPES[o.datatype]} dims: {_dims(o.dims)}'
           + (f' label_filename: "{o.label_filename}"' if o.label_filename else "") + " }" for o in spec.outputs),
         "]",
-        f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}",
-        f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]",
+        f"dynamic_batching {{ {batching} }}",
+        f"instance_group [ {{ count: {settings.instances} kind: KIND_CPU }} ]",
         *(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in params.items()),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def write_repository(repository: str, root: Path, instances: int) -> None:
+def write_repository(repository: str, root: Path, settings: TritonSettings) -> None:
     for name, spec in load_repository(repository).items():
         if spec.preprocess == "none":
             continue
         (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(model_config(spec, instances))
+        (root / name / "config.pbtxt").write_text(model_config(spec, settings))
         shutil.copy(MODEL_SOURCE, root / name / "1" / "model.py")
         for output in spec.outputs:  # class labels, for classification
             if output.label_filename:
@@ -123,14 +151,16 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 
 
 @contextmanager
 def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()):
-    """Triton serving the twins of `repository` over HTTP and gRPC (`System.grpc`), with
-    tritonserver's `options` (e.g. its model-control flags) added."""
+    """Triton serving the twins of `repository` over HTTP and gRPC (`System.grpc`), one instance
+    per server core, with tritonserver's `options` (e.g. its model-control flags) added. The
+    System's `about` says its cores and the settings it serves with (`settings`)."""
     home = triton_home()
-    instances = len(cpus) if cpus else len(os.sched_getaffinity(0))
+    cores = len(cpus) if cpus else len(os.sched_getaffinity(0))
+    settings = TritonSettings(cores)
     site_packages = home.parents[1]
     with tempfile.TemporaryDirectory(prefix="atoll-triton-") as tmp:
         root = Path(tmp)
-        write_repository(repository, root / "models", instances)
+        write_repository(repository, root / "models", settings)
         port, grpc_port = _free_port(), _free_port()
         libs = site_packages / "nvidia_pytriton.libs"
         env = {**os.environ, "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])),
@@ -148,7 +178,7 @@ def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_ready(url, proc, log)
-            yield System("triton", url, proc.pid, {"instances": instances, "queue_delay_us": QUEUE_DELAY_US,
+            yield System("triton", url, proc.pid, {"cores": cores, "settings": settings.about(),
                                                    "tritonserver": str(home / "bin" / "tritonserver")},
                          f"127.0.0.1:{grpc_port}")  # fmt: skip
         finally:

@@ -3,9 +3,10 @@ model repository as `<model>/1/model.py`; it runs inside Triton's Python stub, n
 
 What a Triton user writes for JPEG/WAV in, logits out without an FPGA: Triton's dynamic batcher
 hands `execute` the requests it gathered; each request's media is decoded and preprocessed with
-the same OpenCV/librosa code as Atoll's CPU path (the plain baseline's `media_rows`), or its ready
-FP32 tensor taken as is; the rows of all requests run as one onnxruntime batch on one thread (one
-model instance per core); each request gets its own rows of the outputs back.
+the same OpenCV/librosa code as Atoll's CPU path (`fpga_host.cpu_backend`), or its ready
+FP32 tensor taken as is; the rows of all requests run as one onnxruntime batch on the config's
+`atoll_threads` threads (one, with one model instance per core, unless the bench's sweep chose
+otherwise); each request gets its own rows of the outputs back.
 """
 
 import json
@@ -24,7 +25,7 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         cpu_backend.init_worker()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = int(params["atoll_threads"])
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(params["atoll_onnx"], options, providers=["CPUExecutionProvider"])
         self.kind, self.raw, self.tensor = params["atoll_preprocess"], params["atoll_raw_input"], params["atoll_input"]
