@@ -80,7 +80,8 @@ def wait_for_nodes(timeout_s: float, progress: Callable[[int, int], None] = lamb
 
 
 def serve_cluster(address: str, repository: str, models: list[str], serve_args: list[str], config: Config,
-                  restrictions: Restrictions | None = None, replicas: Mapping[str, int] | None = None) -> None:  # fmt: skip
+                  restrictions: Restrictions | None = None,
+                  replicas: Mapping[str, int] | None = None) -> None:  # fmt: skip
     """`atoll serve --cluster`: the controller started on the cluster at `address` (or the running
     one found), then the endpoint served by `config` until SIGINT or SIGTERM; a controller started
     here is stopped on exit."""

@@ -1,5 +1,6 @@
 """Atoll nodes on a real two-raylet Ray cluster (issue 33): one per Ray node, each serving; a killed
-`atoll serve` restarted by Ray; a Ray node that leaves leaves the directory, one that comes joins.
+`atoll serve` restarted by Ray; a Ray node that leaves leaves the directory, one that comes joins;
+`atoll cluster up|status|down` finding, listing and stopping them.
 
 One cluster and one controller for the module; every wait is bounded by probes.PATIENCE_S.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import urllib.request
 
 import numpy as np
@@ -34,10 +37,15 @@ X = np.random.default_rng(3).standard_normal((1, 3, 224, 224), dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
-def directory(ray_cluster, tmp_path_factory):
+def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     write_model(root, MODEL, build(MODEL))
-    start_controller(str(root), [MODEL], SERVE)
+    return root
+
+
+@pytest.fixture(scope="module")
+def directory(ray_cluster, repository):
+    start_controller(str(repository), [MODEL], SERVE)
     try:
         directory = RayDirectory()
         yield directory
@@ -95,3 +103,23 @@ def test_a_ray_node_that_leaves_leaves_and_a_new_one_joins(ray_cluster, director
     nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "the new node joins")
     assert {a.name for a in nodes} == node_ids(ray_cluster) and joining in {a.name for a in nodes}
     assert all(logits(a).shape == (1, 1000) for a in nodes)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "atoll", "cluster", *args], capture_output=True, text=True,
+                          timeout=PATIENCE_S)  # fmt: skip
+
+
+def test_the_cli_finds_lists_and_stops_the_cluster(ray_cluster, repository, directory):
+    nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "both nodes ready")
+    pids = [child_pid(a.name) for a in nodes]
+    up = cli("up", "--address", ray_cluster.address, "--repository", str(repository))  # finds the running one
+    status = cli("status", "--address", ray_cluster.address)
+    assert up.returncode == status.returncode == 0, up.stderr + status.stderr
+    listed = [line.split() for line in status.stdout.splitlines()]
+    assert [(n.name, n.http, n.grpc, n.metrics) for n in nodes] == [(w[0], w[2], w[4], w[6]) for w in listed]
+    assert up.stdout == status.stdout
+    down = cli("down", "--address", ray_cluster.address)
+    assert down.returncode == 0 and "stopped" in down.stderr
+    assert find_controller() is None
+    until(lambda: not any(alive(pid) for pid in pids), "every node's atoll serve ends")
