@@ -96,8 +96,11 @@ class ClusterView:
     async def run(self) -> None:
         """Refresh every REFRESH_S, and give joining nodes what is placed on them, until cancelled."""
         while True:
-            await self.refresh()
-            self.reconcile()
+            try:
+                await self.refresh()
+                self.reconcile()
+            except Exception:  # a bug, or the directory failing: logged, and the next refresh tries again
+                log.exception("refreshing the nodes failed")
             await asyncio.sleep(REFRESH_S)
 
     async def refresh(self) -> None:
@@ -190,6 +193,8 @@ class ClusterView:
         if last is not None:
             return last
         self.metrics.unavailable.inc()
+        if not model:
+            raise ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster answered ({failure or 'none reachable'})", 1)
         if failure is not None:
             raise ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster could answer for model '{model}' "
                                                   f"(tried {', '.join(tried)}; {failure})", 1)  # fmt: skip
@@ -227,7 +232,8 @@ class ClusterView:
         answers = await asyncio.gather(*(self._control(n, model, "load", body) for n in chosen),
                                        *(self._control(n, model, "unload", b"") for n in extra))  # fmt: skip
         failures = [a for a in answers[: len(chosen)] if a is not None]
-        if len(failures) == len(chosen):
+        if len(failures) == len(chosen):  # not loaded anywhere: not placed either
+            self.placed.pop(model, None)
             raise failures[0]
         for name, failure in zip(chosen, answers):
             if failure is not None:

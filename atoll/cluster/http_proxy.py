@@ -144,8 +144,10 @@ class HttpProxy:
         headers = {name: value for name, value in request.headers.items() if name not in _HOP}
         target = request.path + ("?" + request.query if request.query else "")
 
+        method = "GET" if request.method == "HEAD" else request.method  # (the edge leaves the body out)
+
         async def send(node: NodeState) -> Answer:
-            return await node.http.request(request.method, target, headers, request.body, self.timeout_s)
+            return await node.http.request(method, target, headers, request.body, self.timeout_s)
 
         try:
             answer = await self.view.forward(model, candidates, rt, send, _refused)

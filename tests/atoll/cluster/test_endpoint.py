@@ -184,6 +184,9 @@ def test_index_statistics_health_and_metadata_are_the_clusters(cluster, served):
     status, body = _get(f"{url}/v2/repository/index", b"{}")
     assert status == 200 and {m["name"]: m.get("state", "") for m in json.loads(body)} == served["grpc index"]
     assert _get(f"{url}/v2/health/ready")[0] == 200
+    head = urllib.request.Request(f"{url}/v2/models/{MODEL}", method="HEAD")  # forwarded as a GET, answered bodiless
+    with urllib.request.urlopen(head, timeout=PATIENCE_S) as r:
+        assert r.status == 200 and r.read() == b""
     total = sum(_successes(s.url) for s in servers)
     assert _successes(url) == total and served["grpc stats"] >= 18
 
