@@ -37,15 +37,17 @@ FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and th
 
 
 class Endpoint:
-    """The endpoint's servers over `directory`, configured by `config.server` (host, ports, body
-    and connection limits, drain); `restrictions` is Triton's restricted-API setting, applied here
-    and its header keys sent on the endpoint's own calls to the nodes (which may restrict too);
-    `replicas` the default replica count per model. `start()`/`stop()` as `serve_forever` wants."""
+    """The endpoint's servers over `directory`, configured by `config.server` as `atoll serve` is
+    (host, ports, body and connection limits, drain, restricted APIs: applied here, and their HTTP
+    header keys sent on the endpoint's own calls to the nodes, which may restrict too); `restrictions`
+    given replace the config's; `replicas` is the default replica count per model. `start()`/`stop()`
+    as `serve_forever` wants them. ValueError for a malformed restricted-API group."""
 
     def __init__(self, directory: Directory, config: Config, restrictions: Restrictions | None = None,
                  replicas: Mapping[str, int] | None = None):  # fmt: skip
         self.config = config
-        self.restrictions = restrictions or Restrictions.none()
+        c = config.server
+        self.restrictions = restrictions or Restrictions.parse(c.http_restricted_api, c.grpc_restricted_protocol)
         keys = {rule.name: rule.value for rule in self.restrictions.http.values()}
         self.view = ClusterView(directory, keys, replicas)
         timeout_s = config.server.request_timeout_s + FORWARD_MARGIN_S
@@ -107,7 +109,8 @@ class Endpoint:
 
 def serve_endpoint(directory: Directory, config: Config, restrictions: Restrictions | None = None,
                    replicas: Mapping[str, int] | None = None) -> None:  # fmt: skip
-    """Serve the endpoint until SIGINT or SIGTERM; its ready line is `atoll serve`'s
-    ("atoll: serving on http://... and grpc://..."), so `ServerProcess.READY` finds its ports."""
+    """Serve the endpoint (`Endpoint`'s arguments) until SIGINT or SIGTERM; its ready line is
+    `atoll serve`'s ("atoll: serving on http://... and grpc://..."), so `ServerProcess.READY` finds
+    its ports."""
     asyncio.run(serve_forever(Endpoint(directory, config, restrictions, replicas)))
 

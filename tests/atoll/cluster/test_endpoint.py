@@ -57,10 +57,10 @@ def _address(name: str, server: ServerProcess) -> NodeAddress:
 class Running:
     """The endpoint on an event loop of its own thread."""
 
-    def __init__(self, directory, restrictions=None):
+    def __init__(self, directory, **settings):
         config = load_config(None, {"server.http_port": 0, "server.grpc_port": 0, "server.metrics_port": 0,
-                                    "server.drain_s": 1.0})  # fmt: skip
-        self.endpoint = Endpoint(directory, config, restrictions)
+                                    "server.drain_s": 1.0, **settings})  # fmt: skip
+        self.endpoint = Endpoint(directory, config)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

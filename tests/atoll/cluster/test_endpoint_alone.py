@@ -16,7 +16,6 @@ from tritonclient.grpc import service_pb2_grpc
 
 from atoll.bench.bodies import tensor_body
 from atoll.cluster.directory import NodeAddress, StaticDirectory
-from atoll.kserve.restricted import Restrictions
 from tests.atoll.cluster.test_endpoint import Running
 
 KEY = "admin-key"
@@ -32,8 +31,8 @@ def _closed_port() -> int:
 def endpoint():
     port = _closed_port()
     directory = StaticDirectory([NodeAddress("gone", f"127.0.0.1:{port}", f"127.0.0.1:{port}", "")])
-    restrictions = Restrictions.parse([f"model-repository:{KEY}=secret"], [f"model-repository:{KEY}=secret"])
-    running = Running(directory, restrictions)
+    group = [f"model-repository:{KEY}=secret"]
+    running = Running(directory, **{"server.http_restricted_api": group, "server.grpc_restricted_protocol": group})
     yield running.endpoint
     running.stop()
 
