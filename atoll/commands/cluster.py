@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 from atoll.cluster.directory import NodeAddress
 from atoll.cluster.membership import find_controller, start_controller, stop_controller
@@ -13,6 +14,9 @@ from atoll.cluster.runtime import LOCAL, ClusterError, connected, wait_for_nodes
 from atoll.config import add_config_options
 from atoll.repository.demo import demo_repository
 
+# settings each node's `atoll serve` has of its own (atoll/cluster/nodes.py, serve_args)
+NODE_OWN = {"server.host", "server.http_port", "server.grpc_port", "server.metrics_port", "server.repository",
+            "server.load_model", "server.model_control_mode"}  # fmt: skip
 ADDRESS_HELP = "ray://HOST:PORT (Ray Client), auto (the cluster `ray start` joined here) or HOST:PORT (its GCS)"
 
 
@@ -38,6 +42,14 @@ def register(subparsers) -> None:
         q.set_defaults(func=func)
 
 
+def node_serve_args(args, flags: Mapping[str, str]) -> list[str]:
+    """Every node's `atoll serve` settings from a command's parsed `args`: its --config and --set,
+    and each of its named `flags` (attribute -> config key) given, as --set, but the node's own."""
+    given = [(key, getattr(args, attr, None)) for attr, key in flags.items() if key not in NODE_OWN]
+    sets = [f"{key}={','.join(v) if isinstance(v, list) else v}" for key, v in given if v is not None]
+    return [*(["--config", args.config] if args.config else []), *(f"--set={s}" for s in [*args.set, *sets])]
+
+
 def _print_nodes(nodes: list[NodeAddress]) -> None:
     for n in nodes:
         print(f"{n.name}  http {n.http}  grpc {n.grpc or '-'}  metrics {n.metrics or '-'}", flush=True)
@@ -45,10 +57,9 @@ def _print_nodes(nodes: list[NodeAddress]) -> None:
 
 def run_up(args) -> int:
     repository = os.path.abspath(args.repository) if args.repository else str(demo_repository())
-    serve_args = [*(["--config", args.config] if args.config else []), *(f"--set={s}" for s in args.set)]
     try:
         with connected(args.address) as local:
-            start_controller(repository, args.load_model or ["*"], serve_args)
+            start_controller(repository, args.load_model or ["*"], node_serve_args(args, {}))
             _print_nodes(wait_for_nodes(args.wait_s, lambda ready, wanted: print(
                 f"atoll cluster: {ready} of {wanted} nodes ready", file=sys.stderr, flush=True)))  # fmt: skip
             if local is not None:  # the local cluster lives as long as this command

@@ -1,6 +1,6 @@
 """Atoll nodes on a real two-raylet Ray cluster (issue 33): one per Ray node, each serving; a killed
 `atoll serve` restarted by Ray; a Ray node that leaves leaves the directory, one that comes joins;
-`atoll cluster up|status|down` finding, listing and stopping them.
+the cluster's endpoint serving them; `atoll cluster up|status|down` finding, listing and stopping them.
 
 One cluster and one controller for the module; every wait is bounded by probes.PATIENCE_S.
 """
@@ -18,14 +18,16 @@ import numpy as np
 import pytest
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, alive, until
+from tests.atoll.probes import PATIENCE_S, alive, request, until
 
 from atoll.bench.bodies import tensor_body
+from atoll.cluster.directory import NodeAddress
 from atoll.cluster.local import NODE_ARGS
 from atoll.cluster.membership import find_controller, start_controller, stop_controller
 from atoll.cluster.nodes import node_name
 from atoll.cluster.ray_directory import RayDirectory
 from atoll.kserve.protocol import HEADER_LENGTH
+from atoll.supervisor.server_process import ServerProcess
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the cluster extra)")
 
@@ -103,6 +105,27 @@ def test_a_ray_node_that_leaves_leaves_and_a_new_one_joins(ray_cluster, director
     nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "the new node joins")
     assert {a.name for a in nodes} == node_ids(ray_cluster) and joining in {a.name for a in nodes}
     assert all(logits(a).shape == (1, 1000) for a in nodes)
+
+
+# serve_cluster as `atoll serve --cluster` runs it (a controller running already: found, not stopped)
+ENDPOINT = """import sys
+from atoll.cluster.runtime import serve_cluster
+from atoll.config import load_config
+ports = {"server.http_port": 0, "server.grpc_port": 0, "server.metrics_port": -1}
+serve_cluster(sys.argv[1], sys.argv[2], [], [], load_config(None, ports))
+"""
+
+
+def test_the_endpoint_serves_the_ray_nodes(ray_cluster, repository, directory):
+    nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "both nodes ready")
+    endpoint = ServerProcess(start_timeout_s=PATIENCE_S)
+    endpoint.args = [sys.executable, "-c", ENDPOINT, ray_cluster.address, str(repository)]
+    with endpoint:
+        entry = NodeAddress("endpoint", endpoint.url.removeprefix("http://"), endpoint.grpc_address, "")
+        until(lambda: request(f"{endpoint.url}/v2/models/{MODEL}/ready") == 200, "the endpoint has the model")
+        assert np.array_equal(logits(entry), logits(nodes[0]))
+    assert endpoint.proc.returncode == 0, "\n".join(endpoint.log[-20:])
+    assert find_controller() is not None
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
