@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from tqdm import tqdm
 
+from atoll.bench.cpustat import descendants
 from atoll.bench.triton_baseline import TritonSettings
 from atoll.repository.specs import ModelSpec
 
@@ -78,16 +81,36 @@ def _call(url: str, body: dict | None = None) -> dict:
     return json.loads(text) if text else {}
 
 
+def _stubs(system, names) -> set[int]:
+    """The pids of the Python stubs (model instances) of the models `names` under `system`."""
+    marks = [f"/models/{name}/1/model.py".encode() for name in names]
+    out = set()
+    for pid in descendants(system.pid):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # it exited meanwhile
+            continue
+        if any(mark in command for mark in marks):
+            out.add(pid)
+    return out
+
+
 def apply(system, specs: dict[str, ModelSpec], settings: TritonSettings) -> None:
     """Reload the twins of `specs` on `system` (a server started with SERVER_OPTIONS) to serve with
-    `settings`, unless they already do; `system.about["settings"]` says what they serve with."""
+    `settings`, unless they already do; `system.about["settings"]` says what they serve with.
+    Triton ends the old instances after the load answers: the reload returns once they are gone,
+    so that no CPU time of theirs is counted in (or, as they vanish, out of) the next point."""
     if system.about["settings"] == settings.about():
         return
+    old = _stubs(system, specs)
     for name, spec in specs.items():
         config = _call(f"{system.url}/v2/models/{name}/config")
         _call(f"{system.url}/v2/repository/models/{name}/load",
               {"parameters": {"config": json.dumps(override(config, spec, settings))}})  # fmt: skip
     system.about["settings"] = settings.about()
+    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    while old & _stubs(system, specs) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def tune(system, specs: dict[str, ModelSpec], bound: tuple[float | None, str], trial: Callable[[], dict],

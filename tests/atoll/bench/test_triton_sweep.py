@@ -180,9 +180,13 @@ def test_a_real_triton_reloads_with_other_settings_and_answers(repository, spec)
     with triton_baseline.server(str(repository), (), triton_sweep.SERVER_OPTIONS) as system:
         before = _get(f"{system.url}/v2/models/{MODEL}/config")
         assert before["dynamic_batching"]["max_queue_delay_microseconds"] == triton_baseline.QUEUE_DELAY_US
+        before_stubs = triton_sweep._stubs(system, [MODEL])
+        assert len(before_stubs) == system.about["cores"]
         triton_sweep.apply(system, {MODEL: spec}, settings)
         after = _get(f"{system.url}/v2/models/{MODEL}/config")
         assert system.about["settings"] == settings.about()
+        stubs = triton_sweep._stubs(system, [MODEL])  # the old instances are gone, the new one is up
+        assert len(stubs) == 1 and not stubs & before_stubs
         assert after["max_batch_size"] == 8 and after["instance_group"][0]["count"] == 1
         assert after["dynamic_batching"]["max_queue_delay_microseconds"] == 5000
         assert after["dynamic_batching"]["preferred_batch_size"] == [4, 8]
