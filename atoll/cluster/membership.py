@@ -42,11 +42,17 @@ class ClusterController:
                 log.exception("reconcile failed")
 
     def reconcile(self) -> None:
+        self._place(offering_nodes())
+        self._collect(self._ask())
+
+    def _place(self, offering: set[str]) -> None:
+        """An Atoll node on each Ray node in `offering` without one; none kept for those not in it."""
         import ray  # optional dependency: only the cluster needs it
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        offering = offering_nodes()
         with self._lock:
+            if self._stop.is_set():  # shut down meanwhile: start nothing more
+                return
             for node_id in set(self._actors) - offering:
                 log.info("node %s left", node_name(node_id))
                 del self._actors[node_id]
@@ -54,21 +60,30 @@ class ClusterController:
                 self._found.pop(node_id, None)
             for node_id in offering - set(self._actors):
                 log.info("node %s joined: starting Atoll on it", node_name(node_id))
-                self._actors[node_id] = node_actor().options(
+                self._actors[node_id] = ray.remote(AtollNode).options(
                     resources={RESOURCE: 1}, num_cpus=0, max_restarts=-1,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 ).remote(node_name(node_id), self.repository, self.models, self.extra)  # fmt: skip
-            for node_id, actor in self._actors.items():  # one question in flight per node
+
+    def _ask(self) -> dict[str, tuple]:
+        """Each node's (ready, address) question, a new one for each node whose last was answered."""
+        with self._lock:
+            for node_id, actor in self._actors.items():
                 if node_id not in self._asks:
                     self._asks[node_id] = (actor.ready.remote(), actor.address.remote())
-            asks = dict(self._asks)
+            return dict(self._asks)
+
+    def _collect(self, asks: dict[str, tuple]) -> None:
+        """The answers that come within RECONCILE_S; the ready nodes as they say."""
+        import ray  # optional dependency: only the cluster needs it
+
         refs = [ref for pair in asks.values() for ref in pair]
-        answered, _ = ray.wait(refs, num_returns=len(refs), timeout=RECONCILE_S)
-        answered = set(answered)
+        answered = set(ray.wait(refs, num_returns=len(refs), timeout=RECONCILE_S)[0])
         with self._lock:
-            for node_id, (is_ready, address) in asks.items():
-                if node_id not in self._asks or not {is_ready, address} <= answered:
-                    continue
+            for node_id, ask in asks.items():
+                is_ready, address = ask
+                if self._asks.get(node_id) is not ask or not {is_ready, address} <= answered:
+                    continue  # forgotten meanwhile, or not answered yet
                 del self._asks[node_id]
                 try:
                     self._found[node_id] = ray.get(address) if ray.get(is_ready) else None
@@ -104,12 +119,6 @@ def offering_nodes() -> set[str]:
     import ray  # optional dependency: only the cluster needs it
 
     return {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(RESOURCE, 0) >= 1}
-
-
-def node_actor():
-    import ray  # optional dependency: only the cluster needs it
-
-    return ray.remote(AtollNode)
 
 
 def start_controller(repository: str, models: list[str], extra: list[str]):
