@@ -13,17 +13,21 @@ from functools import partial
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
 from atoll.cluster.routing import real_time
-from atoll.front_end.grpc_service import STREAM_UNSENT, _stream_error
+from atoll.front_end.grpc_service import STREAM_UNSENT, _stream_error, _varint
 from atoll.kserve.errors import ApiError, ErrorCode
 
 SERVICE = "inference.GRPCInferenceService"
 # what a node is given of a call's metadata: not gRPC's own nor HTTP/2's
 _OWN_METADATA = ("grpc-", ":", "user-agent", "content-type", "te")
+# the fields of an infer message routing reads (`_head`): not its tensors
+_HEAD_FIELDS = {pb.ModelInferRequest.DESCRIPTOR.fields_by_name[name].number
+                for name in ("model_name", "model_version", "id", "parameters")}  # fmt: skip
 # a node's answer wrapped as ModelStreamInferResponse.infer_response, without parsing it
 _STREAM_ANSWER_TAG = bytes([pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name["infer_response"].number << 3 | 2])
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
@@ -69,6 +73,9 @@ class GrpcProxy:
                 await context.abort(grpc.StatusCode[exc.code.grpc], exc.message)
             except _NodeError as exc:
                 await context.abort(exc.code, exc.message)
+            except DecodeError as exc:
+                error = _unreadable(exc)
+                await context.abort(grpc.StatusCode[error.code.grpc], error.message)
 
         return call
 
@@ -128,7 +135,7 @@ class GrpcProxy:
         return await self._infer(raw, _metadata(context))
 
     async def _infer(self, raw: bytes, metadata) -> bytes:
-        request = pb.ModelInferRequest.FromString(raw)
+        request = _head(raw)
         candidates = self.view.candidates(request.model_name, request.model_version)
         return await self._forward("ModelInfer", raw, metadata, request.model_name, candidates, _real_time(request))
 
@@ -183,9 +190,11 @@ class GrpcProxy:
         async def one(raw: bytes) -> None:
             try:
                 answer = await self._infer(raw, metadata)
-                answers.put_nowait(_STREAM_ANSWER_TAG + _varint(len(answer)) + answer)
+                answers.put_nowait(_STREAM_ANSWER_TAG + _length(len(answer)) + answer)
             except (ApiError, _NodeError) as exc:
-                answers.put_nowait(_stream_error(pb.ModelInferRequest.FromString(raw), exc.message).SerializeToString())
+                answers.put_nowait(_stream_error(_head(raw), exc.message).SerializeToString())
+            except DecodeError as exc:
+                answers.put_nowait(_stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString())
 
         async def read() -> None:
             try:
@@ -237,7 +246,38 @@ def _metadata(context) -> tuple:
     return tuple((k, v) for k, v in context.invocation_metadata() or () if not k.startswith(_OWN_METADATA))
 
 
-def _varint(n: int) -> bytes:
+def _head(raw: bytes) -> pb.ModelInferRequest:
+    """An infer message's fields but its tensors (inputs, outputs and raw contents skipped, not
+    read): all that routing needs. DecodeError where it is not a message."""
+    kept, pos = [], 0
+    try:
+        while pos < len(raw):
+            start = pos
+            tag, pos = _varint(raw, pos)
+            wire = tag & 7
+            if wire == 2:  # length-delimited
+                size, pos = _varint(raw, pos)
+                pos += size
+            elif wire == 0:
+                pos = _varint(raw, pos)[1]
+            elif wire in (1, 5):  # fixed 64 or 32 bits
+                pos += 8 if wire == 1 else 4
+            else:  # groups, unused by this message: protobuf reads it whole
+                return pb.ModelInferRequest.FromString(raw)
+            if tag >> 3 in _HEAD_FIELDS:
+                kept.append(raw[start:pos])
+    except IndexError:
+        raise DecodeError("the message ends inside a field") from None
+    if pos != len(raw):
+        raise DecodeError("the message ends inside a field")
+    return pb.ModelInferRequest.FromString(b"".join(kept))
+
+
+def _unreadable(exc: DecodeError) -> ApiError:
+    return ApiError(ErrorCode.INVALID_ARG, f"the request is not a valid protobuf message: {exc}")
+
+
+def _length(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)

@@ -1,13 +1,16 @@
-"""The endpoint's pure parts: the routing choice, placement, and the cluster's index, statistics and
-metrics made from its nodes' answers."""
+"""The endpoint's pure parts: the routing choice, placement, the cluster's index, statistics and
+metrics made from its nodes' answers, and what routing reads of a gRPC infer message."""
 
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 from prometheus_client.parser import text_string_to_metric_families
 
+from atoll.bench.bodies import grpc_request
 from atoll.cluster import placement
 from atoll.cluster.aggregate import merged_metrics, summed_statistics, union_index
+from atoll.cluster.grpc_proxy import _head, _real_time
 from atoll.cluster.routing import Router, real_time
 
 
@@ -111,3 +114,12 @@ def test_every_node_sample_gets_its_node_label_and_each_family_appears_once():
         ("a", "nv_inference_request_success_total", "m", 3.0), ('b"1', "nv_inference_request_success_total", "m", 4.0),
         ("a", "atoll_up", None, 1.0), ('b"1', "atoll_up", None, 1.0), (None, "atoll_cluster_retries_total", None, 2.0)}
     assert text.count("# TYPE nv_inference_request_success counter") == 1
+
+
+def test_an_infer_message_is_read_for_routing_without_its_tensors():
+    raw = grpc_request("m", "input", "FP32", [1, 3], bytes(12), priority=1)
+    head = _head(raw)
+    assert (head.model_name, len(head.inputs), len(head.raw_input_contents)) == ("m", 0, 0)
+    assert _real_time(head) and not _real_time(_head(grpc_request("m", "input", "FP32", [1, 3], bytes(12))))
+    with pytest.raises(DecodeError, match="ends inside a field"):
+        _head(raw[:-3])
