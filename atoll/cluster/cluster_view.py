@@ -171,7 +171,7 @@ class ClusterView:
         tried: list[str] = []
         last, failure = None, None
         for _ in range(1 + RETRIES):
-            name = self.router.choose([n for n in candidates if n not in tried], real_time)
+            name = self.router.choose([n for n in candidates if n not in tried and n in self.nodes], real_time)
             if name is None:
                 break
             if tried:
