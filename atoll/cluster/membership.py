@@ -87,8 +87,11 @@ class ClusterController:
                 del self._asks[node_id]
                 try:
                     self._found[node_id] = ray.get(address) if ray.get(is_ready) else None
-                except ray.exceptions.RayActorError:  # died with the question: Ray is restarting it
+                except ray.exceptions.ActorUnavailableError:  # Ray is restarting it
                     self._found[node_id] = None
+                except ray.exceptions.ActorDiedError:  # for good (killed without restart): placed anew
+                    self._found.pop(node_id, None)
+                    self._actors.pop(node_id, None)
             self._ready = sorted((a for a in self._found.values() if a is not None), key=lambda a: a.name)
 
     def nodes(self) -> list[NodeAddress]:

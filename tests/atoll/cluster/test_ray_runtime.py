@@ -93,6 +93,18 @@ def test_a_killed_atoll_serve_is_restarted_by_ray(directory):
     assert logits(back).shape == (1, 1000)
 
 
+def test_a_node_actor_killed_for_good_is_placed_anew(directory):
+    victim = until(lambda: len(found := directory.nodes()) == 2 and found[-1], "both nodes ready")
+    actors = ray.get(find_controller().actors.remote())
+    pid = ray.get(actors[victim.name].pid.remote())
+    ray.kill(actors[victim.name], no_restart=True)
+    until(lambda: not alive(pid), "its atoll serve ends with it")
+    back = until(lambda: next((a for a in directory.nodes() if a.name == victim.name and a != victim), None),
+                 "a new node actor is ready on that Ray node")  # fmt: skip
+    assert ray.get(find_controller().actors.remote())[victim.name] != actors[victim.name]
+    assert logits(back).shape == (1, 1000)
+
+
 def test_a_ray_node_that_leaves_leaves_and_a_new_one_joins(ray_cluster, directory):
     until(lambda: len(directory.nodes()) == 2, "both nodes ready")
     leaving = ray_cluster.list_all_nodes()[-1]  # not the head, which holds the controller
