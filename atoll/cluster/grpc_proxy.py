@@ -19,7 +19,12 @@ from tritonclient.grpc import service_pb2 as pb
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
 from atoll.cluster.routing import real_time
-from atoll.front_end.grpc_service import STREAM_UNSENT, _stream_error, _varint
+from atoll.front_end.grpc_service import (
+    STREAM_UNSENT,
+    _internal,
+    _stream_error,
+    _varint,
+)
 from atoll.kserve.errors import ApiError, ErrorCode
 
 SERVICE = "inference.GRPCInferenceService"
@@ -76,6 +81,8 @@ class GrpcProxy:
             except DecodeError as exc:
                 error = _unreadable(exc)
                 await context.abort(grpc.StatusCode[error.code.grpc], error.message)
+            except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, answered INTERNAL
+                await context.abort(grpc.StatusCode.INTERNAL, _internal(exc, name))
 
         return call
 
@@ -195,6 +202,9 @@ class GrpcProxy:
                 answers.put_nowait(_stream_error(_head(raw), exc.message).SerializeToString())
             except DecodeError as exc:
                 answers.put_nowait(_stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString())
+            except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
+                answers.put_nowait(_stream_error(pb.ModelInferRequest(), _internal(exc, "ModelStreamInfer"))
+                                   .SerializeToString())  # fmt: skip
 
         async def read() -> None:
             try:
