@@ -190,3 +190,43 @@ def test_a_body_of_countless_tiny_fields_is_refused_before_it_costs_its_size_man
 def test_keys_with_escapes_read_as_json_reads_them():
     body = b'{"inputs":[{"n\\u0061me":"x","datatype":"INT8","shape":[1],"data":[1]}],"i\\"d":"q"}'
     assert decode_request(body).inputs[0].name == "x"
+
+
+@pytest.mark.parametrize("header", [
+    b'{"inputs":[{"name":"IMAGE","datatype":"BYTES","shape":[1,1],"parameters":{"binary_data_size":9}}],'
+    b'"parameters":{"binary_data_output":true,"priority":1},"id":"7"}',
+    b' {"id": "x", "outputs": [{"name": "probs"}]} ',
+    b'{"inputs": [], "parameters": {}}',
+])
+def test_a_small_header_parsed_at_once_is_the_walks_skeleton(monkeypatch, header):
+    fast = sliced_sync(skeleton(header + b"binary data", True, len(header)))
+    monkeypatch.setattr(json_tensors, "SMALL_HEADER_BYTES", 0)  # the walk only
+    walked = sliced_sync(skeleton(header + b"binary data", True, len(header)))
+    assert (fast.fields, fast.inputs) == (walked.fields, walked.inputs)
+
+
+@pytest.mark.parametrize("header", [
+    b'[1, 2]',  # not an object
+    b'{"inputs": [1]}',  # an input that is not an object
+    b'{"inputs": [{"name": "x"}]} trailing',  # not JSON
+    b'{"inputs": {"name": "x"}}',  # inputs not a list
+    '{"id": "\u00e9"}'.encode("utf-16"),  # not UTF-8
+])
+def test_whatever_a_small_header_does_not_fit_is_judged_by_the_walk(monkeypatch, header):
+    def outcome():
+        try:
+            s = sliced_sync(skeleton(header, True))
+            return s.fields, s.inputs
+        except ProtocolError as e:
+            return str(e)
+
+    fast = outcome()
+    monkeypatch.setattr(json_tensors, "SMALL_HEADER_BYTES", 0)
+    assert fast == outcome()
+
+
+def test_a_small_body_with_data_keeps_its_span():
+    body = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[1.5,2]}]}'
+    s = sliced_sync(skeleton(body, True))
+    span = s.inputs[0]["data"]
+    assert body[span.start:span.end] == b"[1.5,2]"
