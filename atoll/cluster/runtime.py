@@ -35,8 +35,10 @@ def connected(address: str) -> Iterator[object | None]:
     """Ray connected, in namespace "atoll", to `address`: `ray://HOST:PORT` (Ray Client), `auto` (the
     cluster this machine's `ray start` joined), a GCS `HOST:PORT`, or `local:N` (a new cluster of N
     raylets on this machine, yielded, and shut down on exit with everything on it)."""
-    import ray  # optional dependency: only the cluster needs it
-
+    try:
+        import ray  # optional dependency: only the cluster needs it
+    except ModuleNotFoundError:
+        raise ClusterError("Ray is not installed: pip install 'atoll[cluster]'") from None
     cluster = None
     if address.startswith(LOCAL):
         count = address.removeprefix(LOCAL)
@@ -45,7 +47,10 @@ def connected(address: str) -> Iterator[object | None]:
         cluster = local_cluster(int(count))
         address = cluster.address
     try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        except ConnectionError as exc:  # no Ray cluster there
+            raise ClusterError(str(exc)) from None
         try:
             yield cluster
         finally:

@@ -34,12 +34,25 @@ def register(subparsers) -> None:
                     help="a model every node loads at start (repeatable; default: all)")
     up.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for every node (default 600)")
     add_config_options(up)  # --config and --set, passed to every node's atoll serve
-    up.set_defaults(func=run_up)
+    up.set_defaults(func=_reported(run_up))
     for action, helped, func in (("status", "list the cluster's ready nodes", run_status),
                                  ("down", "stop every node's atoll serve and the controller", run_down)):  # fmt: skip
         q = sub.add_parser(action, help=helped)
         q.add_argument("--address", default="auto", help=ADDRESS_HELP + " (default auto)")
-        q.set_defaults(func=func)
+        q.set_defaults(func=_reported(func))
+
+
+def _reported(func):
+    """`func(args)`, a ClusterError said in one line (exit status 1)."""
+
+    def run(args) -> int:
+        try:
+            return func(args)
+        except ClusterError as exc:
+            print(f"atoll cluster {args.action}: {exc}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def node_serve_args(args, flags: Mapping[str, str]) -> list[str]:
@@ -50,6 +63,12 @@ def node_serve_args(args, flags: Mapping[str, str]) -> list[str]:
     return [*(["--config", args.config] if args.config else []), *(f"--set={s}" for s in [*args.set, *sets])]
 
 
+def _existing(address: str) -> str:
+    if address.startswith(LOCAL):
+        raise ClusterError("a local:N cluster is reached by the address its `up` printed")
+    return address
+
+
 def _print_nodes(nodes: list[NodeAddress]) -> None:
     for n in nodes:
         print(f"{n.name}  http {n.http}  grpc {n.grpc or '-'}  metrics {n.metrics or '-'}", flush=True)
@@ -57,34 +76,26 @@ def _print_nodes(nodes: list[NodeAddress]) -> None:
 
 def run_up(args) -> int:
     repository = os.path.abspath(args.repository) if args.repository else str(demo_repository())
-    try:
-        with connected(args.address) as local:
-            start_controller(repository, args.load_model or ["*"], node_serve_args(args, {}))
-            _print_nodes(wait_for_nodes(args.wait_s, lambda ready, wanted: print(
-                f"atoll cluster: {ready} of {wanted} nodes ready", file=sys.stderr, flush=True)))  # fmt: skip
-            if local is not None:  # the local cluster lives as long as this command
-                print(f"atoll cluster: local Ray cluster at {local.address}; Ctrl-C stops it", file=sys.stderr,
-                      flush=True)  # fmt: skip
-                stops = {signal.SIGINT, signal.SIGTERM}
-                signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-                signal.sigwait(stops)
-    except ClusterError as exc:
-        print(f"atoll cluster up: {exc}", file=sys.stderr)
-        return 1
+    with connected(args.address) as local:
+        start_controller(repository, args.load_model or ["*"], node_serve_args(args, {}))
+        _print_nodes(wait_for_nodes(args.wait_s, lambda ready, wanted: print(
+            f"atoll cluster: {ready} of {wanted} nodes ready", file=sys.stderr, flush=True)))  # fmt: skip
+        if local is not None:  # the local cluster lives as long as this command
+            print(f"atoll cluster: local Ray cluster at {local.address}; Ctrl-C stops it", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            stops = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+            signal.sigwait(stops)
     return 0
 
 
 def run_status(args) -> int:
-    import ray  # optional dependency: only the cluster needs it
+    with connected(_existing(args.address)):
+        import ray  # optional dependency (connected says when it is absent)
 
-    if args.address.startswith(LOCAL):
-        print("atoll cluster status: a local:N cluster is reached by the address `up` printed", file=sys.stderr)
-        return 2
-    with connected(args.address):
         controller = find_controller()
         if controller is None:
-            print("atoll cluster status: no Atoll cluster runs here (atoll cluster up)", file=sys.stderr)
-            return 1
+            raise ClusterError("no Atoll cluster runs here (atoll cluster up)")
         ready = ray.get(controller.nodes.remote())
         starting = sorted(set(ray.get(controller.actors.remote())) - {n.name for n in ready})
     _print_nodes(ready)
@@ -94,7 +105,7 @@ def run_status(args) -> int:
 
 
 def run_down(args) -> int:
-    with connected(args.address):
+    with connected(_existing(args.address)):
         stopped = stop_controller()
     print("atoll cluster: stopped" if stopped else "atoll cluster: none was running", file=sys.stderr)
     return 0
