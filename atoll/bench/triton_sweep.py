@@ -24,6 +24,8 @@ from atoll.bench.triton_baseline import TritonSettings
 from atoll.repository.specs import ModelSpec
 
 # tritonserver options of a server the sweep drives: every model loaded, reloadable with a config
+# given in the load request (Triton's model repository extension, protocol/extension_model_repository.md:
+# the load's "config" parameter, explicit model control only; checked on 2.51 with the Python backend)
 SERVER_OPTIONS = ("--model-control-mode=explicit", "--load-model=*")
 TRIAL_WARMUP_S = 1.0
 TRIAL_S = 3.0
@@ -135,7 +137,7 @@ def tune(system, specs: dict[str, ModelSpec], bound: tuple[float | None, str], t
 
 
 def describe(settings: TritonSettings) -> str:
-    """e.g. "2 instances x 1 thread, delay 1000 us, preferred -, max batch model's"."""
+    """e.g. "2 instances x 1 thread, delay 1000 us, preferred -, max batch model"."""
     preferred = ",".join(map(str, settings.preferred_batch_sizes)) or "-"
     return (f"{settings.instances} instances x {settings.threads} thread, delay {settings.queue_delay_us} us, "
             f"preferred {preferred}, max batch {settings.max_batch_size or 'model'}")
