@@ -100,19 +100,22 @@ def resized_size(h: int, w: int, short: int) -> tuple[int, int]:
 
 
 def image(data: bytes, stage: str = "normalize", params: ImageParams = ImageParams(),
-          out: np.ndarray | None = None) -> np.ndarray:
+          out: np.ndarray | None = None, checked: bool = False) -> np.ndarray:
     """JPEG bytes -> the array after `stage` (see IMAGE_STAGES); the size is checked from the
     header first (`image_size`), as the DPU does, so no input makes the decode a bomb.
 
     With `out` (a float32 buffer at least as large as the result, e.g. a shared-memory slot) the
     normalised image is written into its start and that view is returned; float16 values are then
     stored widened. Decode, resize and crop run on OpenCV's BGR order and the channels are swapped
-    by the last step, which is exact because every step treats channels alike.
+    by the last step, which is exact because every step treats channels alike. `checked`: the
+    caller has run `image_size` on `data` with `params`' limits (a front end does, for a whole
+    request, before queueing it; counting a file's scans costs ~4 % of its preprocessing).
     """
 
     if stage not in IMAGE_STAGES:
         raise ValueError(f"unknown image stage {stage!r}; expected one of {IMAGE_STAGES}")
-    image_size(data, params.max_dim, params.max_scans)
+    if not checked:
+        image_size(data, params.max_dim, params.max_scans)
     bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None:
         raise PreprocessError(Status.CORRUPT, "OpenCV could not decode the image")
@@ -259,9 +262,10 @@ class CpuPool:
         return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
                                       initializer=init_worker)  # fmt: skip
 
-    def image(self, data: bytes, stage: str, params: ImageParams, out: np.ndarray | None = None) -> cf.Future:
+    def image(self, data: bytes, stage: str, params: ImageParams, out: np.ndarray | None = None,
+              checked: bool = False) -> cf.Future:
         """Future of (array, compute seconds); `out` only in the caller's thread (workers=0)."""
-        return self._submit(image, data, stage, params, out)
+        return self._submit(functools.partial(image, checked=checked) if checked else image, data, stage, params, out)
 
     def audio(self, pcm: np.ndarray, sample_rate: int, stage: str, max_seconds: float,
               out: np.ndarray | None = None) -> cf.Future:

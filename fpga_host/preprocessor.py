@@ -67,14 +67,16 @@ class Preprocessor:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None) -> cf.Future:
+    def submit_image(self, data: bytes, stage: str = "normalize", out: np.ndarray | None = None,
+                     checked: bool = False) -> cf.Future:
         """Future[Result] for one encoded image; `stage` is one of decode|resize|crop|normalize.
         With `out` (a float32 buffer, e.g. a shared-memory slot; needs `cpu_workers=0` for the CPU
-        path) the normalised result is written into its start and `Result.array` is that view."""
+        path) the normalised result is written into its start and `Result.array` is that view.
+        `checked`: the caller has checked its header with these limits (`cpu_backend.image`)."""
         if stage not in cpu_backend.IMAGE_STAGES:
             raise ValueError(f"unknown image stage {stage!r}; expected one of {cpu_backend.IMAGE_STAGES}")
         start = time.perf_counter()
-        cpu = lambda: self._cpu.image(data, stage, self.image_params, out)  # noqa: E731
+        cpu = lambda: self._cpu.image(data, stage, self.image_params, out, checked)  # noqa: E731
         if self._driver is None:
             return self._from_cpu(cpu(), start, None)
         return self._from_dpu(self._driver.submit_image(data, stage, out), cpu, start)

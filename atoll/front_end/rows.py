@@ -263,7 +263,8 @@ class FrontEnd:
         return Row(arena.name, index, row[0].shape, tuple(a.shape for a in row[1:]))
 
     def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
-        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index)))
+        # checked: every file of the request passed `self.limits` (the preprocessor's limits)
+        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index), checked=True))
 
     def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
         pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)

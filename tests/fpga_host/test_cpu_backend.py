@@ -196,3 +196,20 @@ def test_spawned_workers_run_one_thread_per_native_pool():
         pool.close()
     assert {p["user_api"] for p in pools} >= {"blas"}
     assert [p["num_threads"] for p in pools] == [1] * len(pools)
+
+
+def test_a_checked_image_skips_the_header_check(monkeypatch):
+    """A front end checks every file of a request first (`MediaLimits`); the lane need not again."""
+    data = jpeg_bytes(64, 48)
+    want = cpu_backend.image(data)
+
+    def refuse(*_):
+        raise AssertionError("header checked again")
+
+    monkeypatch.setattr(cpu_backend, "image_size", refuse)
+    np.testing.assert_array_equal(cpu_backend.image(data, checked=True), want)
+    with pytest.raises(AssertionError):
+        cpu_backend.image(data)
+    pool = cpu_backend.CpuPool(0)
+    done = pool.image(data, "normalize", cpu_backend.ImageParams(), None, checked=True)
+    np.testing.assert_array_equal(done.result()[0], want)
