@@ -21,9 +21,9 @@ from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
 from atoll.cluster.routing import real_time
 from atoll.front_end.grpc_service import (
     STREAM_UNSENT,
-    _internal,
-    _stream_error,
-    _varint,
+    internal_message,
+    stream_error,
+    read_varint,
 )
 from atoll.kserve.errors import ApiError, ErrorCode
 
@@ -82,7 +82,7 @@ class GrpcProxy:
                 error = _unreadable(exc)
                 await context.abort(grpc.StatusCode[error.code.grpc], error.message)
             except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, answered INTERNAL
-                await context.abort(grpc.StatusCode.INTERNAL, _internal(exc, name))
+                await context.abort(grpc.StatusCode.INTERNAL, internal_message(exc, name))
 
         return call
 
@@ -199,11 +199,11 @@ class GrpcProxy:
                 answer = await self._infer(raw, metadata)
                 answers.put_nowait(_STREAM_ANSWER_TAG + _length(len(answer)) + answer)
             except (ApiError, _NodeError) as exc:
-                answers.put_nowait(_stream_error(_head(raw), exc.message).SerializeToString())
+                answers.put_nowait(stream_error(_head(raw), exc.message).SerializeToString())
             except DecodeError as exc:
-                answers.put_nowait(_stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString())
+                answers.put_nowait(stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString())
             except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
-                answers.put_nowait(_stream_error(pb.ModelInferRequest(), _internal(exc, "ModelStreamInfer"))
+                answers.put_nowait(stream_error(pb.ModelInferRequest(), internal_message(exc, "ModelStreamInfer"))
                                    .SerializeToString())  # fmt: skip
 
         async def read() -> None:
@@ -263,13 +263,13 @@ def _head(raw: bytes) -> pb.ModelInferRequest:
     try:
         while pos < len(raw):
             start = pos
-            tag, pos = _varint(raw, pos)
+            tag, pos = read_varint(raw, pos)
             wire = tag & 7
             if wire == 2:  # length-delimited
-                size, pos = _varint(raw, pos)
+                size, pos = read_varint(raw, pos)
                 pos += size
             elif wire == 0:
-                pos = _varint(raw, pos)[1]
+                pos = read_varint(raw, pos)[1]
             elif wire in (1, 5):  # fixed 64 or 32 bits
                 pos += 8 if wire == 1 else 4
             else:  # groups, unused by this message: protobuf reads it whole

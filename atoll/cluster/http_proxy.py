@@ -96,11 +96,11 @@ class HttpProxy:
         return error(400, "Model version not ready")
 
     async def repository_index(self, request: HttpRequest) -> HttpResponse:
-        ready = InferenceServer._json_body(request).get("ready", False)
+        ready = InferenceServer.json_body(request).get("ready", False)
         return HttpResponse.json(self.view.index(bool(ready)))
 
     async def load(self, request: HttpRequest) -> HttpResponse:
-        parameters = InferenceServer._json_body(request).get("parameters") or {}
+        parameters = InferenceServer.json_body(request).get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ApiError(ErrorCode.INVALID_ARG, "load 'parameters' must be a JSON object")
         await self.view.load(request.params["model"], parameters)

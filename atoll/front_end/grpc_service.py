@@ -93,17 +93,17 @@ def _packed(message: bytes, number: int) -> bytes:
     """The payloads of field `number` (packed, length-delimited) in a serialized message, joined."""
     parts, pos = [], 0
     while pos < len(message):
-        tag, pos = _varint(message, pos)
+        tag, pos = read_varint(message, pos)
         if tag & 7 != 2:  # the contents' repeated scalars are packed; nothing else is written
             raise ProtocolError("typed contents in a form this server does not read")
-        size, pos = _varint(message, pos)
+        size, pos = read_varint(message, pos)
         if tag >> 3 == number:
             parts.append(message[pos : pos + size])
         pos += size
     return b"".join(parts)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = data[pos]
@@ -168,7 +168,7 @@ def response_to_proto(name: str, version: str, request_id: str | None, outputs: 
     return response
 
 
-def _internal(exc: Exception, method: str) -> str:
+def internal_message(exc: Exception, method: str) -> str:
     """A bug's message to the client, as HTTP's: its traceback goes to the log, not to the client."""
     log.error("%s failed", method, exc_info=exc)
     return f"internal error ({type(exc).__name__})"
@@ -185,7 +185,7 @@ def _answers(method):
         except ApiError as exc:
             await context.abort(grpc.StatusCode[exc.code.grpc], exc.message)
         except Exception as exc:  # noqa: BLE001 - a bug: logged with its traceback, answered without
-            await context.abort(grpc.StatusCode.INTERNAL, _internal(exc, method.__name__))
+            await context.abort(grpc.StatusCode.INTERNAL, internal_message(exc, method.__name__))
 
     return call
 
@@ -334,9 +334,9 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 answer = pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
             except ApiError as exc:
-                answer = _stream_error(msg, exc.message)
+                answer = stream_error(msg, exc.message)
             except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
-                answer = _stream_error(msg, _internal(exc, "ModelStreamInfer"))
+                answer = stream_error(msg, internal_message(exc, "ModelStreamInfer"))
             answers.put_nowait(answer)
 
         async def read() -> None:
@@ -383,7 +383,7 @@ class _CallEnded(logging.Filter):
         return True
 
 
-def _stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+def stream_error(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
     response = pb.ModelInferResponse(model_name=msg.model_name, model_version=msg.model_version, id=msg.id)
     return pb.ModelStreamInferResponse(error_message=message, infer_response=response)
 

@@ -129,7 +129,7 @@ class InferenceServer:
         return self.endpoints.model(request.params["model"], request.params.get("version"))
 
     @staticmethod
-    def _json_body(request: HttpRequest) -> dict:
+    def json_body(request: HttpRequest) -> dict:
         """A call's JSON object body (empty when there is none)."""
         if not request.body:
             return {}
@@ -141,11 +141,11 @@ class InferenceServer:
     # -- repository and shared memory ---------------------------------------------------------------
 
     async def repository_index(self, request: HttpRequest) -> HttpResponse:
-        ready = self._json_body(request).get("ready", False)
+        ready = self.json_body(request).get("ready", False)
         return HttpResponse.json(await self.endpoints.repository_index(bool(ready)))
 
     async def load(self, request: HttpRequest) -> HttpResponse:
-        parameters = self._json_body(request).get("parameters") or {}
+        parameters = self.json_body(request).get("parameters") or {}
         await self.endpoints.load(request.params["model"], parameters)
         return OK
 
@@ -158,7 +158,7 @@ class InferenceServer:
         return HttpResponse.json(self.endpoints.region_status(kind, request.params.get("region")))
 
     async def register(self, request: HttpRequest) -> HttpResponse:
-        name, doc = request.params["region"], self._json_body(request)
+        name, doc = request.params["region"], self.json_body(request)
         if SHM_KINDS[request.path.split("/")[2]] == "system":
             key, offset, size = _fields(doc, "key", "offset", "byte_size")
             region = SystemRegion(name, key, offset, size)
