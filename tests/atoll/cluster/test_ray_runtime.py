@@ -1,6 +1,7 @@
 """Atoll nodes on a real two-raylet Ray cluster (issue 33): one per Ray node, each serving; a killed
 `atoll serve` restarted by Ray; a Ray node that leaves leaves the directory, one that comes joins;
-the cluster's endpoint serving them; `atoll cluster up|status|down` finding, listing and stopping them.
+the cluster's endpoint serving them, every request answered once while one is killed under load;
+`atoll cluster up|status|down` finding, listing and stopping them.
 
 One cluster and one controller for the module; every wait is bounded by probes.PATIENCE_S.
 """
@@ -12,13 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
+from collections import Counter
 
 import numpy as np
 import pytest
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, alive, request, until
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, alive, request, until
 
 from atoll.bench.bodies import tensor_body
 from atoll.cluster.directory import NodeAddress
@@ -128,7 +131,7 @@ serve_cluster(sys.argv[1], sys.argv[2], [], [], load_config(None, ports))
 """
 
 
-def test_the_endpoint_serves_the_ray_nodes(ray_cluster, repository, directory):
+def test_the_endpoint_serves_the_ray_nodes_and_a_node_killed_under_load(ray_cluster, repository, directory):
     nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "both nodes ready")
     endpoint = ServerProcess(start_timeout_s=PATIENCE_S)
     endpoint.args = [sys.executable, "-c", ENDPOINT, ray_cluster.address, str(repository)]
@@ -136,7 +139,16 @@ def test_the_endpoint_serves_the_ray_nodes(ray_cluster, repository, directory):
         entry = NodeAddress("endpoint", endpoint.url.removeprefix("http://"), endpoint.grpc_address, "")
         until(lambda: request(f"{endpoint.url}/v2/models/{MODEL}/ready") == 200, "the endpoint has the model")
         assert np.array_equal(logits(entry), logits(nodes[0]))
+        victim = nodes[0]
+        with ClosedLoop(f"{endpoint.url}/v2/models/{MODEL}/infer", *tensor_body("input", X), clients=4) as load:
+            until(lambda: load.count(200) >= 8, "requests succeed before the kill")
+            os.kill(child_pid(victim.name), signal.SIGKILL)
+            killed_at = time.monotonic()
+            until(lambda: any(a.name == victim.name and a != victim for a in directory.nodes()), "the node rejoins")
+            until(lambda: load.count(200, after=killed_at) >= 8, "requests succeed after the kill")
     assert endpoint.proc.returncode == 0, "\n".join(endpoint.log[-20:])
+    assert len(load.outcomes) == load.sent  # every request answered once
+    assert {o for _, o in load.outcomes} <= {200, 503}, Counter(o for _, o in load.outcomes)
     assert find_controller() is not None
 
 
