@@ -1,11 +1,11 @@
 """`atoll profile MODEL --vgpu ID --out PROFILE.json`: measure a knee profile on one vGPU.
 
 For every input length (audio) and batch size, runs `--repeats` timed batches (after `--warmup`
-untimed ones) through a runner, records the tail latency (`--percentile`, p95 by default), and
-derives Batch_knee / Time_knee per bucket with batching.knee. The runner is the real vGPU worker
-path (gpu_runtime.vgpu.pool.WorkerPool: a worker process on the chosen vGPU, inputs through shared memory,
-the model file from a Triton-layout repository), so the times include what a served batch pays.
-If --out already holds a profile of the same vGPU kind, the measured model is added or replaced in it.
+untimed ones) through the real vGPU worker path (atoll.bench.knee_profile), records the tail latency
+and the worker's CPU ms per input, and derives Batch_max / Time_knee per bucket by batching.knee's
+rule for the vGPU (the latency knee on GPUs, the per-input cost floor on CPU vGPUs), with `--load`
+preprocessing processes busy beside it. If --out already holds a profile of the same vGPU kind, the
+measured model is added or replaced in it; `--plot` draws cost and latency against batch size.
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ def register(subparsers) -> None:
     p.add_argument("--executor", default="auto",
                    help="model executor, as `atoll serve` takes it (default auto: cupy on GPUs, "
                         "onnxruntime on CPU vGPUs)")
+    p.add_argument("--load", type=int,
+                   help="CPU preprocessing processes decoding JPEGs beside the vGPU while it is "
+                        "measured (default: one per core but one on CPU vGPUs, none on GPUs)")
     p.add_argument("--out", required=True, help="profile JSON to write")
+    p.add_argument("--plot", help="PNG of per-input CPU cost and latency against batch size")
     p.set_defaults(func=run)
 
 
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         lengths = parse_lengths(args.lengths)
         if args.repeats < 1 or args.warmup < 1 or not 0 < args.percentile <= 100:
             raise ValueError("--repeats must be >= 1, --warmup >= 1, --percentile in (0, 100]")
+        if args.load is not None and args.load < 0:
+            raise ValueError("--load must be >= 0")
         profile_on_vgpu(args, batches, lengths)
     except (ValueError, ProfileError, RuntimeError, OSError) as e:
         print(f"atoll profile: {e}", file=sys.stderr)
