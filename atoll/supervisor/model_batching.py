@@ -38,9 +38,10 @@ def _clamped(policy, max_batch: int):
 
 
 def batch_max_default(config: Config, kinds) -> int:
-    """[batching] max_batch_size, or its default for these vGPU kinds: 4 on CPU vGPUs, where
-    onnxruntime's time per image stops falling (MobileNetV3, 2-core VM: 1.76, 1.47, 1.43, 1.60,
-    1.70 ms at batch 1, 2, 4, 8, 16) and a larger Batch_max only holds batches back; else 8."""
+    """[batching] max_batch_size, or its default for these vGPU kinds: Batch_max for models that no
+    profile covers, and the largest batch of the Triton-style and static baselines. 4 on CPU vGPUs,
+    a guess at where a model's per-input CPU cost stops falling (profiled models take theirs from
+    batching/profiles/cpu.json: docs/batching-scheduling.md); else 8."""
     return config.batching.max_batch_size or (4 if set(kinds) == {"cpu"} else 8)
 
 
