@@ -62,15 +62,29 @@ def connected(address: str) -> Iterator[object | None]:
             cluster.shutdown()
 
 
+def _controller():
+    controller = find_controller()
+    if controller is None:
+        raise ClusterError("no Atoll cluster controller runs on this Ray cluster (atoll cluster up)")
+    return controller
+
+
+def cluster_status() -> tuple[list[NodeAddress], list[str]]:
+    """The controller's ready nodes, and the names of those starting."""
+    import ray  # optional dependency: only the cluster needs it
+
+    controller = _controller()
+    ready = ray.get(controller.nodes.remote())
+    return ready, sorted(set(ray.get(controller.actors.remote())) - {n.name for n in ready})
+
+
 def wait_for_nodes(timeout_s: float, progress: Callable[[int, int], None] = lambda ready, wanted: None,
                    clock=time.monotonic) -> list[NodeAddress]:  # fmt: skip
     """The controller's ready nodes once every Ray node offering `atoll_node` has one; `progress`
     is told (ready, wanted) whenever either changes. ClusterError after `timeout_s`."""
     import ray  # optional dependency: only the cluster needs it
 
-    controller = find_controller()
-    if controller is None:
-        raise ClusterError("no Atoll cluster controller runs on this Ray cluster (atoll cluster up)")
+    controller = _controller()
     deadline, seen = clock() + timeout_s, None
     while True:
         nodes, wanted = ray.get(controller.nodes.remote()), len(offering_nodes())

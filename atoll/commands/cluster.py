@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping
 
 from atoll.cluster.directory import NodeAddress
-from atoll.cluster.membership import find_controller, start_controller, stop_controller
-from atoll.cluster.runtime import LOCAL, ClusterError, connected, wait_for_nodes
+from atoll.cluster.membership import start_controller, stop_controller
+from atoll.cluster.runtime import LOCAL, ClusterError, cluster_status, connected, wait_for_nodes
 from atoll.config import add_config_options
 from atoll.repository.demo import demo_repository
 
@@ -91,13 +91,7 @@ def run_up(args) -> int:
 
 def run_status(args) -> int:
     with connected(_existing(args.address)):
-        import ray  # optional dependency (connected says when it is absent)
-
-        controller = find_controller()
-        if controller is None:
-            raise ClusterError("no Atoll cluster runs here (atoll cluster up)")
-        ready = ray.get(controller.nodes.remote())
-        starting = sorted(set(ray.get(controller.actors.remote())) - {n.name for n in ready})
+        ready, starting = cluster_status()
     _print_nodes(ready)
     for name in starting:
         print(f"{name}  starting", flush=True)
