@@ -23,7 +23,7 @@ METRICS = re.compile(r"\(metrics http://(\S+)/metrics\)")
 READY_TIMEOUT_S = 2.0
 # The child is killed when the actor's process ends, however it ends (Linux's PR_SET_PDEATHSIG, set by
 # util-linux's setpriv, which then runs `atoll serve`): a raylet that goes kills its workers outright.
-DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL"]
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL")
 
 
 def node_name(node_id: str) -> str:
@@ -49,8 +49,8 @@ class AtollNode:
         self.name = name
         self._stopping = threading.Event()
         host = ray.util.get_node_ip_address()
-        server = ServerProcess(serve_args(host, repository, models, extra), new_session=True)
-        server.args = [*DIE_WITH_PARENT, *server.args]
+        server = ServerProcess(serve_args(host, repository, models, extra), new_session=True,
+                               launcher=DIE_WITH_PARENT)
         try:
             self.server = server.__enter__()
         except ServerStartError as exc:  # a failed start is a crash: Ray starts the actor again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from batching import BATCHERS
@@ -11,9 +12,12 @@ from fpga_host import BACKEND_CHOICES
 from gpu_runtime.executors import EXECUTOR_CHOICES, EXECUTORS
 from scheduler.policies import POLICIES
 
+from atoll.cluster.runtime import ClusterError, serve_cluster
+from atoll.commands.cluster import node_serve_args
 from atoll.config import SERVE_FLAGS, ConfigError, ServerConfig, add_config_options, config_from_args
 from atoll.kserve.restricted import Restrictions
 from atoll.observe.log_format import LOG_FORMATS, configure_logging
+from atoll.repository.demo import demo_repository
 from atoll.repository.specs import RepositoryError
 from atoll.supervisor.lifecycle import serve_forever
 from atoll.supervisor.model_control import ModelsFailed
@@ -56,6 +60,9 @@ def register(subparsers) -> None:
     p.add_argument("--log-format", choices=LOG_FORMATS,
                    help="plain: lines start with a timestamp; journal: none (journald adds its own) and a "
                         "syslog priority prefix (default: journal when standard error is the journal)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="serve a Ray cluster's Atoll nodes through one endpoint here: ray://HOST:PORT, auto, "
+                        "HOST:PORT (its GCS) or local:N; the other settings go to every node (docs/cluster.md)")
     add_config_options(p)
     p.set_defaults(func=run)
 
@@ -65,8 +72,11 @@ def run(args) -> int:
     try:
         config = config_from_args(args, SERVE_FLAGS)
         _check_restrictions(config.server)
-        asyncio.run(serve_forever(Supervisor(config)))
-    except (ConfigError, RepositoryError, ProfileError, OSError) as exc:
+        if args.cluster:
+            _serve_cluster(args, config.server, config)
+        else:
+            asyncio.run(serve_forever(Supervisor(config)))
+    except (ConfigError, RepositoryError, ProfileError, ClusterError, OSError) as exc:
         print(f"atoll serve: {exc}", file=sys.stderr)
         return 2
     except ModelsFailed as exc:  # each model's reason is logged above
@@ -81,3 +91,11 @@ def _check_restrictions(server: ServerConfig) -> None:
         Restrictions.parse(server.http_restricted_api, server.grpc_restricted_protocol)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _serve_cluster(args, s: ServerConfig, config) -> None:
+    """The endpoint here (host, ports, restricted APIs), each node's atoll serve with the rest."""
+    repository = os.path.abspath(s.repository) if s.repository else str(demo_repository())
+    models = [m for m in s.load_model.split(",") if m] or ["*"]
+    restrictions = Restrictions.parse(s.http_restricted_api, s.grpc_restricted_protocol)
+    serve_cluster(args.cluster, repository, models, node_serve_args(args, SERVE_FLAGS), config, restrictions)

@@ -20,11 +20,12 @@ class ServerStartError(RuntimeError):
 class ServerProcess:
     """Starts `atoll serve` on free HTTP and gRPC ports, waits for its ready line, and stops it with
     SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port; with `new_session` it leads a
-    process group of its own (which can then be signalled as a service manager does)."""
+    process group of its own (which can then be signalled as a service manager does); `launcher`
+    is a command that runs it (e.g. one that ties its life to this process's)."""
 
     def __init__(self, extra_args: list[str] | None = None, start_timeout_s: float = 600.0,
-                 env: dict[str, str] | None = None, new_session: bool = False):  # fmt: skip
-        self.args = [sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
+                 env: dict[str, str] | None = None, new_session: bool = False, launcher: tuple[str, ...] = ()):  # fmt: skip
+        self.args = [*launcher, sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
                      "--metrics-port", "-1", *(extra_args or [])]  # fmt: skip
         self.start_timeout_s = start_timeout_s
         self.env = {**os.environ, **(env or {})}
