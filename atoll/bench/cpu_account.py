@@ -3,7 +3,8 @@
 Atoll names the OS threads of its data plane by what they do (`gpu_runtime.thread_names`), so a
 window's CPU time, summed by name, is an account by stage that costs the server nothing: the
 front ends' event loops (HTTP/gRPC edge, admission, answers), their preprocessing lanes, the
-supervisor's loop (dispatching and batching), the hops to and from the vGPU workers, and the
+supervisor's loop (dispatching and batching), the hops to and from the vGPU workers (their reply
+threads and the supervisor's sender and monitor threads), and the
 executor (its engine threads and onnxruntime's pool). Any other thread counts to its process by
 name, so nothing is hidden. Linux only; elsewhere `available` is False.
 """
@@ -21,7 +22,7 @@ STAGES = (
     ("atoll-super", "supervisor: dispatch, batching"),
     ("send-", "hop: supervisor to vGPU worker"),
     ("atoll-w-", "hop: into the vGPU worker"),
-    ("hop-reply", "hop: vGPU worker back"),
+    ("hop-", "hop: vGPU worker back"),  # its reply thread, the supervisor's monitor
     ("exec-", "executor"),
 )
 ORDER = [stage for _, stage in STAGES]

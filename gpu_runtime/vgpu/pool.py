@@ -204,7 +204,7 @@ class WorkerPool:
                                           clock) for info in infos}  # fmt: skip
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(
-            target=self._monitor_loop, name="vgpu-monitor", daemon=True
+            target=self._monitor_loop, name="hop-monitor", daemon=True
         )
         self._monitor.start()
 
@@ -367,6 +367,7 @@ class WorkerPool:
     def _monitor_loop(self) -> None:
         # One selector for the pool's life (building one per wait, as connection.wait does, cost
         # more than the replies it waited for), re-synced only when a worker's handles change.
+        name_this_thread()
         relay_this_thread()
         selector = selectors.DefaultSelector()
         selector.register(self._wake_r.fileno(), selectors.EVENT_READ)

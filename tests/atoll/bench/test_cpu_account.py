@@ -19,6 +19,7 @@ def test_stage_of_names():
     assert stage_of("lane-be1", "atoll-fe0") == "preprocessing"
     assert stage_of("exec-pool", "atoll-w-cpu0") == "executor"
     assert stage_of("hop-reply", "atoll-w-cpu0") == "hop: vGPU worker back"
+    assert stage_of("hop-monitor", "atoll-super") == "hop: vGPU worker back"
     assert stage_of("tritonserver", "tritonserver") == "other: tritonserver"
 
 
