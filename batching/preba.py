@@ -25,6 +25,7 @@ class _ModelQueues:
         self.policy = policy
         self.vgpus = vgpus
         self.fifos: list[deque[Item]] = [deque() for _ in policy.buckets]
+        self.queued = 0  # items in all its fifos
         self.time_queue = [b.time_knee / len(vgpus) for b in policy.buckets]
 
     def deadline(self, k: int, may_time_out: bool) -> float | None:
@@ -85,6 +86,7 @@ class PrebaBatcher:
         if queues is None:
             raise ValueError(f"unknown model {item.model!r}")
         queues.fifos[queues.policy.bucket_of(item.length)].append(item)
+        queues.queued += 1
         self._pending += 1
 
     def poll(self, now: float) -> list[Dispatch]:
@@ -102,6 +104,8 @@ class PrebaBatcher:
     def _deadlines(self) -> list[tuple[float, str, int]]:
         out = []
         for name, queues in self._models.items():
+            if not queues.queued:  # (a poll comes with every arrival: most models have nothing queued)
+                continue
             may_time_out = not self._short_wait or bool(self._pool.idle(queues.vgpus))
             for k in range(len(queues.fifos)):
                 if (d := queues.deadline(k, may_time_out)) is not None:
@@ -128,6 +132,7 @@ class PrebaBatcher:
                 items.append(source.popleft())
                 longest = max(longest, j)
         self._pending -= len(items)
+        queues.queued -= len(items)
         pad_length = max(item.length for item in items)
         vgpu = self._pool.place(name, len(items), pad_length, now, queues.vgpus)
         return Dispatch(name, items, vgpu, longest, pad_length, buckets[longest].batch_max)
