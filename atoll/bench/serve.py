@@ -28,7 +28,7 @@ from gpu_runtime.executors import EXECUTOR_CHOICES
 from scheduler.policies import POLICIES
 from tqdm import tqdm
 
-from atoll.bench import servers, triton_baseline, triton_sweep
+from atoll.bench import cluster_bench, servers, triton_baseline, triton_sweep
 from atoll.bench import traffic as traffic_mod
 from atoll.bench.cpu_account import ThreadMeter
 from atoll.bench.cpustat import CpuMeter
@@ -66,6 +66,13 @@ def register(subparsers) -> None:
                    help="inputs in system shared memory (Triton's extension; the load processes register "
                         "a region per request): on, or both with and without (default off)")
     p.add_argument("--grpc-address", help="the gRPC host:port of the server at --url")
+    p.add_argument("--cluster", metavar="N[,N]",
+                   help="instead of one atoll serve, the cluster endpoint (atoll serve --cluster) over N local "
+                        "Atoll nodes (a local Ray cluster), and one of its nodes directly with the same load: "
+                        "the endpoint's CPU-ms per request and added latency; 1,2: also 2 nodes' throughput over 1's")
+    p.add_argument("--pin-nodes", action="store_true",
+                   help="with --cluster: node i (its raylet and atoll serve) on core i alone, so nodes do not "
+                        "share cores; the endpoint and the load generator on any core")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", help="open-loop Poisson rates in req/s, comma-separated")
     load.add_argument("--sweep", action="store_true",
@@ -203,7 +210,8 @@ class Bench:
         what = " + ".join(([f"{rate:.1f} req/s"] if rate else []) + ([f"{concurrency} conn"] if concurrency else []))
         builds = counter_total(system.url, "atoll_program_builds")
         with LoadProcesses(plans) as load:
-            meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids})
+            meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids,
+                              **getattr(system, "parties", {})})  # a cluster's nodes and Ray beside its endpoint
             threads = ThreadMeter(system.pid or 0)
 
             def begin() -> None:
@@ -332,11 +340,16 @@ class Bench:
         }  # fmt: skip
 
 
-def _systems(args, serve_args: list[str], repository: str, server_cpus: tuple[int, ...]):
-    """(name, context manager factory) of every system to drive, Atoll first."""
+def _systems(args, serve_args: list[str], repository: str, mix: dict, server_cpus: tuple[int, ...]):
+    """(name, context manager factory) of every system to drive, Atoll (one server, or clusters) first."""
 
-    out = [("atoll", (lambda: servers.remote(args.url, args.grpc_address or "")) if args.url
-            else (lambda: servers.atoll(serve_args, server_cpus)))]  # fmt: skip
+    if args.cluster:
+        loads = [arg for model in mix for arg in ("--load-model", model)] if not args.load_during else []
+        out = [(f"{cluster_bench.ENDPOINT}{n}", lambda n=n: cluster_bench.cluster(
+            n, [*serve_args, *loads], args.pin_nodes, server_cpus)) for n in cluster_bench.counts(args.cluster)]
+    else:
+        out = [("atoll", (lambda: servers.remote(args.url, args.grpc_address or "")) if args.url
+                else (lambda: servers.atoll(serve_args, server_cpus)))]  # fmt: skip
     for name in dict.fromkeys(args.baseline):
         if name == "plain":
             out.append(("plain", lambda: servers.plain(repository, server_cpus)))
@@ -353,6 +366,9 @@ def run(args) -> int:
     if args.rt_rate <= 0 or args.rt_rounds < 1:
         print(f"atoll bench serve: --rt-rate must be positive and --rt-rounds at least 1, got {args.rt_rate:g} and "
               f"{args.rt_rounds}", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.cluster and args.url:
+        print("atoll bench serve: --cluster starts its own endpoint and nodes; drop --url", file=sys.stderr)
         return 2
     try:
         config = config_from_args(args, SERVE_FLAGS)
@@ -384,7 +400,7 @@ def run(args) -> int:
     serve_args = _serve_args(args, repository, mix)
     bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None, models)
     rows, summary, skipped = [], [], {}
-    for name, start in _systems(args, serve_args, repository, server_cpus):
+    for name, start in _systems(args, serve_args, repository, mix, server_cpus):
         try:
             with start() as system:
                 for (kind, traffic), (protocol, shm) in itertools.product(traffics.items(), variants):
@@ -394,7 +410,8 @@ def run(args) -> int:
                     if why:
                         skipped[f"{name} {_variant(labels)}"] = why
                         continue
-                    mine, best = bench.drive(system, traffic, labels)
+                    drive = cluster_bench.drive if isinstance(system, cluster_bench.ClusterSystem) else Bench.drive
+                    mine, best = drive(bench, system, traffic, labels)
                     if args.load_during and name == "atoll":
                         more, loading = bench.model_load(system, traffic, labels)
                         mine, best = mine + more, {**best, **loading}
@@ -406,7 +423,7 @@ def run(args) -> int:
                     if best:
                         summary.append({"server": name, **labels, **best})
         except RuntimeError as exc:  # a baseline that cannot run here is reported, not fatal
-            if name == "atoll":
+            if name not in SYSTEMS:  # Atoll itself, one server or a cluster
                 print(f"atoll bench serve: {exc}", file=sys.stderr)
                 return 1
             skipped[name] = str(exc)
@@ -420,13 +437,17 @@ def run(args) -> int:
                    "inputs": list(inputs), "protocols": protocols, "shm": args.shm, "duration_s": args.duration, "warmup_s": args.warmup,
                    "slo_ms": args.slo_ms, "atoll_serve_args": serve_args, "url": args.url,
                    "server_cores": list(server_cpus) or "all", "loadgen_cores": list(load_cpus) or "all",
-                   "loadgen_processes": procs, "baselines": list(dict.fromkeys(args.baseline))},
+                   "loadgen_processes": procs, "baselines": list(dict.fromkeys(args.baseline)),
+                   "cluster": args.cluster, "pin_nodes": args.pin_nodes},
         "ideal": ideal, "summary": summary, "skipped": skipped, "results": rows,
     }  # fmt: skip
+    if args.cluster:
+        doc["cluster_scaling"] = cluster_bench.scaling(rows)
     out = args.out or Path("bench/results") / f"serve_{device}.json"
     if args.plot:
         plot(rows, args.slo_ms, f"atoll bench serve on {device} ({doc['host']['cores']} cores)", args.plot)
-    emit(doc, out, args.json, [_summary_line(s, args.slo_ms) for s in summary])
+    emit(doc, out, args.json, [_summary_line(s, args.slo_ms) for s in summary]
+         + [cluster_bench.scaling_line(s) for s in doc.get("cluster_scaling", [])])
     return 0
 
 
@@ -476,4 +497,6 @@ def _unsupported(system, protocol: str, shm: bool) -> str:
         return "no gRPC endpoint (give --grpc-address with --url)" if system.name == "atoll" else "no gRPC endpoint"
     if shm and system.name == "plain":
         return "no shared-memory extension"
+    if shm and system.name.startswith(cluster_bench.ENDPOINT):
+        return "the cluster endpoint refuses shared memory (a region lives on one machine)"
     return ""
