@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import os
 import shutil
@@ -162,6 +163,7 @@ class Supervisor:
             self._spawn(self.model_control.poll_forever())
         if "metrics" in checked.ports:
             self.metrics_url = await self._serve_metrics(c.server.host, checked.ports.pop("metrics"))
+        gc.freeze()  # start-up's objects live as long as the process: the collector's passes skip them
 
     # -- models (see model_control.py) --------------------------------------------------------------
 
