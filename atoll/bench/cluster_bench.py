@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
+from atoll.bench.cpustat import CpuMeter
 from atoll.bench.servers import System, pinned, started
 from atoll.cluster.local import NODE_ARGS, local_cluster
 from atoll.cluster.membership import find_controller
@@ -32,12 +33,43 @@ DIRECT = "atoll-node"  # one node of the same cluster driven directly
 
 @dataclass
 class ClusterSystem(System):
-    """The endpoint as `Bench` drives it, `parties` (extra CpuMeter parties: each node's tree and
-    Ray's processes) metered beside it, and `direct`: one of its nodes as a system of its own."""
+    """The endpoint as `Bench` drives it (`pid` the endpoint's), `parties` (each node's atoll serve
+    and Ray's processes, as CpuMeter takes them) and `direct`: one of its nodes as a system of its own."""
 
     nodes: int = 0
     parties: dict[str, list[int]] = field(default_factory=dict)
     direct: System | None = None
+
+    def meter(self, load: list[int]) -> ClusterMeter:
+        return ClusterMeter(CpuMeter({"endpoint": [self.pid], "load": load, **self.parties}))
+
+
+class ClusterMeter:
+    """A CpuMeter over the cluster's parties whose `stop()` counts each party once (`separated`)."""
+
+    def __init__(self, meter: CpuMeter):
+        self._meter = meter
+
+    def start(self) -> None:
+        self._meter.start()
+
+    def stop(self) -> dict:
+        return separated(self._meter.stop())
+
+
+def separated(cpu: dict) -> dict:
+    """Cores per party with each counted once: CpuMeter counts a root's descendants, so Ray's
+    processes (the raylets start the workers that start the nodes) hold the nodes too. "server" is
+    the whole cluster (endpoint + nodes + Ray), as it is a whole atoll serve's tree elsewhere."""
+    if cpu["endpoint"] is None:  # no /proc
+        return {"server": None, **cpu}
+    per_node = {k.removeprefix(NODE): v for k, v in cpu.items() if k.startswith(NODE)}
+    nodes = round(sum(per_node.values()), 3)
+    ray = round(max(0.0, cpu["ray"] - nodes), 3)
+    server = round(cpu["endpoint"] + nodes + ray, 3)
+    return {"server": server, "endpoint": cpu["endpoint"], "nodes": nodes, "per_node": per_node, "ray": ray,
+            "load": cpu["load"], "other": round(max(0.0, cpu["machine"] - server - cpu["load"]), 3),
+            "machine": cpu["machine"]}  # fmt: skip
 
 
 def counts(text: str) -> list[int]:
@@ -118,7 +150,6 @@ def drive(bench, system: ClusterSystem, traffic, labels: dict) -> tuple[list[dic
     direct, _ = bench.drive(system.direct, traffic, labels)
     by_point = {_point(r): r for r in direct}
     for row in rows:
-        _separate(row)
         row["endpoint"] = endpoint_cost(row, by_point.get(_point(row)))
         row["cluster"] = system.about
         tqdm.write(_line(system.name, row), file=sys.stderr)
@@ -129,24 +160,6 @@ def drive(bench, system: ClusterSystem, traffic, labels: dict) -> tuple[list[dic
 
 def _point(row: dict) -> tuple:
     return row["input"], row["protocol"], row["shm"], row["mode"], row["concurrency"], row["rate_rps"]
-
-
-def _separate(row: dict) -> None:
-    """The row's cores with each party once: CpuMeter counts a root's descendants, so Ray's processes
-    (the raylets start the workers that start the nodes) hold the nodes too; "server" becomes the
-    whole cluster (endpoint + nodes + Ray), as it is a whole atoll serve's tree elsewhere."""
-    cpu = row["cpu_cores"]
-    if cpu["server"] is None:  # no /proc
-        return
-    per_node = {k.removeprefix(NODE): cpu.pop(k) for k in list(cpu) if k.startswith(NODE)}
-    nodes = round(sum(per_node.values()), 3)
-    ray = round(max(0.0, cpu.pop("ray") - nodes), 3)
-    endpoint = cpu.pop("server")
-    server = round(endpoint + nodes + ray, 3)
-    other = round(max(0.0, cpu["machine"] - server - cpu["load"]), 3)
-    row["cpu_cores"] = {"server": server, "endpoint": endpoint, "nodes": nodes, "per_node": per_node, "ray": ray,
-                        "load": cpu["load"], "other": other, "machine": cpu["machine"]}  # fmt: skip
-    row["throughput_per_server_core"] = round(row["throughput_rps"] / server, 1) if server else None
 
 
 def endpoint_cost(row: dict, node: dict | None) -> dict:
@@ -166,8 +179,9 @@ def endpoint_cost(row: dict, node: dict | None) -> dict:
 
 
 def scaling(rows: list[dict]) -> list[dict]:
-    """Each larger cluster's throughput over the smallest's at every load point both ran, with the
-    larger one's cores per party and the endpoint's cost: what limits it when it falls short."""
+    """Each larger cluster's throughput over the smallest's at every load point both ran, beside
+    what limits it when it falls short: both clusters' cores per party, the endpoint's cost, and the
+    throughput per core the nodes used (equal in both where the nodes scale with the cores they got)."""
     clusters = sorted({r["cluster_nodes"] for r in rows if r["server"].startswith(ENDPOINT)})
     endpoint = {(r["cluster_nodes"], _point(r)): r for r in rows if r["server"].startswith(ENDPOINT)}
     out = []
@@ -177,14 +191,23 @@ def scaling(rows: list[dict]) -> list[dict]:
             if size != n or small is None:
                 continue
             rps = (small["throughput_rps"], big["throughput_rps"])
+            per_core = [_per_node_core(small), _per_node_core(big)]
             out.append({"input": point[0], "protocol": point[1], "shm": point[2], "mode": point[3],
                         "concurrency": point[4], "rate_rps": point[5], "nodes": [clusters[0], n],
                         "throughput_rps": list(rps), "ratio": round(rps[1] / rps[0], 3) if rps[0] else None,
                         "cpu_cores": [small["cpu_cores"], big["cpu_cores"]],
                         "endpoint_cpu_ms_per_request": [small["endpoint"]["cpu_ms_per_request"],
                                                         big["endpoint"]["cpu_ms_per_request"]],
-                        "loadgen_saturated": [small["loadgen"]["saturated"], big["loadgen"]["saturated"]]})  # fmt: skip
+                        "loadgen_saturated": [small["loadgen"]["saturated"], big["loadgen"]["saturated"]],
+                        "per_node_core_rps": per_core,
+                        "per_node_core_ratio": round(per_core[1] / per_core[0], 3) if all(per_core) else None})  # fmt: skip
     return out
+
+
+def _per_node_core(row: dict) -> float | None:
+    """Requests answered per core the nodes used."""
+    nodes = row["cpu_cores"].get("nodes")
+    return round(row["throughput_rps"] / nodes, 1) if nodes else None
 
 
 def _line(name: str, row: dict) -> str:
@@ -204,4 +227,5 @@ def _signed(ms: float | None) -> str:
 def scaling_line(s: dict) -> str:
     return (f"{s['nodes'][1]} nodes vs {s['nodes'][0]}, {s['input']} {s['protocol']} "
             f"{s['concurrency'] or s['rate_rps']}: {s['throughput_rps'][1]} / {s['throughput_rps'][0]} req/s "
-            f"= x{s['ratio']}")  # fmt: skip
+            f"= x{s['ratio']}; per core the nodes used {s['per_node_core_rps'][1]} / {s['per_node_core_rps'][0]} "
+            f"(x{s['per_node_core_ratio']})")  # fmt: skip

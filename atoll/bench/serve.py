@@ -210,8 +210,8 @@ class Bench:
         what = " + ".join(([f"{rate:.1f} req/s"] if rate else []) + ([f"{concurrency} conn"] if concurrency else []))
         builds = counter_total(system.url, "atoll_program_builds")
         with LoadProcesses(plans) as load:
-            meter = CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids,
-                              **getattr(system, "parties", {})})  # a cluster's nodes and Ray beside its endpoint
+            meter = (system.meter(load.pids) if isinstance(system, cluster_bench.ClusterSystem)
+                     else CpuMeter({"server": [system.pid] if system.pid else [], "load": load.pids}))
             threads = ThreadMeter(system.pid or 0)
 
             def begin() -> None:

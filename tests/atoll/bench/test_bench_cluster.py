@@ -24,12 +24,12 @@ def _row(server: str, rps: float, p50: float, p99: float, cpu: dict, concurrency
 
 def test_cores_count_each_party_once_and_the_endpoint_cost_is_against_the_node():
     # CpuMeter's view: Ray's tree holds the nodes; "other" was machine less every party as given
-    cpu = {"server": 0.1, "load": 0.2, "node a": 0.5, "node b": 0.4, "ray": 1.0, "other": 0.0, "machine": 1.95}
-    row = _row("atoll-cluster-2", 100.0, 12.0, 30.0, cpu)
-    cluster_bench._separate(row)
-    assert row["cpu_cores"] == {"server": 1.1, "endpoint": 0.1, "nodes": 0.9, "per_node": {"a": 0.5, "b": 0.4},
-                                "ray": 0.1, "load": 0.2, "other": 0.65, "machine": 1.95}  # fmt: skip
-    assert row["throughput_per_server_core"] == round(100.0 / 1.1, 1)
+    cpu = {"endpoint": 0.1, "load": 0.2, "node a": 0.5, "node b": 0.4, "ray": 1.0, "other": 0.0, "machine": 1.95}
+    cores = cluster_bench.separated(cpu)
+    assert cores == {"server": 1.1, "endpoint": 0.1, "nodes": 0.9, "per_node": {"a": 0.5, "b": 0.4}, "ray": 0.1,
+                     "load": 0.2, "other": 0.65, "machine": 1.95}  # fmt: skip
+    assert cluster_bench.separated(dict.fromkeys(cpu))["server"] is None  # no /proc: every figure None
+    row = _row("atoll-cluster-2", 100.0, 12.0, 30.0, cores)
     node = _row("atoll-node", 110.0, 10.5, 33.0, {"server": 0.5, "load": 0.2, "other": 0.0, "machine": 1.0})
     cost = cluster_bench.endpoint_cost(row, node)
     assert cost == {"cpu_ms_per_request": 1.0, "added_p50_ms": 1.5, "added_p99_ms": -3.0, "direct_p50_ms": 10.5,
@@ -41,13 +41,15 @@ def test_scaling_compares_each_cluster_with_the_smallest_at_the_same_point():
     rows = []
     for nodes, rps in ((1, 50.0), (2, 85.0)):
         for concurrency in (8, 16):
-            row = _row(f"atoll-cluster-{nodes}", rps * concurrency / 8, 10.0, 20.0, {}, concurrency)
+            row = _row(f"atoll-cluster-{nodes}", rps * concurrency / 8, 10.0, 20.0, {"nodes": 0.5 * nodes}, concurrency)
             row.update(cluster_nodes=nodes, endpoint={"cpu_ms_per_request": 0.8})
             rows += [row, {**row, "server": "atoll-node", "throughput_rps": 1.0}]  # the direct rows are not compared
     rows.append({**rows[0], "concurrency": 4})  # a point the 2-node cluster did not run
     out = cluster_bench.scaling(rows)
     assert [(s["concurrency"], s["nodes"], s["throughput_rps"], s["ratio"]) for s in out] == [
         (8, [1, 2], [50.0, 85.0], 1.7), (16, [1, 2], [100.0, 170.0], 1.7)]
+    assert [(s["per_node_core_rps"], s["per_node_core_ratio"]) for s in out] == [([100.0, 85.0], 0.85),
+                                                                                 ([200.0, 170.0], 0.85)]
     assert cluster_bench.counts("2,1,2") == [2, 1]
     with pytest.raises(SystemExit):
         cluster_bench.counts("0")
