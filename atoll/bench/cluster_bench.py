@@ -94,8 +94,11 @@ def cluster(nodes: int, serve_args: list[str], pin: bool, endpoint_cpus: tuple[i
     """A local Ray cluster of `nodes` raylets and `atoll serve --cluster` over it with `serve_args`,
     yielding a ClusterSystem once the endpoint routes to every node; all of it stopped at exit.
     RuntimeError (ClusterError) where Ray is missing or the nodes are not ready in time."""
-    with pinned(node_cores(0, pin)):
-        ray_cluster = local_cluster(1)
+    try:
+        with pinned(node_cores(0, pin)):
+            ray_cluster = local_cluster(1)
+    except ModuleNotFoundError:  # Ray, the cluster extra, is absent
+        raise ClusterError("Ray is not installed: pip install 'atoll[cluster]'") from None
     try:
         for i in range(1, nodes):
             with pinned(node_cores(i, pin)):  # its raylet starts its workers, so its Atoll node, there

@@ -55,6 +55,15 @@ def test_scaling_compares_each_cluster_with_the_smallest_at_the_same_point():
         cluster_bench.counts("0")
 
 
+def test_without_ray_the_cluster_says_so(monkeypatch):
+    def no_ray(nodes):
+        raise ModuleNotFoundError("No module named 'ray'")
+
+    monkeypatch.setattr(cluster_bench, "local_cluster", no_ray)
+    with pytest.raises(RuntimeError, match="Ray is not installed"), cluster_bench.cluster(1, [], False, ()):
+        pass
+
+
 def test_bench_serve_through_a_one_node_cluster(tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (the cluster extra)")
     out = tmp_path / "cluster.json"
