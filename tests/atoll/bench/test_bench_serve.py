@@ -28,7 +28,6 @@ from atoll.bench.corpus import jpeg_bytes
 from atoll.bench.cpustat import CpuMeter, descendants
 from atoll.bench.loadproc import CONNECTION, RECORD, TIMEOUT, LoadPlan, LoadProcesses, split
 from atoll.supervisor.server_process import ServerProcess
-from atoll.bench.triton_baseline import model_config
 from atoll.cli import build_parser
 from atoll.kserve.protocol import HEADER_LENGTH, decode_request
 from atoll.repository.specs import load_repository
@@ -257,15 +256,6 @@ def test_cores_split_between_servers_and_load(monkeypatch, cores, reserved, proc
     assert servers.split_cores(args, "serve") == (server, load, processes)
     with pytest.raises(SystemExit, match=rf"atoll bench robust: --loadgen-cores must be in 0\.\.{cores - 1}"):
         servers.split_cores(argparse.Namespace(loadgen_cores=cores, loadgen_procs=None), "robust")
-
-
-def test_triton_twin_config_takes_media_or_tensors(repository):
-    text = model_config(load_repository(repository)[MODEL], instances=3, sys_path="/a:/b")
-    assert 'backend: "python"' in text and "max_batch_size: 32" in text
-    assert '{ name: "image" data_type: TYPE_STRING dims: [ 1 ] optional: true }' in text
-    assert '{ name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] optional: true }' in text
-    assert "instance_group [ { count: 3 kind: KIND_CPU } ]" in text
-    assert 'key: "atoll_sys_path" value { string_value: "/a:/b" }' in text
 
 
 def test_triton_baseline_answers_as_onnxruntime_does(repository):
