@@ -96,12 +96,19 @@ def metric(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
+def zoo_repository(root: Path, *models: str) -> Path:
+    """A Triton-layout repository at `root` holding the zoo's `models`."""
+    for model in models:
+        write_model(root, model, build(model))
+    return root
+
+
 @contextlib.contextmanager
 def serving(root: Path, model: str, *args: str):
     """`atoll serve` (CPU backend, one CPU vGPU) on a repository at `root` holding zoo `model`,
     with `args` on top; it must stop cleanly."""
 
-    write_model(root, model, build(model))
+    zoo_repository(root, model)
     with ServerProcess(["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", *args]) as s:
         yield s
     assert s.proc.returncode == 0, "\n".join(s.log[-20:])

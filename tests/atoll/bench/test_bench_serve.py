@@ -17,8 +17,7 @@ import onnxruntime as ort
 import pytest
 from fpga_host import cpu_backend
 from gpu_runtime.zoo import build
-from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import alive, until
+from tests.atoll.probes import alive, until, zoo_repository
 
 from atoll.bench import serve, servers, triton_baseline
 from atoll.bench import serve_analysis as analysis
@@ -37,9 +36,7 @@ MODEL = "mobilenet_v3_small"
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
-    return root
+    return zoo_repository(tmp_path_factory.mktemp("repo"), MODEL)
 
 
 def _records(rows) -> np.ndarray:

@@ -10,8 +10,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-from gpu_runtime.zoo import build
-from gpu_runtime.zoo.repository import write_model
 
 from atoll.bench import serve, triton_baseline, triton_sweep
 from atoll.bench.bodies import infer_body
@@ -20,15 +18,14 @@ from atoll.bench.triton_baseline import TritonSettings, model_config
 from atoll.cli import build_parser
 from atoll.kserve.protocol import HEADER_LENGTH
 from atoll.repository.specs import load_repository
+from tests.atoll.probes import zoo_repository
 
 MODEL = "mobilenet_v3_small"
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
-    return root
+    return zoo_repository(tmp_path_factory.mktemp("repo"), MODEL)
 
 
 @pytest.fixture(scope="module")

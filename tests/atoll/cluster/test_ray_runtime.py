@@ -19,9 +19,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from gpu_runtime.zoo import build
-from gpu_runtime.zoo.repository import write_model
-from tests.atoll.probes import PATIENCE_S, ClosedLoop, alive, request, until
+from tests.atoll.probes import PATIENCE_S, ClosedLoop, alive, request, until, zoo_repository
 
 from atoll.bench.bodies import tensor_body
 from atoll.cluster.directory import NodeAddress
@@ -43,9 +41,7 @@ X = np.random.default_rng(3).standard_normal((1, 3, 224, 224), dtype=np.float32)
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repo")
-    write_model(root, MODEL, build(MODEL))
-    return root
+    return zoo_repository(tmp_path_factory.mktemp("repo"), MODEL)
 
 
 @pytest.fixture(scope="module")
