@@ -4,6 +4,7 @@ largest batch, and the plans the dispatcher and workers follow."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -18,6 +19,7 @@ from batching import (
     make_batcher,
 )
 from batching.factory import batcher_kind
+from batching.knee import COST_FLOOR
 from batching.profile import load_profile, shipped_profile
 from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import row_layout
@@ -49,16 +51,22 @@ def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, b
     """PREBA bucket policies per model. From the knee profile where it has the model (Batch_max =
     Batch_knee, Time_knee per bucket); otherwise Batch_max and Time_knee from the model's config (or
     the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
-    2.5 s up to the longest clip."""
+    2.5 s up to the longest clip. A CPU profile's (the cost floor's) Time_knee is capped by that
+    delay: on a CPU vGPU batches form while it is busy (a short batch waits for an idle one), so its
+    time-out only holds an input back while the vGPU idles (docs/batching-scheduling.md)."""
     b = config.batching
     policies = {}
     for name, spec in models.items():
         batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
-        if profile is not None and name in profile.models:
-            policies[name] = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
-            continue
         delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
         time_knee = max(delay_us, 1) * 1e-6
+        if profile is not None and name in profile.models:
+            policy = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
+            if profile.models[name].rule == COST_FLOOR:
+                policy = dataclasses.replace(policy, buckets=tuple(
+                    dataclasses.replace(k, time_knee=min(k.time_knee, time_knee)) for k in policy.buckets))
+            policies[name] = policy
+            continue
         if spec.preprocess == "audio":
             edges = audio_bucket_edges(config.preprocessing.max_audio_seconds)
             buckets = tuple(BucketPolicy(edge, batch_max, time_knee) for edge in edges)

@@ -63,14 +63,17 @@ def test_cpu_vgpus_take_batch_max_and_time_knee_from_the_shipped_cpu_profile():
     cpu = load_profile(PROFILE.with_name("cpu.json"))
     models = {"mobilenet_v3_small": _spec("mobilenet_v3_small", "image"),
               "citrinet": _spec("citrinet", "audio", max_batch=32), "other": _spec("other", "image")}
-    batcher, policies, largest = batcher_for(load_config(), models, {"cpu0": "cpu"}, latency=lambda *a: 1.0)
+    config = load_config()
+    cap = config.batching.max_queue_delay_microseconds / 1e6  # a CPU profile's Time_knee is capped by it
+    batcher, policies, largest = batcher_for(config, models, {"cpu0": "cpu"}, latency=lambda *a: 1.0)
     for name in ("mobilenet_v3_small", "citrinet"):
         profiled = cpu.models[name].buckets
         assert [(b.batch_max, b.time_knee) for b in policies[name].buckets] == [
-            (p.batch_knee, pytest.approx(p.time_knee_ms / 1e3)) for p in profiled]
+            (p.batch_knee, pytest.approx(min(p.time_knee_ms / 1e3, cap))) for p in profiled]
         assert largest[name] == max(p.batch_knee for p in profiled)
+    assert cpu.models["citrinet"].buckets[0].time_knee_ms / 1e3 > cap  # (the cap is not idle)
     assert [b.batch_max for b in policies["other"].buckets] == [4]  # unprofiled: the CPU default
     # one vGPU: Time_queue = Time_knee; a lone image goes when it has waited that long
-    knee = cpu.models["mobilenet_v3_small"].buckets[0].time_knee_ms / 1e3
+    knee = min(cpu.models["mobilenet_v3_small"].buckets[0].time_knee_ms / 1e3, cap)
     batcher.add(Item(1, "mobilenet_v3_small", 1.0, arrival=0.0), 0.0)
     assert batcher.next_deadline() == pytest.approx(knee)
