@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atoll.bench.cpustat import PROC, _ticks, descendants
+from atoll.bench.cpustat import PROC, descendants, named_cpu_s
 
 # thread-name prefix -> stage, first match wins (names: atoll-fe0, lane-be0, atoll-super, ...)
 STAGES = (
@@ -34,22 +34,14 @@ def stage_of(thread: str, process: str) -> str:
     return next((stage for prefix, stage in STAGES if thread.startswith(prefix)), f"other: {process}")
 
 
-def _stat(path) -> tuple[str, float]:
-    """(name, user + system seconds) of one /proc stat file."""
-    text = path.read_text()
-    name = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text.rsplit(")", 1)[1].split()
-    return name, (int(fields[11]) + int(fields[12])) / _ticks()
-
-
 def threads_cpu(root: int) -> dict[tuple[int, int], tuple[str, str, float]]:
     """{(pid, tid): (process name, thread name, CPU seconds)} for `root` and its descendants."""
     out = {}
     for pid in descendants(root):
         try:
-            process, _ = _stat(PROC / str(pid) / "stat")
+            process, _ = named_cpu_s(PROC / str(pid) / "stat")
             for task in (PROC / str(pid) / "task").iterdir():
-                name, seconds = _stat(task / "stat")
+                name, seconds = named_cpu_s(task / "stat")
                 out[(pid, int(task.name))] = (process, name, seconds)
         except (OSError, ValueError):  # gone meanwhile
             continue

@@ -19,13 +19,19 @@ def _ticks() -> float:
     return float(os.sysconf("SC_CLK_TCK"))
 
 
+def named_cpu_s(stat: Path) -> tuple[str, float]:
+    """(name, user + system seconds) from a process's or a thread's /proc stat file."""
+    text = stat.read_text()
+    fields = text.rsplit(")", 1)[1].split()
+    return text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / _ticks()
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system seconds of one live process, all its threads (0 when it is gone)."""
     try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return named_cpu_s(PROC / str(pid) / "stat")[1]
+    except (OSError, IndexError, ValueError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _ticks()
 
 
 def descendants(pid: int) -> list[int]:
