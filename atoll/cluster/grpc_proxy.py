@@ -19,12 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
 from atoll.cluster.routing import real_time
-from atoll.front_end.grpc_service import (
-    STREAM_UNSENT,
-    internal_message,
-    stream_error,
-    read_varint,
-)
+from atoll.front_end.grpc_service import internal_message, read_varint, stream_answers, stream_error
 from atoll.kserve.errors import ApiError, ErrorCode
 
 SERVICE = "inference.GRPCInferenceService"
@@ -190,43 +185,21 @@ class GrpcProxy:
         if rule is not None and (refusal := rule.grpc_refusal(dict(context.invocation_metadata() or ()))):
             await context.abort(*refusal)
         metadata = _metadata(context)
-        answers: asyncio.Queue = asyncio.Queue()
-        unsent = asyncio.Semaphore(STREAM_UNSENT)
-        running: set[asyncio.Task] = set()
 
-        async def one(raw: bytes) -> None:
+        async def one(raw: bytes) -> bytes:
             try:
                 answer = await self._infer(raw, metadata)
-                answers.put_nowait(_STREAM_ANSWER_TAG + _length(len(answer)) + answer)
+                return _STREAM_ANSWER_TAG + _length(len(answer)) + answer
             except (ApiError, _NodeError) as exc:
-                answers.put_nowait(stream_error(_head(raw), exc.message).SerializeToString())
+                return stream_error(_head(raw), exc.message).SerializeToString()
             except DecodeError as exc:
-                answers.put_nowait(stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString())
+                return stream_error(pb.ModelInferRequest(), _unreadable(exc).message).SerializeToString()
             except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
-                answers.put_nowait(stream_error(pb.ModelInferRequest(), internal_message(exc, "ModelStreamInfer"))
-                                   .SerializeToString())  # fmt: skip
+                message = internal_message(exc, "ModelStreamInfer")
+                return stream_error(pb.ModelInferRequest(), message).SerializeToString()
 
-        async def read() -> None:
-            try:
-                async for raw in request_iterator:
-                    task = asyncio.create_task(one(raw))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                    await unsent.acquire()
-                await asyncio.gather(*running)
-            finally:
-                answers.put_nowait(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (answer := await answers.get()) is not None:
-                yield answer
-                unsent.release()
-            await reader
-        finally:
-            reader.cancel()
-            for task in running:
-                task.cancel()
+        async for answer in stream_answers(request_iterator, one):
+            yield answer
 
     async def close(self) -> None:
         await asyncio.gather(*(channel.close() for _, channel in self._channels.values()))

@@ -323,47 +323,56 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def ModelStreamInfer(self, request_iterator, context):
-        """Every request of the stream gets exactly one answer, whatever fails: a bug too (logged).
-        At most STREAM_UNSENT requests are read ahead of the answers the client has taken: a client
-        that sent 3,000 requests and read none grew a front end by 600 MB of answers waiting."""
-        answers: asyncio.Queue = asyncio.Queue()
-        running: set[asyncio.Task] = set()
-        unsent = asyncio.Semaphore(STREAM_UNSENT)
+        """Every request of the stream gets exactly one answer, whatever fails: a bug too (logged)."""
 
-        async def one(msg) -> None:
+        async def one(msg):
             try:
-                answer = pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
+                return pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
             except ApiError as exc:
-                answer = stream_error(msg, exc.message)
+                return stream_error(msg, exc.message)
             except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
-                answer = stream_error(msg, internal_message(exc, "ModelStreamInfer"))
-            answers.put_nowait(answer)
+                return stream_error(msg, internal_message(exc, "ModelStreamInfer"))
 
-        async def read() -> None:
-            try:
-                while True:
-                    await unsent.acquire()
-                    try:
-                        msg = await anext(request_iterator)
-                    except StopAsyncIteration:
-                        break
-                    task = asyncio.create_task(one(msg))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.gather(*running)
-            finally:  # the stream ends, not hangs, if reading it fails
-                answers.put_nowait(None)
+        async for answer in stream_answers(request_iterator, one):
+            yield answer
 
-        reader = asyncio.create_task(read())
+
+async def stream_answers(request_iterator, one):
+    """A stream's answers as they come, `await one(request)` each (it answers every request, never
+    raises). At most STREAM_UNSENT requests are read ahead of the answers the client has taken: a
+    client that sent 3,000 requests and read none grew a front end by 600 MB of answers waiting."""
+    answers: asyncio.Queue = asyncio.Queue()
+    running: set[asyncio.Task] = set()
+    unsent = asyncio.Semaphore(STREAM_UNSENT)
+
+    async def answer(msg) -> None:
+        answers.put_nowait(await one(msg))
+
+    async def read() -> None:
         try:
-            while (answer := await answers.get()) is not None:
-                yield answer
-                unsent.release()
-            await reader  # reading's failure, if it failed, ends the call
-        finally:
-            reader.cancel()
-            for task in running:
-                task.cancel()
+            while True:
+                await unsent.acquire()
+                try:
+                    msg = await anext(request_iterator)
+                except StopAsyncIteration:
+                    break
+                task = asyncio.create_task(answer(msg))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            await asyncio.gather(*running)
+        finally:  # the stream ends, not hangs, if reading it fails
+            answers.put_nowait(None)
+
+    reader = asyncio.create_task(read())
+    try:
+        while (item := await answers.get()) is not None:
+            yield item
+            unsent.release()
+        await reader  # reading's failure, if it failed, ends the call
+    finally:
+        reader.cancel()
+        for task in running:
+            task.cancel()
 
 
 class _CallEnded(logging.Filter):
