@@ -43,7 +43,7 @@ from atoll.repository.specs import ModelSpec
 from atoll.wire.channel import Failure
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.front_end.endpoints")
+log = logging.getLogger(__name__)
 EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
               "binary_tensor_data", "parameters", "statistics"]  # fmt: skip
 

@@ -34,7 +34,7 @@ from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
 
-log = logging.getLogger("atoll.front_end.rows")
+log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.02  # how often a stopping front end looks whether its requests are all answered
 

@@ -28,7 +28,7 @@ from atoll.supervisor import lengths
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
 
-log = logging.getLogger("atoll.supervisor.dispatcher")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from atoll.repository.specs import ModelSpec
 from atoll.supervisor import lengths
 from atoll.supervisor.dispatcher import ModelPlan
 
-log = logging.getLogger("atoll.supervisor.model_batching")
+log = logging.getLogger(__name__)
 
 
 def _clamped(policy, max_batch: int):

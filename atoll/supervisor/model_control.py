@@ -23,7 +23,7 @@ from atoll.repository.specs import ModelSpec, RepositoryError, is_model_folder, 
 from atoll.supervisor import load_request
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.supervisor.model_control")
+log = logging.getLogger(__name__)
 MODES = ("none", "explicit", "poll")
 NAME_MAX = 255  # bytes in a model name, as in a file name
 

@@ -53,7 +53,7 @@ from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
 
-log = logging.getLogger("atoll.supervisor.supervisor")
+log = logging.getLogger(__name__)
 CORES_PER_FRONT_END = 4
 # glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
 # heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
