@@ -56,8 +56,7 @@ from atoll.wire.model_control import AddModel, RetireModel
 log = logging.getLogger(__name__)
 CORES_PER_FRONT_END = 4
 # glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
-# heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
-# lanes (2-core VM: 3-4% more requests per second).
+# heap pages instead of fresh mmaps and their page faults (measured: docs/data-plane.md).
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
 # Rows of a model one front end can hold at once (in preprocessing, batching or running) when
@@ -147,9 +146,8 @@ class Supervisor:
             self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds)
         self.dispatcher.start()
-        # One front end per few cores, each with a preprocessing thread per core of its share: on
-        # 2 cores one front end with two threads answered 8% more requests per core than two with
-        # one each (fewer processes to wake, and Done messages shared by more rows).
+        # One front end per few cores, each with a preprocessing thread per core of its share: fewer
+        # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
         self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
                                           c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
