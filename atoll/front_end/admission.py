@@ -8,15 +8,12 @@ admitted is answered in time, the rest refused before any work is spent on it. W
 queue answers slower, not more): docs/robustness.md. `cap` (> 0) is a fixed bound on top.
 
 The measure forgets with a half-life of `HALF_LIFE_S` seconds of busy time, not of the clock: idle
-time says nothing about the rate, so a burst after idle is judged on the last busy period's rate, and
-its first answers, slow while another process still holds the cores, only halve that weight after
-2 s instead of replacing it (wall-clock decay let a few such answers read as a few requests a second
-and refuse the burst with 503s; docs/robustness.md). Nor is a small sample trusted to refuse: the
-wait is estimated as if at least `SAMPLE` answers had come in the busy time measured, so a fresh
-server's first slow answers do not refuse, while one that stops answering is still refused once its
-busy seconds say that even `SAMPLE` answers would leave the requests in flight waiting too long.
-Until something has been answered there is no rate and nothing is refused, and whenever fewer than
-`FLOOR` requests are in flight they are admitted.
+time says nothing of the rate, so a burst after idle is judged on the last busy period's, which its
+first slow answers (another process still holding the cores) dilute instead of replacing
+(docs/robustness.md). Nor does a small sample refuse: the wait is estimated as if at least `SAMPLE`
+answers had come in the busy time measured, so a fresh server's first slow answers refuse nothing,
+while one that stops answering is still refused once its busy time says even `SAMPLE` answers would
+be too slow. Nothing is refused before the first answer, nor while fewer than `FLOOR` are in flight.
 """
 
 from __future__ import annotations
