@@ -59,8 +59,9 @@ class ModelSpec:
     preprocess: str
     raw_input: str
     parameters: dict[str, str] = field(default_factory=dict)
-    max_queue_delay_microseconds: int | None = None
+    max_queue_delay_microseconds: int | None = None  # None: the server's [batching] default
     preferred_batch_sizes: tuple[int, ...] = ()
+    dynamic_batching: bool = True  # the config has `dynamic_batching`; without it each request runs as it comes
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
@@ -128,10 +129,11 @@ class ModelSpec:
                     "default_priority_level": self.default_priority_level}
         if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
+        scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
         return {
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
-            "output": [tensor(t) for t in self.outputs], "dynamic_batching": batching,
+            "output": [tensor(t) for t in self.outputs], **scheduling,
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
         } | ({"model_warmup": [w.config({t.name: _type_name(t) for t in self.inputs}) for w in self.warmups]}
              if self.warmups else {})  # fmt: skip
@@ -247,6 +249,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         parameters=params,
         max_queue_delay_microseconds=batching.get("max_queue_delay_microseconds"),
         preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
+        dynamic_batching="dynamic_batching" in cfg,
         default_priority_level=default_priority,
         labels=labels,
         warmups=warmups,
