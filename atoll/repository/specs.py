@@ -20,7 +20,7 @@ import numpy as np
 
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
-from atoll.repository import pbtxt
+from atoll.repository import pbtxt, versions
 from atoll.repository.completion import GraphError, complete, graph_tensors
 from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
 
@@ -51,7 +51,7 @@ class TensorSpec:
 class ModelSpec:
     name: str
     version: str
-    path: Path  # the ONNX file of the newest version
+    path: Path  # the ONNX file of this version
     platform: str
     max_batch_size: int
     inputs: list[TensorSpec]
@@ -65,6 +65,12 @@ class ModelSpec:
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
+    version_policy: versions.VersionPolicy = versions.VersionPolicy("latest")
+
+    @property
+    def key(self) -> str:
+        """This version's name inside the server (`versions.served_key`)."""
+        return versions.served_key(self.name, self.version)
 
     @property
     def padded(self) -> bool:
@@ -134,6 +140,7 @@ class ModelSpec:
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
             "output": [tensor(t) for t in self.outputs], **scheduling,
+            "version_policy": self.version_policy.config(),
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
         } | ({"model_warmup": [w.config({t.name: _type_name(t) for t in self.inputs}) for w in self.warmups]}
              if self.warmups else {})  # fmt: skip
@@ -185,8 +192,13 @@ def read_config(directory: Path) -> dict:
 
 
 def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
-    """The model of `directory` under `cfg` (default: its config.pbtxt, if any), completed from and
-    checked against the graph of its newest version."""
+    """The greatest version `load_versions` serves."""
+    return load_versions(directory, cfg)[-1]
+
+
+def load_versions(directory: Path, cfg: dict | None = None) -> list[ModelSpec]:
+    """The versions of the model of `directory` that its `version_policy` serves, ascending, under
+    `cfg` (default: its config.pbtxt, if any), each completed from and checked against its own graph."""
     if cfg is None:
         cfg = read_config(directory)
     if not isinstance(cfg, dict):
@@ -194,12 +206,23 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     name = cfg.get("name", directory.name)
     if name != directory.name:
         raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
-    versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
-                      key=lambda p: int(p.name))  # fmt: skip
-    files = [v / cfg.get("default_model_filename", "model.onnx") for v in versions]
-    files = [f for f in files if f.is_file()]
+    filename = cfg.get("default_model_filename", "model.onnx")
+    files = {int(p.name): p / filename for p in directory.iterdir()
+             if p.is_dir() and p.name.isdigit() and (p / filename).is_file()}  # fmt: skip
     if not files:
         raise RepositoryError(f"{directory}: no <version>/model.onnx found")
+    try:
+        policy = versions.read_policy(cfg.get("version_policy"), name)
+    except versions.VersionPolicyError as exc:
+        raise RepositoryError(str(exc)) from None
+    chosen = policy.select(list(files))
+    if not chosen:
+        raise RepositoryError(f"{name}: version_policy {policy.describe()} serves none of the versions in the "
+                              f"repository ({', '.join(map(str, sorted(files)))})")  # fmt: skip
+    return [_load_version(directory, cfg, name, files[v], policy) for v in chosen]
+
+
+def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: versions.VersionPolicy) -> ModelSpec:
     params = _parameters(cfg.get("parameters"))
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
@@ -208,7 +231,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
         completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
-                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
+                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(path))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
@@ -238,8 +261,8 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
     return ModelSpec(
         name=name,
-        version=files[-1].parent.name,
-        path=files[-1],
+        version=path.parent.name,
+        path=path,
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
         max_batch_size=completed.max_batch_size,
         inputs=inputs,
@@ -253,6 +276,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         default_priority_level=default_priority,
         labels=labels,
         warmups=warmups,
+        version_policy=policy,
     )
 
 

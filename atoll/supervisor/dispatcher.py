@@ -24,6 +24,7 @@ from batching import Item, ModelSettings, RtPlacement
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
 
+from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
@@ -41,6 +42,11 @@ class ModelPlan:
     frame_axis: int | None  # the rows' variable (audio frame) axis, None for fixed-shape models
     padded_frames: tuple[int, ...] = ()  # the lengths batches pad to: each bucket's upper edge
     equal_shapes: bool = False  # a batch holds rows of equal shapes only (models batched unpadded)
+
+    @property
+    def key(self) -> str:
+        """The served version's name in `Submit` messages, the batcher and the pool."""
+        return served_key(self.name, self.version)
 
     def pad_to(self, longest: int) -> int | None:
         """The padded length of a batch whose longest row has `longest` frames."""
@@ -128,9 +134,9 @@ class Dispatcher:
     # -- models -------------------------------------------------------------------------------------
 
     def add_model(self, plan: ModelPlan, settings: ModelSettings) -> None:
-        """Batch `plan.name` from now on (its vGPU workers have loaded it)."""
-        self.batcher.add_model(plan.name, settings)
-        self.plans[plan.name] = plan
+        """Batch `plan.key` from now on (its vGPU workers have loaded it)."""
+        self.batcher.add_model(plan.key, settings)
+        self.plans[plan.key] = plan
 
     def remove_model(self, name: str) -> None:
         """Stop batching `name`; none of its rows may be anywhere (its front ends drained them)."""
@@ -156,7 +162,7 @@ class Dispatcher:
             return
         for ticket in tickets:
             try:
-                self.batcher.add(Item(next(self._ids), plan.name, lengths.seconds(plan.frames(ticket.row)), now,
+                self.batcher.add(Item(next(self._ids), plan.key, lengths.seconds(plan.frames(ticket.row)), now,
                                       ticket), now)  # fmt: skip
             except ValueError as exc:  # e.g. longer than every bucket
                 self._answer([ticket], None, Failure.REJECTED, str(exc))
@@ -242,7 +248,7 @@ class Dispatcher:
         rows = tuple(t.row for t in live)
         loop = asyncio.get_running_loop()
         try:
-            future = self.pool.submit_rows(vgpu, plan.name, rows, plan.pad_to(max(map(plan.frames, rows))),
+            future = self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))),
                                            priority)  # fmt: skip
         except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
             self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
@@ -267,7 +273,7 @@ class Dispatcher:
 
     def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:
         m, labels = self.metrics, (plan.name, plan.version)
-        self.latency.observe(plan.name, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
+        self.latency.observe(plan.key, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
         m.exec_count.labels(*labels).inc()
         m.count.labels(*labels).inc(rows)
         m.compute_us.labels(*labels).inc(elapsed * rows * 1e6)  # Triton's: each inference's batch time

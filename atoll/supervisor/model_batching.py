@@ -26,6 +26,7 @@ from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.config import Config
 from atoll.repository.specs import ModelSpec
+from atoll.repository.versions import model_of
 from atoll.supervisor import lengths
 from atoll.supervisor.dispatcher import ModelPlan
 
@@ -121,8 +122,9 @@ class Batching:
                         sorted(set(vgpus.values())))  # fmt: skip
 
         def service_time(model: str, batch: int, length: float, kind: str) -> float:
-            if self.profile is not None and model in self.profile.models:
-                return self.profile.service_time(model, batch, length)
+            name = model_of(model)  # the batcher knows each served version; the profile, models
+            if self.profile is not None and name in self.profile.models:
+                return self.profile.service_time(name, batch, length)
             return latency(model, batch, length, kind)
 
         self.batch_max = batch_max_default(config, vgpus.values())
