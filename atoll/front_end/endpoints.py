@@ -51,7 +51,9 @@ EXTENSIONS = ["classification", "model_repository", "model_configuration", "syst
 # How a row the dispatcher could not run is answered: (error kind, failure reason in metrics).
 FAILURES = {Failure.EXPIRED: (ErrorCode.TIMEOUT, "TIMEOUT"), Failure.REJECTED: (ErrorCode.INVALID_ARG, "REJECTED"),
             Failure.BACKEND: (ErrorCode.INTERNAL, "BACKEND"),
-            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED")}  # fmt: skip
+            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED"),
+            Failure.QUEUE_FULL: (ErrorCode.UNAVAILABLE, "REJECTED"),
+            Failure.QUEUE_TIMEOUT: (ErrorCode.UNAVAILABLE, "REJECTED")}  # fmt: skip
 
 
 class Refused(ApiError):

@@ -56,6 +56,18 @@ def priority_of(spec: ModelSpec, parameters: dict) -> Priority:
     return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE
 
 
+def queue_parameters(parameters: dict) -> tuple[int, int]:
+    """A request's Triton `priority` level and `timeout` (microseconds), 0 where it sets none: the
+    model's queue policies read them (`batching.queue_policy`)."""
+    out = []
+    for key in ("priority", "timeout"):
+        value = parameters.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ProtocolError(f"parameter {key!r} must be a non-negative integer, got {described(value)}")
+        out.append(value)
+    return out[0], out[1]
+
+
 @dataclass(frozen=True)
 class FrontEndSetup:
     """Everything a front-end process needs, picklable for `spawn`."""
@@ -149,6 +161,7 @@ class FrontEnd:
 
     async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
                      deadline: float) -> dict[str, np.ndarray]:
+        queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.key]
         try:
@@ -163,7 +176,7 @@ class FrontEnd:
         futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
-        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows)))
+        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue)))
         try:
             layouts = await _settled(futures, slots, indices)
         except BaseException:  # it gave up or a row failed: its rows still queued are not wanted

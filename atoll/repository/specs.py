@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from batching.queue_policy import QueuePolicies, QueuePolicyError, read_policies
 
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
@@ -66,6 +67,7 @@ class ModelSpec:
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
     version_policy: versions.VersionPolicy = versions.VersionPolicy("latest")
+    queue_policies: QueuePolicies = QueuePolicies()  # dynamic_batching's priority levels and queue policies
 
     @property
     def key(self) -> str:
@@ -132,7 +134,7 @@ class ModelSpec:
         preprocess = self.preprocess != "none"
         raw = [tensor(TensorSpec(self.raw_input, "BYTES", (1,)), optional=True)] if preprocess else []
         batching = {"preferred_batch_size": list(self.preferred_batch_sizes),
-                    "default_priority_level": self.default_priority_level}
+                    "default_priority_level": self.default_priority_level, **self.queue_policies.config()}
         if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
         scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
@@ -259,6 +261,10 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:
         raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
+    try:
+        queue_policies = read_policies(batching)
+    except QueuePolicyError as exc:
+        raise RepositoryError(f"{name}: {exc}") from None
     return ModelSpec(
         name=name,
         version=path.parent.name,
@@ -277,6 +283,7 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         labels=labels,
         warmups=warmups,
         version_policy=policy,
+        queue_policies=queue_policies,
     )
 
 

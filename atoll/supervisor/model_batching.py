@@ -156,11 +156,11 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
     if not spec.padded:
         return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
-                         equal_shapes=not spec.pad_dynamic)  # fmt: skip
+                         equal_shapes=not spec.pad_dynamic, queues=spec.queue_policies)  # fmt: skip
     dims = spec.inputs[0].dims
     frame_axis = dims.index(-1) if -1 in dims else None
     padded_frames = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
-    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames)
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames, queues=spec.queue_policies)
 
 
 def batch_spec(spec: ModelSpec) -> BatchSpec:
