@@ -296,6 +296,9 @@ class Endpoints:
         return wanted
 
     def _output(self, spec: ModelSpec, name: str, params: dict, array: np.ndarray) -> Output:
+        tensor = next(t for t in spec.outputs if t.name == name)
+        if tensor.reshape is not None:  # the config's dims, from the graph's (Triton's `reshape`)
+            array = array.reshape(array.shape[:1] + tensor.dims if spec.max_batch_size > 0 else tensor.dims)
         if params.get("classification"):
             array = classify(array, params["classification"], spec.labels.get(name, ()), spec.max_batch_size > 0)
         out = Output.of(name, array, params)

@@ -350,7 +350,10 @@ def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.
     for want in spec.inputs:
         tensor = by_name[want.name]
         check_tensor(spec, want, tensor.datatype, tensor.data.shape)
-        parts.append(list(tensor.data) if spec.max_batch_size > 0 else [tensor.data])
+        data = tensor.data
+        if want.reshape is not None:  # the graph's shape (Triton's `reshape`): a view, nothing copied
+            data = data.reshape(data.shape[:1] + want.reshape if spec.max_batch_size > 0 else want.reshape)
+        parts.append(list(data) if spec.max_batch_size > 0 else [data])
     if len({len(p) for p in parts}) > 1:
         raise ProtocolError(f"inputs of model {spec.name!r} must have as many rows: "
                             f"{', '.join(f'{t.name} {len(p)}' for t, p in zip(spec.inputs, parts))}")  # fmt: skip

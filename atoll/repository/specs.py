@@ -46,6 +46,12 @@ class TensorSpec:
     datatype: str  # protocol name, e.g. FP32
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
     label_filename: str | None = None  # outputs: class labels, one per line, beside config.pbtxt
+    reshape: tuple[int, ...] | None = None  # the graph's dims where the config's `reshape` says they differ
+
+    @property
+    def model_dims(self) -> tuple[int, ...]:
+        """Its dims as the graph takes or makes it (Triton's `reshape`; the request's are `dims`)."""
+        return self.dims if self.reshape is None else self.reshape
 
 
 @dataclass
@@ -100,7 +106,7 @@ class ModelSpec:
 
     def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """Every input of a slot row: name, dims (without the batch dimension), dtype (object: BYTES)."""
-        return [(t.name, t.dims, DTYPES[t.datatype]) for t in self.inputs]
+        return [(t.name, t.model_dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -127,6 +133,8 @@ class ModelSpec:
 
         def tensor(t: TensorSpec, optional: bool = False) -> dict:
             out = {"name": t.name, "data_type": _type_name(t), "dims": list(t.dims)}
+            if t.reshape is not None:
+                out["reshape"] = {"shape": list(t.reshape)}
             if t.label_filename:
                 out["label_filename"] = t.label_filename
             return out | ({"optional": True} if optional else {})
@@ -159,11 +167,23 @@ def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
     out = []
     for e in pbtxt.as_list(entries):
         try:
+            reshape = e.get("reshape")
+            if reshape is not None:  # `reshape: { shape: [ ] }` may come without its shape
+                reshape = tuple(int(d) for d in pbtxt.as_list((reshape or {}).get("shape")))
             out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(int(d) for d in pbtxt.as_list(e["dims"])),
-                                  e.get("label_filename")))  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
+                                  e.get("label_filename"), reshape))  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
+        t = out[-1]
+        if t.reshape is not None and _elements(t.dims) != _elements(t.reshape):
+            raise RepositoryError(f"{model}: {what} '{t.name}' has dims {list(t.dims)} but reshape "
+                                  f"{list(t.reshape)}: they must hold as many elements")  # fmt: skip
     return out
+
+
+def _elements(dims: tuple[int, ...]) -> int | None:
+    """Elements of a tensor of `dims`; None (any number) where one is -1."""
+    return None if -1 in dims else int(np.prod(dims, dtype=np.int64))
 
 
 def _parameters(value) -> dict[str, str]:
@@ -232,13 +252,20 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
-                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(path))
+        completed = complete(name, declared_batch, [(t.name, t.datatype, t.model_dims) for t in declared_in],
+                             [(t.name, t.datatype, t.model_dims) for t in declared_out], graph_tensors(path))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
-    inputs = [TensorSpec(n, d, tuple(dims)) for n, d, dims in completed.inputs]
-    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n)) for n, d, dims in completed.outputs]
+    declared = {t.name: t for t in declared_in + declared_out}
+
+    def tensor(name: str, datatype: str, dims) -> TensorSpec:  # the request's dims, the graph's under reshape
+        reshape = declared[name].reshape if name in declared else None
+        return TensorSpec(name, datatype, tuple(dims) if reshape is None else declared[name].dims,
+                          label_files.get(name), reshape)  # fmt: skip
+
+    inputs = [tensor(*t) for t in completed.inputs]
+    outputs = [tensor(*t) for t in completed.outputs]
     try:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:

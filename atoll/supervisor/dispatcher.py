@@ -74,6 +74,7 @@ class _Ticket:
     level: int = 0  # its priority level under the model's queue policies
     timed_out_at: float | None = None  # when it has waited too long in the queue (its queue policy)
     delay: bool = False  # timed out, it waits behind the others (DELAY) instead of failing (REJECT)
+    request: int = 0  # its request's number: queue policies count requests, not rows
 
 
 def _key(row: Row) -> tuple[str, int]:
@@ -114,7 +115,9 @@ class Dispatcher:
         self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
         self._queued: dict[tuple[str, int], _Ticket] = {}  # best-effort rows in the batcher, by slot
-        self._levels: Counter[tuple[str, int]] = Counter()  # rows in the batcher by (model, priority level)
+        # requests with rows in the batcher by (model, priority level), and those rows by request
+        self._levels: Counter[tuple[str, int]] = Counter()
+        self._request_rows: Counter[int] = Counter()
         self._dropped: set[tuple[str, int]] = set()  # queued rows whose request gave up
 
     @staticmethod
@@ -172,9 +175,10 @@ class Dispatcher:
             self._answer(tickets, None, Failure.QUEUE_FULL, QUEUE_FULL)
             return
         timed_out_at = policy.timed_out_at(now, message.timeout_us)
-        delay = policy.timeout_action == "DELAY"
+        delay, request = policy.timeout_action == "DELAY", next(self._ids)
         for ticket in tickets:
-            self._queue(plan, _Ticket(link, ticket.row, message.deadline, now, level, timed_out_at, delay), now)
+            self._queue(plan, _Ticket(link, ticket.row, message.deadline, now, level, timed_out_at, delay, request),
+                        now)  # fmt: skip
         self._poll()
 
     def _queue(self, plan: ModelPlan, ticket: _Ticket, now: float) -> None:
@@ -185,7 +189,15 @@ class Dispatcher:
             self._answer([ticket], None, Failure.REJECTED, str(exc))
             return
         self._queued[_key(ticket.row)] = ticket
-        self._levels[(plan.key, ticket.level)] += 1
+        if not self._request_rows[ticket.request]:
+            self._levels[(plan.key, ticket.level)] += 1
+        self._request_rows[ticket.request] += 1
+
+    def _dequeued(self, plan: ModelPlan, ticket: _Ticket) -> None:
+        self._request_rows[ticket.request] -= 1
+        if not self._request_rows[ticket.request]:
+            del self._request_rows[ticket.request]
+            self._levels[(plan.key, ticket.level)] -= 1
 
     def cancel(self, message: Cancel) -> None:
         """Drop the rows still queued (when their batch forms): a slot is in one request at a time,
@@ -247,7 +259,7 @@ class Dispatcher:
         for t in tickets:
             key = _key(t.row)
             if self._queued.pop(key, None) is not None:
-                self._levels[(plan.key, t.level)] -= 1
+                self._dequeued(plan, t)
             if key in self._dropped:
                 self._dropped.discard(key)
                 gone.append(t)

@@ -164,13 +164,13 @@ def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPla
 
 
 def batch_spec(spec: ModelSpec) -> BatchSpec:
-    outputs = {t.name: tuple(t.dims) for t in spec.outputs}
+    outputs = {t.name: tuple(t.model_dims) for t in spec.outputs}
     first = spec.inputs[0]
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
     warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
-    return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
+    return BatchSpec(first.name, tuple(first.model_dims), outputs, fields[0].dtype.name, fields,
                      spec.max_batch_size > 0, spec.dim_bound, warmups, spec.pad_dynamic)  # fmt: skip
 
 
