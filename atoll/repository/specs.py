@@ -6,9 +6,12 @@ tensors only) and `atoll.raw_input` (that input's name; default the value of `at
 A folder without config.pbtxt, and a config without inputs, outputs or max_batch_size, is completed
 from the ONNX graph (`completion.py`); a config that contradicts the graph is refused.
 Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
-class labels beside config.pbtxt), and in `dynamic_batching` `max_queue_delay_microseconds`,
-`preferred_batch_size` and `default_priority_level` (for requests that name none; level 1 runs as
-real-time work, see `atoll.front_end.rows.priority_of`).
+class labels beside config.pbtxt; `reshape`: the graph's dims where they differ from the request's),
+`version_policy` (`versions.py`: each served version is a `ModelSpec` of its own), and in
+`dynamic_batching` (its absence too) `max_queue_delay_microseconds`, `preferred_batch_size`,
+`default_priority_level` (for requests that name none; level 1 runs as real-time work, see
+`atoll.front_end.rows.priority_of`), `priority_levels` and the queue policies
+(`batching.queue_policy`). What each means here: docs/models.md.
 """
 
 from __future__ import annotations
