@@ -87,8 +87,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_answers
     async def ModelMetadata(self, request, context):
-        spec = self.endpoints.model(request.name, request.version)
-        return json_format.ParseDict(spec.metadata(), pb.ModelMetadataResponse())
+        return json_format.ParseDict(self.endpoints.metadata(request.name, request.version), pb.ModelMetadataResponse())
 
     @_answers
     async def ModelConfig(self, request, context):

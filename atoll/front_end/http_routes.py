@@ -91,7 +91,7 @@ class InferenceServer:
         return HttpResponse.json(self.endpoints.server_metadata())
 
     async def model_metadata(self, request: HttpRequest) -> HttpResponse:
-        return HttpResponse.json(self._model(request).metadata())
+        return HttpResponse.json(self.endpoints.metadata(request.params["model"], request.params.get("version")))
 
     async def model_config(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse.json(self._model(request).config())

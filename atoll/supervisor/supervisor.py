@@ -83,7 +83,7 @@ class Supervisor:
         self.pool = None
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
-        self.models: dict[str, ModelSpec] = {}
+        self.models: dict[str, ModelSpec] = {}  # by served version (`ModelSpec.key`)
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
@@ -168,22 +168,22 @@ class Supervisor:
     async def add_model(self, spec: ModelSpec) -> None:
         """Build `spec` on every vGPU worker, give every front end slots for it, and batch it. A load
         that fails takes back what it did, so the models served before are served as they were."""
-        if spec.name in self.models:  # model control drops a served model before loading it again
-            raise ValueError(f"model {spec.name!r} is already served")
+        if spec.key in self.models:  # model control drops a served version before loading it again
+            raise ValueError(f"model {spec.name!r} version {spec.version} is already served")
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         datatypes = [t.datatype for t in spec.inputs + spec.outputs]
         executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
-        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
+        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
                  f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
         undo = []  # what to take back, latest first, should a later step fail
         try:
-            undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
-            described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, executor.executor,
+            undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.key))  # workers that did load
+            described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
                                                 plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
-            log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
+            log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
             out_row_bytes = max(d["out_row_bytes"] for d in described.values())
             in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
@@ -197,13 +197,13 @@ class Supervisor:
             for index in range(self._front_end_count):
                 name = f"{self._arena_prefix}-{self._loads}-fe{index}-{_shm_label(spec.name)}"
                 arenas.append(SlotArena.create(name, count, in_bytes, out_row_bytes))
-            self._arenas[spec.name] = arenas
-            undo.append(lambda: self._arenas.pop(spec.name))
+            self._arenas[spec.key] = arenas
+            undo.append(lambda: self._arenas.pop(spec.key))
             self.dispatcher.add_model(plan, settings)
-            undo.append(lambda: self.dispatcher.remove_model(spec.name))
-            self.models[spec.name] = spec
-            undo.append(lambda: self.models.pop(spec.name))
-            undo.append(lambda: self._channels.apply(RetireModel(spec.name)))  # the front ends that added it
+            undo.append(lambda: self.dispatcher.remove_model(spec.key))
+            self.models[spec.key] = spec
+            undo.append(lambda: self.models.pop(spec.key))
+            undo.append(lambda: self._channels.apply(RetireModel(spec.key)))  # the front ends that added it
             await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
         except Exception:
             for step in reversed(undo):
@@ -215,7 +215,8 @@ class Supervisor:
             raise
 
     async def remove_model(self, name: str) -> None:
-        """Retire `name` in every front end (they answer its requests first), then everywhere else."""
+        """Retire the served version `name` (`ModelSpec.key`) in every front end (they answer its
+        requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
         del self.models[name]
         self.dispatcher.remove_model(name)

@@ -61,7 +61,7 @@ def _endpoints(front_end=None, **kw) -> Endpoints:
 def _serving(front_end, **kw) -> Endpoints:
     endpoints = _endpoints(front_end, **kw)
     endpoints.ready = True
-    endpoints.ready_models = frozenset({"m"})
+    endpoints.ready_models = frozenset({SPEC.key})
     return endpoints
 
 
@@ -243,7 +243,7 @@ def test_readiness_follows_which_models_have_a_live_worker():
     async def go():
         async with http_served(server) as client:
             out = []
-            for models in ({"m"}, set()):
+            for models in ({SPEC.key}, set()):
                 server.ready_models = frozenset(models)
                 health = await client.get("/v2/health/ready")
                 model = await client.get("/v2/models/m/ready")
