@@ -15,6 +15,8 @@ import ctypes
 import json
 import logging
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from sim_tb.c_model import HLS, build_shared_library
-from sim_tb.cocotb_run import run_testbench
+from sim_tb.cocotb_run import descriptor_sources, run_testbench
 
 UNIT = "image_postdecode"
 HERE = Path(__file__).resolve().parent
@@ -250,6 +252,34 @@ async def reference_frame_latency_and_interval(dut):
     assert starts[1] - starts[0] == II_CYCLES - saved, (starts, dones)
 
 
+def full_rate_cycles(image: np.ndarray, args, build: Path) -> int:
+    """Streams one frame through the unit (default parameters: two pixels a beat) at full rate,
+    plain Verilog on Icarus, checks every output beat against the C model, returns ap_start to
+    ap_done in cycles."""
+    build.mkdir(parents=True, exist_ok=True)
+    words = np.frombuffer(pixel_beats(image), np.uint64)
+    (build / "beats.hex").write_text("".join(f"{v:016x}\n" for v in words.tolist()))
+    vvp = build / "rate.vvp"
+    subprocess.run(["iverilog", "-g2012", "-o", str(vvp), str(HERE / "postdecode_rate_tb.v"),
+                    *map(str, descriptor_sources(UNIT))], check=True)
+    names = ("SRC_H", "SRC_W", "DST_H", "DST_W", "CROP_H", "CROP_W", "FORMAT")
+    result = subprocess.run(["vvp", "-n", str(vvp), f"+BEATS={build / 'beats.hex'}", f"+OUT={build / 'out.hex'}",
+                             f"+COUNT={len(words)}", *(f"+{n}={v}" for n, v in zip(names, args))],
+                            check=True, capture_output=True, text=True)
+    got = np.array([[int(v[16:], 16), int(v[8:16], 16), int(v[:8], 16)]
+                    for v in (build / "out.hex").read_text().split()], np.uint32)
+    assert_beats(got, c_model(image, args), f"full rate, {image.shape[:2]}")
+    return int(re.search(r"CYCLES (\d+)", result.stdout)[1])
+
+
+def test_full_rate_two_pixels_a_cycle(tmp_path):
+    """An ImageNet-sized frame (500x375 to 224x224 float32, as the image CU resizes it) at full
+    rate: the reader sets the pace, two source pixels a cycle, plus the taps' setup."""
+    args = frame_arguments((375, 500, 256, 224, F32))
+    cycles = full_rate_cycles(natural_image(375, 500, seed=5), args, tmp_path)
+    assert 375 * 250 < cycles < 375 * 250 + 1000, cycles
+
+
 # The parameter sets swept from pytest: room to spare, and lines and dimensions just wide enough
 # for the widest frame (64) and the largest dimension (64 < 2^7) of the cases.
 PARAMETER_SETS = {
@@ -266,3 +296,15 @@ def test_image_postdecode(parameters, tmp_path):
 
     reference_library()  # built once here, not in the simulator's process
     run_testbench(UNIT, parameters, tmp_path / "sim", {})
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="cycles of one frame through image_postdecode at full rate")
+    parser.add_argument("--rate", default="1280x720", help="source WIDTHxHEIGHT, resized to 256, cropped to 224")
+    w, h = map(int, parser.parse_args().rate.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        n = full_rate_cycles(natural_image(h, w, seed=1), frame_arguments((h, w, 256, 224, F32)), Path(tmp))
+    print(f"image_postdecode {w}x{h} -> 224x224 float32: {n} cycles, {w * h / n:.3f} source pixels a cycle")
