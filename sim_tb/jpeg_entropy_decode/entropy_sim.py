@@ -129,8 +129,9 @@ def _simulator_build(simulator: str, max_scan: int, idle_256: int, stall_256: in
     binary = out / "Vjpeg_entropy_tb"
     if not binary.exists():
         out.mkdir(parents=True, exist_ok=True)
-        subprocess.run([verilator_executable(), "--binary", "-O3", "--top-module", "jpeg_entropy_tb", "-Wno-fatal",
-                        "-Wno-WIDTH", "--Mdir", str(out), *(f"-G{k}={v}" for k, v in params.items()),
+        subprocess.run([verilator_executable(), "--binary", "-O3", "-j", "2", "--top-module", "jpeg_entropy_tb",
+                        # GCC 12 needs -fcoroutines for Verilator's --timing runtime (the harness's clock).
+                        "-CFLAGS", "-fcoroutines -O2", "-Wno-fatal", "-Wno-WIDTH", "--Mdir", str(out), *(f"-G{k}={v}" for k, v in params.items()),
                         *map(str, SOURCES)], check=True, capture_output=True, text=True)
     return [str(binary)]
 
