@@ -44,9 +44,10 @@ module jpeg_entropy_decode (
     output wire        s_axis_tready,
 
     /*
-     * Coefficient beats: [15:0] value, [21:16] zigzag index, [22] coefficient present, [23] block end
+     * Coefficient beats: [15:0] value, [21:16] zigzag index, [22] coefficient present, [23] block
+     * end, [25:24] component
      */
-    output wire [23:0] m_axis_tdata,
+    output wire [25:0] m_axis_tdata,
     output wire        m_axis_tvalid,
     input  wire        m_axis_tready
 );

@@ -67,9 +67,10 @@ module jpeg_huff_decoder (
 
     /*
      * Coefficient beats: [15:0] value (a DC beat carries the predictor, truncated to 16 bits),
-     * [21:16] zigzag index k, [22] a coefficient is present, [23] last beat of the block
+     * [21:16] zigzag index k, [22] a coefficient is present, [23] last beat of the block,
+     * [25:24] the block's component
      */
-    output wire [23:0] m_axis_tdata,
+    output wire [25:0] m_axis_tdata,
     output wire        m_axis_tvalid,
     input  wire        m_axis_tready
 );
@@ -124,7 +125,7 @@ reg        pred_we;
 reg [63:0] acc_reg = 64'd0, acc_next;            // bits left-aligned, zeros below the valid ones
 reg [6:0]  bits_reg = 7'd0, bits_next;
 reg [4:0]  slow_len_reg = 5'd0, slow_len_next;
-reg [23:0] out_data_reg = 24'd0, out_data_next;
+reg [25:0] out_data_reg = 26'd0, out_data_next;
 reg        out_valid_reg = 1'b0, out_valid_next;
 
 wire [5:0] comp_cfg = comps_reg[6 * comp_reg +: 6];
@@ -239,21 +240,21 @@ always @* begin
                 end else if (dc_reg) begin
                     consume = 1'b1;
                     pred_we = 1'b1;
-                    out_data_next = {2'b01, 6'd0, pred_new[15:0]};
+                    out_data_next = {comp_reg, 2'b01, 6'd0, pred_new[15:0]};
                     out_valid_next = 1'b1;
                     dc_next = 1'b0;
                     k_next = 7'd1;
                     state_next = S_RUN;
                 end else if (size == 5'd0 && run != 4'd15) begin  // EOB
                     consume = 1'b1;
-                    out_data_next = {2'b10, 6'd0, 16'd0};
+                    out_data_next = {comp_reg, 2'b10, 6'd0, 16'd0};
                     out_valid_next = 1'b1;
                     block_end = 1'b1;
                 end else if (size == 5'd0) begin  // ZRL: sixteen zeros; past 63 the block ends
                     consume = 1'b1;
                     k_next = k_reg + 7'd16;
                     if (k_next >= 7'd64) begin
-                        out_data_next = {2'b10, 6'd0, 16'd0};
+                        out_data_next = {comp_reg, 2'b10, 6'd0, 16'd0};
                         out_valid_next = 1'b1;
                         block_end = 1'b1;
                     end
@@ -263,7 +264,7 @@ always @* begin
                     state_next = S_DRAIN;
                 end else begin
                     consume = 1'b1;
-                    out_data_next = {k_run == 7'd63, 1'b1, k_run[5:0], value[15:0]};
+                    out_data_next = {comp_reg, k_run == 7'd63, 1'b1, k_run[5:0], value[15:0]};
                     out_valid_next = 1'b1;
                     k_next = k_run + 7'd1;
                     block_end = k_run == 7'd63;

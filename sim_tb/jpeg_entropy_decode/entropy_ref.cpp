@@ -40,7 +40,8 @@ uint32_t table_writes(const HuffTable& h, uint32_t t, uint32_t* addr, uint32_t* 
 extern "C" {
 
 // Parses the headers. args: n_mcus, restart_interval, n_components, components (the RTL's packed
-// word), scan_start, blocks per MCU. Table writes go to addr/data (room for 8 * 775). Returns the
+// word), scan_start, blocks per MCU. Table writes go to addr/data (room for 8 * 775 + 3 * 64):
+// the Huffman tables', then the quantisation steps'. Returns the
 // header status, the number of table writes in *n_writes.
 uint32_t entropy_ref_setup(const uint8_t* file, uint32_t len, uint32_t* args, uint32_t* addr, uint32_t* data,
                            uint32_t* n_writes) {
@@ -65,14 +66,21 @@ uint32_t entropy_ref_setup(const uint8_t* file, uint32_t len, uint32_t* args, ui
     const HuffTable& h = t < 4 ? f.dc[t] : f.ac[t - 4];
     if (h.defined) *n_writes += table_writes(h, t, addr + *n_writes, data + *n_writes);
   }
+  // jpeg_decode_core's quantisation steps (0x2000 + component * 64 + natural index).
+  for (uint32_t c = 0; c < f.n_components; ++c) {
+    for (uint32_t i = 0; i < kBlockSize; ++i, ++*n_writes) {
+      addr[*n_writes] = 0x2000 + c * 64 + i;
+      data[*n_writes] = f.comp[c].quant[i];
+    }
+  }
   return kOk;
 }
 
 // Decodes the scan as decode_scan does (same bit reader, restart handling and block decoder) into
-// coef (room for max_blocks blocks of 64, natural order, scan order). Returns the status; the
-// blocks decoded before a CORRUPT one are in coef, their number in *n_blocks.
-uint32_t entropy_ref_decode(const uint8_t* file, uint32_t len, int16_t* coef, uint32_t max_blocks,
-                            uint32_t* n_blocks) {
+// coef (room for max_blocks blocks of 64, natural order, scan order), each block's component in
+// comp. Returns the status; the blocks decoded before a CORRUPT one are in coef, their number in *n_blocks.
+uint32_t entropy_ref_decode(const uint8_t* file, uint32_t len, int16_t* coef, uint8_t* comp,
+                            uint32_t max_blocks, uint32_t* n_blocks) {
   const std::vector<Beat> beats = beats_of(file, len);
   static JpegFrame f;
   *n_blocks = 0;
@@ -99,12 +107,18 @@ uint32_t entropy_ref_decode(const uint8_t* file, uint32_t len, int16_t* coef, ui
         bool dc_only;
         br.reach(beats.data());
         if (!decode_block(br, f.dc[c.td], f.ac[c.ta], pred[ci], coef + 64 * *n_blocks, dc_only)) return kCorrupt;
+        comp[*n_blocks] = static_cast<uint8_t>(ci);
         ++*n_blocks;
       }
     }
     if (br.overran()) return kCorrupt;
   }
   return kOk;
+}
+
+// The samples idct_islow gives n blocks (coefficients and quantisation steps in natural order).
+void entropy_ref_idct(const int16_t* coef, const uint16_t* quant, uint8_t* samples, uint32_t n) {
+  for (uint32_t b = 0; b < n; ++b) idct_islow(coef + 64 * b, quant + 64 * b, false, samples + 64 * b, 8u);
 }
 
 }  // extern "C"

@@ -2,15 +2,16 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
-// File-driven harness for jpeg_entropy_decode: loads the Huffman tables, starts one scan, streams
-// its bytes in and writes every coefficient beat out, at the simulator's own speed (no Python per
-// cycle), so whole JPEG files run on Icarus or Verilator.
+// File-driven harness for jpeg_entropy_decode, or with CORE defined jpeg_decode_core: loads the
+// tables, starts one scan, streams its bytes in and writes every output beat (coefficient beats,
+// or the core's sample rows) out, at the simulator's own speed (no Python per cycle), so whole
+// JPEG files run on Icarus or Verilator.
 //
-// Plusargs: +tables=<hex, one {addr, data} word (13 + 25 bits) a line> +n_tables=<count>
+// Plusargs: +tables=<hex, one {addr, data} word (14 + 25 bits) a line> +n_tables=<count>
 // +scan=<hex, one 69-bit input beat a line> +n_scan=<count> +coefs=<output file> +n_mcus= +interval=
 // +ncomp= +comps= (the scan's arguments, decimal) and +finish to end the simulation itself.
 // The output file gets one hex beat a line, then a line "status S cycles C last L symbols N":
-// C the cycles from ap_start to ap_done, L those to the last coefficient beat, N the symbols the
+// C the cycles from ap_start to ap_done, L those to the last output beat, N the symbols the
 // decoder consumed. `finished` rises when it is written.
 module jpeg_entropy_tb #(
     // Lines the table and scan memories hold.
@@ -28,7 +29,7 @@ reg clk = 1'b0;
 reg rst = 1'b1;
 reg finished = 1'b0;
 
-reg [37:0] tables [0:MAX_TABLES-1];
+reg [38:0] tables [0:MAX_TABLES-1];
 reg [68:0] scan [0:MAX_SCAN-1];
 reg [1023:0] table_file, scan_file, coef_file;
 integer n_tables = 0, n_scan = 0, n_mcus = 0, interval = 0, ncomp = 0, comps = 0;
@@ -36,18 +37,27 @@ integer fd, written = 0, fed = 0, cycle = 0, last_beat = 0, symbols = 0;
 reg [31:0] idle_lfsr = 32'hACE1_2468, stall_lfsr = 32'h1357_9BDF;
 
 reg        tbl_we = 1'b0;
-reg [12:0] tbl_addr = 13'd0;
+reg [ADDR_WIDTH-1:0] tbl_addr = {ADDR_WIDTH{1'b0}};
 reg [24:0] tbl_wdata = 25'd0;
 reg        ap_start = 1'b0;
 reg        running = 1'b0;
 wire       ap_ready, ap_idle, ap_done;
 wire [1:0] status;
 wire       in_ready, out_valid;
-wire [23:0] out_data;
+`ifdef CORE
+localparam OUT_WIDTH = 64, ADDR_WIDTH = 14;
+`define DUT jpeg_decode_core
+`define DECODER dut.entropy.decoder
+`else
+localparam OUT_WIDTH = 26, ADDR_WIDTH = 13;
+`define DUT jpeg_entropy_decode
+`define DECODER dut.decoder
+`endif
+wire [OUT_WIDTH-1:0] out_data;
 wire       in_valid = running && fed < n_scan && !(idle_lfsr[7:0] < IDLE_256);
 wire       out_ready = !(stall_lfsr[7:0] < STALL_256);
 
-jpeg_entropy_decode dut (
+`DUT dut (
     .clk(clk),
     .rst(rst),
     .ap_start(ap_start),
@@ -93,7 +103,7 @@ initial begin
     for (i = 0; i < n_tables; i = i + 1) begin
         @(posedge clk);
         tbl_we <= 1'b1;
-        tbl_addr <= tables[i][37:25];
+        tbl_addr <= tables[i][25 +: ADDR_WIDTH];
         tbl_wdata <= tables[i][24:0];
     end
     @(posedge clk);
@@ -111,7 +121,7 @@ always @(posedge clk) begin
         idle_lfsr <= {idle_lfsr[30:0], 1'b0} ^ (idle_lfsr[31] ? 32'h0040_0007 : 32'd0);
         stall_lfsr <= {stall_lfsr[30:0], 1'b0} ^ (stall_lfsr[31] ? 32'h0040_0007 : 32'd0);
         if (in_valid && in_ready) fed <= fed + 1;
-        if (dut.decoder.consume) symbols <= symbols + 1;
+        if (`DECODER.consume) symbols <= symbols + 1;
         if (out_valid && out_ready) begin
             $fdisplay(fd, "%h", out_data);
             written <= written + 1;
