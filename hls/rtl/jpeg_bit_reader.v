@@ -5,7 +5,8 @@
 // JPEG entropy-coded segment reader: scan bytes in 8-byte beats, de-stuffed bytes out up to 4 a cycle, markers as beats.
 //
 // Input beats carry up to 8 bytes of the file in order (byte 0 first, in bits 7..0), the byte
-// count and a last flag on the final beat. Output beats are one of three kinds: data (1..4 bytes
+// count (bits 71..64) and a last flag on the final beat (bits 79..72): C's
+// `struct { uint8_t byte[8]; uint8_t count; uint8_t last; }` as Vitis HLS aggregates it. Output beats are one of three kinds: data (1..4 bytes
 // with 0xFF00 pairs already reduced to 0xFF, first byte in bits 31..24), marker (an 0xFF followed
 // by a non-zero byte: the marker code in bits 7..0; 0xFF fill bytes before it are dropped), or
 // end (the input is exhausted; a lone 0xFF as the very last byte also ends it). After a marker
@@ -21,9 +22,9 @@ module jpeg_bit_reader (
     input  wire        clear,
 
     /*
-     * Scan bytes in: [63:0] bytes (byte k in [8k+7:8k]), [67:64] byte count 1..8, [68] last beat
+     * Scan bytes in: [63:0] bytes (byte k in [8k+7:8k]), [71:64] byte count 1..8, [72] last beat
      */
-    input  wire [68:0] s_axis_tdata,
+    input  wire [79:0] s_axis_tdata,
     input  wire        s_axis_tvalid,
     output wire        s_axis_tready,
 
@@ -120,7 +121,7 @@ always @* begin
             if (j < s_axis_tdata[67:64]) buf_next[count_next + j] = s_axis_tdata[8 * j +: 8];
         end
         count_next = count_next + s_axis_tdata[67:64];
-        last_next = s_axis_tdata[68];
+        last_next = s_axis_tdata[72];
     end
 end
 

@@ -37,9 +37,9 @@ module jpeg_entropy_decode (
     input  wire [24:0] tbl_wdata,
 
     /*
-     * Scan bytes in: [63:0] bytes (byte k in [8k+7:8k]), [67:64] byte count 1..8, [68] last beat
+     * Scan bytes in: [63:0] bytes (byte k in [8k+7:8k]), [71:64] byte count 1..8, [72] last beat
      */
-    input  wire [68:0] s_axis_tdata,
+    input  wire [79:0] s_axis_tdata,
     input  wire        s_axis_tvalid,
     output wire        s_axis_tready,
 

@@ -61,9 +61,15 @@ class Scan:
 class SimResult:
     status: int
     cycles: int        # ap_start to ap_done
-    last_beat: int     # ap_start to the last coefficient beat
+    last_beat: int     # ap_start to the last output beat
     symbols: int       # Huffman symbols decoded
+    first_scan: int    # ap_start to the first scan beat taken (the core's table loading)
     beats: np.ndarray  # uint64 output beats: coefficient beats, or the core's sample rows
+
+    @property
+    def scan_cycles(self) -> int:
+        """From the first scan beat taken to the last output beat."""
+        return self.last_beat - self.first_scan
 
 
 def _library() -> ctypes.CDLL:
@@ -115,13 +121,13 @@ def sample_blocks(rows: np.ndarray) -> np.ndarray:
 
 
 def scan_beats(jpeg: bytes, start: int) -> np.ndarray:
-    """The bytes from the scan's start to the end of the file as 69-bit input beats (Python ints)."""
+    """The bytes from the scan's start to the end of the file as 80-bit input beats (Python ints)."""
     body = jpeg[start:]
     beats = []
     for at in range(0, len(body), 8):
         chunk = body[at:at + 8]
         last = at + 8 >= len(body)
-        beats.append(int.from_bytes(chunk, "little") | len(chunk) << 64 | int(last) << 68)
+        beats.append(int.from_bytes(chunk, "little") | len(chunk) << 64 | int(last) << 72)
     return beats
 
 
@@ -180,7 +186,7 @@ def plusargs(jpeg: bytes, scan: Scan, work: Path, core: bool = False) -> list[st
     beats = scan_beats(jpeg, scan.scan_start)
     writes = scan.writes(core)
     (work / "tables.hex").write_text("".join(f"{int(w):010x}\n" for w in writes))
-    (work / "scan.hex").write_text("".join(f"{b:018x}\n" for b in beats))
+    (work / "scan.hex").write_text("".join(f"{b:020x}\n" for b in beats))
     return [f"+tables={work / 'tables.hex'}", f"+n_tables={len(writes)}", f"+scan={work / 'scan.hex'}",
             f"+n_scan={len(beats)}", f"+coefs={work / 'coefs.hex'}", f"+n_mcus={scan.n_mcus}",
             f"+interval={scan.restart_interval}", f"+ncomp={scan.n_components}", f"+comps={scan.components}"]
@@ -191,7 +197,7 @@ def read_result(path: Path) -> SimResult:
     summary = next(line for line in reversed(lines) if line.startswith("status"))
     fields = summary.split()
     beats = np.array([int(line, 16) for line in lines if line and not line.startswith("status")], np.uint64)
-    return SimResult(int(fields[1]), int(fields[3]), int(fields[5]), int(fields[7]), beats)
+    return SimResult(int(fields[1]), int(fields[3]), int(fields[5]), int(fields[7]), int(fields[9]), beats)
 
 
 def max_scan_beats(jpeg: bytes) -> int:

@@ -8,11 +8,12 @@
 // JPEG files run on Icarus or Verilator.
 //
 // Plusargs: +tables=<hex, one {addr, data} word (14 + 25 bits) a line> +n_tables=<count>
-// +scan=<hex, one 69-bit input beat a line> +n_scan=<count> +coefs=<output file> +n_mcus= +interval=
+// +scan=<hex, one 80-bit input beat a line> +n_scan=<count> +coefs=<output file> +n_mcus= +interval=
 // +ncomp= +comps= (the scan's arguments, decimal) and +finish to end the simulation itself.
-// The output file gets one hex beat a line, then a line "status S cycles C last L symbols N":
+// The output file gets one hex beat a line, then a line "status S cycles C last L symbols N first F":
 // C the cycles from ap_start to ap_done, L those to the last output beat, N the symbols the
-// decoder consumed. `finished` rises when it is written.
+// decoder consumed, F the cycles to the first scan beat taken (the core reads its tables first,
+// from a stream that starts at ap_start; the entropy unit has them written before). `finished` rises when it is written.
 module jpeg_entropy_tb #(
     // Lines the table and scan memories hold.
     parameter MAX_TABLES = 8192,
@@ -30,34 +31,58 @@ reg rst = 1'b1;
 reg finished = 1'b0;
 
 reg [38:0] tables [0:MAX_TABLES-1];
-reg [68:0] scan [0:MAX_SCAN-1];
+reg [79:0] scan [0:MAX_SCAN-1];
 reg [1023:0] table_file, scan_file, coef_file;
 integer n_tables = 0, n_scan = 0, n_mcus = 0, interval = 0, ncomp = 0, comps = 0;
-integer fd, written = 0, fed = 0, cycle = 0, last_beat = 0, symbols = 0;
+integer fd, written = 0, fed = 0, cycle = 0, last_beat = 0, symbols = 0, first_scan = -1, loaded = 0;
 reg [31:0] idle_lfsr = 32'hACE1_2468, stall_lfsr = 32'h1357_9BDF;
 
 reg        tbl_we = 1'b0;
-reg [ADDR_WIDTH-1:0] tbl_addr = {ADDR_WIDTH{1'b0}};
+reg [12:0] tbl_addr = 13'd0;
 reg [24:0] tbl_wdata = 25'd0;
+wire       tbl_ready;
+// The core's table stream: every write, then the end beat (addr bit 31).
+wire [63:0] tbl_beat = loaded < n_tables ? {7'd0, tables[loaded][24:0], 18'd0, tables[loaded][38:25]}
+                                         : {32'd0, 32'h8000_0000};
 reg        ap_start = 1'b0;
 reg        running = 1'b0;
 wire       ap_ready, ap_idle, ap_done;
 wire [1:0] status;
 wire       in_ready, out_valid;
 `ifdef CORE
-localparam OUT_WIDTH = 64, ADDR_WIDTH = 14;
-`define DUT jpeg_decode_core
+localparam OUT_WIDTH = 64;
 `define DECODER dut.entropy.decoder
 `else
-localparam OUT_WIDTH = 26, ADDR_WIDTH = 13;
-`define DUT jpeg_entropy_decode
+localparam OUT_WIDTH = 26;
 `define DECODER dut.decoder
 `endif
 wire [OUT_WIDTH-1:0] out_data;
 wire       in_valid = running && fed < n_scan && !(idle_lfsr[7:0] < IDLE_256);
 wire       out_ready = !(stall_lfsr[7:0] < STALL_256);
 
-`DUT dut (
+`ifdef CORE
+wire [31:0] status_word;
+wire        status_vld;
+assign status = status_word[1:0];
+jpeg_decode_core dut (
+    .clk(clk),
+    .rst(rst),
+    .ap_start(ap_start),
+    .ap_ready(ap_ready),
+    .ap_idle(ap_idle),
+    .ap_done(ap_done),
+    .n_mcus(n_mcus),
+    .restart_interval(interval),
+    .n_components(ncomp),
+    .components(comps),
+    .status(status_word),
+    .status_ap_vld(status_vld),
+    .s_tbl_tdata(tbl_beat),
+    .s_tbl_tvalid(running && loaded <= n_tables),
+    .s_tbl_tready(tbl_ready),
+`else
+assign tbl_ready = 1'b0;
+jpeg_entropy_decode dut (
     .clk(clk),
     .rst(rst),
     .ap_start(ap_start),
@@ -72,7 +97,8 @@ wire       out_ready = !(stall_lfsr[7:0] < STALL_256);
     .tbl_we(tbl_we),
     .tbl_addr(tbl_addr),
     .tbl_wdata(tbl_wdata),
-    .s_axis_tdata(fed < n_scan ? scan[fed] : 69'd0),
+`endif
+    .s_axis_tdata(fed < n_scan ? scan[fed] : 80'd0),
     .s_axis_tvalid(in_valid),
     .s_axis_tready(in_ready),
     .m_axis_tdata(out_data),
@@ -103,7 +129,7 @@ initial begin
     for (i = 0; i < n_tables; i = i + 1) begin
         @(posedge clk);
         tbl_we <= 1'b1;
-        tbl_addr <= tables[i][25 +: ADDR_WIDTH];
+        tbl_addr <= tables[i][37:25];
         tbl_wdata <= tables[i][24:0];
     end
     @(posedge clk);
@@ -121,6 +147,8 @@ always @(posedge clk) begin
         idle_lfsr <= {idle_lfsr[30:0], 1'b0} ^ (idle_lfsr[31] ? 32'h0040_0007 : 32'd0);
         stall_lfsr <= {stall_lfsr[30:0], 1'b0} ^ (stall_lfsr[31] ? 32'h0040_0007 : 32'd0);
         if (in_valid && in_ready) fed <= fed + 1;
+        if (in_valid && in_ready && first_scan < 0) first_scan <= cycle;
+        if (tbl_ready && loaded <= n_tables) loaded <= loaded + 1;
         if (`DECODER.consume) symbols <= symbols + 1;
         if (out_valid && out_ready) begin
             $fdisplay(fd, "%h", out_data);
@@ -128,8 +156,8 @@ always @(posedge clk) begin
             last_beat <= cycle + 1;
         end
         if (ap_done || cycle >= CYCLE_LIMIT) begin
-            $fdisplay(fd, "status %0d cycles %0d last %0d symbols %0d", ap_done ? status : 3, cycle + 1,
-                      last_beat, symbols);
+            $fdisplay(fd, "status %0d cycles %0d last %0d symbols %0d first %0d", ap_done ? status : 3, cycle + 1,
+                      last_beat, symbols, first_scan);
             $fclose(fd);
             running <= 1'b0;
             finished <= 1'b1;
