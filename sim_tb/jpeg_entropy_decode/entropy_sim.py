@@ -74,7 +74,8 @@ class SimResult:
 
 def _library() -> ctypes.CDLL:
     headers = [*(HLS / "image").glob("*.h"), *(HLS / "common").glob("*.h")]
-    return ctypes.CDLL(str(build_shared_library([HERE / "entropy_ref.cpp"], headers, BUILD / "ref", "entropy_ref")))
+    sources = [HERE / "entropy_ref.cpp", HLS / "image" / "jpeg_decode_core.cpp", HLS / "image" / "idct8x8_islow.cpp"]
+    return ctypes.CDLL(str(build_shared_library(sources, headers, BUILD / "ref", "entropy_ref")))
 
 
 def reference_scan(jpeg: bytes) -> Scan:
@@ -112,6 +113,23 @@ def reference_samples(scan: Scan, coef: np.ndarray, comp: np.ndarray) -> np.ndar
     _library().entropy_ref_idct(coef.ctypes.data_as(ctypes.c_void_p), quant.ctypes.data_as(ctypes.c_void_p),
                                 out.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint32(len(coef)))
     return out
+
+
+def core_model(jpeg: bytes, scan: Scan) -> tuple[int, np.ndarray]:
+    """The jpeg_decode_core C model's status and sample blocks (n, 64) for the file's scan."""
+    args = np.array([scan.n_mcus, scan.restart_interval, scan.n_components, scan.components, scan.scan_start, 0],
+                    np.uint32)
+    addr = np.ascontiguousarray(scan.table_writes >> 25, np.uint32)
+    data = np.ascontiguousarray(scan.table_writes & ((1 << 25) - 1), np.uint32)
+    max_rows = 8 * max(scan.n_mcus * scan.blocks_per_mcu, 1)
+    rows = np.zeros((max_rows, 8), np.uint8)
+    n = ctypes.c_uint32()
+    pointer = ctypes.c_void_p
+    status = _library().entropy_ref_core(jpeg, ctypes.c_uint32(len(jpeg)), args.ctypes.data_as(pointer),
+                                         addr.ctypes.data_as(pointer), data.ctypes.data_as(pointer),
+                                         ctypes.c_uint32(len(addr)), rows.ctypes.data_as(pointer),
+                                         ctypes.c_uint32(max_rows), ctypes.byref(n))
+    return status, rows[:n.value // 8 * 8].reshape(-1, 64)
 
 
 def sample_blocks(rows: np.ndarray) -> np.ndarray:
