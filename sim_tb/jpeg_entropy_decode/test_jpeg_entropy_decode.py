@@ -24,11 +24,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-if str(REPO / "tests" / "fpga_host") not in sys.path:
-    sys.path.insert(0, str(REPO / "tests" / "fpga_host"))
 
 from sim_tb.cocotb_run import run_cocotb  # noqa: E402
-from sim_tb.jpeg_entropy_decode import entropy_sim  # noqa: E402
+from sim_tb.jpeg_entropy_decode import entropy_sim, scan_files  # noqa: E402
 
 CORRUPT = 2
 
@@ -53,35 +51,7 @@ async def scan_decodes_like_the_cu(dut):
                   got.last_beat, got.symbols, got.last_beat / max(got.symbols, 1))
 
 
-def _files() -> dict[str, bytes]:
-    import jpeg_corpus as jc  # the image-CU tests' corpus (tests/fpga_host)
-
-    img = jc.natural_image
-    good = {
-        "cv2-420-q90-48x64": jc.encode_cv2(img(48, 64, 1), 90, "420"),
-        "cv2-444-q75-33x31": jc.encode_cv2(img(33, 31, 2), 75, "444"),
-        "cv2-422-q95-17x9": jc.encode_cv2(img(17, 9, 3), 95, "422"),
-        "cv2-440-q50-15x16": jc.encode_cv2(img(15, 16, 4), 50, "440"),
-        "cv2-gray-rst4-45x61": jc.encode_cv2(img(45, 61, 5), 80, restart=4, gray=True),
-        "cv2-420-rst1-40x40": jc.encode_cv2(img(40, 40, 6), 85, "420", 1),
-        "cv2-422-optimized-40x56": jc.encode_cv2(img(40, 56, 7), 70, "422", optimize=True),
-        "pillow-444-q100-24x24": jc.encode_pillow(img(24, 24, 8), 100, 0),
-        "cv2-444-1x1": jc.encode_cv2(img(1, 1, 9), 90, "444"),
-    }
-    base = good["cv2-420-rst1-40x40"]
-    scan_start = entropy_sim.reference_scan(base).scan_start
-    rst = base.index(b"\xff\xd2", scan_start)  # the third restart marker: out of order as RST5
-    rng = np.random.default_rng(0)
-    noise = rng.integers(0, 255, 600, dtype=np.uint8).tobytes()  # no 0xFF: no markers
-    corrupt = {
-        "truncated": good["cv2-420-q90-48x64"][: len(good["cv2-420-q90-48x64"]) * 2 // 3],
-        "restart-out-of-order": base[:rst] + b"\xff\xd5" + base[rst + 2:],
-        "random-scan": base[:scan_start] + noise + b"\xff\xd9",
-    }
-    return good | corrupt
-
-
-FILES = _files()
+FILES = scan_files.files()
 # Every file at full rate; four also with idle input and output backpressure (48/256 of cycles each).
 STALLED = ("cv2-420-q90-48x64", "cv2-gray-rst4-45x61", "cv2-420-rst1-40x40", "truncated")
 CASES = [(name, 0) for name in FILES] + [(name, 48) for name in STALLED]
@@ -93,7 +63,7 @@ def test_jpeg_entropy_decode(name, stalls, tmp_path):
     scan = entropy_sim.reference_scan(jpeg)
     assert scan.status == 0
     status, blocks, _ = entropy_sim.reference_blocks(jpeg, scan)
-    if name in ("truncated", "restart-out-of-order", "random-scan"):
+    if name in scan_files.CORRUPT_FILES:
         assert status == CORRUPT
     np.savez(tmp_path / "expected.npz", status=status, blocks=blocks)
     parameters = {"MAX_SCAN": entropy_sim.max_scan_beats(jpeg), "MAX_TABLES": entropy_sim.MAX_TABLE_WRITES,
