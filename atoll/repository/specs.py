@@ -45,6 +45,12 @@ class TensorSpec:
     datatype: str  # protocol name, e.g. FP32
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
     label_filename: str | None = None  # outputs: class labels, one per line, beside config.pbtxt
+    reshape: tuple[int, ...] | None = None  # the dims the model takes or gives, where not `dims`
+
+    @property
+    def model_dims(self) -> tuple[int, ...]:
+        """The dims (without the batch dimension) of the tensor the model itself takes or gives."""
+        return self.dims if self.reshape is None else self.reshape
 
 
 @dataclass
@@ -90,8 +96,9 @@ class ModelSpec:
         return int(self.parameters.get("atoll.max_bytes", BYTES_ROOM))
 
     def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-        """Every input of a slot row: name, dims (without the batch dimension), dtype (object: BYTES)."""
-        return [(t.name, t.dims, DTYPES[t.datatype]) for t in self.inputs]
+        """Every input of a slot row: name, dims as the model takes it (without the batch dimension),
+        dtype (object: BYTES)."""
+        return [(t.name, t.model_dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -120,6 +127,8 @@ class ModelSpec:
             out = {"name": t.name, "data_type": _type_name(t), "dims": list(t.dims)}
             if t.label_filename:
                 out["label_filename"] = t.label_filename
+            if t.reshape is not None:
+                out["reshape"] = {"shape": list(t.reshape)}
             return out | ({"optional": True} if optional else {})
 
         preprocess = self.preprocess != "none"
@@ -148,8 +157,10 @@ def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
     out = []
     for e in pbtxt.as_list(entries):
         try:
+            reshape = e.get("reshape")
             out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(int(d) for d in pbtxt.as_list(e["dims"])),
-                                  e.get("label_filename")))  # fmt: skip
+                                  e.get("label_filename"), None if reshape is None else
+                                  tuple(int(d) for d in pbtxt.as_list((reshape or {}).get("shape")))))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
     return out
@@ -205,20 +216,17 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
-                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
+        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
+                             [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], graph_tensors(files[-1]))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
-    inputs = [TensorSpec(n, d, tuple(dims)) for n, d, dims in completed.inputs]
-    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n)) for n, d, dims in completed.outputs]
+    inputs = [TensorSpec(n, d, tuple(dims), None, reshape) for n, d, dims, reshape in completed.inputs]
+    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n), reshape) for n, d, dims, reshape in completed.outputs]
     try:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
         raise RepositoryError(f"{name}: label_filename: {exc}") from None
-    unserved = [t.name for t in outputs if t.datatype == "BYTES"]
-    if unserved:
-        raise RepositoryError(f"{name}: BYTES (string) output(s) {', '.join(unserved)} are not served yet")
     if params.get("atoll.pad_dynamic", "false") not in ("true", "false"):
         raise RepositoryError(f"{name}: parameter atoll.pad_dynamic must be true or false")
     for key, default in (("atoll.max_dim", DIM_BOUND), ("atoll.max_bytes", BYTES_ROOM)):

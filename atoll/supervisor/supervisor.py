@@ -47,7 +47,7 @@ from atoll.supervisor.executor_choice import choose
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
-from atoll.supervisor.model_batching import Batching, batch_spec, plan_for, row_bytes
+from atoll.supervisor.model_batching import Batching, batch_spec, output_row_bytes, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
@@ -175,7 +175,8 @@ class Supervisor:
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         datatypes = [t.datatype for t in spec.inputs + spec.outputs]
-        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
+        variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
+        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
         log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
@@ -186,7 +187,7 @@ class Supervisor:
             described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, executor.executor,
                                                 plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
             log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
-            out_row_bytes = max(d["out_row_bytes"] for d in described.values())
+            out_row_bytes = output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
             in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
             share = self.config.server.pending_share(self._front_end_count)
