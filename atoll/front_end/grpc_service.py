@@ -27,7 +27,7 @@ from tritonclient.grpc import service_pb2 as pb
 from atoll.front_end.endpoints import Endpoints, unsupported
 from atoll.http.bodies import BodyBudget
 from atoll.http.refusal_pace import RefusalPace
-from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.protocol import (
     DTYPES,
     InferRequest,
@@ -150,6 +150,11 @@ def _tensor(t, raw_contents, regions) -> Tensor:
 
 def request_from_proto(msg: pb.ModelInferRequest, regions) -> InferRequest:
     raw_contents = iter(msg.raw_input_contents) if len(msg.raw_input_contents) else None
+    if raw_contents is not None:  # the two forms of a tensor's data are exclusive (Triton's words)
+        for t in msg.inputs:
+            if t.HasField("contents") and t.contents.ByteSize():
+                raise ProtocolError(f"contents field must not be specified when using raw_input_contents "
+                                    f"for '{t.name}' for model '{msg.model_name}'")  # fmt: skip
     inputs = [_tensor(t, raw_contents, regions) for t in msg.inputs]
     outputs = [{"name": o.name, "parameters": _parameters(o.parameters)} for o in msg.outputs]
     return InferRequest(msg.id or None, inputs, outputs, _parameters(msg.parameters))
@@ -171,7 +176,7 @@ def response_to_proto(name: str, version: str, request_id: str | None, outputs: 
 def internal_message(exc: Exception, method: str) -> str:
     """A bug's message to the client, as HTTP's: its traceback goes to the log, not to the client."""
     log.error("%s failed", method, exc_info=exc)
-    return f"internal error ({type(exc).__name__})"
+    return INTERNAL_ERROR
 
 
 def _answers(method):

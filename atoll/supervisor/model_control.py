@@ -177,7 +177,14 @@ class ModelControl:
             if request.files:  # the model's folder is the request's files alone
                 upload = Path(tempfile.mkdtemp(prefix="atoll-load-"))
                 folder = upload / name
-                await asyncio.to_thread(load_request.write_files, request.files, folder)
+                try:
+                    await asyncio.to_thread(load_request.write_files, request.files, folder)
+                except OSError as exc:  # e.g. a file name longer than the file system takes
+                    shutil.rmtree(upload, ignore_errors=True)
+                    log.error("failed to load '%s': its files cannot be written: %s", name, exc)
+                    # Triton's status and words; the file system's reason, not the server's paths
+                    raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': failed to poll from model "
+                                                       f"repository ({exc.strerror})") from None  # fmt: skip
             else:
                 folder = self.repository / name
                 try:
@@ -190,7 +197,7 @@ class ModelControl:
                                                        "repository (a folder with a config.pbtxt or a "
                                                        "<version>/model.onnx)")  # fmt: skip
             try:
-                await self._serve(name, folder, request)
+                await self._serve(name, folder, request, upload)
             except BaseException:
                 if upload is not None:
                     shutil.rmtree(upload, ignore_errors=True)
@@ -198,13 +205,18 @@ class ModelControl:
             if upload is not None:
                 self._uploads[name] = upload
 
-    async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest) -> None:
+    async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest, upload: Path | None) -> None:
+        """`upload`: the server's folder holding a load request's files, which no answer names."""
+
+        def reason(exc: BaseException) -> str:
+            return one_line(exc) if upload is None else one_line(exc).replace(f"{upload}/", "")
+
         try:
             spec, files = await asyncio.to_thread(_read, folder, request.config)
         except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
             if name not in self._served:  # else its served version goes on
-                self._state(name, "UNAVAILABLE", one_line(exc))
-            raise self._failed(name, exc) from None
+                self._state(name, "UNAVAILABLE", reason(exc))
+            raise self._failed(name, reason(exc)) from None
         signature = (files, request.key())  # files sent in a request are new files: loaded again
         served = self._served.get(name)
         if served is not None and served[1] == signature:
@@ -215,16 +227,16 @@ class ModelControl:
         try:
             await self._add(spec)
         except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
-            self._state(name, "UNAVAILABLE", one_line(exc))
-            raise self._failed(name, exc) from None
+            self._state(name, "UNAVAILABLE", reason(exc))
+            raise self._failed(name, reason(exc)) from None
         self._served[name] = (spec, signature)
         self._state(name, "READY")
         log.info("model %s version %s is ready", name, spec.version)
 
     @staticmethod
-    def _failed(name: str, exc: BaseException) -> ApiError:
+    def _failed(name: str, reason: BaseException | str) -> ApiError:
         """Triton's wording for a load that failed, logged as one line."""
-        message = f"failed to load '{name}': {one_line(exc)}"
+        message = f"failed to load '{name}': {reason if isinstance(reason, str) else one_line(reason)}"
         log.error("%s", message)
         return ApiError(ErrorCode.INVALID_ARG, message)
 

@@ -36,7 +36,7 @@ from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections, raise_open_file_limit
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes
-from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.shm_registry import RegionBook, Register, Unregister
 from atoll.observe.metrics import Metrics, share_metrics
 from atoll.repository.demo import demo_repository
@@ -286,7 +286,7 @@ class Supervisor:
             reply(writer, message, error=exc)
         except Exception as exc:  # a bug: the caller gets it, the server goes on
             log.exception("control call %r failed", message.action)
-            reply(writer, message, error=ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"))
+            reply(writer, message, error=ApiError(ErrorCode.INTERNAL, INTERNAL_ERROR))
         else:
             reply(writer, message, result)
 
