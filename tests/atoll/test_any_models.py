@@ -12,6 +12,7 @@ HTTP (JSON and binary data), gRPC and system shared memory with onnxruntime's ou
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -21,7 +22,7 @@ import pytest
 from tests.atoll import any_models
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
-from tests.atoll.user_models import reference, write
+from tests.atoll.user_models import SIMPLE_CONFIG, reference, simple, write
 
 from atoll.supervisor.server_process import ServerProcess
 
@@ -52,15 +53,19 @@ def answers(tmp_path_factory):
     root = tmp / "repo"
     for name, (graph, _) in MODELS.items():
         write(root, name, graph, None)  # no config.pbtxt: completed from the graph
+    write(root, "simple", simple(), SIMPLE_CONFIG)
     np.savez(tmp / "in.npz", **{f"{m}/{n}": a for m, (_, arrays) in MODELS.items() for n, a in arrays.items()})
     args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
-            "--executor", "numpy"]  # fmt: skip
+            "--executor", "numpy", "--model-control-mode", "explicit", "--load-model", "*"]  # fmt: skip
     with ServerProcess(args) as server:
-        subprocess.run([python, os.path.join(HERE, "user_model_calls.py"), server.url.removeprefix("http://"),
-                        server.grpc_address, str(tmp / "in.npz"), str(tmp / "out.npz")],
+        address = server.url.removeprefix("http://")
+        subprocess.run([python, os.path.join(HERE, "user_model_calls.py"), address, server.grpc_address,
+                        str(tmp / "in.npz"), str(tmp / "out.npz")],
                        check=True, timeout=PATIENCE_S, env={**os.environ, "BF16": ",".join(BF16)})  # fmt: skip
+        subprocess.run([python, os.path.join(HERE, "qa_model_calls.py"), address, server.grpc_address,
+                        str(tmp / "qa.json")], check=True, timeout=PATIENCE_S)  # fmt: skip
     assert server.proc.returncode == 0
-    return dict(np.load(tmp / "out.npz", allow_pickle=True))
+    return dict(np.load(tmp / "out.npz", allow_pickle=True)), json.loads((tmp / "qa.json").read_text())
 
 
 def _expected(model: str) -> dict[str, np.ndarray]:
@@ -86,6 +91,39 @@ def _as_bytes(array: np.ndarray) -> np.ndarray:
 def test_every_path_answers_onnxruntimes_outputs(answers, model):
     for path in PATHS if model not in BF16 else PATHS[1:]:  # tritonclient sends no BF16 in JSON
         for name, want in _expected(model).items():
-            got = _as_bytes(answers[f"{model}/{path}/{name}"])
+            got = _as_bytes(answers[0][f"{model}/{path}/{name}"])
             assert got.dtype == want.dtype and got.shape == want.shape, (path, name, got.dtype, got.shape)
             assert got.tolist() == want.tolist(), f"{model} {path} {name}"
+
+
+SUMS, DIFFERENCES = list(range(1, 17)), list(range(-1, 15))  # of 0..15 and 1s
+
+
+def test_triton_example_calls_on_its_qa_models(answers):
+    """The calls of Triton's example clients for `simple`, `simple_string`, `simple_identity` and
+    `simple_int8` (qa_model_calls.py): BYTES outputs over every path, typed gRPC contents."""
+    qa = answers[1]
+    texts = {"OUTPUT0": [str(v) for v in SUMS], "OUTPUT1": [str(v) for v in DIFFERENCES]}
+    for name in ("http string binary=False", "http string binary=True", "grpc string", "grpc byte contents"):
+        assert qa[name] == {"ok": texts}, name
+    assert qa["http identity"] == {"ok": {"OUTPUT0": ["a", "", "\u00e9t\u00e9"]}}
+    for name in ("grpc int contents", "grpc int8 contents"):
+        assert qa[name] == {"ok": {"OUTPUT0": SUMS, "OUTPUT1": DIFFERENCES}}, name
+    assert qa["shm strings read"] == {"ok": [texts["OUTPUT0"], texts["OUTPUT1"]]}  # outputs written in regions
+    assert not any("data" in out for out in qa["http shm strings"]["ok"])
+
+
+def test_protocol_edges_answer_as_triton(answers):
+    qa = answers[1]
+    assert qa["grpc raw and typed contents"] == {  # Triton's words
+        "status": "StatusCode.INVALID_ARGUMENT",
+        "message": "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'"}
+    for p in ("http", "grpc"):  # no GPU vGPUs: CUDA's registry is empty, and a registration says why not
+        assert qa[f"{p} cuda status"] == {"ok": []}
+        assert qa[f"{p} cuda unregister all"] == qa[f"{p} cuda unregister one"] == {"ok": None}
+        assert "this server has no GPU vGPUs (use system shared memory)" in qa[f"{p} cuda register"]["message"]
+        # a file name the file system refuses: Triton's status and words, no exception type or server path
+        long_name = qa[f"{p} load long file name"]
+        assert long_name["status"] == {"http": "500", "grpc": "StatusCode.INTERNAL"}[p]
+        assert long_name["message"] == "failed to load 'simple': failed to poll from model repository (File name too long)"
+        assert qa[f"{p} live after"] == qa[f"{p} simple still ready"] == {"ok": True}
