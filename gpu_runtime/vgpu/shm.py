@@ -35,10 +35,18 @@ Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, dtype, shape, byt
 STRINGS = np.dtype(object).str  # a string tensor's dtype in a layout: its elements length-prefixed
 
 
+def _element(e) -> bytes:
+    if isinstance(e, bytes):
+        return e
+    if isinstance(e, str):
+        return e.encode()
+    raise ValueError(f"a string tensor holds bytes or str, not {type(e).__name__}")
+
+
 def packed_strings(elements) -> bytes:
     """String elements (bytes, or str as UTF-8) as KServe's binary form lays them out: each a
     4-byte little-endian length, then its bytes."""
-    parts = [e if isinstance(e, bytes) else str(e).encode() for e in elements]
+    parts = [_element(e) for e in elements]
     return b"".join(len(part).to_bytes(4, "little") + part for part in parts)
 
 
@@ -54,7 +62,7 @@ def strings_at(buf, offset: int, count: int) -> list[bytes]:
 
 def _nbytes(array: np.ndarray) -> int:
     if array.dtype == object:
-        return sum(4 + len(e if isinstance(e, bytes) else str(e).encode()) for e in array.reshape(-1))
+        return sum(4 + len(_element(e)) for e in array.reshape(-1))
     return array.nbytes
 
 
