@@ -155,7 +155,9 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
-    warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
+    reshaped = {t.name: t.reshape for t in spec.inputs if t.reshape is not None and -1 not in t.reshape}
+    warmups = tuple((w.batch_size, w.count, tuple((name, reshaped.get(name, dims), kind) for name, dims, kind in w.inputs))
+                    for w in spec.warmups)  # the samples as the model takes them (a scalar for dims [1])
     return BatchSpec(first.name, tuple(first.model_dims), outputs, fields[0].dtype.name, fields,
                      spec.max_batch_size > 0, warmups, spec.pad_dynamic)  # fmt: skip
 

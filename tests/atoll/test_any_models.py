@@ -5,7 +5,8 @@ HTTP (JSON and binary data), gRPC and system shared memory with onnxruntime's ou
 
 - `heights`: valid for some heights only (neither 1 nor 1024): nothing runs at load at a bound;
 - `window`, `window_scalar`: a scalar INT64 input with an `If` on its value, sent as the completed
-  config says ([1]) and as the graph says ([]); outputs with two -1 dimensions and a scalar;
+  config says ([1]) and as the graph says ([]), the second with a config that reshapes it and warms
+  it up; outputs with two -1 dimensions and a scalar;
 - `heatmap`: a detector's [-1, 1, -1, -1] output; `simple_string`, `simple_identity`: BYTES outputs;
   `brain`: BF16 in and out; `simple_int8`.
 """
@@ -42,6 +43,15 @@ MODELS = {  # name: (graph, inputs of one request)
                                                 "INPUT1": RNG.integers(-50, 50, (2, 16)).astype(np.int8)}),
     "brain": (any_models.brain(), {"x": (RNG.normal(size=(3, 8)) * 4).astype(ml_dtypes.bfloat16).astype(np.float32)}),
 }  # fmt: skip
+CONFIGS = {  # the others have none: completed from the graph
+    "window_scalar": """max_batch_size: 0
+input [ { name: "audio" data_type: TYPE_FP32 dims: [ -1 ] },
+        { name: "size" data_type: TYPE_INT64 dims: [ 1 ] reshape: { shape: [ ] } } ]
+model_warmup [ { name: "silence" batch_size: 1
+  inputs { key: "audio" value: { data_type: TYPE_FP32 dims: [ 12 ] random_data: true } }
+  inputs { key: "size" value: { data_type: TYPE_INT64 dims: [ 1 ] zero_data: true } } } ]
+""",  # the scalar as Triton's users write it, warmed up as the model takes it
+}
 BF16 = ("brain",)
 PATHS = ("http-json", "http-binary", "grpc", "shm")
 
@@ -52,7 +62,7 @@ def answers(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("any_models")
     root = tmp / "repo"
     for name, (graph, _) in MODELS.items():
-        write(root, name, graph, None)  # no config.pbtxt: completed from the graph
+        write(root, name, graph, CONFIGS.get(name))
     write(root, "simple", simple(), SIMPLE_CONFIG)
     np.savez(tmp / "in.npz", **{f"{m}/{n}": a for m, (_, arrays) in MODELS.items() for n, a in arrays.items()})
     args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
