@@ -6,7 +6,8 @@ tensors only) and `atoll.raw_input` (that input's name; default the value of `at
 A folder without config.pbtxt, and a config without inputs, outputs or max_batch_size, is completed
 from the ONNX graph (`completion.py`); a config that contradicts the graph is refused.
 Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
-class labels beside config.pbtxt), and in `dynamic_batching` `max_queue_delay_microseconds`,
+class labels beside config.pbtxt; a tensor's `reshape`, the shape the model takes or gives: a
+scalar's `dims: [1]` as `reshape: { shape: [ ] }`), and in `dynamic_batching` `max_queue_delay_microseconds`,
 `preferred_batch_size` and `default_priority_level` (for requests that name none; level 1 runs as
 real-time work, see `atoll.front_end.rows.priority_of`).
 """
