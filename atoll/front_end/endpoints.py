@@ -149,20 +149,18 @@ class Endpoints:
         await self.supervisor.ask(UnloadModel(name))
 
     async def register(self, region: SystemRegion | CudaRegion) -> None:
-        self._check_kind(region.kind)
+        if region.kind == "cuda" and self.regions.cuda is None:
+            raise ApiError(ErrorCode.UNSUPPORTED, f"failed to register CUDA shared memory region '{region.name}': "
+                                                  "this server has no GPU vGPUs (use system shared memory)")  # fmt: skip
         await self.supervisor.ask(Register(region))
 
     async def unregister(self, kind: str, name: str | None) -> None:
-        self._check_kind(kind)
+        """Without GPU vGPUs no CUDA region is ever registered: their registry answers empty, as
+        clients that unregister every region to start clean expect."""
         await self.supervisor.ask(Unregister(kind, name or None))
 
     def region_status(self, kind: str, name: str | None) -> list[dict]:
-        self._check_kind(kind)
         return self.regions.status(kind, name or None)
-
-    def _check_kind(self, kind: str) -> None:
-        if kind == "cuda" and self.regions.cuda is None:
-            unsupported("CUDA shared memory (this server has no GPU vGPUs)")
 
     # -- inference ----------------------------------------------------------------------------------
 

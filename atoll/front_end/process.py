@@ -23,7 +23,7 @@ from atoll.front_end.rows import FrontEnd, FrontEndSetup
 from atoll.http.bodies import BodyBudget, body_budget_bytes
 from atoll.http.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
 from atoll.http.refusal_pace import RefusalPace
-from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.restricted import Restrictions
 from atoll.kserve.shm_registry import CudaIpc, Regions, Register
 from atoll.observe import native_stderr
@@ -136,7 +136,7 @@ class _Changes:
             error = exc
         except Exception as exc:  # a bug: the supervisor's caller gets it
             log.exception("change %r failed", message.change)
-            error = ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            error = ApiError(ErrorCode.INTERNAL, INTERNAL_ERROR)
         if not self.writer.is_closing():
             self.writer.write(channel.encode(Applied(message.id, error)))
 

@@ -297,8 +297,8 @@ class FrontEnd:
     def _outputs(self, spec: ModelSpec, slots: SlotAllocator, indices, layouts) -> dict[str, np.ndarray]:
         rows = [shm.views(slots.arena.output(index), layout) for index, layout in zip(indices, layouts)]
         if spec.max_batch_size == 0:  # the one row's outputs are the whole outputs, as the model made them
-            return {out.name: np.array(rows[0][out.name]) for out in spec.outputs}
-        return {out.name: pad_stack([row[out.name] for row in rows]) for out in spec.outputs}
+            return {out.name: _as_configured(out, np.array(rows[0][out.name])) for out in spec.outputs}
+        return {out.name: pad_stack([_as_configured(out, row[out.name]) for row in rows]) for out in spec.outputs}
 
     # -- the dispatcher's answers -------------------------------------------------------------------
 
@@ -326,6 +326,8 @@ def check_tensor(spec: ModelSpec, want: TensorSpec, datatype: str, shape: tuple[
         raise ProtocolError(f"input {want.name!r}: expected {want.datatype}, got {datatype}")
     batched = spec.max_batch_size > 0
     dims = tuple(shape[1:] if batched else shape)
+    if want.reshape == () and dims == ():  # a scalar sent as the model takes it, not as [1]
+        dims = (1,)
     if len(dims) != len(want.dims) or any(d != -1 and d != s for d, s in zip(want.dims, dims)):
         expected = ", ".join(map(str, ([-1] if batched else []) + list(want.dims)))
         raise ProtocolError(f"input {want.name!r}: shape {list(shape)} does not match [{expected}]")
@@ -359,6 +361,12 @@ def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.
         raise ProtocolError(f"inputs of model {spec.name!r} must have as many rows: "
                             f"{', '.join(f'{t.name} {len(p)}' for t, p in zip(spec.inputs, parts))}")  # fmt: skip
     return [list(row) for row in zip(*parts)]
+
+
+def _as_configured(out: TensorSpec, row: np.ndarray) -> np.ndarray:
+    """A row's output as the config gives it: the model's shape reshaped to `dims` where the
+    config reshapes it (a scalar as [1])."""
+    return row if out.reshape is None else row.reshape(out.dims)
 
 
 async def _settled(futures: list[asyncio.Future], slots: SlotAllocator, indices: list[int]) -> list:

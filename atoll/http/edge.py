@@ -21,7 +21,7 @@ from atoll.http.receiving import (BODY, BODY_ARRIVING, DROPPING, ENDED, HEAD, ID
                                   SIZED, STOPPED)
 from atoll.http.refusal_pace import RefusalPace
 from atoll.http.request_parser import MAX_HEAD, RequestParser
-from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.observe.throttled import Throttled
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class HttpServer:
             raise
         except Exception as exc:  # a bug: logged with its traceback, answered without one
             log.exception("%s %s failed", request.method, request.path)
-            return error(500, f"internal error ({type(exc).__name__})")
+            return error(500, INTERNAL_ERROR)
 
 
 class Connection(asyncio.BufferedProtocol):

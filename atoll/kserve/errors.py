@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from enum import Enum
 
+# What a client is told of a bug (its type, message and traceback are the server log's, never an answer's)
+INTERNAL_ERROR = "internal error (the server's log has its cause)"
+
 
 class ErrorCode(Enum):
     """(HTTP status, gRPC status code name) of each kind."""

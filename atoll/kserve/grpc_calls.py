@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from atoll.kserve.errors import INTERNAL_ERROR
+
 log = logging.getLogger(__name__)
 STREAM_UNSENT = 64  # a stream's requests read and not yet answered to the client
 
@@ -15,7 +17,7 @@ STREAM_UNSENT = 64  # a stream's requests read and not yet answered to the clien
 def internal_message(exc: Exception, method: str) -> str:
     """A bug's message to the client, as HTTP's: its traceback goes to the log, not to the client."""
     log.error("%s failed", method, exc_info=exc)
-    return f"internal error ({type(exc).__name__})"
+    return INTERNAL_ERROR
 
 
 async def stream_answers(request_iterator, one):

@@ -126,6 +126,11 @@ def _tensor(t, raw_contents, regions) -> Tensor:
 
 def request_from_proto(msg: pb.ModelInferRequest, regions) -> InferRequest:
     raw_contents = iter(msg.raw_input_contents) if len(msg.raw_input_contents) else None
+    if raw_contents is not None:  # the two forms of a tensor's data are exclusive (Triton's words)
+        for t in msg.inputs:
+            if t.HasField("contents") and t.contents.ByteSize():
+                raise ProtocolError(f"contents field must not be specified when using raw_input_contents "
+                                    f"for '{t.name}' for model '{msg.model_name}'")  # fmt: skip
     inputs = [_tensor(t, raw_contents, regions) for t in msg.inputs]
     outputs = [{"name": o.name, "parameters": proto_parameters(o.parameters)} for o in msg.outputs]
     return InferRequest(msg.id or None, inputs, outputs, proto_parameters(msg.parameters))

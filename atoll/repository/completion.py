@@ -7,7 +7,12 @@ that sets no `max_batch_size` then gets Triton's default for auto-completed mode
 full rank (they then describe whole tensors: `max_batch_size` 0). A config without inputs (or
 without outputs) gets all of the graph's; one that lists them must match the graph: every listed
 tensor in the graph, in its datatype, with its rank, each dimension equal or dynamic (-1) in the
-graph, and every graph input listed (a config may list a subset of the outputs).
+graph, and every graph input listed (a config may list a subset of the outputs). A tensor with
+`reshape` is matched by its reshape's shape, the one the model takes or gives.
+
+Scalars: a tensor with no dimensions left (rank 0, or a batched model's rank-1 `[batch]`) gets
+`dims: [1]` and `reshape: { shape: [ ] }`, as Triton's ONNX Runtime backend completes it (every
+input and output must have non-empty dims, so the protocol sees `[1]`).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ class GraphTensor:
 @dataclass(frozen=True)
 class Completed:
     max_batch_size: int
-    inputs: list  # of (name, datatype, dims without the batch dimension)
+    inputs: list  # of (name, datatype, dims without the batch dimension, reshape: the model's dims or None)
     outputs: list
 
 
@@ -76,14 +81,14 @@ def _tensor(value: onnx.ValueInfoProto) -> GraphTensor:
 
 def complete(model: str, declared_batch: int | None, inputs: list, outputs: list,
              graph: tuple[list[GraphTensor], list[GraphTensor]]) -> Completed:
-    """`inputs`/`outputs`: the config's (name, datatype, dims) entries, empty where it lists none;
-    `declared_batch`: its max_batch_size, None where it sets none."""
+    """`inputs`/`outputs`: the config's (name, datatype, dims, reshape or None) entries, empty where
+    it lists none; `declared_batch`: its max_batch_size, None where it sets none."""
     graph_in, graph_out = graph
     batchable = all(t.shape is not None and t.shape[:1] == (-1,) for t in graph_in + graph_out)
     if declared_batch is None:
         whole = inputs and all(
-            g.shape is not None and len(dims) == len(g.shape)
-            for (name, _, dims) in inputs for g in graph_in if g.name == name)  # fmt: skip
+            g.shape is not None and len(dims if reshape is None else reshape) == len(g.shape)
+            for (name, _, dims, reshape) in inputs for g in graph_in if g.name == name)  # fmt: skip
         declared_batch = DEFAULT_MAX_BATCH_SIZE if batchable and not whole else 0
     batched = declared_batch > 0
     if batched and not batchable:
@@ -104,9 +109,9 @@ def _match(model: str, what: str, declared: list, graph: list[GraphTensor], batc
         if unknown:
             raise GraphError(f"{model}: the graph does not give the shape of {', '.join(unknown)}; "
                              f"list its {what}s in config.pbtxt")  # fmt: skip
-        return [(g.name, g.datatype, dims_of(g)) for g in graph]
+        return [(g.name, g.datatype, *_scalar_as_one(dims_of(g))) for g in graph]
     by_name = {g.name: g for g in graph}
-    for name, datatype, dims in declared:
+    for name, datatype, dims, reshape in declared:
         g = by_name.get(name)
         if g is None:
             raise GraphError(f"{model}: config.pbtxt {what} '{name}' is not in the graph, whose {what}s are "
@@ -114,15 +119,21 @@ def _match(model: str, what: str, declared: list, graph: list[GraphTensor], batc
         if datatype != g.datatype:
             raise GraphError(f"{model}: {what} '{name}' is {datatype} in config.pbtxt but {g.datatype} "
                              "in the graph")  # fmt: skip
-        theirs = dims_of(g)
-        if theirs is not None and not _fits(tuple(dims), theirs):
+        theirs, ours = dims_of(g), tuple(dims if reshape is None else reshape)
+        if theirs is not None and not _fits(ours, theirs):
             where = " (after the batch dimension)" if batched else ""
-            raise GraphError(f"{model}: {what} '{name}' has dims {list(dims)} in config.pbtxt but "
+            field = "dims" if reshape is None else "reshape"
+            raise GraphError(f"{model}: {what} '{name}' has {field} {list(ours)} in config.pbtxt but "
                              f"{list(theirs)}{where} in the graph")  # fmt: skip
-    missing = [g.name for g in graph if g.name not in {name for name, _, _ in declared}]
+    missing = [g.name for g in graph if g.name not in {name for name, *_ in declared}]
     if every and missing:
         raise GraphError(f"{model}: graph {what}(s) {', '.join(missing)} not listed in config.pbtxt")
     return list(declared)
+
+
+def _scalar_as_one(dims: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """A completed tensor's dims and reshape: a scalar's dims are [1], reshaped to []."""
+    return ((1,), ()) if dims == () else (dims, None)
 
 
 def _fits(config: tuple[int, ...], graph: tuple[int, ...]) -> bool:

@@ -6,7 +6,8 @@ tensors only) and `atoll.raw_input` (that input's name; default the value of `at
 A folder without config.pbtxt, and a config without inputs, outputs or max_batch_size, is completed
 from the ONNX graph (`completion.py`); a config that contradicts the graph is refused.
 Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
-class labels beside config.pbtxt; `reshape`: the graph's dims where they differ from the request's),
+class labels beside config.pbtxt; a tensor's `reshape`: the dims the model takes or gives where they
+differ from the request's, a scalar's `dims: [1]` completed as `reshape: { shape: [ ] }`),
 `version_policy` (`versions.py`: each served version is a `ModelSpec` of its own), and in
 `dynamic_batching` (its absence too) `max_queue_delay_microseconds`, `preferred_batch_size`,
 `default_priority_level` (for requests that name none; level 1 runs as real-time work, see
@@ -49,11 +50,11 @@ class TensorSpec:
     datatype: str  # protocol name, e.g. FP32
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
     label_filename: str | None = None  # outputs: class labels, one per line, beside config.pbtxt
-    reshape: tuple[int, ...] | None = None  # the graph's dims where the config's `reshape` says they differ
+    reshape: tuple[int, ...] | None = None  # the dims the model takes or gives, where not `dims`
 
     @property
     def model_dims(self) -> tuple[int, ...]:
-        """Its dims as the graph takes or makes it (Triton's `reshape`; the request's are `dims`)."""
+        """The dims (without the batch dimension) of the tensor the model itself takes or gives."""
         return self.dims if self.reshape is None else self.reshape
 
 
@@ -108,7 +109,8 @@ class ModelSpec:
         return int(self.parameters.get("atoll.max_bytes", BYTES_ROOM))
 
     def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-        """Every input of a slot row: name, dims (without the batch dimension), dtype (object: BYTES)."""
+        """Every input of a slot row: name, dims as the model takes it (without the batch dimension),
+        dtype (object: BYTES)."""
         return [(t.name, t.model_dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
@@ -171,10 +173,9 @@ def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
     for e in pbtxt.as_list(entries):
         try:
             reshape = e.get("reshape")
-            if reshape is not None:  # `reshape: { shape: [ ] }` may come without its shape
-                reshape = tuple(int(d) for d in pbtxt.as_list((reshape or {}).get("shape")))
             out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(int(d) for d in pbtxt.as_list(e["dims"])),
-                                  e.get("label_filename"), reshape))  # fmt: skip
+                                  e.get("label_filename"), None if reshape is None else
+                                  tuple(int(d) for d in pbtxt.as_list((reshape or {}).get("shape")))))  # fmt: skip
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
         t = out[-1]
@@ -255,27 +256,17 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        completed = complete(name, declared_batch, [(t.name, t.datatype, t.model_dims) for t in declared_in],
-                             [(t.name, t.datatype, t.model_dims) for t in declared_out], graph_tensors(path))
+        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
+                             [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], graph_tensors(path))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
-    declared = {t.name: t for t in declared_in + declared_out}
-
-    def tensor(name: str, datatype: str, dims) -> TensorSpec:  # the request's dims, the graph's under reshape
-        reshape = declared[name].reshape if name in declared else None
-        return TensorSpec(name, datatype, tuple(dims) if reshape is None else declared[name].dims,
-                          label_files.get(name), reshape)  # fmt: skip
-
-    inputs = [tensor(*t) for t in completed.inputs]
-    outputs = [tensor(*t) for t in completed.outputs]
+    inputs = [TensorSpec(n, d, tuple(dims), None, reshape) for n, d, dims, reshape in completed.inputs]
+    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n), reshape) for n, d, dims, reshape in completed.outputs]
     try:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
         raise RepositoryError(f"{name}: label_filename: {exc}") from None
-    unserved = [t.name for t in outputs if t.datatype == "BYTES"]
-    if unserved:
-        raise RepositoryError(f"{name}: BYTES (string) output(s) {', '.join(unserved)} are not served yet")
     if params.get("atoll.pad_dynamic", "false") not in ("true", "false"):
         raise RepositoryError(f"{name}: parameter atoll.pad_dynamic must be true or false")
     for key, default in (("atoll.max_dim", DIM_BOUND), ("atoll.max_bytes", BYTES_ROOM)):

@@ -293,7 +293,7 @@ class Dispatcher:
             future = self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))),
                                            priority)  # fmt: skip
         except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
-            self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
+            self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
             loop.call_soon(finished)
             return
         self._in_flight += 1
@@ -307,7 +307,7 @@ class Dispatcher:
         try:
             layouts = future.result()
         except Exception as exc:  # the batch failed: every row's request gets the error
-            self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
+            self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
         else:
             self._answer(live, layouts)
             self._account(plan, vgpu, len(live), self.now() - start)

@@ -1,6 +1,7 @@
 """Which executor runs a model: the server's kernel runtime (`--executor` numpy or cupy: preemptible
-kernel programs) where it implements every operator of the graph and every tensor is floating
-point, onnxruntime otherwise. Chosen per model at load and said once in the log."""
+kernel programs) where it implements every operator the importer leaves unfolded, every tensor is
+floating point and every shape is known at load (a program is built per shape, and nothing is
+built on the request path), onnxruntime otherwise. Chosen per model at load and said once in the log."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class Choice:
     reason: str = ""  # why not the server's executor ("" when it is)
 
 
-def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str]) -> Choice:
-    """`datatypes`: those of the model's inputs and outputs."""
+def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str], variable: list[str] = ()) -> Choice:
+    """`datatypes`: those of the model's inputs and outputs; `variable`: its inputs with a -1
+    dimension whose sizes no load-time length fixes (beside the batch dimension)."""
     if server_executor not in program_executors():
         return Choice(server_executor)
     missing = missing_operators(onnx.load(str(onnx_path), load_external_data=False))
@@ -32,5 +34,8 @@ def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str]) -
         return Choice(FALLBACK, missing, f"{server_executor} lacks operator(s) {', '.join(missing)}")
     if others:
         return Choice(FALLBACK, (), f"{server_executor} computes in {'/'.join(FLOATS)}, not {', '.join(others)}")
+    if variable:
+        return Choice(FALLBACK, (), f"{server_executor} builds a program per shape at load, and input(s) "
+                                    f"{', '.join(variable)} have variable dimensions")  # fmt: skip
     return Choice(server_executor)
 

@@ -25,6 +25,7 @@ from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.config import Config
+from atoll.kserve.datatypes import DTYPES
 from atoll.repository.specs import ModelSpec
 from atoll.repository.versions import model_of
 from atoll.supervisor import lengths
@@ -169,9 +170,11 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
-    warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
+    reshaped = {t.name: t.reshape for t in spec.inputs if t.reshape is not None and -1 not in t.reshape}
+    warmups = tuple((w.batch_size, w.count, tuple((name, reshaped.get(name, dims), kind) for name, dims, kind in w.inputs))
+                    for w in spec.warmups)  # the samples as the model takes them (a scalar for dims [1])
     return BatchSpec(first.name, tuple(first.model_dims), outputs, fields[0].dtype.name, fields,
-                     spec.max_batch_size > 0, spec.dim_bound, warmups, spec.pad_dynamic)  # fmt: skip
+                     spec.max_batch_size > 0, warmups, spec.pad_dynamic)  # fmt: skip
 
 
 def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:
@@ -180,3 +183,13 @@ def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:
         frames = plan.padded_frames[-1] if plan.padded_frames else None
         return 4 * math.prod(frames if d == -1 else d for d in spec.inputs[0].dims)
     return row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)[1]
+
+
+def output_row_bytes(spec: ModelSpec, measured: int) -> int:
+    """The bytes of one slot row's outputs: as `measured` at load for a padded model (each of its
+    lengths ran); for any other also room for every output at its largest (a -1 at `atoll.max_dim`,
+    a BYTES output `atoll.max_bytes`), since nothing runs at its largest shapes at load."""
+    if spec.padded:
+        return measured
+    fields = [(t.name, t.dims, DTYPES[t.datatype]) for t in spec.outputs]
+    return max(measured, row_layout(fields, spec.dim_bound, spec.bytes_room)[1])

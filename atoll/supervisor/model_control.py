@@ -192,7 +192,14 @@ class ModelControl:
             if request.files:  # the model's folder is the request's files alone
                 upload = Path(tempfile.mkdtemp(prefix="atoll-load-"))
                 folder = upload / name
-                await asyncio.to_thread(load_request.write_files, request.files, folder)
+                try:
+                    await asyncio.to_thread(load_request.write_files, request.files, folder)
+                except OSError as exc:  # e.g. a file name longer than the file system takes
+                    shutil.rmtree(upload, ignore_errors=True)
+                    log.error("failed to load '%s': its files cannot be written: %s", name, exc)
+                    # Triton's status and words; the file system's reason, not the server's paths
+                    raise ApiError(ErrorCode.INTERNAL, f"failed to load '{name}': failed to poll from model "
+                                                       f"repository ({exc.strerror})") from None  # fmt: skip
             else:
                 folder = self.repository / name
                 try:
@@ -205,7 +212,7 @@ class ModelControl:
                                                        "repository (a folder with a config.pbtxt or a "
                                                        "<version>/model.onnx)")  # fmt: skip
             try:
-                await self._serve(name, folder, request)
+                await self._serve(name, folder, request, upload)
             except BaseException:
                 if upload is not None:
                     shutil.rmtree(upload, ignore_errors=True)
@@ -215,17 +222,22 @@ class ModelControl:
                     shutil.rmtree(old, ignore_errors=True)
                 self._uploads[name] = upload
 
-    async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest) -> None:
+    async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest, upload: Path | None) -> None:
         """Serve the versions of `name` its version_policy names: a new or changed version is
         loaded (a changed one dropped first), then versions no longer named are dropped (as Triton
         does when the policy or the files change), the others serving throughout. Where a version
-        fails, the others are still tried and nothing is dropped."""
+        fails, the others are still tried and nothing is dropped. `upload`: the server's folder
+        holding a load request's files, which no answer names."""
+
+        def reason(exc: BaseException) -> str:
+            return one_line(exc) if upload is None else one_line(exc).replace(f"{upload}/", "")
+
         try:
             specs, signatures = await asyncio.to_thread(_read, folder, request.config)
         except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
             if not self._served.get(name):  # else its served versions go on
-                self._unavailable(name, one_line(exc))
-            raise self._failed(name, exc) from None
+                self._unavailable(name, reason(exc))
+            raise self._failed(name, reason(exc)) from None
         self._states.pop(name, None)
         failures = []
         for spec in specs:
@@ -239,8 +251,8 @@ class ModelControl:
             try:
                 await self._add(spec)
             except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
-                self._state(name, spec.version, "UNAVAILABLE", one_line(exc))
-                failures.append(exc)
+                self._state(name, spec.version, "UNAVAILABLE", reason(exc))
+                failures.append(reason(exc))
                 continue
             self._served.setdefault(name, {})[spec.version] = (spec, signature)
             self._state(name, spec.version, "READY")
@@ -251,9 +263,9 @@ class ModelControl:
             await self._drop(name, version)
 
     @staticmethod
-    def _failed(name: str, exc: BaseException) -> ApiError:
+    def _failed(name: str, reason: BaseException | str) -> ApiError:
         """Triton's wording for a load that failed, logged as one line."""
-        message = f"failed to load '{name}': {one_line(exc)}"
+        message = f"failed to load '{name}': {reason if isinstance(reason, str) else one_line(reason)}"
         log.error("%s", message)
         return ApiError(ErrorCode.INVALID_ARG, message)
 

@@ -36,7 +36,7 @@ from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections, raise_open_file_limit
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes
-from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.shm_registry import RegionBook, Register, Unregister
 from atoll.observe.metrics import Metrics, share_metrics
 from atoll.repository.demo import demo_repository
@@ -47,7 +47,7 @@ from atoll.supervisor.executor_choice import choose
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
-from atoll.supervisor.model_batching import Batching, batch_spec, plan_for, row_bytes
+from atoll.supervisor.model_batching import Batching, batch_spec, output_row_bytes, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
@@ -173,7 +173,8 @@ class Supervisor:
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         datatypes = [t.datatype for t in spec.inputs + spec.outputs]
-        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
+        variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
+        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
         log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
@@ -184,7 +185,7 @@ class Supervisor:
             described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
                                                 plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
             log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
-            out_row_bytes = max(d["out_row_bytes"] for d in described.values())
+            out_row_bytes = output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
             in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
             share = self.config.server.pending_share(self._front_end_count)
@@ -284,7 +285,7 @@ class Supervisor:
             reply(writer, message, error=exc)
         except Exception as exc:  # a bug: the caller gets it, the server goes on
             log.exception("control call %r failed", message.action)
-            reply(writer, message, error=ApiError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"))
+            reply(writer, message, error=ApiError(ErrorCode.INTERNAL, INTERNAL_ERROR))
         else:
             reply(writer, message, result)
 

@@ -52,9 +52,19 @@ RESTORE_WINDOW = 4  # REEF keeps 2-4 kernels outstanding per stream
 
 
 def missing_operators(model: onnx.ModelProto) -> tuple[str, ...]:
-    """The graph's operators no lowering implements, sorted (another domain's as `domain.op`): what
-    keeps the model off the kernel runtime (it then runs on onnxruntime)."""
-    return tuple(sorted({op for node in model.graph.node if (op := _operator(node)) not in LOWERINGS}))
+    """The operators no lowering implements among those `import_model` lowers, sorted (another
+    domain's as `domain.op`): what keeps the model off the kernel runtime (it then runs on
+    onnxruntime). Nodes it folds are not counted: a Shape (every shape is static in a program) and
+    any node whose inputs are all known at import (weights, constants, shapes and what follows
+    from them alone, such as an attention mask computed from constants)."""
+    known = {init.name for init in model.graph.initializer} | {""}
+    missing = set()
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and (node.op_type == "Shape" or all(i in known for i in node.input)):
+            known.update(node.output)
+        elif (op := _operator(node)) not in LOWERINGS:
+            missing.add(op)
+    return tuple(sorted(missing))
 
 
 def _operator(node: onnx.NodeProto) -> str:

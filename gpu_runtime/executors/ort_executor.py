@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from gpu_runtime.executors.bf16_io import SUFFIX, bf16_io
 from gpu_runtime.thread_names import named_while
 
 
@@ -49,12 +50,16 @@ class OrtExecutor:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.bf16 = bf16_io(onnx_path)
         with named_while("exec-pool"):  # onnxruntime's pool threads, started here, take the name
             self.session = onnxruntime.InferenceSession(
-                str(onnx_path), sess_options=options, providers=providers or default_providers(device)
-            )
+                str(onnx_path) if self.bf16 is None else self.bf16.model, sess_options=options,
+                providers=providers or default_providers(device))  # fmt: skip
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        if self.bf16 is not None:  # the graph's own names, as callers know them
+            self.input_names = [n.removesuffix(SUFFIX) for n in self.input_names]
+            self.output_names = [n.removesuffix(SUFFIX) for n in self.output_names]
 
     @property
     def providers(self) -> list[str]:
@@ -68,4 +73,7 @@ class OrtExecutor:
         if missing:
             raise KeyError(f"missing model inputs: {', '.join(sorted(missing))}")
         feeds = {name: inputs[name] for name in self.input_names}
-        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+        if self.bf16 is None:
+            return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+        results = self.session.run([self.bf16.output_name(n) for n in self.output_names], self.bf16.feeds(feeds))
+        return {name: self.bf16.result(name, array) for name, array in zip(self.output_names, results)}

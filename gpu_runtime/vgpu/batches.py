@@ -221,10 +221,11 @@ def _largest(rows: tuple[Row, ...]) -> tuple[tuple[int, ...], ...]:
 
 
 def _trim(out: np.ndarray, dims: tuple[int, ...], share: float) -> np.ndarray:
-    """A row's output cut back along its variable dimension to the row's share of the padding."""
-    axis = variable_axis(dims) if len(dims) == out.ndim else None
-    if axis is None or share >= 1.0:
+    """A row's output cut back along its (first) variable dimension to the row's share of the
+    padding; a row that was not padded keeps its output whole, however many dimensions vary."""
+    if share >= 1.0 or len(dims) != out.ndim or -1 not in dims:
         return out
+    axis = dims.index(-1)
     keep = math.ceil(out.shape[axis] * share)
     return out[tuple(slice(0, keep) if a == axis else slice(None) for a in range(out.ndim))]
 

@@ -42,7 +42,6 @@ class BatchSpec:
     dtype: str = "float32"
     row_inputs: tuple[RowInput, ...] = ()  # given: every input of a request, batched unpadded
     batched: bool = True
-    dim_bound: int = 0  # row_inputs: the largest size a -1 dimension takes (warm-up, output room)
     # row_inputs: more warm-up runs (Triton's model_warmup): (batch size, count, ((input, dims, kind), ...)),
     # kind "zero_data" or "random_data"
     warmups: tuple[tuple[int, int, tuple[tuple[str, tuple[int, ...], str], ...]], ...] = ()

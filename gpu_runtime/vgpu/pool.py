@@ -473,7 +473,8 @@ class WorkerPool:
             case Failed(kind=kind, message=text):
                 if isinstance(request.message, Load):
                     worker.models.pop(request.message.model, None)  # don't replay a failed load
-                self._finish(worker, request, exception=WorkerError(f"{worker.state.info.id}: {kind}: {text}"))
+                # the message alone: an exception's type is no answer to give a client
+                self._finish(worker, request, exception=WorkerError(f"{worker.state.info.id}: {text or kind}"))
             case Loaded(description=description):
                 worker.state.loaded[request.message.model] = description
                 self._finish(worker, request, result=description)

@@ -16,7 +16,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from gpu_runtime.vgpu.messages import RowInput
-from gpu_runtime.vgpu.shm import ALIGN
+from gpu_runtime.vgpu.shm import ALIGN, packed_strings, strings_at
 
 HEADER = 4096  # the geometry, then the input regions from the next page
 _GEOMETRY = np.dtype([("count", "<i8"), ("in_stride", "<i8"), ("out_stride", "<i8")])
@@ -43,8 +43,7 @@ def row_layout(inputs, dim_bound: int, bytes_room: int = 0) -> tuple[tuple[RowIn
 def pack_bytes(elements, region: np.ndarray) -> None:
     """BYTES elements into a row's region (uint8) as KServe's binary form lays them out: each a
     4-byte little-endian length, then its bytes. Raises ValueError past the region's room."""
-    parts = [e if isinstance(e, bytes) else str(e).encode() for e in elements]
-    data = b"".join(len(part).to_bytes(4, "little") + part for part in parts)
+    data = packed_strings(elements)
     if len(data) > len(region):
         raise ValueError(f"{len(data)} bytes of BYTES elements exceed the row's room of {len(region)}")
     region[: len(data)] = np.frombuffer(data, np.uint8)
@@ -53,11 +52,8 @@ def pack_bytes(elements, region: np.ndarray) -> None:
 def unpack_bytes(region: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """The elements `pack_bytes` wrote, as an object array of `shape` holding str (onnxruntime's
     string tensors take UTF-8 text)."""
-    data, out, at = region.tobytes(), np.empty(math.prod(shape), object), 0
-    for i in range(len(out)):
-        n = int.from_bytes(data[at : at + 4], "little")
-        out[i] = data[at + 4 : at + 4 + n].decode("utf-8", errors="replace")
-        at += 4 + n
+    out = np.empty(math.prod(shape), object)
+    out[:] = [e.decode("utf-8", errors="replace") for e in strings_at(region, 0, len(out))]
     return out.reshape(shape)
 
 
@@ -88,8 +84,8 @@ class SlotArena:
 
     def input(self, index: int, shape: tuple[int, ...], dtype=np.float32, offset: int = 0) -> np.ndarray:
         """Slot `index`'s input region (from byte `offset`: one input of a row holding several) as an
-        array of `shape` (a view: writes land in the slot)."""
-        return self.inputs(index, 1, shape, dtype, offset)[0]
+        array of `shape` (a view: writes land in the slot, a scalar's too)."""
+        return self.inputs(index, 1, shape, dtype, offset)[0, ...]
 
     def inputs(self, first: int, n: int, shape: tuple[int, ...], dtype=np.float32, offset: int = 0) -> np.ndarray:
         """Slots `first .. first+n-1` as one (n, *shape) array; they must be packed (see `packed`)."""

@@ -5,8 +5,10 @@ pool's segments for `Run`, the front ends' slot arenas for `RunRows`, stacked by
 `batches.BatchBuilder` with one copy at most). Batches run on an engine (`SerialEngine`, or the
 REEF scheduler's `scheduler.vgpu_engine`), several in flight; one reply thread stores outputs and
 answers, so engine threads never wait on the pipe. Loads run on a loader thread of the lowest OS
-priority and build and warm every shape the model will be asked for before they are answered; a
-batch of any other shape is counted in `program_builds`, which a server treats as a bug.
+priority and build and warm every shape the model will be asked for before they are answered (on
+an executor that builds nothing per shape, such as onnxruntime, only the config's `model_warmup`
+runs, as in Triton); a batch of any other shape is counted in `program_builds`, which a server
+treats as a bug.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ class _Worker:
         sizes = tuple(description.get("batch_sizes") or ())
         out_row_bytes = 0
         warm = set()
-        for inputs in _warm_up_inputs(spec, sizes):  # every input at its own dtype and largest shape
+        for inputs in _warm_up_inputs(spec, sizes):
             outputs, _ = self.runner.warm_up(message.model, inputs)
             row = {k: v[0] if spec.batched else v for k, v in outputs.items()}
             out_row_bytes = max(out_row_bytes, shm.plan({k: np.asarray(v) for k, v in row.items()})[1])
@@ -255,15 +257,16 @@ class _Worker:
 
 
 def _warm_up_inputs(spec, sizes: tuple[int, ...]):
-    """A model with `row_inputs`: its warm-up batches, each input in its dtype (zeros, empty strings),
-    -1 dimensions at the spec's bound (the outputs' room in a slot is measured on them), at every
-    built batch size; then the config's `model_warmup` samples, each as often as it says."""
+    """A model with `row_inputs`: what runs at load. On an executor that builds a program per shape
+    (`sizes`, its batch sizes, given; the executor choice gives it models of fixed shapes only),
+    every batch size, on zeros (empty strings). Then the config's `model_warmup` samples, each as
+    often as it says, as Triton runs them. Nothing else: no shape the model did not ask for is
+    assumed valid (a -1 at its bound may not be)."""
     if not spec.row_inputs:
         return
-    for batch in (sizes or (1,)) if spec.batched else (None,):
+    for batch in ((sizes if spec.batched else (None,)) if sizes else ()):
         lead = (batch,) if batch else ()
-        yield {f.name: np.full(lead + tuple(spec.dim_bound if d == -1 else d for d in f.dims),
-                               "" if f.dtype == object else 0, f.dtype) for f in spec.row_inputs}  # fmt: skip
+        yield {f.name: np.full(lead + f.dims, "" if f.dtype == object else 0, f.dtype) for f in spec.row_inputs}
     rng = np.random.default_rng(0)
     dtypes = {f.name: f.dtype for f in spec.row_inputs}
     for batch, count, inputs in spec.warmups:

@@ -22,7 +22,7 @@ ERRORS = {
     "infer unknown output": ("400", "INVALID_ARGUMENT"), "infer bad shape": ("400", "INVALID_ARGUMENT"),
     "statistics of unloaded model": ("400", "INVALID_ARGUMENT"),
     "cuda shared memory register": ("400", "INVALID_ARGUMENT"),
-    "cuda shared memory status": ("501", "UNIMPLEMENTED"), "trace settings": ("501", "UNIMPLEMENTED"),
+    "trace settings": ("501", "UNIMPLEMENTED"),  # CUDA shared memory status: empty, with no GPU vGPUs
     "log settings": ("501", "UNIMPLEMENTED"), "shm register twice": ("400", "ALREADY_EXISTS"),
     "shm register missing key": ("500", "INTERNAL"), "shm status unknown": ("404", "NOT_FOUND"),
     "shm output too small": ("500", "INTERNAL"), "shm unknown region": ("404", "NOT_FOUND"),

@@ -4,11 +4,14 @@ IN.npz holds `<model>/<input>` arrays; for every model, every input is sent over
 binary data), gRPC and system shared memory (inputs and outputs in regions), and each answer's
 outputs are written to OUT.npz as `<model>/<path>/<output>`. Then 32 concurrent one-row HTTP requests
 to each batching model, all sent before any answer is read (`<model>` in the BATCH environment
-variable, comma-separated; those also in PADDED send lengths 1 to n of their last axis in turn)."""
+variable, comma-separated; those also in PADDED send lengths 1 to n of their last axis in turn).
+Models in BF16 (comma-separated) have their FP32 arrays sent as BF16, not in JSON, which
+tritonclient refuses for BF16; their BF16 outputs are written to OUT.npz as FP32 (exact)."""
 
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -16,10 +19,11 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 HTTP, GRPC, IN, OUT = sys.argv[1:5]
+BF16 = os.environ.get("BF16", "").split(",")
 feeds = {}
 for key, array in np.load(IN).items():
     model, name = key.split("/")
-    feeds.setdefault(model, {})[name] = array
+    feeds.setdefault(model, {})[name] = array.astype(ml_dtypes.bfloat16) if model in BF16 else array
 http = httpclient.InferenceServerClient(HTTP, concurrency=32)
 grpc = grpcclient.InferenceServerClient(GRPC)
 results = {}
@@ -40,12 +44,17 @@ def inputs(module, arrays, binary=True):
 
 def keep(model, path, result, names):
     for name in names:
-        results[f"{model}/{path}/{name}"] = result.as_numpy(name)
+        array = result.as_numpy(name)
+        results[f"{model}/{path}/{name}"] = array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array
 
 
 def via_shared_memory(model, arrays, names):
     """Inputs and outputs in system shared memory regions (outputs sized from the HTTP answer)."""
-    sizes = {name: results[f"{model}/http-json/{name}"].nbytes for name in names}
+    answers = {name: results[f"{model}/http-binary/{name}"] for name in names}
+    if model in BF16:
+        answers = {name: array.astype(ml_dtypes.bfloat16) for name, array in answers.items()}
+    sizes = {name: len(serialize_byte_tensor(a).item()) if a.dtype == object else a.nbytes
+             for name, a in answers.items()}  # fmt: skip
     handles, tensors, wanted = [], [], []
     try:
         for name, array in arrays.items():
@@ -70,8 +79,9 @@ def via_shared_memory(model, arrays, names):
             wanted.append(out)
         http.infer(model, tensors, outputs=wanted)
         for handle, name in zip(handles[len(arrays):], names):
-            like = results[f"{model}/http-json/{name}"]
-            results[f"{model}/shm/{name}"] = shm.get_contents_as_numpy(handle, like.dtype, list(like.shape)).copy()
+            like = answers[name]
+            array = shm.get_contents_as_numpy(handle, like.dtype, list(like.shape)).copy()
+            results[f"{model}/shm/{name}"] = array.astype(np.float32) if model in BF16 else array
     finally:
         http.unregister_system_shared_memory()
         for handle in handles:
@@ -81,7 +91,8 @@ def via_shared_memory(model, arrays, names):
 for model, arrays in feeds.items():
     names = [o["name"] for o in http.get_model_metadata(model)["outputs"]]
     as_json = [httpclient.InferRequestedOutput(n, binary_data=False) for n in names]
-    keep(model, "http-json", http.infer(model, inputs(httpclient, arrays, binary=False), outputs=as_json), names)
+    if model not in BF16:
+        keep(model, "http-json", http.infer(model, inputs(httpclient, arrays, binary=False), outputs=as_json), names)
     keep(model, "http-binary", http.infer(model, inputs(httpclient, arrays)), names)
     keep(model, "grpc", grpc.infer(model, inputs(grpcclient, arrays)), names)
     via_shared_memory(model, arrays, names)

@@ -11,8 +11,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from atoll.commands import model as model_cmd
+from gpu_runtime.compiler.importer import missing_operators
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
+from tests.gpu_runtime.zoo_cases import zoo_model
 
 
 def _run(argv):
@@ -71,3 +73,10 @@ def test_fp16_check_states_its_own_tolerance(repo, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["precision"] == "fp16" and report["rtol"] == model_cmd.TOLERANCES["fp16"]
     assert 1e-5 < report["outputs"]["logits"]["max_rel"] < report["rtol"]  # fp16, not fp32, error
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "squeezenet1_1", "swin_t", "conformer", "citrinet"])
+def test_every_zoo_model_is_on_the_kernel_runtime(name):
+    """Operators the importer folds (Swin-T's shifted-window mask: Equal, Where on constants) keep no
+    model off it: `atoll model check` and the server's executor choice count what is lowered."""
+    assert missing_operators(zoo_model(name)) == ()

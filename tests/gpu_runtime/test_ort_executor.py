@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime.executors.ort_executor import OrtExecutor, default_providers
+from tests.atoll.any_models import bf16_reference, brain
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +54,14 @@ def test_cpu_vgpu_uses_the_cpu_provider(gemm_model):
         "executor": "onnxruntime",
         "providers": ["CPUExecutionProvider"],
     }
+
+
+def test_bf16_inputs_and_outputs_are_the_graphs_bits(tmp_path):
+    """onnxruntime's binding takes no bfloat16 arrays; the executor's FP32 stand-ins give exactly
+    what onnxruntime computes on buffers bound as BF16 tensors."""
+    path = tmp_path / "brain.onnx"
+    onnx.save(brain(), str(path))
+    x = (np.random.default_rng(3).standard_normal((5, 8)) * 7).astype(ml_dtypes.bfloat16)
+    y = OrtExecutor(path).run({"x": x})["y"]
+    want = bf16_reference(brain(), {"x": x}, {"y": (5, 8)})["y"]
+    assert y.dtype == ml_dtypes.bfloat16 and y.view(np.uint16).tolist() == want.view(np.uint16).tolist()

@@ -28,7 +28,7 @@ FIELDS = [("ids", (-1,), np.int64), ("mask", (3,), np.bool_)]
 
 def _spec(fields, batched=True, bound=8):
     layout, _ = row_layout(fields, bound)
-    return BatchSpec(fields[0][0], fields[0][1], {"y": (-1,)}, layout[0].dtype.name, layout, batched, bound)
+    return BatchSpec(fields[0][0], fields[0][1], {"y": (-1,)}, layout[0].dtype.name, layout, batched)
 
 
 def test_row_layout_puts_each_input_at_an_aligned_offset():
@@ -81,7 +81,7 @@ def test_a_two_input_int32_model_through_the_worker_pool(tmp_path):
     path = save(graph, tmp_path / "two.onnx")
     fields = [("a", (16,), np.int32), ("b", (16,), np.int32)]
     layout, size = row_layout(fields, 1)
-    spec = BatchSpec("a", (16,), {"sum": (16,), "diff": (16,)}, "int32", layout, True, 1)
+    spec = BatchSpec("a", (16,), {"sum": (16,), "diff": (16,)}, "int32", layout, True)
     arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 4, size, 256)
     rng = np.random.default_rng(5)
     a, b = rng.integers(-50, 50, (3, 16), dtype=np.int32), rng.integers(-50, 50, (3, 16), dtype=np.int32)
@@ -115,7 +115,7 @@ def test_bytes_elements_round_trip_through_a_row_and_their_room_is_bounded():
     assert unpack_bytes(region, (3,)).tolist() == ["cat", "\u00e9mu", ""]
     with pytest.raises(ValueError, match="exceed the row's room of 64"):
         pack_bytes([b"x" * 61], region)
-    spec = BatchSpec("text", (-1,), {"y": (-1,)}, "object", fields, True, 4)
+    spec = BatchSpec("text", (-1,), {"y": (-1,)}, "object", fields, True)
     arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 2, size, 64)
     builder = BatchBuilder()
     try:
@@ -132,20 +132,22 @@ def test_bytes_elements_round_trip_through_a_row_and_their_room_is_bounded():
         arena.close()
 
 
-def test_warm_up_runs_every_input_at_its_largest_then_the_configs_samples():
-    fields, _ = row_layout([("a", (-1,), np.int32), ("t", (2,), object)], dim_bound=4, bytes_room=64)
+def test_warm_up_runs_each_built_batch_size_then_the_configs_samples_and_nothing_at_a_bound():
+    fields, _ = row_layout([("a", (3,), np.int32), ("t", (2,), object)], dim_bound=4, bytes_room=64)
     sample = (2, 3, (("a", (3,), "random_data"), ("t", (2,), "zero_data")))
-    runs = list(_warm_up_inputs(BatchSpec("a", (-1,), {}, "int32", fields, True, 4, (sample,)), (1, 2)))
+    spec = BatchSpec("a", (3,), {}, "int32", fields, True, (sample,))
+    runs = list(_warm_up_inputs(spec, (1, 2)))  # an executor with a program per batch size
     assert [{k: (v.shape, v.dtype) for k, v in run.items()} for run in runs] == (
-        [{"a": ((b, 4), np.int32), "t": ((b, 2), object)} for b in (1, 2)]
+        [{"a": ((b, 3), np.int32), "t": ((b, 2), object)} for b in (1, 2)]
         + [{"a": ((2, 3), np.int32), "t": ((2, 2), object)}] * 3)  # fmt: skip
     assert not runs[0]["a"].any() and runs[0]["t"].tolist() == [["", ""]]
     assert runs[2]["t"].tolist() == [["", ""]] * 2 and runs[2]["a"].any()  # random_data: not all zeros
+    assert len(list(_warm_up_inputs(spec, ()))) == 3  # onnxruntime: model_warmup alone, as Triton
 
 
 def test_a_model_that_allows_padding_batches_rows_of_other_lengths_and_gets_its_own_back():
     fields, size = row_layout([("ids", (-1,), np.int64), ("t", (-1,), object)], dim_bound=8, bytes_room=64)
-    spec = BatchSpec("ids", (-1,), {"y": (-1,)}, "int64", fields, True, 8, (), True)
+    spec = BatchSpec("ids", (-1,), {"y": (-1,)}, "int64", fields, True, (), True)
     arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", 2, size, 256)
     builder = BatchBuilder()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -89,3 +90,18 @@ def test_segment_cache_reuses_and_evicts():
     finally:
         cache.close()
     assert listed(prefix) == []
+
+
+def test_strings_and_bfloat16_round_trip(segment):
+    """BYTES outputs (onnxruntime's str, the protocol's bytes) are packed length-prefixed and read
+    back as bytes; BF16 keeps its dtype (its NumPy code, '<V2', would read back as raw bytes)."""
+    arrays = {"text": np.array([["cat", "\u00e9t\u00e9"], ["", "x"]], object), "raw": np.array([b"\x00\xff"], object),
+              "half": np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)}  # fmt: skip
+    layout, size = shm.plan(arrays)
+    assert size == 3 * shm.ALIGN  # 4 prefixes and 9 bytes of text, 6 bytes, 12 bytes: each aligned
+    back = shm.read(segment, shm.write(segment, arrays))
+    assert back["text"].tolist() == [[b"cat", "\u00e9t\u00e9".encode()], [b"", b"x"]] and back["text"].shape == (2, 2)
+    assert back["raw"].tolist() == [b"\x00\xff"]
+    assert back["half"].dtype == ml_dtypes.bfloat16 and back["half"].tolist() == arrays["half"].tolist()
+    with pytest.raises(ValueError, match="holds bytes or str"):
+        shm.plan({"odd": np.array([object()])})

@@ -83,3 +83,22 @@ def test_a_json_config_reads_as_config_pbtxt_does(tmp_path):
         "parameters": {"atoll.note": {"string_value": "json"}}})  # fmt: skip
     assert spec.max_batch_size == 2 and spec.inputs[0].dims == (16,) and spec.parameters == {"atoll.note": "json"}
     assert [t.name for t in spec.outputs] == ["OUTPUT0", "OUTPUT1"]
+
+
+def test_scalars_are_completed_as_tritons_onnx_runtime_backend_completes_them(tmp_path):
+    """A rank-0 tensor (or a batched model's [batch] alone): dims [1], reshape [] (every input and
+    output has dims); a config may say so itself, and is checked against the graph by its reshape."""
+    model = signature({"n": (TensorProto.INT64, []), "x": (TensorProto.FLOAT, ["len"])}, {"y": (TensorProto.INT64, [])})
+    spec = load_model(write(tmp_path, "m", model, None))
+    assert spec.max_batch_size == 0
+    assert spec.inputs[0] == TensorSpec("n", "INT64", (1,), None, ()) and spec.inputs[1].reshape is None
+    assert spec.outputs == [TensorSpec("y", "INT64", (1,), None, ())]
+    assert spec.config()["input"][0] == {"name": "n", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}}
+    assert spec.metadata()["inputs"][0] == {"name": "n", "datatype": "INT64", "shape": [1]}
+    batched = signature({"ids": (TensorProto.INT64, ["batch"])}, {"out": (TensorProto.INT64, ["batch"])})
+    assert load_model(write(tmp_path, "b", batched, None)).inputs == [TensorSpec("ids", "INT64", (1,), None, ())]
+    said = 'max_batch_size: 0\ninput [ { name: "n" data_type: TYPE_INT64 dims: [ 1 ] reshape: { shape: [ ] } },\n' \
+           '        { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]'
+    assert load_model(write(tmp_path, "said", model, said)).inputs[0].reshape == ()
+    with pytest.raises(RepositoryError, match=r"input 'n' has dims \[1\] in config.pbtxt but \[\] in the graph"):
+        load_model(write(tmp_path, "unsaid", model, said.replace(" reshape: { shape: [ ] }", "")))

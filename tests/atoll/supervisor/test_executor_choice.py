@@ -5,6 +5,9 @@ the numpy kernel runtime serving both kinds side by side."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
+from gpu_runtime.compiler.importer import missing_operators
+from onnx import TensorProto, helper
 from tests.atoll.supervisor.test_failing_models import SERVER, _post
 from tests.atoll.user_models import FP32_PAIR_CONFIG, SIMPLE_CONFIG, fp32_pair, simple, words, write
 
@@ -22,6 +25,28 @@ def test_the_kernel_runtime_where_it_can_onnxruntime_where_it_cannot(tmp_path):
     assert lookup.reason == "numpy lacks operator(s) ai.onnx.ml.CategoryMapper"
     assert choose("onnxruntime", pair, ["FP32"]).executor == "onnxruntime"  # not a kernel runtime: as set
     assert choose(None, pair, ["FP32"]).executor is None  # the pool's own
+
+
+def test_operators_the_importer_folds_are_not_counted_and_variable_shapes_go_to_onnxruntime(tmp_path):
+    # Swin-T's way: a mask computed from constants and shapes (Equal, Where) is folded at import
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["width"]),
+             helper.make_node("Equal", ["width", "one"], ["narrow"]),
+             helper.make_node("Where", ["narrow", "zero", "zero"], ["bias"]),
+             helper.make_node("Add", ["x", "bias"], ["y"]),
+             helper.make_node("Where", ["x_positive", "x", "y"], ["z"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                                           helper.make_tensor_value_info("x_positive", TensorProto.BOOL, ["b", 4])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", 4])], [zero, one])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert missing_operators(model) == ("Where",)  # the Where on a graph input stays; Equal, Shape fold
+    pair = write(tmp_path, "pair", fp32_pair(), None) / "1" / "model.onnx"
+    varying = choose("numpy", pair, ["FP32"] * 3, variable=["x"])
+    assert varying.executor == "onnxruntime"
+    assert varying.reason == "numpy builds a program per shape at load, and input(s) x have variable dimensions"
+    onnx.checker.check_model(model)
 
 
 def test_a_server_on_the_kernel_runtime_runs_what_it_cannot_on_onnxruntime(tmp_path):
