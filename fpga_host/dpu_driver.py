@@ -92,6 +92,7 @@ class Port(Protocol):
     def read(self, buf, nbytes: int) -> np.ndarray: ...  # device -> host: a uint8 view of the buffer
     def start(self, cu, args: list): ...  # a started command; args are buffers and u32 ints
     def ended(self, command) -> Ended | None: ...  # None while it runs; never blocks
+    def cycles(self, command) -> int | None: ...  # an ended command's modelled hardware cycles, if known
     def close(self) -> None: ...
 
 
@@ -179,6 +180,8 @@ class DpuDriver:
         self.timeout_s = cu_timeout_s
         self.pools: dict[str, _Pool] = {}
         self.unopened: dict[str, str] = {}  # kernel -> why its CUs could not be opened
+        self._modelled: dict[str, list[int]] = {}  # kernel -> [runs, cycles] the port modelled
+        self._modelled_lock = threading.Lock()
         for name, needed in KERNEL_ARGS.items():
             spec = manifest.kernel(name)
             spec.require(needed)
@@ -285,6 +288,12 @@ class DpuDriver:
         if not ended.ok:
             self.pools[kernel].retire(slot)
             raise CuFailure(f"{slot.name}: {ended.what}")
+        cycles = self.port.cycles(command)
+        if cycles is not None:
+            with self._modelled_lock:
+                total = self._modelled.setdefault(kernel, [0, 0])
+                total[0] += 1
+                total[1] += cycles
         return self._read(values["status"], np.uint32, (STATUS_WORDS,))
 
     def _await(self, command, deadline: float) -> Ended | None:
@@ -431,6 +440,11 @@ class DpuDriver:
         outer.set_result(DpuOutput(Status.OK, "", array, timings))
 
     # -- state and lifetime -----------------------------------------------------------------------
+
+    def modelled_cycles(self) -> dict[str, dict[str, int]]:
+        """Per kernel, the runs whose hardware cycles the port modelled (the emulation) and their sum."""
+        with self._modelled_lock:
+            return {k: {"runs": runs, "cycles": cycles} for k, (runs, cycles) in self._modelled.items()}
 
     def cu_states(self) -> dict[str, str]:
         return {name: ("failed" if name in pool.retired else "ok")

@@ -5,7 +5,8 @@ through ctypes, which releases the GIL. One worker thread per CU runs its comman
 of a device run concurrently, a CU never runs two commands at once. An "xclbin" is the manifest
 JSON; buffer objects are NumPy arrays. Every public pyxrt-class name here is one pyxrt binds
 (tests/fpga_host/test_pyxrt_surface.py); what only the emulation needs is in `CONTROL`'s functions.
-Fault injection: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) at open, or passed to `hang()`,
+Each completed image_cu run also carries the hardware cycles a card would take, from the measured
+cycle model (`fpga_host.dpu_cycles`; `cycles(run)`). Fault injection: CUs named in `ATOLL_EMU_HANG_CUS` (comma-separated) at open, or passed to `hang()`,
 complete no command while hung, so their commands stay RUNNING (`release()` aborts them).
 """
 
@@ -20,11 +21,11 @@ import uuid as _uuid
 
 import numpy as np
 
-from fpga_host import csim
+from fpga_host import csim, dpu_cycles
 from fpga_host.manifest import KernelSpec, Manifest, load_manifest
 
 _CTYPES = {"bo": ctypes.c_void_p, "u32": ctypes.c_uint32}
-CONTROL = ("load_default_library", "use_library", "hang", "release")
+CONTROL = ("load_default_library", "use_library", "hang", "release", "cycles")
 _RUNNING = 3  # ert.h's ERT_CMD_STATE_RUNNING: pyxrt returns it unnamed
 
 
@@ -63,6 +64,11 @@ def use_library(dev: "device", library: ctypes.CDLL) -> None:
 def hang(dev: "device", cus, hung: bool = True) -> None:
     """Make the named CUs complete nothing (a hung CU), or let them finish again."""
     (dev._hung.update if hung else dev._hung.difference_update)(cus)
+
+
+def cycles(r: "run") -> int | None:
+    """Modelled hardware cycles of a completed run; None for kernels the model does not cover."""
+    return r._cycles
 
 
 def release(dev: "device") -> None:
@@ -140,6 +146,7 @@ class device:
         self._hung: set[str] = {c for c in os.environ.get("ATOLL_EMU_HANG_CUS", "").split(",") if c}
         self._closed = threading.Event()  # releases hung commands so threads can exit
         self._xclbin: xclbin | None = None
+        self._cycle_model = dpu_cycles.load()
         self._cus: dict[str, _ComputeUnit] = {}
         self._lock = threading.Lock()
 
@@ -263,6 +270,8 @@ class run:
     def __init__(self, krnl: kernel):
         self._kernel = krnl
         self._args: list = [None] * len(krnl._spec.args)
+        self._bos: dict[str, bo] = {}
+        self._cycles: int | None = None
         self._state = ert_cmd_state.ERT_CMD_STATE_NEW
         self._done = threading.Event()
 
@@ -270,6 +279,7 @@ class run:
         """pyxrt binds a bo or a C `int`: anything else is a TypeError there, and here."""
         if isinstance(value, bo):
             self._args[index] = value.address()
+            self._bos[self._kernel._spec.args[index].name] = value
         elif isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < 1 << 31:
             self._args[index] = value & 0xFFFFFFFF
         else:
@@ -293,10 +303,23 @@ class run:
                 return
         try:
             cu.fn(*self._args)
+            self._cycles = self._modelled_cycles(cu.device._cycle_model)
             self._state = ert_cmd_state.ERT_CMD_STATE_COMPLETED
         except Exception:  # ctypes argument errors: the command fails like a CU error would
             self._state = ert_cmd_state.ERT_CMD_STATE_ERROR
         self._done.set()
+
+    def _modelled_cycles(self, model: dpu_cycles.CycleModel) -> int | None:
+        """What the run would take on a card: the model on its JPEG and the output size it wrote
+        (status words 2 and 3); a run that ends with an error status is its header's cost."""
+        spec = self._kernel._spec
+        if spec.name != model.kernel:
+            return None
+        length = self._args[[a.name for a in spec.args].index("jpeg_len")]
+        status = self._bos["status"].read(16).view(np.uint32)
+        out_h, out_w = (int(status[2]), int(status[3])) if status[0] == 0 else (0, 0)
+        found = model.image_cycles(bytes(self._bos["jpeg"].read(length)), out_h, out_w)
+        return round(model.coefficients["image"]) if found is None or status[0] != 0 else found
 
     def wait(self, timeout_ms: int = 0) -> ert_cmd_state:
         """XRT semantics: 0 waits forever; on timeout the state is ERT_CMD_STATE_TIMEOUT."""

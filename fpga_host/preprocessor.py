@@ -148,7 +148,8 @@ class Preprocessor:
         driver = self._driver
         return {"backend": self.backend, "parallelism": self.parallelism,
                 "cus": driver.cu_states() if driver else {},
-                "unopened": dict(driver.unopened) if driver else {}}
+                "unopened": dict(driver.unopened) if driver else {},
+                "modelled_cycles": driver.modelled_cycles() if driver else {}}
 
     # -- lifetime ---------------------------------------------------------------------------------
 

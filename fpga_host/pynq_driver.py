@@ -68,6 +68,9 @@ class PynqPort:
     def ended(self, handle) -> Ended | None:
         return Ended(True, "done") if handle.done else None
 
+    def cycles(self, handle) -> None:
+        return None
+
     def close(self) -> None:
         self._pending.put(None)
         self.overlay.free()

@@ -77,6 +77,9 @@ class XrtPort:
             return None
         return Ended(state == self._completed, state.name)
 
+    def cycles(self, run) -> int | None:
+        return emu_xrt.cycles(run) if self.xrt is emu_xrt else None  # a card's own: not reported by pyxrt
+
     def close(self) -> None:
         if self._on_close is not None:  # the emulation's worker threads; XRT has none to stop
             self._on_close()

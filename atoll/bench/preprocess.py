@@ -5,7 +5,9 @@ core, and the emulated DPU's image CUs. audio: 2.5-25 s clips through the same, 
 mel -> norm overlap (fused, one request after another, against 1+1 and 2+2 emulated CUs). Throughput
 keeps 2 x parallelism requests in flight until every unit has had at least 8 (fewer would measure
 the slowest request); latencies are submit-to-result (p50/p99); `unloaded_ms` is the median of the
-first requests, sent one at a time.
+first requests, sent one at a time. Beside the emulated DPU's image rate, `modelled_card`: what a
+card's CUs would do with the same runs, from the hardware cycles the emulated XRT models for each
+(fpga_host.dpu_cycles).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from fpga_host import dpu_cycles
 from fpga_host.backends import BACKENDS, CPU_PATH
 from fpga_host.preprocessor import Preprocessor
 from tqdm import tqdm
@@ -87,6 +90,20 @@ def measure(pre, requests: list, label: str, unloaded: int = 6) -> dict:
             "n": len(requests), "cores": cores,
             "throughput_per_core": round(len(requests) / wall / cores["preprocessing"], 3) if cores["preprocessing"] else None,
             "cpu_fallbacks": sum(r.backend != pre.backend for r in results)}
+
+
+def modelled_card(state: dict) -> dict | None:
+    """A card's image rate for the runs the emulated XRT modelled (None where it modelled none)."""
+    modelled = state.get("modelled_cycles", {}).get("image_cu")
+    if not modelled or not modelled["runs"]:
+        return None
+    model = dpu_cycles.load()
+    per_image = modelled["cycles"] / modelled["runs"]
+    cus = sum(name.startswith("image_cu") for name in state["cus"])
+    return {"runs": modelled["runs"], "cycles_per_image": round(per_image), "clock_mhz": model.clock_hz / 1e6,
+            "ms_per_image": round(model.seconds(per_image) * 1e3, 3), "cus": cus,
+            "images_per_s_per_cu": round(model.clock_hz / per_image, 1),
+            "images_per_s": round(cus * model.clock_hz / per_image, 1)}
 
 
 def configurations(modality: str, backends: list[str], cus: int | None) -> list[tuple[str, dict]]:
@@ -184,6 +201,8 @@ def run(args) -> int:
                 row.update(backend=pre.backend, parallelism=pre.parallelism)
                 if state["cus"]:
                     row["cus"] = state["cus"]
+                if card := modelled_card(state):
+                    row["modelled_card"] = card
         except Exception as exc:  # a backend this machine lacks is reported, not fatal
             row = {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         report["configs"][label] = row
@@ -209,6 +228,9 @@ def run(args) -> int:
                       f"  p99 {row['latency_ms']['p99']} ms  unloaded {row['unloaded_ms']} ms  cores used "
                       f"{row['cores']['preprocessing']} (others on the machine {row['cores']['other']})",
                       file=sys.stderr)
+                if card := row.get("modelled_card"):
+                    print(f"{'':>8}  a card (modelled): {card['images_per_s']:8.2f} /s on {card['cus']} CUs at "
+                          f"{card['clock_mhz']:g} MHz, {card['ms_per_image']} ms an image", file=sys.stderr)
         print(f"results written to {out}", file=sys.stderr)
     return 0
 

@@ -8,12 +8,17 @@ Batchers compared (same arrivals and lengths for each, drawn from --seed per rat
 - preba-eager: preba, but timed-out batches also go to busy vGPUs (short_batches_wait_for_idle=False).
 - static: fixed batch = the Batch_knee of the bucket holding the mean input length (or
   --static-batch), flushed only after --static-timeout-ms so a run's tail drains.
+
+For image models the plan also says how many DPU image CUs each offered rate needs: ceil(rate x
+one CU's time per image), that time from --dpu-image-ms or the DPU cycle model
+(hls/image/dpu_cycles.json) on an ImageNet-sized JPEG (500x375, quality 90, to 224x224).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -23,7 +28,10 @@ from batching.profile import load_profile, service_time_from
 from batching.sim import simulate
 from batching.sweep import max_rate_at_slo, parse_rates
 from batching.workload import arrival_times, input_lengths
+from fpga_host import dpu_cycles
 from tqdm import tqdm
+
+from atoll.bench.corpus import jpeg_bytes
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("simulate", help="simulate a batcher on vGPUs from a knee profile")
@@ -46,6 +54,9 @@ def register(subparsers) -> None:
     p.add_argument("--triton-delay-us", type=int, help="override triton's max_queue_delay_microseconds")
     p.add_argument("--static-batch", type=int, help="static batcher's batch size")
     p.add_argument("--static-timeout-ms", type=float, default=1000.0)
+    p.add_argument("--dpu-image-ms", type=float,
+                   help="one DPU image CU's time per image (default for image models: the DPU cycle model "
+                        "on a 500x375 JPEG)")
     p.add_argument("--plot", help="PNG of throughput vs p95 latency per batcher")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.set_defaults(func=run)
@@ -111,6 +122,8 @@ def simulate_command(args: argparse.Namespace) -> dict:
         "batchers": {name: {"params": kind.knobs(settings, args.model, args.vgpus), "runs": runs[name]}
                      for name, (kind, settings) in kinds.items()},
     }
+    if args.dpu_image_ms is not None or model.modality == "image":
+        report["dpu"] = dpu_plan(rates, args.dpu_image_ms)
     if args.sweep:
         report["slo_ms"] = args.slo_ms
         for name in names:
@@ -119,6 +132,17 @@ def simulate_command(args: argparse.Namespace) -> dict:
                 [r["rate_rps"] for r in entry["runs"]],
                 [r["latency_ms"]["p95"] for r in entry["runs"]], args.slo_ms)
     return report
+
+
+def dpu_plan(rates: list[float], image_ms: float | None) -> dict:
+    """Image CUs each offered rate needs, at one CU's time per image (given, or modelled)."""
+    source = "--dpu-image-ms"
+    if image_ms is None:
+        model = dpu_cycles.load()
+        image_ms = model.seconds(model.image_cycles(jpeg_bytes(500, 375), 224, 224)) * 1e3
+        source = f"{dpu_cycles.DEFAULT_MODEL.name} on a 500x375 JPEG to 224x224"
+    return {"image_ms": round(image_ms, 4), "source": source,
+            "cus_needed": [{"rate_rps": r, "cus": math.ceil(r * image_ms / 1e3)} for r in rates]}
 
 
 def default_rates(capacity_rps: float) -> list[float]:
@@ -150,6 +174,10 @@ def print_table(report: dict) -> None:
         if "max_rate_at_slo_rps" in entry:
             print(f"{name:11} max rate at p95 <= {report['slo_ms']:g} ms: "
                   f"{entry['max_rate_at_slo_rps']} req/s")
+    if "dpu" in report:
+        dpu = report["dpu"]
+        print(f"DPU image CU: {dpu['image_ms']:g} ms an image ({dpu['source']}); CUs needed: "
+              + ", ".join(f"{c['cus']} at {c['rate_rps']:g}/s" for c in dpu["cus_needed"]))
 
 
 def plot(report: dict, path: str) -> None:
