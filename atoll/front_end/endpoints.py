@@ -87,6 +87,11 @@ class Endpoints:
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {version} is not found")
         return spec
 
+    def decoupled(self, name: str) -> bool:
+        """Whether model `name` answers a request any number of times (a decoupled Python model)."""
+        spec = self.front_end.models.get(name)
+        return spec is not None and spec.python is not None and spec.python.decoupled
+
     def serving(self, name: str) -> bool:
         return self.ready and name in self.ready_models
 
@@ -151,12 +156,20 @@ class Endpoints:
     # -- inference ----------------------------------------------------------------------------------
 
     async def infer(self, name: str, version: str | None, decode: Callable[[], Awaitable[InferRequest]],
-                    parameters: Callable[[], Awaitable[dict]] | None = None) -> tuple[ModelSpec, InferRequest, list[Output]]:
+                    parameters: Callable[[], Awaitable[dict]] | None = None,
+                    on_response: Callable[[list[Output] | str], None] | None = None,
+                    ) -> tuple[ModelSpec, InferRequest, list[Output]]:
         """Run one request of model `name`, whose body `decode` reads; its outputs as requested.
+        A decoupled model (Python backend) answers only where `on_response` takes its responses
+        (each its outputs as requested, or an error message; the gRPC stream), and returns none.
         `parameters`, where given, reads the request's parameters alone and cheaply (HTTP: its JSON
         fields but the inputs' data): a request that admission refuses is then refused before its
         tensors are decoded, which under overload is most requests."""
         spec = self.model(name, version)
+        decoupled = spec.python is not None and spec.python.decoupled
+        if decoupled != (on_response is not None):
+            unsupported(f"model '{name}' uses the decoupled transaction policy: one answer per request" if decoupled
+                        else "several answers to a request of a model that is not decoupled")  # fmt: skip
         if not self.ready:
             raise ApiError(ErrorCode.UNAVAILABLE, "server is starting or stopping")
         counters = self.metrics.of(spec.name, spec.version)
@@ -188,8 +201,13 @@ class Endpoints:
         answered = True  # the server did the request's work (admission's rate counts it)
         try:
             deadline = time.monotonic() + self.timeout_s
-            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline), self.timeout_s)
-            answer = [self._output(spec, out, params, outputs[out]) for out, params in wanted]
+            streamed = None if on_response is None else lambda got: on_response(
+                got if isinstance(got, str) else [self._output(spec, out, params, got[out]) for out, params in wanted
+                                                  if out in got])  # fmt: skip
+            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline, streamed),
+                                             self.timeout_s)  # fmt: skip
+            answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
+                                                         for out, params in wanted]  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
             raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
         except ApiError as exc:

@@ -327,6 +327,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def one(msg):
             try:
+                if self.endpoints.decoupled(msg.model_name):
+                    return self._decoupled(msg)
                 return pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
             except ApiError as exc:
                 return stream_error(msg, exc.message)
@@ -335,6 +337,36 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async for answer in stream_answers(request_iterator, one):
             yield answer
+
+
+    async def _decoupled(self, msg: pb.ModelInferRequest):
+        """A decoupled model's request: each of its responses as it comes (an error ends them)."""
+        responses: asyncio.Queue = asyncio.Queue()
+
+        async def decode():
+            return request_from_proto(msg, self.endpoints.regions)
+
+        async def run() -> None:
+            try:
+                await self.endpoints.infer(msg.model_name, msg.model_version, decode, on_response=responses.put_nowait)
+            except ApiError as exc:
+                responses.put_nowait(exc.message)
+            except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
+                responses.put_nowait(internal_message(exc, "ModelStreamInfer"))
+            responses.put_nowait(None)
+
+        task = asyncio.create_task(run())
+        try:
+            spec = self.endpoints.front_end.models.get(msg.model_name)
+            version = spec.version if spec is not None else msg.model_version
+            while (item := await responses.get()) is not None:
+                if isinstance(item, str):
+                    yield stream_error(msg, item)
+                else:
+                    yield pb.ModelStreamInferResponse(infer_response=response_to_proto(msg.model_name, version,
+                                                                                       msg.id, item))  # fmt: skip
+        finally:
+            task.cancel()
 
 
 async def stream_answers(request_iterator, one):
@@ -346,7 +378,18 @@ async def stream_answers(request_iterator, one):
     unsent = asyncio.Semaphore(STREAM_UNSENT)
 
     async def answer(msg) -> None:
-        answers.put_nowait(await one(msg))
+        result = await one(msg)
+        if not hasattr(result, "__aiter__"):
+            answers.put_nowait(result)
+            return
+        taken = True  # several answers (a decoupled model's): each past the first takes a place too
+        async for item in result:
+            if not taken:
+                await unsent.acquire()
+            taken = False
+            answers.put_nowait(item)
+        if taken:  # none at all: its place is free
+            unsent.release()
 
     async def read() -> None:
         try:

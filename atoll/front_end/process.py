@@ -31,6 +31,7 @@ from atoll.observe.log_format import configure_logging
 from atoll.observe.metrics import Metrics
 from atoll.wire import channel
 from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
+from atoll.wire.responses import Response
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
 
@@ -157,6 +158,8 @@ async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: 
         match message:
             case Done():
                 front_end.on_done(message)
+            case Response():
+                front_end.on_response(message)
             case Health(ready_models=models):
                 endpoints.ready_models = models
                 health.set()

@@ -21,7 +21,9 @@ import numpy as np
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt
-from atoll.repository.completion import GraphError, complete, graph_tensors
+from atoll.repository.completion import Completed, GraphError, complete, graph_tensors
+from atoll.repository.python_models import (MODEL_FILE, PythonModel, PythonModelError, is_python,
+                                            read_python_model)  # fmt: skip
 from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
 
 TYPES = {
@@ -64,6 +66,7 @@ class ModelSpec:
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
+    python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
 
     @property
     def padded(self) -> bool:
@@ -171,6 +174,14 @@ def is_model_folder(directory: Path) -> bool:
     return directory.is_dir() and any(v.name.isdigit() and (v / "model.onnx").is_file() for v in directory.iterdir())
 
 
+def _python_completed(name: str, cfg: dict, declared_in: list, declared_out: list) -> Completed:
+    """A Python-backend model's tensors are its config's: there is no graph to complete them from."""
+    if not declared_in or not declared_out:
+        raise RepositoryError(f"{name}: a python-backend model's config.pbtxt must list its inputs and outputs")
+    return Completed(int(cfg.get("max_batch_size", 0)), [(t.name, t.datatype, t.dims) for t in declared_in],
+                     [(t.name, t.datatype, t.dims) for t in declared_out])  # fmt: skip
+
+
 def read_config(directory: Path) -> dict:
     """`config.pbtxt` as a dict; {} where the folder has none (everything completed from the graph)."""
     config_path = directory / "config.pbtxt"
@@ -194,10 +205,11 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
     versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
                       key=lambda p: int(p.name))  # fmt: skip
-    files = [v / cfg.get("default_model_filename", "model.onnx") for v in versions]
+    python = is_python(cfg)
+    files = [v / cfg.get("default_model_filename", MODEL_FILE if python else "model.onnx") for v in versions]
     files = [f for f in files if f.is_file()]
     if not files:
-        raise RepositoryError(f"{directory}: no <version>/model.onnx found")
+        raise RepositoryError(f"{directory}: no <version>/{MODEL_FILE if python else 'model.onnx'} found")
     params = _parameters(cfg.get("parameters"))
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
@@ -205,8 +217,11 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
-                             [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
+        if python:
+            completed = _python_completed(name, cfg, declared_in, declared_out)
+        else:
+            completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
+                                 [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
@@ -250,7 +265,15 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         default_priority_level=default_priority,
         labels=labels,
         warmups=warmups,
+        python=_python_model(name, files[-1], cfg, params) if python else None,
     )
+
+
+def _python_model(name: str, file: Path, cfg: dict, params: dict[str, str]) -> PythonModel:
+    try:
+        return read_python_model(name, file, cfg, params)
+    except PythonModelError as exc:
+        raise RepositoryError(str(exc)) from None
 
 
 def load_repository(root: str | Path) -> dict[str, ModelSpec]:

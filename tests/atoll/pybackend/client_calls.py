@@ -1,0 +1,89 @@
+"""tritonclient calls on the Python-backend models of models.py (run in the client environment by
+test_python_models.py): python client_calls.py HTTP_ADDRESS GRPC_ADDRESS; prints one JSON object of
+what came back, the test asserts on it."""
+
+import json
+import queue
+import sys
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+HTTP, GRPC = sys.argv[1:3]
+http = httpclient.InferenceServerClient(HTTP, concurrency=16)
+grpc = grpcclient.InferenceServerClient(GRPC)
+A, B = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+out = {}
+
+
+def tensors(module, arrays, batch=False):
+    made = []
+    for name, array in arrays.items():
+        t = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == object else
+                              {"float32": "FP32", "int32": "INT32"}[array.dtype.name])
+        t.set_data_from_numpy(array)
+        made.append(t)
+    return made
+
+
+def pair(result):
+    return [result.as_numpy("OUTPUT0").tolist(), result.as_numpy("OUTPUT1").tolist()]
+
+
+def error_of(call):
+    try:
+        call()
+    except InferenceServerException as exc:
+        return exc.message()
+    return None
+
+
+# add_sub, as Triton's example client calls it: HTTP, gRPC, the gRPC stream
+out["http"] = pair(http.infer("add_sub", tensors(httpclient, {"INPUT0": A, "INPUT1": B})))
+out["grpc"] = pair(grpc.infer("add_sub", tensors(grpcclient, {"INPUT0": A, "INPUT1": B})))
+answers = queue.Queue()
+grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+grpc.async_stream_infer("add_sub", tensors(grpcclient, {"INPUT0": A, "INPUT1": B}))
+result, error = answers.get(timeout=60)
+out["stream"] = pair(result) if error is None else str(error)
+
+# 16 concurrent one-row requests to a batching model with 2 instances
+rows = [np.full((1, 4), i, np.float32) for i in range(16)]
+pending = [http.async_infer("add_sub_batched", tensors(httpclient, {"INPUT0": r, "INPUT1": r})) for r in rows]
+out["batched"] = [p.get_result().as_numpy("OUTPUT0").tolist() for p in pending]
+
+# BLS: the bls model calls add_sub (exec and async_exec) and answers its outputs
+name = np.array([b"add_sub"], dtype=object)
+out["bls"] = pair(http.infer("bls", tensors(httpclient, {"MODEL_NAME": name, "INPUT0": A, "INPUT1": B})))
+out["bls_error"] = error_of(lambda: http.infer("bls", tensors(httpclient, {
+    "MODEL_NAME": np.array([b"no_such_model"], dtype=object), "INPUT0": A, "INPUT1": B})))
+
+# decoupled: several responses to one request over the gRPC stream; refused over HTTP
+grpc.async_stream_infer("repeat", tensors(grpcclient, {"IN": np.array([4, 5, 6], np.int32)}))
+out["repeat"] = []
+for _ in range(3):
+    result, error = answers.get(timeout=60)
+    out["repeat"].append([result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()] if error is None
+                         else str(error))
+grpc.async_stream_infer("add_sub", tensors(grpcclient, {"INPUT0": A, "INPUT1": B}))  # the stream serves on
+result, error = answers.get(timeout=60)
+out["after_repeat"] = pair(result) if error is None else str(error)
+grpc.stop_stream()
+out["repeat_http"] = error_of(lambda: http.infer("repeat", tensors(httpclient, {"IN": np.array([1], np.int32)})))
+
+
+# containment: raise, hang, die; each followed by a request answered by the restarted instance
+def faulty(mode):
+    return http.infer("faulty", tensors(httpclient, {"MODE": np.array([mode], np.int32)})).as_numpy("ECHO").tolist()
+
+
+out["faults"] = []
+for mode in (1, 2, 3):
+    out["faults"].append([error_of(lambda: faulty(mode)), faulty(0), pair(http.infer(
+        "add_sub", tensors(httpclient, {"INPUT0": A, "INPUT1": B})))])
+out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty")]
+stats = http.get_inference_statistics("add_sub")["model_stats"][0]
+out["add_sub_success"] = stats["inference_stats"]["success"]["count"]
+print(json.dumps(out))

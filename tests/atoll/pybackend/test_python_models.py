@@ -1,0 +1,76 @@
+"""Acceptance of issue #43 item 1: Triton's python_backend example models, written here
+(models.py), served by a real `atoll serve` and called by tritonclient over HTTP, gRPC and the gRPC
+stream: add_sub, a BLS model calling it, a decoupled model answering N responses, a batching model
+with two instances; and a model that raises, hangs or dies is contained (its request gets an error,
+its instance starts again, the other models serve on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from tests.atoll.client_env import client_python
+from tests.atoll.probes import PATIENCE_S
+from tests.atoll.pybackend.models import write_repository
+
+from atoll.supervisor.server_process import ServerProcess
+
+HERE = os.path.dirname(__file__)
+ADDED, SUBTRACTED = [0.5, 1.5, 2.5, 3.5], [-0.5, 0.5, 1.5, 2.5]
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory):
+    python = client_python()
+    root = write_repository(tmp_path_factory.mktemp("python_models") / "repo")
+    args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1"]
+    with ServerProcess(args) as server:
+        proc = subprocess.run([python, os.path.join(HERE, "client_calls.py"), server.url.removeprefix("http://"),
+                               server.grpc_address], capture_output=True, text=True, timeout=PATIENCE_S)  # fmt: skip
+    log = "\n".join(server.log)  # with what the instances said while stopping
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), log
+
+
+def test_add_sub_answers_http_grpc_and_the_stream(answers):
+    got, _ = answers
+    for path in ("http", "grpc", "stream"):
+        assert got[path] == [ADDED, SUBTRACTED], path
+
+
+def test_a_batching_model_answers_each_row(answers):
+    got, _ = answers
+    assert got["batched"] == [[[2.0 * i] * 4] for i in range(16)]
+
+
+def test_bls_calls_another_model_of_the_server(answers):
+    got, _ = answers
+    assert got["bls"] == [ADDED, SUBTRACTED]
+    assert "no_such_model" in got["bls_error"]
+
+
+def test_a_decoupled_model_answers_several_times_on_the_stream(answers):
+    got, _ = answers
+    assert got["repeat"] == [[[4], [0]], [[5], [1]], [[6], [2]]]
+    assert got["after_repeat"] == [ADDED, SUBTRACTED]
+    assert "decoupled" in got["repeat_http"]
+
+
+def test_a_model_that_raises_hangs_or_dies_is_contained(answers):
+    got, log = answers
+    (raised, *after_raise), (hung, *after_hang), (died, *after_death) = got["faults"]
+    assert "execute raised ValueError: asked to fail" in raised
+    assert "atoll.execute_timeout_s" in hung
+    assert "died (exit code 3)" in died
+    for after in (after_raise, after_hang, after_death):
+        assert after == [[0], [ADDED, SUBTRACTED]]
+    assert got["ready"] == [True] * 4
+    assert log.count("faulty: instance 0 started again") == 2  # the hang and the death
+    assert got["add_sub_success"] >= 6
+
+
+def test_finalize_runs_at_unload(answers):
+    _, log = answers
+    assert "add_sub: finalize" in log
