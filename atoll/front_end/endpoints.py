@@ -204,8 +204,9 @@ class Endpoints:
             streamed = None if on_response is None else lambda got: on_response(
                 got if isinstance(got, str) else [self._output(spec, out, params, got[out]) for out, params in wanted
                                                   if out in got])  # fmt: skip
-            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline, streamed),
-                                             self.timeout_s)  # fmt: skip
+            running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
+                       else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
+            outputs = await asyncio.wait_for(running, self.timeout_s)
             answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
                                                          for out, params in wanted]  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
