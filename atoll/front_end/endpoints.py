@@ -23,6 +23,7 @@ from gpu_runtime.priority import Priority
 
 from atoll import __version__
 from atoll.front_end.admission import Admission
+from atoll.front_end.ensembles import run_ensemble
 from atoll.front_end.media import MediaError
 from atoll.front_end.rows import RowFailed, check_tensor, priority_of
 from atoll.kserve.classification import classify
@@ -204,8 +205,11 @@ class Endpoints:
             streamed = None if on_response is None else lambda got: on_response(
                 got if isinstance(got, str) else [self._output(spec, out, params, got[out]) for out, params in wanted
                                                   if out in got])  # fmt: skip
-            running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
-                       else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
+            if spec.ensemble is not None:
+                running = run_ensemble(spec, request, self._step)
+            else:
+                running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
+                           else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
             outputs = await asyncio.wait_for(running, self.timeout_s)
             answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
                                                          for out, params in wanted]  # fmt: skip
@@ -237,6 +241,15 @@ class Endpoints:
         counters.request_us.inc((time.perf_counter() - start) * 1e6)
         counters.last_inference.set(time.time() * 1e3)
         return spec, request, answer
+
+    async def _step(self, name: str, version: str | None, request: InferRequest) -> list[Output]:
+        """One step of an ensemble: a request of its own to the step's model."""
+
+        async def decode() -> InferRequest:
+            return request
+
+        _, _, outputs = await self.infer(name, version, decode)
+        return outputs
 
     def answer_rate(self) -> float | None:
         """Requests answered a second while any were in hand, both priorities (admission's

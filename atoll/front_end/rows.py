@@ -109,8 +109,9 @@ class FrontEnd:
         slots = self.slots[spec.name] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
         self._by_arena[slots.arena.name] = slots
 
-    def add_model(self, spec: ModelSpec, arena: str) -> None:
-        self._attach(spec, arena)
+    def add_model(self, spec: ModelSpec, arena: str | None) -> None:
+        if arena is not None:  # an ensemble has none: its steps' models make its rows
+            self._attach(spec, arena)
         self.models[spec.name] = spec
 
     async def retire_model(self, name: str, timeout_s: float) -> None:

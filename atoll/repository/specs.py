@@ -22,6 +22,7 @@ from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt
 from atoll.repository.completion import Completed, GraphError, complete, graph_tensors
+from atoll.repository.ensembles import Ensemble, EnsembleError, is_ensemble, read_ensemble
 from atoll.repository.python_models import (MODEL_FILE, PythonModel, PythonModelError, is_python,
                                             read_python_model)  # fmt: skip
 from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
@@ -67,6 +68,7 @@ class ModelSpec:
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
     python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
+    ensemble: Ensemble | None = None  # an ensemble (ensembles.py): its steps run by atoll.front_end.ensembles
 
     @property
     def padded(self) -> bool:
@@ -175,9 +177,10 @@ def is_model_folder(directory: Path) -> bool:
 
 
 def _python_completed(name: str, cfg: dict, declared_in: list, declared_out: list) -> Completed:
-    """A Python-backend model's tensors are its config's: there is no graph to complete them from."""
+    """A Python-backend model's or an ensemble's tensors are its config's: there is no graph."""
     if not declared_in or not declared_out:
-        raise RepositoryError(f"{name}: a python-backend model's config.pbtxt must list its inputs and outputs")
+        raise RepositoryError(f"{name}: the config.pbtxt of a python-backend model or an ensemble must list its "
+                              "inputs and outputs")
     return Completed(int(cfg.get("max_batch_size", 0)), [(t.name, t.datatype, t.dims) for t in declared_in],
                      [(t.name, t.datatype, t.dims) for t in declared_out])  # fmt: skip
 
@@ -205,9 +208,9 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
     versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
                       key=lambda p: int(p.name))  # fmt: skip
-    python = is_python(cfg)
+    python, ensemble = is_python(cfg), is_ensemble(cfg)
     files = [v / cfg.get("default_model_filename", MODEL_FILE if python else "model.onnx") for v in versions]
-    files = [f for f in files if f.is_file()]
+    files = versions if ensemble else [f for f in files if f.is_file()]  # an ensemble's version folder is empty
     if not files:
         raise RepositoryError(f"{directory}: no <version>/{MODEL_FILE if python else 'model.onnx'} found")
     params = _parameters(cfg.get("parameters"))
@@ -217,7 +220,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        if python:
+        if python or ensemble:
             completed = _python_completed(name, cfg, declared_in, declared_out)
         else:
             completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
@@ -251,7 +254,7 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
     return ModelSpec(
         name=name,
-        version=files[-1].parent.name,
+        version=(files[-1] if ensemble else files[-1].parent).name,
         path=files[-1],
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
         max_batch_size=completed.max_batch_size,
@@ -266,7 +269,15 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         labels=labels,
         warmups=warmups,
         python=_python_model(name, files[-1], cfg, params) if python else None,
+        ensemble=_ensemble(name, cfg, inputs, outputs) if ensemble else None,
     )
+
+
+def _ensemble(name: str, cfg: dict, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> Ensemble:
+    try:
+        return read_ensemble(name, cfg, [t.name for t in inputs], [t.name for t in outputs])
+    except (EnsembleError, TypeError, ValueError) as exc:
+        raise RepositoryError(str(exc)) from None
 
 
 def _python_model(name: str, file: Path, cfg: dict, params: dict[str, str]) -> PythonModel:

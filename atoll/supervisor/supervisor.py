@@ -183,6 +183,16 @@ class Supervisor:
         that fails takes back what it did, so the models served before are served as they were."""
         if spec.name in self.models:  # model control drops a served model before loading it again
             raise ValueError(f"model {spec.name!r} is already served")
+        if spec.ensemble is not None:  # nothing to build: its steps run on their models (front_end/ensembles.py)
+            self.models[spec.name] = spec
+            try:
+                await self._channels.apply(AddModel(spec, {}))
+            except Exception:
+                del self.models[spec.name]
+                await self._channels.apply(RetireModel(spec.name))
+                raise
+            self._workers_changed()
+            return
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         undo = []  # what to take back, latest first, should a later step fail
@@ -221,6 +231,7 @@ class Supervisor:
                 except Exception:  # the load's own error is the one to report
                     log.warning("taking back the failed load of %s", spec.name, exc_info=True)
             raise
+        self._workers_changed()  # a Python model, and the ensembles it completes, are ready now
 
     async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list) -> int:
         """Build `spec` on every vGPU worker; the bytes a row's outputs take at most."""
@@ -239,7 +250,9 @@ class Supervisor:
     async def remove_model(self, name: str) -> None:
         """Retire `name` in every front end (they answer its requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
-        del self.models[name]
+        if self.models.pop(name).ensemble is not None:
+            self._workers_changed()
+            return
         self.dispatcher.remove_model(name)
         python = name in self.python.models
         await asyncio.to_thread(self.python.unload if python else self.pool.unload_model, name)
@@ -256,7 +269,9 @@ class Supervisor:
             if state.restarts > before:
                 self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - before)
             self._restarts[vgpu] = state.restarts
-        ready = frozenset(self.pool.ready_models() | self.python.ready_models())
+        ready = self.pool.ready_models() | self.python.ready_models()
+        ready = frozenset(ready | {name for name, spec in self.models.items() if spec.ensemble is not None
+                                   and all(step.model_name in ready for step in spec.ensemble.steps)})  # fmt: skip
         if ready != self._ready_models:
             self._ready_models = ready
             for front_end in self.front_ends:

@@ -18,11 +18,11 @@ A, B = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
 out = {}
 
 
-def tensors(module, arrays, batch=False):
+def tensors(module, arrays):
     made = []
     for name, array in arrays.items():
         t = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == object else
-                              {"float32": "FP32", "int32": "INT32"}[array.dtype.name])
+                              {"float32": "FP32", "int32": "INT32", "uint8": "UINT8"}[array.dtype.name])
         t.set_data_from_numpy(array)
         made.append(t)
     return made
@@ -83,7 +83,15 @@ out["faults"] = []
 for mode in (1, 2, 3):
     out["faults"].append([error_of(lambda: faulty(mode)), faulty(0), pair(http.infer(
         "add_sub", tensors(httpclient, {"INPUT0": A, "INPUT1": B})))])
-out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty")]
+# ensembles: Python pre-processing + ONNX + Python top-k, over HTTP and gRPC; a failing step named
+raw = np.stack([np.arange(16, dtype=np.uint8) * (i + 1) for i in range(2)])
+for path, module, client in (("http", httpclient, http), ("grpc", grpcclient, grpc)):
+    result = client.infer("pipeline", tensors(module, {"RAW": raw}))
+    out[f"pipeline_{path}"] = [result.as_numpy(n).tolist() for n in ("TOPK_INDICES", "TOPK_SCORES", "DOUBLED")]
+out["broken"] = error_of(lambda: http.infer("broken", tensors(httpclient, {"MODE": np.array([1], np.int32)})))
+out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["inference_stats"]["success"]["count"]
+                    for m in ("pipeline", "scale", "pair", "topk")}
+out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline")]
 stats = http.get_inference_statistics("add_sub")["model_stats"][0]
 out["add_sub_success"] = stats["inference_stats"]["success"]["count"]
 print(json.dumps(out))

@@ -1,10 +1,13 @@
 """Python-backend models as Triton's python_backend documents its examples (add_sub, a BLS model
-calling it, a decoupled model answering N responses), written here, and a faulty one for
-containment: config.pbtxt and 1/model.py each, in a repository folder."""
+calling it, a decoupled model answering N responses), written here, a faulty one for containment,
+and ensembles: Python pre-processing + an ONNX model + Python post-processing (top-k), and one
+whose step fails: config.pbtxt and 1/model.py (1/model.onnx, an empty 1/) each, in a repository."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from tests.atoll.user_models import FP32_PAIR_CONFIG, fp32_pair, write
 
 TENSORS_4 = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -115,6 +118,62 @@ class TritonPythonModel:
         return responses
 '''
 
+# Pre-processing: UINT8 pixels [16] -> FP32 in [0, 1].
+SCALE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "SCALED", pb_utils.get_input_tensor_by_name(r, "RAW").as_numpy().astype(np.float32) / 255)])
+            for r in requests]
+'''
+
+# Post-processing: the K highest scores of each row and their indices, K from the config's parameters.
+TOPK = '''
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.k = int(json.loads(args["model_config"])["parameters"]["k"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            scores = pb_utils.get_input_tensor_by_name(request, "SCORES").as_numpy()
+            best = np.argsort(-scores, axis=-1, kind="stable")[..., : self.k]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("TOPK_INDICES", best.astype(np.int32)),
+                pb_utils.Tensor("TOPK_SCORES", np.take_along_axis(scores, best, axis=-1))]))
+        return responses
+'''
+
+PIPELINE = """platform: "ensemble"
+max_batch_size: 8
+input [ { name: "RAW" data_type: TYPE_UINT8 dims: [ 16 ] } ]
+output [ { name: "TOPK_INDICES" data_type: TYPE_INT32 dims: [ 3 ] },
+         { name: "TOPK_SCORES" data_type: TYPE_FP32 dims: [ 3 ] },
+         { name: "DOUBLED" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "scale" model_version: -1 input_map { key: "RAW" value: "RAW" } output_map { key: "SCALED" value: "scaled" } },
+  { model_name: "pair" model_version: 1 input_map { key: "x" value: "scaled" }
+    output_map [ { key: "y" value: "plus_one" }, { key: "z" value: "DOUBLED" } ] },
+  { model_name: "topk" model_version: -1 input_map { key: "SCORES" value: "plus_one" }
+    output_map [ { key: "TOPK_INDICES" value: "TOPK_INDICES" }, { key: "TOPK_SCORES" value: "TOPK_SCORES" } ] }
+] }"""
+
+BROKEN = """platform: "ensemble"
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "ECHO" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "faulty" model_version: -1 input_map { key: "MODE" value: "MODE" }
+                               output_map { key: "ECHO" value: "ECHO" } } ] }"""
+
 MODELS = {
     "add_sub": ('backend: "python"' + TENSORS_4 + "instance_group [ { kind: KIND_CPU } ]", ADD_SUB),
     "add_sub_batched": ('backend: "python"\nmax_batch_size: 8\ndynamic_batching { }' + TENSORS_4
@@ -127,13 +186,24 @@ MODELS = {
     "faulty": ('backend: "python"\ninput [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
                'output [ { name: "ECHO" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
                'parameters { key: "atoll.execute_timeout_s" value { string_value: "2" } }', FAULTY),
+    "scale": ('backend: "python"\nmax_batch_size: 8\ninput [ { name: "RAW" data_type: TYPE_UINT8 dims: [ 16 ] } ]\n'
+              'output [ { name: "SCALED" data_type: TYPE_FP32 dims: [ 16 ] } ]', SCALE),
+    "topk": ('backend: "python"\nmax_batch_size: 8\ninput [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+             'output [ { name: "TOPK_INDICES" data_type: TYPE_INT32 dims: [ 3 ] }, '
+             '{ name: "TOPK_SCORES" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+             'parameters { key: "k" value { string_value: "3" } }', TOPK),
+    "pipeline": (PIPELINE, None),
+    "broken": (BROKEN, None),
 }  # fmt: skip
 
 
 def write_repository(root: Path, names=tuple(MODELS)) -> Path:
+    """The models of MODELS (an ensemble's version folder empty), and `pair` (user_models.fp32_pair)."""
     for name in names:
         config, code = MODELS[name]
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(f'name: "{name}"\n{config}\n')
-        (root / name / "1" / "model.py").write_text(code)
+        if code is not None:
+            (root / name / "1" / "model.py").write_text(code)
+    write(root, "pair", fp32_pair(), FP32_PAIR_CONFIG)
     return root

@@ -1,7 +1,7 @@
-"""Acceptance of issue #43 item 1: Triton's python_backend example models, written here
+"""Acceptance of issue #43 items 1 and 2: Triton's python_backend example models, written here
 (models.py), served by a real `atoll serve` and called by tritonclient over HTTP, gRPC and the gRPC
 stream: add_sub, a BLS model calling it, a decoupled model answering N responses, a batching model
-with two instances; and a model that raises, hangs or dies is contained (its request gets an error,
+with two instances, an ensemble of Python pre-processing + ONNX + Python top-k; and a model that raises, hangs or dies is contained (its request gets an error,
 its instance starts again, the other models serve on)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 
+import numpy as np
 import pytest
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
@@ -66,9 +67,28 @@ def test_a_model_that_raises_hangs_or_dies_is_contained(answers):
     assert "died (exit code 3)" in died
     for after in (after_raise, after_hang, after_death):
         assert after == [[0], [ADDED, SUBTRACTED]]
-    assert got["ready"] == [True] * 4
+    assert got["ready"] == [True] * 5
     assert log.count("faulty: instance 0 started again") == 2  # the hang and the death
     assert got["add_sub_success"] >= 6
+
+
+def test_an_ensemble_runs_python_onnx_python_steps(answers):
+    got, _ = answers
+    raw = np.stack([np.arange(16, dtype=np.uint8) * (i + 1) for i in range(2)])
+    scaled = raw.astype(np.float32) / 255
+    best = np.argsort(-(scaled + 1), axis=-1, kind="stable")[:, :3]
+    for path in ("http", "grpc"):
+        indices, scores, doubled = got[f"pipeline_{path}"]
+        assert indices == best.tolist(), path
+        np.testing.assert_array_equal(np.array(scores, np.float32), np.take_along_axis(scaled + 1, best, axis=-1))
+        np.testing.assert_array_equal(np.array(doubled, np.float32), scaled * 2)
+    assert "ensemble 'broken' step 0 (model 'faulty'): " in got["broken"]
+    assert "asked to fail" in got["broken"]
+
+
+def test_each_composing_model_counts_its_own_requests(answers):
+    got, _ = answers
+    assert got["composing"] == {"pipeline": 2, "scale": 2, "pair": 2, "topk": 2}
 
 
 def test_finalize_runs_at_unload(answers):
