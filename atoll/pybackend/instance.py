@@ -25,6 +25,7 @@ import threading
 import traceback
 
 import numpy as np
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row, RowInput
 from gpu_runtime.vgpu.slots import SlotArena
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 def instance_main(conn, setup: InstanceSetup) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops it (Stop, or the pipe closing)
+    name_this_thread("atoll-py")  # its stage in the CPU account of `atoll bench serve`
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {setup.model}/{setup.instance} "
                                                    "%(name)s: %(message)s")  # fmt: skip
     try:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.messages import Row
@@ -123,6 +124,7 @@ class _Instance:
         self.thread.start()
 
     def _serve(self) -> None:
+        name_this_thread("atoll-py-hop")  # its stage in the CPU account of `atoll bench serve`
         spec = self.model.spec
         while (jobs := self.model.queue.take(max(spec.max_batch_size, 1))) is not None:
             if not self.live and not self._restart():
