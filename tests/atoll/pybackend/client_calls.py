@@ -94,4 +94,5 @@ out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["infer
 out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline")]
 stats = http.get_inference_statistics("add_sub")["model_stats"][0]
 out["add_sub_success"] = stats["inference_stats"]["success"]["count"]
+out["index"] = {entry["name"]: entry for entry in http.get_model_repository_index()}
 print(json.dumps(out))

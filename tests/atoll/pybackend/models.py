@@ -192,6 +192,8 @@ MODELS = {
              'output [ { name: "TOPK_INDICES" data_type: TYPE_INT32 dims: [ 3 ] }, '
              '{ name: "TOPK_SCORES" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
              'parameters { key: "k" value { string_value: "3" } }', TOPK),
+    "no_init": ('backend: "python"' + TENSORS_4, ADD_SUB.replace("    def initialize(self, args):\n",
+                                                                 "    def initialize(self, args):\n        1 / 0\n")),
     "pipeline": (PIPELINE, None),
     "broken": (BROKEN, None),
 }  # fmt: skip

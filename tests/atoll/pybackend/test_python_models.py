@@ -26,7 +26,8 @@ ADDED, SUBTRACTED = [0.5, 1.5, 2.5, 3.5], [-0.5, 0.5, 1.5, 2.5]
 def answers(tmp_path_factory):
     python = client_python()
     root = write_repository(tmp_path_factory.mktemp("python_models") / "repo")
-    args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1"]
+    args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
+            "--exit-on-error", "false"]  # model no_init does not load
     with ServerProcess(args) as server:
         proc = subprocess.run([python, os.path.join(HERE, "client_calls.py"), server.url.removeprefix("http://"),
                                server.grpc_address], capture_output=True, text=True, timeout=PATIENCE_S)  # fmt: skip
@@ -89,6 +90,14 @@ def test_an_ensemble_runs_python_onnx_python_steps(answers):
 def test_each_composing_model_counts_its_own_requests(answers):
     got, _ = answers
     assert got["composing"] == {"pipeline": 2, "scale": 2, "pair": 2, "topk": 2}
+
+
+def test_a_model_whose_initialize_raises_does_not_load(answers):
+    got, _ = answers
+    entry = got["index"]["no_init"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert "ZeroDivisionError: division by zero" in entry["reason"]
+    assert got["index"]["add_sub"]["state"] == "READY"
 
 
 def test_finalize_runs_at_unload(answers):
