@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
-import json
 import logging
 import math
 import os

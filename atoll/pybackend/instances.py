@@ -31,8 +31,7 @@ from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.kserve.datatypes import DTYPES
 from atoll.pybackend.instance import instance_main
-from atoll.pybackend.messages import (Execute, Executed, InstanceSetup, StartFailed, Started, Stop,
-                                      Streamed)  # fmt: skip
+from atoll.pybackend.messages import Execute, Executed, InstanceSetup, StartFailed, Stop, Streamed
 from atoll.repository.specs import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -49,10 +48,12 @@ class _Job:
     rows: tuple[Row, ...]
     future: Future
     on_stream: Callable[[Streamed], None] | None  # a decoupled model's responses, as they come
+    deadline: float  # time.monotonic() after which nobody waits for its answer
 
 
 class _Queue:
-    """A model's waiting requests; `take` hands an instance the oldest and those that fit behind it."""
+    """A model's waiting requests; `take` hands an instance the oldest and those that fit behind it,
+    answering those whose deadline passed meanwhile unexecuted."""
 
     def __init__(self):
         self._jobs: deque[_Job] = deque()
@@ -68,16 +69,24 @@ class _Queue:
 
     def take(self, max_rows: int) -> list[_Job] | None:
         """The next call's requests (at most `max_rows` rows, at least one request); None once closed."""
+        jobs, rows, expired = [], 0, []
         with self._ready:
-            while not self._jobs and not self._closed:
-                self._ready.wait()
-            if self._closed:
-                return None
-            jobs = [self._jobs.popleft()]
-            rows = len(jobs[0].rows)
-            while self._jobs and rows + len(self._jobs[0].rows) <= max_rows:
-                rows += len(self._jobs[0].rows)
-                jobs.append(self._jobs.popleft())
+            while not jobs:
+                while not self._jobs and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                while self._jobs and (not jobs or rows + len(self._jobs[0].rows) <= max_rows):
+                    job = self._jobs.popleft()
+                    if job.deadline <= now:
+                        expired.append(job)
+                        continue
+                    jobs.append(job)
+                    rows += len(job.rows)
+                for job in expired:
+                    job.future.set_exception(InstanceError("its deadline passed before an instance took it"))
+                expired.clear()
             return jobs
 
     def close(self) -> list[_Job]:
@@ -303,13 +312,14 @@ class PythonModels:
         return {name for name, model in self.models.items() if model.ready}
 
     def submit_rows(self, vgpu_id: str, model: str, rows: tuple[Row, ...], length: int | None = None,
-                    priority=None, on_stream: Callable[[Streamed], None] | None = None) -> Future:
+                    priority=None, on_stream: Callable[[Streamed], None] | None = None,
+                    deadline: float = float("inf")) -> Future:
         """One request's rows (the vGPU pool's call; `vgpu_id`, `length` and `priority` unused: a
         Python model's instances take requests in order). `on_stream` receives a decoupled model's
-        responses (on an instance's thread)."""
+        responses (on an instance's thread); `deadline` (time.monotonic()) drops it unexecuted."""
         future: Future = Future()
         target = self.models.get(model)
         if target is None:
             raise InstanceError(f"no Python-backend model {model!r}")
-        target.queue.put(_Job(rows, future, on_stream))
+        target.queue.put(_Job(rows, future, on_stream, deadline))
         return future

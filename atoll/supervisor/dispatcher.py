@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from batching import Item, ModelSettings, RtPlacement
 from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
 
 from atoll.supervisor import lengths
@@ -245,10 +246,9 @@ class Dispatcher:
         m, labels = self.metrics, (plan.name, plan.version)
         m.queue_us.labels(*labels).inc(sum(start - t.arrival for t in live) * 1e6)
         m.batch_size.labels(plan.name, bucket, vgpu).observe(len(live))
-        rows = tuple(t.row for t in live)
         loop = asyncio.get_running_loop()
         try:
-            future = self._submit(plan, vgpu, priority, rows, live[0].link)
+            future = self._submit(plan, vgpu, priority, live)
         except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
             self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
             loop.call_soon(finished)
@@ -260,15 +260,25 @@ class Dispatcher:
     def _is_python(self, plan: ModelPlan) -> bool:
         return self.python is not None and plan.name in self.python.models
 
-    def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, rows: tuple[Row, ...], link: FrontEndLink):
+    def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, live: list[_Ticket]):
+        rows = tuple(t.row for t in live)
         if not self._is_python(plan):
             return self.pool.submit_rows(vgpu, plan.name, rows, plan.pad_to(max(map(plan.frames, rows))), priority)
-        loop = asyncio.get_running_loop()
+        loop, link = asyncio.get_running_loop(), live[0].link  # a Python model's batch is one request
 
         def on_stream(s) -> None:  # a decoupled model's response, on its instance's thread
-            loop.call_soon_threadsafe(link.send, Response(rows[0], s.segment, s.layout, s.final, s.error))
+            loop.call_soon_threadsafe(self._stream, link, Response(rows[0], s.segment, s.layout, s.final, s.error))
 
-        return self.python.submit_rows(vgpu, plan.name, rows, on_stream=on_stream)
+        return self.python.submit_rows(vgpu, plan.name, rows, on_stream=on_stream,
+                                       deadline=min(t.deadline for t in live))  # fmt: skip
+
+    @staticmethod
+    def _stream(link: FrontEndLink, response: Response) -> None:
+        if link.writer.is_closing():  # its front end is gone: nobody will read the segment
+            if response.segment is not None:
+                shm.unlink(response.segment)
+            return
+        link.send(response)
 
     def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
         self._in_flight -= 1
