@@ -231,7 +231,8 @@ class Supervisor:
                 except Exception:  # the load's own error is the one to report
                     log.warning("taking back the failed load of %s", spec.name, exc_info=True)
             raise
-        self._workers_changed()  # a Python model, and the ensembles it completes, are ready now
+        if spec.python is not None:  # ready now, and the ensembles it completes (the vGPU pool says so itself)
+            self._workers_changed()
 
     async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list) -> int:
         """Build `spec` on every vGPU worker; the bytes a row's outputs take at most."""
@@ -254,7 +255,7 @@ class Supervisor:
             self._workers_changed()
             return
         self.dispatcher.remove_model(name)
-        python = name in self.python.models
+        python = self.python is not None and name in self.python.models
         await asyncio.to_thread(self.python.unload if python else self.pool.unload_model, name)
         for arena in self._arenas.pop(name):
             arena.close()
