@@ -2,12 +2,14 @@
 test_python_models.py): python client_calls.py HTTP_ADDRESS GRPC_ADDRESS; prints one JSON object of
 what came back, the test asserts on it."""
 
+import asyncio
 import json
 import queue
 import sys
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -71,6 +73,28 @@ grpc.async_stream_infer("add_sub", tensors(grpcclient, {"INPUT0": A, "INPUT1": B
 result, error = answers.get(timeout=60)
 out["after_repeat"] = pair(result) if error is None else str(error)
 grpc.stop_stream()
+
+
+async def repeat_async():
+    """The decoupled model over tritonclient's asyncio gRPC stream, two requests on it."""
+    client = grpcaio.InferenceServerClient(GRPC)
+
+    async def requests():
+        for values in ([7, 8], [9]):
+            yield {"model_name": "repeat", "inputs": tensors(grpcclient, {"IN": np.array(values, np.int32)}),
+                   "request_id": str(values[0])}
+
+    got = []
+    async for result, error in client.stream_infer(requests()):
+        got.append(str(error) if error is not None else
+                   [result.get_response().id, result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()])
+        if len(got) == 3:
+            break
+    await client.close()
+    return sorted(got)
+
+
+out["repeat_aio"] = asyncio.run(repeat_async())
 out["repeat_http"] = error_of(lambda: http.infer("repeat", tensors(httpclient, {"IN": np.array([1], np.int32)})))
 
 

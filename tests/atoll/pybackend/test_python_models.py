@@ -57,6 +57,7 @@ def test_a_decoupled_model_answers_several_times_on_the_stream(answers):
     got, _ = answers
     assert got["repeat"] == [[[4], [0]], [[5], [1]], [[6], [2]]]
     assert got["after_repeat"] == [ADDED, SUBTRACTED]
+    assert got["repeat_aio"] == [["7", [7], [0]], ["7", [8], [1]], ["9", [9], [0]]]  # each answer names its request
     assert "decoupled" in got["repeat_http"]
 
 
