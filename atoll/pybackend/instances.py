@@ -195,6 +195,7 @@ class _Instance:
                 log.error("%s: instance %d did not start again: %s", self.model.spec.name, self.setup.instance, exc)
                 continue
             log.info("%s: instance %d started again", self.model.spec.name, self.setup.instance)
+            self.model.restarted()
             self.model.changed()
             return True
         return False
@@ -226,12 +227,12 @@ class _Instance:
 
 
 class _Model:
-    def __init__(self, spec: ModelSpec, on_change: Callable[[], None]):
+    def __init__(self, spec: ModelSpec, on_change: Callable[[], None], on_restart: Callable[[], None]):
         self.spec = spec
         self.queue = _Queue()
         self.instances: list[_Instance] = []
         self.closed = False
-        self.changed = on_change
+        self.changed, self.restarted = on_change, on_restart
 
     @property
     def ready(self) -> bool:
@@ -248,6 +249,12 @@ class PythonModels:
         self._ctx = multiprocessing.get_context("spawn")
         self._prefix = shm.segment_prefix()
         self._loads = itertools.count()
+        self.restarts = 0  # instances started again after a hang or a death, every model's
+        self._restarts_lock = threading.Lock()
+
+    def _restarted(self) -> None:
+        with self._restarts_lock:
+            self.restarts += 1
 
     @staticmethod
     def out_row_bytes(spec: ModelSpec) -> int:
@@ -263,7 +270,7 @@ class PythonModels:
         config = spec.config() | {"backend": "python", "model_transaction_policy": {"decoupled": spec.python.decoupled},
                                   "instance_group": [{"count": spec.python.instances, "kind": "KIND_CPU"}]}  # fmt: skip
         fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
-        model = _Model(spec, self._on_change)
+        model = _Model(spec, self._on_change, self._restarted)
         load = next(self._loads)
         for index in range(spec.python.instances):
             setup = InstanceSetup(spec.name, spec.version, str(spec.python.file), index, json.dumps(config), fields,

@@ -96,6 +96,7 @@ class Supervisor:
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
+        self._python_restarts = 0  # Python models' instance restarts counted so far
         self._front_end_count = 0
         self._batching: Batching | None = None
         self._channels = FrontEnds()
@@ -153,7 +154,7 @@ class Supervisor:
                                    on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
-        for kind in ("vgpu", "front_end"):
+        for kind in ("vgpu", "front_end", "python"):
             self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
                                      python=self.python)  # fmt: skip
@@ -270,6 +271,9 @@ class Supervisor:
             if state.restarts > before:
                 self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - before)
             self._restarts[vgpu] = state.restarts
+        if self.python.restarts > self._python_restarts:  # Python models' instances (atoll/pybackend)
+            self.metrics.worker_restarts.labels("python").inc(self.python.restarts - self._python_restarts)
+            self._python_restarts = self.python.restarts
         ready = self.pool.ready_models() | self.python.ready_models()
         ready = frozenset(ready | {name for name, spec in self.models.items() if spec.ensemble is not None
                                    and all(step.model_name in ready for step in spec.ensemble.steps)})  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 
 import numpy as np
 import pytest
@@ -31,9 +32,11 @@ def answers(tmp_path_factory):
     with ServerProcess(args) as server:
         proc = subprocess.run([python, os.path.join(HERE, "client_calls.py"), server.url.removeprefix("http://"),
                                server.grpc_address], capture_output=True, text=True, timeout=PATIENCE_S)  # fmt: skip
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
+            metrics = r.read().decode()
     log = "\n".join(server.log)  # with what the instances said while stopping
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout), log
+    return json.loads(proc.stdout) | {"metrics": metrics}, log
 
 
 def test_add_sub_answers_http_grpc_and_the_stream(answers):
@@ -71,6 +74,7 @@ def test_a_model_that_raises_hangs_or_dies_is_contained(answers):
         assert after == [[0], [ADDED, SUBTRACTED]]
     assert got["ready"] == [True] * 5
     assert log.count("faulty: instance 0 started again") == 2  # the hang and the death
+    assert 'atoll_worker_restarts_total{kind="python"} 2.0' in got["metrics"]
     assert got["add_sub_success"] >= 6
 
 
