@@ -1,6 +1,6 @@
 """tritonclient calls on the Python-backend models of models.py (run in the client environment by
-test_python_models.py): python client_calls.py HTTP_ADDRESS GRPC_ADDRESS; prints one JSON object of
-what came back, the test asserts on it."""
+test_python_models.py): python client_calls.py HTTP_ADDRESS GRPC_ADDRESS JPEG OUT.npy; prints one
+JSON object of what came back, the test asserts on it (OUT.npy: a media model's answer to JPEG)."""
 
 import asyncio
 import json
@@ -13,7 +13,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-HTTP, GRPC = sys.argv[1:3]
+HTTP, GRPC, JPEG, IMAGE_OUT = sys.argv[1:5]
 http = httpclient.InferenceServerClient(HTTP, concurrency=16)
 grpc = grpcclient.InferenceServerClient(GRPC)
 A, B = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
@@ -115,8 +115,11 @@ for path, module, client in (("http", httpclient, http), ("grpc", grpcclient, gr
 out["broken"] = error_of(lambda: http.infer("broken", tensors(httpclient, {"MODE": np.array([1], np.int32)})))
 out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["inference_stats"]["success"]["count"]
                     for m in ("pipeline", "scale", "pair", "topk")}
-out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline")]
+out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline", "ident_image")]
 stats = http.get_inference_statistics("add_sub")["model_stats"][0]
 out["add_sub_success"] = stats["inference_stats"]["success"]["count"]
+# a Python model taking a JPEG: its execute sees the tensor the DPU or the CPU path made
+jpeg = np.array([[open(JPEG, "rb").read()]], dtype=object)
+np.save(IMAGE_OUT, http.infer("ident_image", tensors(httpclient, {"image": jpeg})).as_numpy("output"))
 out["index"] = {entry["name"]: entry for entry in http.get_model_repository_index()}
 print(json.dumps(out))

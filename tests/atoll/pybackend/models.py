@@ -118,6 +118,16 @@ class TritonPythonModel:
         return responses
 '''
 
+# A media model's input as the DPU or the CPU path made it, answered back.
+IDENTITY = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("output", r.inputs()[0].as_numpy())]) for r in requests]
+'''
+
 # Pre-processing: UINT8 pixels [16] -> FP32 in [0, 1].
 SCALE = '''
 import numpy as np
@@ -192,6 +202,10 @@ MODELS = {
              'output [ { name: "TOPK_INDICES" data_type: TYPE_INT32 dims: [ 3 ] }, '
              '{ name: "TOPK_SCORES" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
              'parameters { key: "k" value { string_value: "3" } }', TOPK),
+    "ident_image": ('backend: "python"\nmax_batch_size: 4\n'
+                    'input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]\n'
+                    'output [ { name: "output" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]\n'
+                    'parameters { key: "atoll.preprocess" value { string_value: "image" } }', IDENTITY),
     "no_init": ('backend: "python"' + TENSORS_4, ADD_SUB.replace("    def initialize(self, args):\n",
                                                                  "    def initialize(self, args):\n        1 / 0\n")),
     "pipeline": (PIPELINE, None),

@@ -13,10 +13,12 @@ import urllib.request
 
 import numpy as np
 import pytest
+from fpga_host import cpu_backend
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
 from tests.atoll.pybackend.models import write_repository
 
+from atoll.bench.corpus import jpeg_bytes
 from atoll.supervisor.server_process import ServerProcess
 
 HERE = os.path.dirname(__file__)
@@ -26,17 +28,21 @@ ADDED, SUBTRACTED = [0.5, 1.5, 2.5, 3.5], [-0.5, 0.5, 1.5, 2.5]
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory):
     python = client_python()
-    root = write_repository(tmp_path_factory.mktemp("python_models") / "repo")
+    tmp = tmp_path_factory.mktemp("python_models")
+    root = write_repository(tmp / "repo")
+    (tmp / "in.jpg").write_bytes(jpeg_bytes(320, 240, seed=43))
     args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
             "--exit-on-error", "false"]  # model no_init does not load
     with ServerProcess(args) as server:
         proc = subprocess.run([python, os.path.join(HERE, "client_calls.py"), server.url.removeprefix("http://"),
-                               server.grpc_address], capture_output=True, text=True, timeout=PATIENCE_S)  # fmt: skip
+                               server.grpc_address, str(tmp / "in.jpg"), str(tmp / "image.npy")],
+                              capture_output=True, text=True, timeout=PATIENCE_S)  # fmt: skip
         with urllib.request.urlopen(f"{server.url}/metrics", timeout=PATIENCE_S) as r:
             metrics = r.read().decode()
     log = "\n".join(server.log)  # with what the instances said while stopping
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout) | {"metrics": metrics}, log
+    image = (np.load(tmp / "image.npy"), cpu_backend.image((tmp / "in.jpg").read_bytes()))
+    return json.loads(proc.stdout) | {"metrics": metrics, "image": image}, log
 
 
 def test_add_sub_answers_http_grpc_and_the_stream(answers):
@@ -72,7 +78,7 @@ def test_a_model_that_raises_hangs_or_dies_is_contained(answers):
     assert "died (exit code 3)" in died
     for after in (after_raise, after_hang, after_death):
         assert after == [[0], [ADDED, SUBTRACTED]]
-    assert got["ready"] == [True] * 5
+    assert got["ready"] == [True] * 6
     assert log.count("faulty: instance 0 started again") == 2  # the hang and the death
     assert 'atoll_worker_restarts_total{kind="python"} 2.0' in got["metrics"]
     assert got["add_sub_success"] >= 6
@@ -103,6 +109,12 @@ def test_a_model_whose_initialize_raises_does_not_load(answers):
     assert entry["state"] == "UNAVAILABLE"
     assert "ZeroDivisionError: division by zero" in entry["reason"]
     assert got["index"]["add_sub"]["state"] == "READY"
+
+
+def test_a_python_model_takes_a_jpeg_preprocessed(answers):
+    got, _ = answers
+    answered, made = got["image"]
+    np.testing.assert_array_equal(answered, made[None])
 
 
 def test_finalize_runs_at_unload(answers):
