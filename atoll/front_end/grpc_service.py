@@ -338,7 +338,6 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
         async for answer in stream_answers(request_iterator, one):
             yield answer
 
-
     async def _decoupled(self, msg: pb.ModelInferRequest):
         """A decoupled model's request: each of its responses as it comes (an error ends them)."""
         responses: asyncio.Queue = asyncio.Queue()

@@ -31,9 +31,9 @@ from atoll.observe.log_format import configure_logging
 from atoll.observe.metrics import Metrics
 from atoll.wire import channel
 from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
-from atoll.wire.responses import Response
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
+from atoll.wire.responses import Response
 
 log = logging.getLogger("atoll.front_end.rows")
 LISTEN_BACKLOG = 4096
