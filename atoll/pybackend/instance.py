@@ -143,7 +143,8 @@ class Instance:
         pending = threading.Semaphore(0)
         if self.setup.decoupled:
             for i in live:
-                requests[i]._sender = pb_utils.InferenceResponseSender(self._streamer(i, results, pending))
+                requests[i]._sender = pb_utils.InferenceResponseSender(self._streamer(message.call, i, results,
+                                                                                           pending))  # fmt: skip
         try:
             responses = self.model.execute([requests[i] for i in live])
             if asyncio.iscoroutine(responses):
@@ -152,8 +153,8 @@ class Instance:
             reason = f"{self.setup.model}: execute raised {_reason(exc)}"
             log.error("%s", reason)
             for i in live:
-                results[i] = results[i] or reason
-            self._send(Executed(tuple(results)))
+                results[i] = reason if results[i] is None else results[i]  # those finished stay so
+            self._send(Executed(message.call, tuple(results)))
             return
         if self.setup.decoupled:
             for i in live:  # every request's final response, sent from here or from the model's threads
@@ -161,7 +162,7 @@ class Instance:
                     pending.acquire()
         else:
             self._answer(message, live, responses, results)
-        self._send(Executed(tuple(results)))
+        self._send(Executed(message.call, tuple(results)))
 
     def _answer(self, message: Execute, live: list[int], responses, results: list) -> None:
         if not isinstance(responses, (list, tuple)) or len(responses) != len(live):
@@ -213,7 +214,7 @@ class Instance:
 
     # -- decoupled ----------------------------------------------------------------------------------
 
-    def _streamer(self, i: int, results: list, pending: threading.Semaphore):
+    def _streamer(self, call: int, i: int, results: list, pending: threading.Semaphore):
         """Request `i`'s response sender: each response into a segment of its own, named in a Streamed."""
 
         def deliver(response, final: bool) -> None:
@@ -225,7 +226,7 @@ class Instance:
                     layout = shm.write(segment, outputs)
                 except ValueError as exc:
                     segment, error = None, f"{self.setup.model}: {exc}"
-            self._send(Streamed(i, segment, layout, final, error))
+            self._send(Streamed(call, i, segment, layout, final, error))
             if final:
                 results[i] = ()
                 pending.release()

@@ -105,6 +105,7 @@ class _Instance:
         self.process = self.conn = None
         self.live = False
         self.thread: threading.Thread | None = None
+        self.calls = itertools.count()
 
     def start(self) -> None:
         """Start the process and wait for its `initialize`; raises InstanceError with its reason."""
@@ -144,9 +145,9 @@ class _Instance:
         self.stop()
 
     def _run(self, jobs: list[_Job]) -> None:
-        timeout = self.model.spec.python.execute_timeout_s
+        timeout, call = self.model.spec.python.execute_timeout_s, next(self.calls)
         try:
-            self.conn.send(Execute(tuple(job.rows for job in jobs)))
+            self.conn.send(Execute(call, tuple(job.rows for job in jobs)))
         except OSError:
             return self._lost(jobs, f"died (exit code {self._exit_code()}) before taking the request")
         deadline = time.monotonic() + timeout
@@ -158,7 +159,10 @@ class _Instance:
                 reply = self.conn.recv()
             except (EOFError, OSError):
                 return self._lost(jobs, f"died (exit code {self._exit_code()}) running the request")
-            if isinstance(reply, Streamed):
+            if reply.call != call:  # an earlier call's model thread answering late: nobody waits for it
+                if isinstance(reply, Streamed) and reply.segment is not None:
+                    shm.unlink(reply.segment)
+            elif isinstance(reply, Streamed):
                 self._stream(jobs[reply.request], reply)
             elif isinstance(reply, Executed):
                 for job, result in zip(jobs, reply.results):
@@ -176,7 +180,7 @@ class _Instance:
             shm.unlink(reply.segment)
 
     def _lost(self, jobs: list[_Job], what: str) -> None:
-        """The process hung or died: its requests fail, it is killed, the next request restarts it."""
+        """The process hung or died: its requests fail, it is killed and started again."""
         reason = f"{self.model.spec.name}: instance {self.setup.instance} {what}; it is started again"
         log.error("%s", reason)
         self._kill()

@@ -36,6 +36,7 @@ class InstanceSetup:
 class Execute:
     """Requests to run in one `execute` call, each its rows (one per batch element)."""
 
+    call: int  # numbers the calls, so an answer to an earlier one is never taken for this one's
     requests: tuple[tuple[Row, ...], ...]
 
 
@@ -62,14 +63,17 @@ class Executed:
     """The `execute` call is over (for a decoupled model: every request's final response sent).
     Per request: its rows' output layouts in their slots, or the error it is answered with."""
 
+    call: int
     results: tuple[tuple[Layout, ...] | str, ...]
 
 
 @dataclass(frozen=True)
 class Streamed:
     """A decoupled model's response to request `request` of the running call: its tensors in the
-    one-off segment `segment` at `layout` (None: a final flag without a response), or an error."""
+    one-off segment `segment` at `layout` (None: a final flag without a response), or an error.
+    A model's thread may still send after its call failed: `call` says which call it answers."""
 
+    call: int
     request: int
     segment: str | None
     layout: Layout
