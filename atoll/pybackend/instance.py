@@ -157,9 +157,8 @@ class Instance:
             self._send(Executed(message.call, tuple(results)))
             return
         if self.setup.decoupled:
-            for i in live:  # every request's final response, sent from here or from the model's threads
-                if results[i] is None:
-                    pending.acquire()
+            for _ in live:  # every request's final response, sent from here or from the model's threads
+                pending.acquire()
         else:
             self._answer(message, live, responses, results)
         self._send(Executed(message.call, tuple(results)))
