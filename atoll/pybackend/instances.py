@@ -145,6 +145,15 @@ class _Instance:
         self.stop()
 
     def _run(self, jobs: list[_Job]) -> None:
+        if not self.process.is_alive():  # it died while idle: started again before it takes the requests
+            log.error("%s: instance %d died (exit code %s) while idle; it is started again", self.model.spec.name,
+                      self.setup.instance, self._exit_code())  # fmt: skip
+            self._kill()
+            self.model.changed()
+            if not self._restart():
+                for job in jobs:
+                    job.future.set_exception(InstanceError(f"{self.name}: the model is unloaded"))
+                return None
         timeout, call = self.model.spec.python.execute_timeout_s, next(self.calls)
         try:
             self.conn.send(Execute(call, tuple(job.rows for job in jobs)))

@@ -6,6 +6,7 @@ import asyncio
 import json
 import queue
 import sys
+import time
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -115,6 +116,9 @@ for path, module, client in (("http", httpclient, http), ("grpc", grpcclient, gr
 out["broken"] = error_of(lambda: http.infer("broken", tensors(httpclient, {"MODE": np.array([1], np.int32)})))
 out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["inference_stats"]["success"]["count"]
                     for m in ("pipeline", "scale", "pair", "topk")}
+out["idle_death"] = [faulty(4)]
+time.sleep(1.5)  # it dies while idle
+out["idle_death"].append(faulty(0))  # answered by the instance started again, no request failed
 out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline", "ident_image")]
 stats = http.get_inference_statistics("add_sub")["model_stats"][0]
 out["add_sub_success"] = stats["inference_stats"]["success"]["count"]

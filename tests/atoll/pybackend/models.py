@@ -95,9 +95,11 @@ class TritonPythonModel:
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 '''
 
-# MODE 0 echoes, 1 raises, 2 hangs (past atoll.execute_timeout_s), 3 kills its own process.
+# MODE 0 echoes, 1 raises, 2 hangs (past atoll.execute_timeout_s), 3 kills its own process, 4 echoes
+# and kills its process a moment later (it dies while idle).
 FAULTY = '''
 import os
+import threading
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -114,6 +116,8 @@ class TritonPythonModel:
                 time.sleep(600)
             if mode == 3:
                 os._exit(3)
+            if mode == 4:
+                threading.Timer(0.2, os._exit, (4,)).start()
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("ECHO", request.inputs()[0].as_numpy())]))
         return responses
 '''
