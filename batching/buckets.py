@@ -40,8 +40,8 @@ class ModelBatching:
         if any(b <= a for a, b in zip(edges, edges[1:])):
             raise ValueError(f"bucket edges must increase: {edges}")
         for b in self.buckets:
-            if b.batch_max < 1 or not b.time_knee > 0:
-                raise ValueError(f"bucket {b}: batch_max must be >= 1 and time_knee > 0")
+            if b.batch_max < 1 or not b.time_knee >= 0:  # 0: a batch goes as soon as a vGPU is idle
+                raise ValueError(f"bucket {b}: batch_max must be >= 1 and time_knee >= 0")
 
     def bucket_of(self, length: float) -> int:
         """Index of the bucket holding `length`; ValueError past the longest profiled bucket."""

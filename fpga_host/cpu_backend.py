@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 from fpga_host import jpeg_header
 from fpga_host.status import PreprocessError, Status, reason_of
 
-log = logging.getLogger("atoll.preprocess")
+log = logging.getLogger(__name__)
 IMAGE_STAGES = ("decode", "resize", "crop", "normalize")
 AUDIO_STAGES = ("mel", "normalize")
 

@@ -129,7 +129,7 @@ class _Slot:
 QUARANTINE_S = 60.0
 POLL_S = (20e-6, 1e-3)  # first and longest sleep between polls of a running command
 
-log = logging.getLogger("atoll.dpu")
+log = logging.getLogger(__name__)
 
 
 class _Pool:

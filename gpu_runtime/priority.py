@@ -39,16 +39,11 @@ BE_NICE_ENV = "ATOLL_BE_NICE"
 # elsewhere its threads stay ordinary): real-time lanes at `RT_FIFO + 1`, and at `RT_FIFO` the
 # threads that relay messages between the data plane's processes (`relay_this_thread`). A waking
 # one then takes a core from any ordinary thread at once, not only from niced BE work. `[server]
-# rt_fifo`; 0 = off. 2-core VM, `bench serve --rt-isolation`, web JPEGs:
-# - lanes alone (six runs each): real-time p99 beside saturating best-effort load 18.6 ms on
-#   average against 20.3 (1.71x its idle p99 against 2.01x), best-effort throughput unchanged;
-# - the relays too: a real-time request passes eight of them (front end -> supervisor -> vGPU
-#   worker and back, each an event loop or a pipe's sender or receiver thread), and under load each
-#   hop took up to 4-8 ms at p99 waiting for a core as an ordinary thread: submit-to-answer p99
-#   14.5 -> 6.6 ms, end to end x1.92 -> x1.34 / x1.33 of idle; closed-loop best-effort
-#   throughput 569 vs 564 req/s (six interleaved pairs).
-# Every such thread's job is bounded (one preprocessing or batch at a time; a relay passes a
-# message on), and Linux's RT throttling keeps 5 % of every core for the rest regardless.
+# rt_fifo`; 0 = off. A real-time request passes eight relays (front end -> supervisor -> vGPU worker
+# and back), each of which waited for a core as an ordinary thread under load (measured:
+# docs/data-plane.md, "Settings that rest on a measurement"). Every such thread's job is bounded
+# (one preprocessing or batch at a time; a relay passes a message on), and Linux's RT throttling
+# keeps 5 % of every core for the rest regardless.
 RT_FIFO = 1
 RT_FIFO_ENV = "ATOLL_RT_FIFO"
 
@@ -108,8 +103,8 @@ def make_this_thread_background() -> None:
 
 # While another thread waits, the one holding the GIL keeps it up to the interpreter's switch
 # interval (5 ms by default), so in a process where real-time threads share the interpreter with
-# busy best-effort ones every GIL acquisition of an RT thread could wait that long. 0.5 ms cut RT
-# p99 beside closed-loop BE load by a quarter (2-core VM, MobileNetV3: ~33 -> ~25 ms).
+# busy best-effort ones every GIL acquisition of an RT thread could wait that long; 0.5 ms instead
+# (measured: docs/data-plane.md, "Settings that rest on a measurement").
 GIL_SWITCH_S = 0.0005
 
 

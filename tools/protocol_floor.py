@@ -33,12 +33,12 @@ from atoll.bench.corpus import jpeg_bytes
 from atoll.bench.http_client import HttpClient
 from atoll.bench.loadproc import grpc_channels
 from atoll.front_end.endpoints import Endpoints
-from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 from atoll.front_end.http_routes import InferenceServer
 from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpResponse, Routes
+from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.shm_registry import Regions
 from atoll.observe.metrics import Metrics
 from atoll.repository.demo import demo_repository

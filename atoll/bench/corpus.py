@@ -24,15 +24,20 @@ JPEG_SETS = {
 CLIP_SECONDS = (2.5, 5.0, 15.0, 25.0)
 
 
+# Chroma subsampling of jpeg_bytes -> OpenCV's setting (4:2:0 is OpenCV's default)
+SAMPLING = {"420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444}
+
+
 def jpeg_bytes(width: int, height: int, seed: int = 0, progressive: bool = False,
-               quality: int = 90, noise: float = 12.0) -> bytes:
+               quality: int = 90, noise: float = 12.0, sampling: str = "420") -> bytes:
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     phase = rng.uniform(0, 2 * np.pi, 3).astype(np.float32)
     base = np.stack([xx / max(width, 1), yy / max(height, 1), (xx + yy) / (width + height)], -1) * 200
     base += 25 * np.sin(xx[..., None] / 37 + yy[..., None] / 53 + phase)
     img = np.clip(base + rng.normal(0, noise, base.shape).astype(np.float32), 0, 255).astype(np.uint8)
-    params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)]
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive),
+              cv2.IMWRITE_JPEG_SAMPLING_FACTOR, SAMPLING[sampling]]
     ok, buf = cv2.imencode(".jpg", img, params)
     if not ok:
         raise RuntimeError("OpenCV failed to encode a JPEG")

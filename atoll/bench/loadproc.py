@@ -28,9 +28,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from atoll.bench.bodies import grpc_request, http_body
 from atoll.bench.http_client import ConnectionLost, HttpClient
-from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 from atoll.http.connections import raise_open_file_limit
 from atoll.kserve.errors import ErrorCode
+from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 
 TIMEOUT, CONNECTION = -1, -2
 CLIENT_ERRORS = {TIMEOUT: "timeout", CONNECTION: "connection"}

@@ -23,7 +23,7 @@ from atoll.cluster.routing import Router
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.cluster.endpoint")
+log = logging.getLogger(__name__)
 REFRESH_S = 1.0  # between two refreshes of every node's health and index
 ASK_TIMEOUT_S = 5.0  # a health, index, statistics or metrics call to a node
 CONTROL_TIMEOUT_S = 600.0  # a load or unload on a node (a large model loads for minutes)

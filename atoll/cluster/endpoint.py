@@ -1,7 +1,7 @@
 """The cluster's one KServe v2 endpoint: an asyncio process serving HTTP (Atoll's own edge), gRPC
 (grpc.aio) and Prometheus metrics, forwarding each request to a node that has its model loaded. It is
 Atoll's own proxy, not Ray Serve's, because the entry's cost per request decides the design (Ray
-Serve's proxy: ~11 ms a request on the 2-core VM; this one's cost: docs/cluster.md, "The endpoint").
+Serve's proxy's and this one's, measured: docs/cluster.md, "The endpoint").
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from atoll.cluster.directory import Directory
 from atoll.cluster.grpc_proxy import GrpcProxy
 from atoll.cluster.http_proxy import HttpProxy
 from atoll.config import Config
-from atoll.front_end.grpc_service import STREAM_WINDOW_BYTES
 from atoll.http.bodies import BodyBudget, BodyLimits, body_budget_bytes
 from atoll.http.connections import (
     HttpConnections,
@@ -28,11 +27,12 @@ from atoll.http.connections import (
 )
 from atoll.http.edge import HttpServer
 from atoll.http.messages import Routes
+from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.lifecycle import serve_forever
 from atoll.supervisor.supervisor import METRICS_BODY_BYTES, METRICS_CONNECTIONS
 
-log = logging.getLogger("atoll.cluster.endpoint")
+log = logging.getLogger(__name__)
 FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and this much more
 
 

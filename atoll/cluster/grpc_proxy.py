@@ -19,8 +19,9 @@ from tritonclient.grpc import service_pb2 as pb
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.http_proxy import SHARED_MEMORY_REFUSAL
 from atoll.cluster.routing import real_time
-from atoll.front_end.grpc_service import internal_message, read_varint, stream_answers, stream_error
 from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.grpc_calls import internal_message, stream_answers
+from atoll.kserve.grpc_codec import read_varint, stream_error
 
 SERVICE = "inference.GRPCInferenceService"
 # what a node is given of a call's metadata: not gRPC's own nor HTTP/2's

@@ -10,7 +10,7 @@ from __future__ import annotations
 from atoll.cluster.cluster_view import ClusterView, NodeState
 from atoll.cluster.node_client import Answer
 from atoll.cluster.routing import real_time
-from atoll.front_end.http_routes import InferenceServer
+from atoll.http.kserve_api import json_body, kserve_routes
 from atoll.http.messages import HttpRequest, HttpResponse, Routes, error
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.json_tensors import sliced_sync
@@ -20,8 +20,8 @@ from atoll.kserve.protocol import (
     request_parameters,
     request_skeleton,
 )
+from atoll.kserve.restricted import Restrictions
 
-SHM_KINDS = ("systemsharedmemory", "cudasharedmemory")
 SHARED_MEMORY_REFUSAL = ("shared memory is not available through the cluster endpoint: a region lives on one "
                          "machine and a request may be served by any node; send the tensors in the request, or "
                          "register the region with one node and send to that node")  # fmt: skip
@@ -37,50 +37,21 @@ class HttpProxy:
     """The routes of the endpoint's HTTP port over `view`; `restrictions` (`kserve.restricted`)
     refuses restricted calls without their header; `timeout_s` bounds a forwarded request."""
 
-    def __init__(self, view: ClusterView, restrictions, timeout_s: float):
+    def __init__(self, view: ClusterView, restrictions: Restrictions, timeout_s: float):
         self.view = view
         self.restrictions = restrictions
         self.timeout_s = timeout_s
 
     def routes(self) -> Routes:
-        r = Routes()
-        add = self._add
-        add(r, "GET", "/v2/health/live", self.live)
-        add(r, "GET", "/v2/health/ready", self.ready)
-        add(r, "GET", "/v2", self.any_node)
-        add(r, "POST", "/v2/repository/index", self.repository_index)
-        add(r, "POST", "/v2/repository/models/{model}/load", self.load)
-        add(r, "POST", "/v2/repository/models/{model}/unload", self.unload)
-        add(r, "GET", "/v2/models/stats", self.statistics)
-        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-            add(r, "GET", prefix, self.any_node)
-            add(r, "GET", prefix + "/ready", self.model_ready)
-            add(r, "GET", prefix + "/config", self.any_node)
-            add(r, "GET", prefix + "/stats", self.statistics)
-            add(r, "POST", prefix + "/infer", self.infer)
-        for kind in SHM_KINDS:
-            add(r, "GET", f"/v2/{kind}/status", self.region_status)
-            add(r, "GET", f"/v2/{kind}/region/{{region}}/status", self.region_status)
-            add(r, "POST", f"/v2/{kind}/region/{{region}}/register", self.register)
-            add(r, "POST", f"/v2/{kind}/unregister", self.unregister)
-            add(r, "POST", f"/v2/{kind}/region/{{region}}/unregister", self.unregister)
-        for path in ("/v2/trace/setting", "/v2/models/{model}/trace/setting", "/v2/logging"):
-            add(r, "*", path, self.any_node)
+        any_node = self.any_node
+        handlers = {"live": self.live, "server_ready": self.ready, "server_metadata": any_node,
+                    "repository_index": self.repository_index, "load": self.load, "unload": self.unload,
+                    "statistics": self.statistics, "model_metadata": any_node, "model_ready": self.model_ready,
+                    "model_config": any_node, "infer": self.infer, "region_status": self.region_status,
+                    "register": self.register, "unregister": self.unregister, "trace_or_logging": any_node}  # fmt: skip
+        r = kserve_routes(handlers, self.restrictions)
         r.add("GET", "/metrics", self.metrics)
         return r
-
-    def _add(self, routes: Routes, method: str, pattern: str, handler) -> None:
-        """`handler` at `pattern`, behind the restriction of the pattern's category, if any."""
-        rule = self.restrictions.http_rule(pattern) if self.restrictions else None
-        if rule is None:
-            routes.add(method, pattern, handler)
-            return
-
-        async def restricted(request: HttpRequest) -> HttpResponse:
-            refusal = rule.http_refusal(request.headers)
-            return error(*refusal) if refusal is not None else await handler(request)
-
-        routes.add(method, pattern, restricted)
 
     # -- the cluster's own answers ------------------------------------------------------------------
 
@@ -96,11 +67,11 @@ class HttpProxy:
         return error(400, "Model version not ready")
 
     async def repository_index(self, request: HttpRequest) -> HttpResponse:
-        ready = InferenceServer.json_body(request).get("ready", False)
+        ready = json_body(request).get("ready", False)
         return HttpResponse.json(self.view.index(bool(ready)))
 
     async def load(self, request: HttpRequest) -> HttpResponse:
-        parameters = InferenceServer.json_body(request).get("parameters") or {}
+        parameters = json_body(request).get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ApiError(ErrorCode.INVALID_ARG, "load 'parameters' must be a JSON object")
         await self.view.load(request.params["model"], parameters)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from atoll.cluster.directory import NodeAddress
 from atoll.cluster.endpoint import serve_endpoint
-from atoll.cluster.local import local_cluster
+from atoll.cluster.local import local_cluster, stop_local_cluster
 from atoll.cluster.membership import (
     NAMESPACE,
     find_controller,
@@ -21,6 +21,7 @@ from atoll.cluster.membership import (
 from atoll.cluster.ray_directory import RayDirectory
 from atoll.config import Config
 from atoll.kserve.restricted import Restrictions
+from atoll.supervisor.lifecycle import shielded
 
 LOCAL = "local:"
 POLL_S = 0.5
@@ -44,7 +45,10 @@ def connected(address: str) -> Iterator[object | None]:
         count = address.removeprefix(LOCAL)
         if not count.isdigit() or int(count) < 1:
             raise ClusterError(f"{address!r}: local:N wants a number of nodes N >= 1")
-        cluster = local_cluster(int(count))
+        # its processes never see a stop signal sent to the process group (a service manager's, Ctrl-C):
+        # this process hears it and stops the nodes, then the cluster, in order (as `atoll serve` its children)
+        with shielded():
+            cluster = local_cluster(int(count))
         address = cluster.address
     try:
         try:
@@ -59,7 +63,7 @@ def connected(address: str) -> Iterator[object | None]:
             ray.shutdown()
     finally:
         if cluster is not None:
-            cluster.shutdown()
+            stop_local_cluster(cluster)
 
 
 def _controller():

@@ -41,17 +41,20 @@ from atoll.kserve.shm_registry import CudaRegion, Register, SystemRegion, Unregi
 from atoll.kserve.statistics import model_statistics
 from atoll.observe.throttled import Throttled
 from atoll.repository.specs import ModelSpec
+from atoll.repository.versions import pick, served_key
 from atoll.wire.channel import Failure
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.front_end.endpoints")
+log = logging.getLogger(__name__)
 EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
               "binary_tensor_data", "parameters", "statistics"]  # fmt: skip
 
 # How a row the dispatcher could not run is answered: (error kind, failure reason in metrics).
 FAILURES = {Failure.EXPIRED: (ErrorCode.TIMEOUT, "TIMEOUT"), Failure.REJECTED: (ErrorCode.INVALID_ARG, "REJECTED"),
             Failure.BACKEND: (ErrorCode.INTERNAL, "BACKEND"),
-            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED")}  # fmt: skip
+            Failure.CANCELLED: (ErrorCode.UNAVAILABLE, "CANCELED"),
+            Failure.QUEUE_FULL: (ErrorCode.UNAVAILABLE, "REJECTED"),
+            Failure.QUEUE_TIMEOUT: (ErrorCode.UNAVAILABLE, "REJECTED")}  # fmt: skip
 
 
 class Refused(ApiError):
@@ -80,42 +83,56 @@ class Endpoints:
         cuda = ["cuda_shared_memory"] if self.regions.cuda is not None else []
         return {"name": "atoll", "version": __version__, "extensions": EXTENSIONS + cuda}
 
+    def versions(self, name: str) -> dict[str, ModelSpec]:
+        """The served versions of model `name`, by version."""
+        return {s.version: s for s in self.front_end.models.values() if s.name == name}
+
+    def find(self, name: str, version: str | None) -> ModelSpec | None:
+        """The served version a call of model `name` reaches (`versions.pick`), None if none."""
+        return pick(self.versions(name), version)
+
     def model(self, name: str, version: str | None = None) -> ModelSpec:
-        spec = self.front_end.models.get(name)
+        spec = self.find(name, version)
+        if spec is None and version not in (None, "") and self.versions(name):
+            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {version} is not found")
         if spec is None:
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
-        if version not in (None, "", spec.version):
-            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' version {version} is not found")
         return spec
 
-    def decoupled(self, name: str) -> bool:
-        """Whether model `name` answers a request any number of times (a decoupled Python model)."""
-        spec = self.front_end.models.get(name)
+    def decoupled(self, name: str, version: str | None = None) -> bool:
+        """Whether a call of model `name` reaches a version that answers a request any number of
+        times (a decoupled Python model)."""
+        spec = self.find(name, version)
         return spec is not None and spec.python is not None and spec.python.decoupled
 
-    def serving(self, name: str) -> bool:
-        return self.ready and name in self.ready_models
+    def metadata(self, name: str, version: str | None = None) -> dict:
+        """A model's metadata; its `versions` are those served (Triton's answer)."""
+        return self.model(name, version).metadata() | {"versions": sorted(self.versions(name), key=int)}
+
+    def serving(self, key: str) -> bool:
+        """A served version (`ModelSpec.key`) can run now."""
+        return self.ready and key in self.ready_models
 
     def server_ready(self) -> bool:
-        return self.ready and all(map(self.serving, self.front_end.models))
+        return self.ready and all(self.serving(spec.key) for spec in self.front_end.models.values())
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        try:
-            self.model(name, version)
-        except ApiError:
-            return False
-        return self.serving(name)
+        spec = self.find(name, version)
+        return spec is not None and self.serving(spec.key)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
+        """Triton's statistics: of every served version, of each version of `name`, or of one."""
         if not name:
-            models = [(s.name, s.version) for s in self.front_end.models.values()]
+            specs = list(self.front_end.models.values())
         else:
-            spec = self.front_end.models.get(name)
-            if spec is None:
+            specs = list(self.versions(name).values())
+            if not specs:
                 raise ApiError(ErrorCode.INVALID_ARG, f"requested model '{name}' is not available")
-            if version not in ("", spec.version):
-                raise ApiError(ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'")
-            models = [(spec.name, spec.version)]
+            if version:
+                specs = [s for s in specs if s.version == version]
+                if not specs:
+                    raise ApiError(ErrorCode.INVALID_ARG, f"requested model version is not available for model '{name}'")
+        models = sorted((s.name, s.version) for s in specs)
         return model_statistics(self.metrics.families(), models)
 
     # -- calls the supervisor answers ---------------------------------------------------------------
@@ -123,7 +140,7 @@ class Endpoints:
     async def repository_index(self, ready: bool = False) -> list[dict]:
         index = []
         for entry in await self.supervisor.ask(IndexModels(ready)):
-            if entry.get("state") == "READY" and not self.serving(entry["name"]):
+            if entry.get("state") == "READY" and not self.serving(served_key(entry["name"], entry["version"])):
                 if ready:
                     continue
                 entry = {**entry, "state": "UNAVAILABLE", "reason": "no live vGPU worker"}
@@ -261,8 +278,8 @@ class Endpoints:
         """The 503 a request of model `name` with these `parameters` gets at once under overload
         (counted as `infer` counts its refusals), or None, when `infer` is to decide: it is
         admitted, or it gets another error."""
-        spec = self.front_end.models.get(name)
-        if spec is None or version not in (None, "", spec.version) or not self.ready:
+        spec = self.find(name, version)
+        if spec is None or not self.ready:
             return None
         try:
             self._refuse_if_full(spec, priority_of(spec, parameters), time.perf_counter())
@@ -275,8 +292,8 @@ class Endpoints:
     def refused_input(self, name: str, version: str | None, heads: list[InputHead]) -> ApiError | None:
         """The 400 a request of model `name` gets from its inputs' fields alone, before their data
         (counted as `infer` counts its refusals), or None, when `infer` is to decide."""
-        spec = self.front_end.models.get(name)
-        if spec is None or version not in (None, "", spec.version):
+        spec = self.find(name, version)
+        if spec is None:
             return None
         try:
             for head in heads:
@@ -312,6 +329,9 @@ class Endpoints:
         return wanted
 
     def _output(self, spec: ModelSpec, name: str, params: dict, array: np.ndarray) -> Output:
+        tensor = next(t for t in spec.outputs if t.name == name)
+        if tensor.reshape is not None:  # the config's dims, from the graph's (Triton's `reshape`)
+            array = array.reshape(array.shape[:1] + tensor.dims if spec.max_batch_size > 0 else tensor.dims)
         if params.get("classification"):
             array = classify(array, params["classification"], spec.labels.get(name, ()), spec.max_batch_size > 0)
         out = Output.of(name, array, params)

@@ -18,7 +18,8 @@ from atoll.front_end.endpoints import Endpoints, check_input, unsupported
 from atoll.http.bodies import BodyBudget, BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
-from atoll.http.messages import Early, Handler, HttpRequest, HttpResponse, Routes, api_error, error
+from atoll.http.kserve_api import json_body, kserve_routes
+from atoll.http.messages import HttpRequest, HttpResponse, Routes, api_error, error
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.json_tensors import SLICE_BYTES, Incomplete, Skeleton, Span, decoded_bytes, sliced, sliced_sync
@@ -29,14 +30,14 @@ from atoll.kserve.protocol import (
     decoding,
     encode_response,
     input_head,
-    json_object,
     request_parameters,
     request_skeleton,
 )
+from atoll.kserve import routes
 from atoll.kserve.restricted import Restrictions
 from atoll.kserve.shm_registry import CudaRegion, SystemRegion
 
-SHM_KINDS = {"systemsharedmemory": "system", "cudasharedmemory": "cuda"}
+SHM_KINDS = {segment: segment.removesuffix("sharedmemory") for segment in routes.SHM_KINDS}  # -> "system", "cuda"
 _HEADER_LENGTH = HEADER_LENGTH.lower()
 OK = HttpResponse(200)
 
@@ -68,28 +69,13 @@ class InferenceServer:
         return HttpServer(self.routes(), limits, connections, idle_timeout_s, pace)
 
     def routes(self) -> Routes:
-        r = _RestrictedRoutes(self.restrictions) if self.restrictions.http else Routes()
-        r.add("GET", "/v2/health/live", self.live)
-        r.add("GET", "/v2/health/ready", self.health_ready)
-        r.add("GET", "/v2", self.server_metadata)
-        r.add("POST", "/v2/repository/index", self.repository_index)
-        r.add("POST", "/v2/repository/models/{model}/load", self.load)
-        r.add("POST", "/v2/repository/models/{model}/unload", self.unload)
-        r.add("GET", "/v2/models/stats", self.statistics)
-        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-            r.add("GET", prefix, self.model_metadata)
-            r.add("GET", prefix + "/ready", self.model_ready)
-            r.add("GET", prefix + "/config", self.model_config)
-            r.add("GET", prefix + "/stats", self.statistics)
-            r.add("POST", prefix + "/infer", self.infer, self.refused_early)
-        for kind in SHM_KINDS:
-            r.add("GET", f"/v2/{kind}/status", self.region_status)
-            r.add("GET", f"/v2/{kind}/region/{{region}}/status", self.region_status)
-            r.add("POST", f"/v2/{kind}/region/{{region}}/register", self.register)
-            r.add("POST", f"/v2/{kind}/unregister", self.unregister)
-            r.add("POST", f"/v2/{kind}/region/{{region}}/unregister", self.unregister)
-        for path in ("/v2/trace/setting", "/v2/models/{model}/trace/setting", "/v2/logging"):
-            r.add("*", path, self.unsupported)
+        handlers = {"live": self.live, "server_ready": self.health_ready, "server_metadata": self.server_metadata,
+                    "repository_index": self.repository_index, "load": self.load, "unload": self.unload,
+                    "statistics": self.statistics, "model_metadata": self.model_metadata,
+                    "model_ready": self.model_ready, "model_config": self.model_config, "infer": self.infer,
+                    "region_status": self.region_status, "register": self.register, "unregister": self.unregister,
+                    "trace_or_logging": self.unsupported}  # fmt: skip
+        r = kserve_routes(handlers, self.restrictions, {"infer": self.refused_early})
         r.add("GET", "/metrics", self.metrics_text)
         return r
 
@@ -105,7 +91,7 @@ class InferenceServer:
         return HttpResponse.json(self.endpoints.server_metadata())
 
     async def model_metadata(self, request: HttpRequest) -> HttpResponse:
-        return HttpResponse.json(self._model(request).metadata())
+        return HttpResponse.json(self.endpoints.metadata(request.params["model"], request.params.get("version")))
 
     async def model_config(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse.json(self._model(request).config())
@@ -128,24 +114,14 @@ class InferenceServer:
     def _model(self, request: HttpRequest):
         return self.endpoints.model(request.params["model"], request.params.get("version"))
 
-    @staticmethod
-    def json_body(request: HttpRequest) -> dict:
-        """A call's JSON object body (empty when there is none)."""
-        if not request.body:
-            return {}
-        try:
-            return json_object(request.body, "request body")
-        except ProtocolError as exc:
-            raise ApiError(ErrorCode.INVALID_ARG, str(exc)) from None
-
     # -- repository and shared memory ---------------------------------------------------------------
 
     async def repository_index(self, request: HttpRequest) -> HttpResponse:
-        ready = self.json_body(request).get("ready", False)
+        ready = json_body(request).get("ready", False)
         return HttpResponse.json(await self.endpoints.repository_index(bool(ready)))
 
     async def load(self, request: HttpRequest) -> HttpResponse:
-        parameters = self.json_body(request).get("parameters") or {}
+        parameters = json_body(request).get("parameters") or {}
         await self.endpoints.load(request.params["model"], parameters)
         return OK
 
@@ -158,7 +134,7 @@ class InferenceServer:
         return HttpResponse.json(self.endpoints.region_status(kind, request.params.get("region")))
 
     async def register(self, request: HttpRequest) -> HttpResponse:
-        name, doc = request.params["region"], self.json_body(request)
+        name, doc = request.params["region"], json_body(request)
         if SHM_KINDS[request.path.split("/")[2]] == "system":
             key, offset, size = _fields(doc, "key", "offset", "byte_size")
             region = SystemRegion(name, key, offset, size)
@@ -203,34 +179,6 @@ class InferenceServer:
         spec, req, outputs = await self.endpoints.infer(info["model"], info.get("version"), body.decode, body.parameters)
         payload, headers = encode_response(spec.name, spec.version, req.id, outputs, binary_outputs(req, outputs))
         return HttpResponse(200, payload, headers.pop("Content-Type"), headers or None)
-
-
-class _RestrictedRoutes(Routes):
-    """Routes whose restricted ones refuse a request without their header (Triton's 403): from its
-    head where it has a body (the rest is dropped unread, a large load request's files too), else
-    before its handler; the others are added as they are, so an unrestricted route pays nothing."""
-
-    def __init__(self, restrictions: Restrictions):
-        super().__init__()
-        self.restrictions = restrictions
-
-    def add(self, method: str, pattern: str, handler: Handler, early: Early | None = None) -> None:
-        rule = self.restrictions.http_rule(pattern)
-        if rule is None:
-            super().add(method, pattern, handler, early)
-            return
-
-        async def guarded(request: HttpRequest) -> HttpResponse:
-            refusal = rule.http_refusal(request.headers)
-            return await handler(request) if refusal is None else error(*refusal)
-
-        def guarded_early(request: HttpRequest, prefix: memoryview) -> HttpResponse | None:
-            refusal = rule.http_refusal(request.headers)
-            if refusal is not None:
-                return error(*refusal)
-            return early(request, prefix) if early is not None else None
-
-        super().add(method, pattern, guarded, guarded_early)
 
 
 def _prefix_skeleton(prefix: bytes, header_length: int | None) -> Skeleton:

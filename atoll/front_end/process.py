@@ -35,7 +35,7 @@ from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
 from atoll.wire.responses import Response
 
-log = logging.getLogger("atoll.front_end.rows")
+log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.02  # how often a stopping front end looks whether its requests are all answered
 
@@ -75,8 +75,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
                        pace)  # fmt: skip
     # An open loop past capacity connects faster than the loop accepts: beyond a backlog of 128
-    # the kernel reset some of those connections (15 of 5,724 requests in 13 s at 1,024 req/s of
-    # tensors on the 2-core VM; none in two runs with 4096, which somaxconn caps anyway).
+    # the kernel reset some of those connections (measured: docs/data-plane.md).
     await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
     grpc = None
     if setup.grpc_port is not None:
@@ -90,8 +89,8 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     try:
         await health.wait()
         writer.write(channel.encode(Hello(setup.index, os.getpid())))
-        # What start-up made lives as long as the process: frozen, the collector's full passes skip its
-        # ~200,000 objects (the collector had ~4 % of this loop's samples under overload, `perf`).
+        # What start-up made lives as long as the process: frozen, the collector's full passes skip it
+        # (measured: docs/data-plane.md).
         gc.freeze()
         endpoints.ready = True
         await stopping.wait()

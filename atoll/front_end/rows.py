@@ -58,6 +58,18 @@ def priority_of(spec: ModelSpec, parameters: dict) -> Priority:
     return Priority.RT if (level or spec.default_priority_level) == 1 else Priority.BE
 
 
+def queue_parameters(parameters: dict) -> tuple[int, int]:
+    """A request's Triton `priority` level and `timeout` (microseconds), 0 where it sets none: the
+    model's queue policies read them (`batching.queue_policy`)."""
+    out = []
+    for key in ("priority", "timeout"):
+        value = parameters.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ProtocolError(f"parameter {key!r} must be a non-negative integer, got {described(value)}")
+        out.append(value)
+    return out[0], out[1]
+
+
 @dataclass(frozen=True)
 class FrontEndSetup:
     """Everything a front-end process needs, picklable for `spawn`."""
@@ -65,8 +77,8 @@ class FrontEndSetup:
     index: int
     count: int  # front ends in all (DPU compute units are shared out among them)
     config: Config
-    models: dict[str, ModelSpec]
-    arenas: dict[str, str]  # model -> its slot arena for this front end
+    models: dict[str, ModelSpec]  # by served version (`ModelSpec.key`)
+    arenas: dict[str, str]  # served version -> its slot arena for this front end
     port: int  # the shared HTTP port
     grpc_port: int | None  # the shared gRPC port (None: no gRPC)
     gpu_uuids: tuple[str, ...]  # the server's GPU vGPUs (GPU metrics, CUDA shared memory)
@@ -106,16 +118,16 @@ class FrontEnd:
 
     def _attach(self, spec: ModelSpec, arena: str) -> None:
         # slots kept for real-time rows: one real-time request of the model always fits
-        slots = self.slots[spec.name] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
+        slots = self.slots[spec.key] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
         self._by_arena[slots.arena.name] = slots
 
     def add_model(self, spec: ModelSpec, arena: str | None) -> None:
         if arena is not None:  # an ensemble has none: its steps' models make its rows
             self._attach(spec, arena)
-        self.models[spec.name] = spec
+        self.models[spec.key] = spec
 
     async def retire_model(self, name: str, timeout_s: float) -> None:
-        """Admit no more requests of `name`, wait (up to `timeout_s`) until those inside are
+        """Admit no more requests of `name` (a served version, `ModelSpec.key`), wait (up to `timeout_s`) until those inside are
         answered and every slot of it is back, then let its slots go. A model this front end never
         added (a load taken back before it got here) has nothing to retire."""
         self.models.pop(name, None)
@@ -144,18 +156,19 @@ class FrontEnd:
         """The request's outputs by name; `priority` as `priority_of` tells it, `deadline` on the
         `time.monotonic()` clock (no answer is waited for after it). A decoupled model's request
         is answered by `on_response(outputs or error message)` per response, and returns {}."""
-        if self.models.get(spec.name) is not spec:  # retired (or replaced) since the caller looked
+        if self.models.get(spec.key) is not spec:  # retired (or replaced) since the caller looked
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{spec.name}' is not found")
-        self._active[spec.name] += 1
+        self._active[spec.key] += 1
         try:
             return await self._infer(spec, request, priority, deadline, on_response)
         finally:
-            self._active[spec.name] -= 1
+            self._active[spec.key] -= 1
 
     async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
                      deadline: float, on_response: Callable | None) -> dict[str, np.ndarray]:
+        queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
-        slots = self.slots[spec.name]
+        slots = self.slots[spec.key]
         try:
             indices = await slots.acquire(len(sources), priority)
         except ValueError as exc:
@@ -170,7 +183,7 @@ class FrontEnd:
             self._waiting[(row.arena, row.index)] = future
         if on_response is not None:
             self._streams[(rows[0].arena, rows[0].index)] = on_response
-        self.writer.write(channel.encode(Submit(spec.name, priority, deadline, rows)))
+        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue)))
         try:
             layouts = await _settled(futures, slots, indices)
         except BaseException:  # it gave up or a row failed: its rows still queued are not wanted
@@ -356,7 +369,10 @@ def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.
     for want in spec.inputs:
         tensor = by_name[want.name]
         check_tensor(spec, want, tensor.datatype, tensor.data.shape)
-        parts.append(list(tensor.data) if spec.max_batch_size > 0 else [tensor.data])
+        data = tensor.data
+        if want.reshape is not None:  # the graph's shape (Triton's `reshape`): a view, nothing copied
+            data = data.reshape(data.shape[:1] + want.reshape if spec.max_batch_size > 0 else want.reshape)
+        parts.append(list(data) if spec.max_batch_size > 0 else [data])
     if len({len(p) for p in parts}) > 1:
         raise ProtocolError(f"inputs of model {spec.name!r} must have as many rows: "
                             f"{', '.join(f'{t.name} {len(p)}' for t, p in zip(spec.inputs, parts))}")  # fmt: skip

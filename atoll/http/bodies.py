@@ -13,7 +13,7 @@ from atoll.http.messages import HttpRequest
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.front_end.http_routes")
+log = logging.getLogger(__name__)
 DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 

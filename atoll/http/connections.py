@@ -13,7 +13,7 @@ import resource
 
 from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.http.connections")
+log = logging.getLogger(__name__)
 
 RESERVE_FDS = 256  # a front end's own descriptors: pipes, the supervisor link, DPU and shm files
 EVICT_SHARE = 8  # a full front end frees 1/8 of its bound at once, not one connection per accept

@@ -24,7 +24,7 @@ from atoll.http.request_parser import MAX_HEAD, RequestParser
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.observe.throttled import Throttled
 
-log = logging.getLogger("atoll.front_end.http_routes")
+log = logging.getLogger(__name__)
 _gone = Throttled(log)  # connections closed mid-request: a client can repeat that at will
 _refusals = Throttled(log)  # malformed requests
 

@@ -12,7 +12,7 @@ import logging
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-log = logging.getLogger("atoll.observe.gpu_metrics")
+log = logging.getLogger(__name__)
 
 SERIES = (  # name, help, type, NVML reading of a device handle (W and J from mW and mJ)
     ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge",

@@ -303,7 +303,7 @@ class PythonModels:
             raise InstanceError(errors[0])
         for instance in model.instances:
             instance.serve()
-        self.models[spec.name] = model
+        self.models[spec.key] = model
 
     @staticmethod
     def _start(instance: _Instance, errors: list[str]) -> None:
@@ -312,14 +312,15 @@ class PythonModels:
         except InstanceError as exc:
             errors.append(str(exc))
 
-    def unload(self, name: str) -> None:
-        """Stop the model's instances (each calls `finalize`); requests still queued get an error."""
-        model = self.models.pop(name, None)
+    def unload(self, key: str) -> None:
+        """Stop the instances of a served version (`ModelSpec.key`; each calls `finalize`); requests
+        still queued get an error."""
+        model = self.models.pop(key, None)
         if model is None:
             return
         model.closed = True
         for job in model.queue.close():
-            job.future.set_exception(InstanceError(f"{name} is unloaded"))
+            job.future.set_exception(InstanceError(f"{model.spec.name} version {model.spec.version} is unloaded"))
         for instance in model.instances:
             if instance.thread is not None:
                 instance.thread.join(STOP_S + 1)

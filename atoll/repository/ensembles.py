@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from atoll.repository import pbtxt
+from atoll.repository.versions import model_of
 
 
 class EnsembleError(ValueError):
@@ -31,6 +32,12 @@ class Step:
 @dataclass(frozen=True)
 class Ensemble:
     steps: tuple[Step, ...]
+
+    def ready(self, served: set[str]) -> bool:
+        """Whether every step's model is among the `served` versions (`versions.served_key`s); a
+        step naming no version takes any."""
+        return all(any(model_of(key) == step.model_name and (not step.model_version or key.endswith(
+            f"/{step.model_version}")) for key in served) for step in self.steps)  # fmt: skip
 
 
 def is_ensemble(cfg: dict) -> bool:

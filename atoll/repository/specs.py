@@ -6,9 +6,12 @@ tensors only) and `atoll.raw_input` (that input's name; default the value of `at
 A folder without config.pbtxt, and a config without inputs, outputs or max_batch_size, is completed
 from the ONNX graph (`completion.py`); a config that contradicts the graph is refused.
 Of Triton's fields it reads `max_batch_size`, `input`/`output` (an output's `label_filename` names
-class labels beside config.pbtxt), and in `dynamic_batching` `max_queue_delay_microseconds`,
-`preferred_batch_size` and `default_priority_level` (for requests that name none; level 1 runs as
-real-time work, see `atoll.front_end.rows.priority_of`).
+class labels beside config.pbtxt; `reshape`: the graph's dims where they differ from the request's),
+`version_policy` (`versions.py`: each served version is a `ModelSpec` of its own), and in
+`dynamic_batching` (its absence too) `max_queue_delay_microseconds`, `preferred_batch_size`,
+`default_priority_level` (for requests that name none; level 1 runs as real-time work, see
+`atoll.front_end.rows.priority_of`), `priority_levels` and the queue policies
+(`batching.queue_policy`). What each means here: docs/models.md.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from batching.queue_policy import QueuePolicies, QueuePolicyError, read_policies
 
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
-from atoll.repository import pbtxt
+from atoll.repository import pbtxt, versions
 from atoll.repository.completion import Completed, GraphError, complete, graph_tensors
 from atoll.repository.ensembles import Ensemble, EnsembleError, is_ensemble, read_ensemble
 from atoll.repository.python_models import (MODEL_FILE, PythonModel, PythonModelError, is_python,
@@ -48,13 +52,19 @@ class TensorSpec:
     datatype: str  # protocol name, e.g. FP32
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
     label_filename: str | None = None  # outputs: class labels, one per line, beside config.pbtxt
+    reshape: tuple[int, ...] | None = None  # the graph's dims where the config's `reshape` says they differ
+
+    @property
+    def model_dims(self) -> tuple[int, ...]:
+        """Its dims as the graph takes or makes it (Triton's `reshape`; the request's are `dims`)."""
+        return self.dims if self.reshape is None else self.reshape
 
 
 @dataclass
 class ModelSpec:
     name: str
     version: str
-    path: Path  # the ONNX file of the newest version
+    path: Path  # the ONNX file of this version
     platform: str
     max_batch_size: int
     inputs: list[TensorSpec]
@@ -62,13 +72,21 @@ class ModelSpec:
     preprocess: str
     raw_input: str
     parameters: dict[str, str] = field(default_factory=dict)
-    max_queue_delay_microseconds: int | None = None
+    max_queue_delay_microseconds: int | None = None  # None: the server's [batching] default
     preferred_batch_sizes: tuple[int, ...] = ()
+    dynamic_batching: bool = True  # the config has `dynamic_batching`; without it each request runs as it comes
     default_priority_level: int = 0  # Triton: 0 = none set (best effort here)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> its label_filename's lines
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
+    version_policy: versions.VersionPolicy = versions.VersionPolicy("latest")
+    queue_policies: QueuePolicies = QueuePolicies()  # dynamic_batching's priority levels and queue policies
     python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
     ensemble: Ensemble | None = None  # an ensemble (ensembles.py): its steps run by atoll.front_end.ensembles
+
+    @property
+    def key(self) -> str:
+        """This version's name inside the server (`versions.served_key`)."""
+        return versions.served_key(self.name, self.version)
 
     @property
     def padded(self) -> bool:
@@ -96,7 +114,7 @@ class ModelSpec:
 
     def row_fields(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """Every input of a slot row: name, dims (without the batch dimension), dtype (object: BYTES)."""
-        return [(t.name, t.dims, DTYPES[t.datatype]) for t in self.inputs]
+        return [(t.name, t.model_dims, DTYPES[t.datatype]) for t in self.inputs]
 
     def metadata(self) -> dict:
         """Model metadata as the KServe v2 protocol returns it (batch dimension as -1)."""
@@ -123,6 +141,8 @@ class ModelSpec:
 
         def tensor(t: TensorSpec, optional: bool = False) -> dict:
             out = {"name": t.name, "data_type": _type_name(t), "dims": list(t.dims)}
+            if t.reshape is not None:
+                out["reshape"] = {"shape": list(t.reshape)}
             if t.label_filename:
                 out["label_filename"] = t.label_filename
             return out | ({"optional": True} if optional else {})
@@ -130,13 +150,15 @@ class ModelSpec:
         preprocess = self.preprocess != "none"
         raw = [tensor(TensorSpec(self.raw_input, "BYTES", (1,)), optional=True)] if preprocess else []
         batching = {"preferred_batch_size": list(self.preferred_batch_sizes),
-                    "default_priority_level": self.default_priority_level}
+                    "default_priority_level": self.default_priority_level, **self.queue_policies.config()}
         if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
+        scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
         return {
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
-            "output": [tensor(t) for t in self.outputs], "dynamic_batching": batching,
+            "output": [tensor(t) for t in self.outputs], **scheduling,
+            "version_policy": self.version_policy.config(),
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
         } | ({"model_warmup": [w.config({t.name: _type_name(t) for t in self.inputs}) for w in self.warmups]}
              if self.warmups else {})  # fmt: skip
@@ -153,11 +175,23 @@ def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
     out = []
     for e in pbtxt.as_list(entries):
         try:
+            reshape = e.get("reshape")
+            if reshape is not None:  # `reshape: { shape: [ ] }` may come without its shape
+                reshape = tuple(int(d) for d in pbtxt.as_list((reshape or {}).get("shape")))
             out.append(TensorSpec(e["name"], TYPES[e["data_type"]], tuple(int(d) for d in pbtxt.as_list(e["dims"])),
-                                  e.get("label_filename")))  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
+                                  e.get("label_filename"), reshape))  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RepositoryError(f"{model}: {what} entry lacks or mis-types {exc}") from None
+        t = out[-1]
+        if t.reshape is not None and _elements(t.dims) != _elements(t.reshape):
+            raise RepositoryError(f"{model}: {what} '{t.name}' has dims {list(t.dims)} but reshape "
+                                  f"{list(t.reshape)}: they must hold as many elements")  # fmt: skip
     return out
+
+
+def _elements(dims: tuple[int, ...]) -> int | None:
+    """Elements of a tensor of `dims`; None (any number) where one is -1."""
+    return None if -1 in dims else int(np.prod(dims, dtype=np.int64))
 
 
 def _parameters(value) -> dict[str, str]:
@@ -197,8 +231,13 @@ def read_config(directory: Path) -> dict:
 
 
 def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
-    """The model of `directory` under `cfg` (default: its config.pbtxt, if any), completed from and
-    checked against the graph of its newest version."""
+    """The greatest version `load_versions` serves."""
+    return load_versions(directory, cfg)[-1]
+
+
+def load_versions(directory: Path, cfg: dict | None = None) -> list[ModelSpec]:
+    """The versions of the model of `directory` that its `version_policy` serves, ascending, under
+    `cfg` (default: its config.pbtxt, if any), each completed from and checked against its own graph."""
     if cfg is None:
         cfg = read_config(directory)
     if not isinstance(cfg, dict):
@@ -206,13 +245,26 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     name = cfg.get("name", directory.name)
     if name != directory.name:
         raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
-    versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
-                      key=lambda p: int(p.name))  # fmt: skip
     python, ensemble = is_python(cfg), is_ensemble(cfg)
-    files = [v / cfg.get("default_model_filename", MODEL_FILE if python else "model.onnx") for v in versions]
-    files = versions if ensemble else [f for f in files if f.is_file()]  # an ensemble's version folder is empty
+    filename = cfg.get("default_model_filename", MODEL_FILE if python else "model.onnx")
+    files = {int(p.name): p if ensemble else p / filename for p in directory.iterdir()  # an ensemble's is empty
+             if p.is_dir() and p.name.isdigit() and (ensemble or (p / filename).is_file())}  # fmt: skip
     if not files:
         raise RepositoryError(f"{directory}: no <version>/{MODEL_FILE if python else 'model.onnx'} found")
+    try:
+        policy = versions.read_policy(cfg.get("version_policy"), name)
+    except versions.VersionPolicyError as exc:
+        raise RepositoryError(str(exc)) from None
+    chosen = policy.select(list(files))
+    if not chosen:
+        raise RepositoryError(f"{name}: version_policy {policy.describe()} serves none of the versions in the "
+                              f"repository ({', '.join(map(str, sorted(files)))})")  # fmt: skip
+    return [_load_version(directory, cfg, name, files[v], policy) for v in chosen]
+
+
+def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: versions.VersionPolicy) -> ModelSpec:
+    """One version; `path` its model file (an ensemble's: its version folder)."""
+    python, ensemble = is_python(cfg), is_ensemble(cfg)
     params = _parameters(cfg.get("parameters"))
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
@@ -223,13 +275,20 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         if python or ensemble:
             completed = _python_completed(name, cfg, declared_in, declared_out)
         else:
-            completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims) for t in declared_in],
-                                 [(t.name, t.datatype, t.dims) for t in declared_out], graph_tensors(files[-1]))
+            completed = complete(name, declared_batch, [(t.name, t.datatype, t.model_dims) for t in declared_in],
+                                 [(t.name, t.datatype, t.model_dims) for t in declared_out], graph_tensors(path))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
-    inputs = [TensorSpec(n, d, tuple(dims)) for n, d, dims in completed.inputs]
-    outputs = [TensorSpec(n, d, tuple(dims), label_files.get(n)) for n, d, dims in completed.outputs]
+    declared = {t.name: t for t in declared_in + declared_out}
+
+    def tensor(name: str, datatype: str, dims) -> TensorSpec:  # the request's dims, the graph's under reshape
+        reshape = declared[name].reshape if name in declared else None
+        return TensorSpec(name, datatype, tuple(dims) if reshape is None else declared[name].dims,
+                          label_files.get(name), reshape)  # fmt: skip
+
+    inputs = [tensor(*t) for t in completed.inputs]
+    outputs = [tensor(*t) for t in completed.outputs]
     try:
         labels = {t.name: load_labels(directory / t.label_filename) for t in outputs if t.label_filename}
     except OSError as exc:
@@ -252,10 +311,14 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
     default_priority = batching.get("default_priority_level", 0)
     if not isinstance(default_priority, int) or default_priority < 0:
         raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
+    try:
+        queue_policies = read_policies(batching)
+    except QueuePolicyError as exc:
+        raise RepositoryError(f"{name}: {exc}") from None
     return ModelSpec(
         name=name,
-        version=(files[-1] if ensemble else files[-1].parent).name,
-        path=files[-1],
+        version=(path if ensemble else path.parent).name,
+        path=path,
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
         max_batch_size=completed.max_batch_size,
         inputs=inputs,
@@ -265,10 +328,13 @@ def load_model(directory: Path, cfg: dict | None = None) -> ModelSpec:
         parameters=params,
         max_queue_delay_microseconds=batching.get("max_queue_delay_microseconds"),
         preferred_batch_sizes=tuple(pbtxt.as_list(batching.get("preferred_batch_size"))),
+        dynamic_batching="dynamic_batching" in cfg,
         default_priority_level=default_priority,
         labels=labels,
         warmups=warmups,
-        python=_python_model(name, files[-1], cfg, params) if python else None,
+        version_policy=policy,
+        queue_policies=queue_policies,
+        python=_python_model(name, path, cfg, params) if python else None,
         ensemble=_ensemble(name, cfg, inputs, outputs) if ensemble else None,
     )
 

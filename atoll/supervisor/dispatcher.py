@@ -17,20 +17,22 @@ import bisect
 import itertools
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from batching import Item, ModelSettings, RtPlacement
+from batching.queue_policy import QUEUE_FULL, TIMED_OUT, QueuePolicies
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
 
+from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
 from atoll.wire.responses import Response
 
-log = logging.getLogger("atoll.supervisor.dispatcher")
+log = logging.getLogger(__name__)
 PYTHON = "python"  # the `vgpu` of a Python-backend model's runs (its instances are processes of their own)
 
 
@@ -44,6 +46,12 @@ class ModelPlan:
     frame_axis: int | None  # the rows' variable (audio frame) axis, None for fixed-shape models
     padded_frames: tuple[int, ...] = ()  # the lengths batches pad to: each bucket's upper edge
     equal_shapes: bool = False  # a batch holds rows of equal shapes only (models batched unpadded)
+    queues: QueuePolicies = QueuePolicies()  # its config's priority levels and queue policies
+
+    @property
+    def key(self) -> str:
+        """The served version's name in `Submit` messages, the batcher and the pool."""
+        return served_key(self.name, self.version)
 
     def pad_to(self, longest: int) -> int | None:
         """The padded length of a batch whose longest row has `longest` frames."""
@@ -66,6 +74,10 @@ class _Ticket:
     row: Row
     deadline: float
     arrival: float
+    level: int = 0  # its priority level under the model's queue policies
+    timed_out_at: float | None = None  # when it has waited too long in the queue (its queue policy)
+    delay: bool = False  # timed out, it waits behind the others (DELAY) instead of failing (REJECT)
+    request: int = 0  # its request's number: queue policies count requests, not rows
 
 
 def _key(row: Row) -> tuple[str, int]:
@@ -107,6 +119,9 @@ class Dispatcher:
         self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
         self._queued: dict[tuple[str, int], _Ticket] = {}  # best-effort rows in the batcher, by slot
+        # requests with rows in the batcher by (model, priority level), and those rows by request
+        self._levels: Counter[tuple[str, int]] = Counter()
+        self._request_rows: Counter[int] = Counter()
         self._dropped: set[tuple[str, int]] = set()  # queued rows whose request gave up
 
     @staticmethod
@@ -132,9 +147,9 @@ class Dispatcher:
     # -- models -------------------------------------------------------------------------------------
 
     def add_model(self, plan: ModelPlan, settings: ModelSettings) -> None:
-        """Batch `plan.name` from now on (its vGPU workers have loaded it)."""
-        self.batcher.add_model(plan.name, settings)
-        self.plans[plan.name] = plan
+        """Batch `plan.key` from now on (its vGPU workers have loaded it)."""
+        self.batcher.add_model(plan.key, settings)
+        self.plans[plan.key] = plan
 
     def remove_model(self, name: str) -> None:
         """Stop batching `name`; none of its rows may be anywhere (its front ends drained them)."""
@@ -161,15 +176,35 @@ class Dispatcher:
                 self._send(plan, vgpu, Priority.RT, tickets[start : start + plan.max_batch], "rt",
                            lambda v=vgpu: self.rt_placement.complete(v))  # fmt: skip
             return
+        level = plan.queues.level(message.level)
+        policy = plan.queues.of(level)
+        if not policy.admits(self._levels[(plan.key, level)]):
+            self._answer(tickets, None, Failure.QUEUE_FULL, QUEUE_FULL)
+            return
+        timed_out_at = policy.timed_out_at(now, message.timeout_us)
+        delay, request = policy.timeout_action == "DELAY", next(self._ids)
         for ticket in tickets:
-            try:
-                self.batcher.add(Item(next(self._ids), plan.name, lengths.seconds(plan.frames(ticket.row)), now,
-                                      ticket), now)  # fmt: skip
-            except ValueError as exc:  # e.g. longer than every bucket
-                self._answer([ticket], None, Failure.REJECTED, str(exc))
-                continue
-            self._queued[_key(ticket.row)] = ticket
+            self._queue(plan, _Ticket(link, ticket.row, message.deadline, now, level, timed_out_at, delay, request),
+                        now)  # fmt: skip
         self._poll()
+
+    def _queue(self, plan: ModelPlan, ticket: _Ticket, now: float) -> None:
+        try:
+            self.batcher.add(Item(next(self._ids), plan.key, lengths.seconds(plan.frames(ticket.row)), now,
+                                  ticket), now)  # fmt: skip
+        except ValueError as exc:  # e.g. longer than every bucket
+            self._answer([ticket], None, Failure.REJECTED, str(exc))
+            return
+        self._queued[_key(ticket.row)] = ticket
+        if not self._request_rows[ticket.request]:
+            self._levels[(plan.key, ticket.level)] += 1
+        self._request_rows[ticket.request] += 1
+
+    def _dequeued(self, plan: ModelPlan, ticket: _Ticket) -> None:
+        self._request_rows[ticket.request] -= 1
+        if not self._request_rows[ticket.request]:
+            del self._request_rows[ticket.request]
+            self._levels[(plan.key, ticket.level)] -= 1
 
     def cancel(self, message: Cancel) -> None:
         """Drop the rows still queued (when their batch forms): a slot is in one request at a time,
@@ -227,19 +262,31 @@ class Dispatcher:
                 self._send(plan, vgpu, priority, group, bucket, one_finished)
             return
         start = self.now()
-        gone, expired, live = [], [], []
+        gone, expired, timed_out, delayed, live = [], [], [], [], []
         for t in tickets:
             key = _key(t.row)
-            self._queued.pop(key, None)
+            if self._queued.pop(key, None) is not None:
+                self._dequeued(plan, t)
             if key in self._dropped:
                 self._dropped.discard(key)
                 gone.append(t)
+            elif t.deadline <= start:
+                expired.append(t)
+            elif t.timed_out_at is not None and t.timed_out_at <= start:
+                (delayed if t.delay else timed_out).append(t)
             else:
-                (live if t.deadline > start else expired).append(t)
+                live.append(t)
         if gone:
             self._answer(gone, None, Failure.CANCELLED, "its request gave up before a vGPU took it")
         if expired:
             self._answer(expired, None, Failure.EXPIRED, "its deadline passed before a vGPU took it")
+        if timed_out:
+            self._answer(timed_out, None, Failure.QUEUE_TIMEOUT, TIMED_OUT)
+        if delayed and (live or self._levels[(plan.key, delayed[0].level)]):
+            for t in delayed:  # DELAY: behind every row of its level still queued, this batch's too
+                self._queue(plan, t, start)
+        else:
+            live += delayed
         if not live:
             asyncio.get_running_loop().call_soon(finished)  # not from inside the poll that sent it
             return
@@ -258,18 +305,18 @@ class Dispatcher:
             self._ran, f, plan, vgpu, live, start, finished))
 
     def _is_python(self, plan: ModelPlan) -> bool:
-        return self.python is not None and plan.name in self.python.models
+        return self.python is not None and plan.key in self.python.models
 
     def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, live: list[_Ticket]):
         rows = tuple(t.row for t in live)
         if not self._is_python(plan):
-            return self.pool.submit_rows(vgpu, plan.name, rows, plan.pad_to(max(map(plan.frames, rows))), priority)
+            return self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))), priority)
         loop, link = asyncio.get_running_loop(), live[0].link  # a Python model's batch is one request
 
         def on_stream(s) -> None:  # a decoupled model's response, on its instance's thread
             loop.call_soon_threadsafe(self._stream, link, Response(rows[0], s.segment, s.layout, s.final, s.error))
 
-        return self.python.submit_rows(vgpu, plan.name, rows, on_stream=on_stream,
+        return self.python.submit_rows(vgpu, plan.key, rows, on_stream=on_stream,
                                        deadline=min(t.deadline for t in live))  # fmt: skip
 
     @staticmethod
@@ -295,7 +342,7 @@ class Dispatcher:
 
     def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:
         m, labels = self.metrics, (plan.name, plan.version)
-        self.latency.observe(plan.name, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
+        self.latency.observe(plan.key, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
         m.exec_count.labels(*labels).inc()
         m.count.labels(*labels).inc(rows)
         m.compute_us.labels(*labels).inc(elapsed * rows * 1e6)  # Triton's: each inference's batch time

@@ -32,7 +32,7 @@ from atoll.supervisor.lifecycle import shielded
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Health, Hello, Stop, Submit
 
-log = logging.getLogger("atoll.supervisor.supervisor")
+log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 120.0  # a front end imports OpenCV, onnxruntime's neighbours and aiohttp first
 
 

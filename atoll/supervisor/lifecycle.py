@@ -21,7 +21,7 @@ from gpu_runtime.priority import relay_this_thread
 
 from atoll.supervisor.notify import Notifier
 
-log = logging.getLogger("atoll.supervisor.lifecycle")
+log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -51,6 +51,8 @@ async def serve_forever(service, notifier: Notifier | None = None) -> None:
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    # heard even where this process began with them blocked (a cluster node's, started by a shielded Ray worker)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     watchdog = asyncio.create_task(_watchdog(notifier)) if notifier.watchdog_s else None
     notifier.status("starting: loading models")
     starting = asyncio.create_task(service.start())
@@ -77,6 +79,7 @@ async def serve_forever(service, notifier: Notifier | None = None) -> None:
         try:
             await service.stop()
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             if watchdog is not None:
                 watchdog.cancel()
     log.info("stopped")

@@ -26,10 +26,11 @@ from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.config import Config
 from atoll.repository.specs import ModelSpec
+from atoll.repository.versions import model_of
 from atoll.supervisor import lengths
 from atoll.supervisor.dispatcher import ModelPlan
 
-log = logging.getLogger("atoll.supervisor.model_batching")
+log = logging.getLogger(__name__)
 
 
 def _clamped(policy, max_batch: int):
@@ -53,16 +54,20 @@ def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, b
     the [batching] defaults, `batch_default` for Batch_max) for every bucket, audio bucketed by
     2.5 s up to the longest clip. A CPU profile's (the cost floor's) Time_knee is capped by that
     delay: on a CPU vGPU batches form while it is busy (a short batch waits for an idle one), so its
-    time-out only holds an input back while the vGPU idles (docs/batching-scheduling.md)."""
+    time-out only holds an input back while the vGPU idles (docs/batching-scheduling.md); so is any
+    profile's for a model configured without `dynamic_batching`. Where no profile covers a model,
+    its largest `preferred_batch_size` is Batch_max: a batch of that size goes at once, as Triton's
+    does (docs/models.md, "Batching as the config says")."""
     b = config.batching
     policies = {}
     for name, spec in models.items():
         batch_max = min(b.max_batch_size or batch_default, max(spec.max_batch_size, 1))
-        delay_us = spec.max_queue_delay_microseconds or b.max_queue_delay_microseconds
-        time_knee = max(delay_us, 1) * 1e-6
+        if spec.preferred_batch_sizes:
+            batch_max = min(max(spec.preferred_batch_sizes), max(spec.max_batch_size, 1))
+        time_knee = queue_delay_us(config, spec) * 1e-6
         if profile is not None and name in profile.models:
             policy = _clamped(profile.model_batching(name), max(spec.max_batch_size, 1))
-            if profile.models[name].rule == COST_FLOOR:
+            if profile.models[name].rule == COST_FLOOR or not spec.dynamic_batching:
                 policy = dataclasses.replace(policy, buckets=tuple(
                     dataclasses.replace(k, time_knee=min(k.time_knee, time_knee)) for k in policy.buckets))
             policies[name] = policy
@@ -76,15 +81,24 @@ def preba_policies(config: Config, models: dict[str, ModelSpec], profile=None, b
     return policies
 
 
+def queue_delay_us(config: Config, spec: ModelSpec) -> int:
+    """How long a request of `spec` may wait for others, as its config says (Triton's model
+    configuration, "Delayed Batching"): no `dynamic_batching` at all, none (each request runs as it
+    comes, as Triton's default scheduler runs it); its `max_queue_delay_microseconds` where set, 0
+    included; else the server's `[batching] max_queue_delay_microseconds`."""
+    if not spec.dynamic_batching:
+        return 0
+    if spec.max_queue_delay_microseconds is not None:
+        return spec.max_queue_delay_microseconds
+    return config.batching.max_queue_delay_microseconds
+
+
 def triton_configs(config: Config, models: dict[str, ModelSpec], batch_max: int) -> dict[str, TritonConfig]:
     """The Triton-style baseline's settings per model: its config.pbtxt, capped by `batch_max`."""
-    b = config.batching
     return {
         name: TritonConfig(
             max_batch_size=min(batch_max, max(spec.max_batch_size, 1)),
-            max_queue_delay_microseconds=spec.max_queue_delay_microseconds
-            if spec.max_queue_delay_microseconds is not None
-            else b.max_queue_delay_microseconds,
+            max_queue_delay_microseconds=queue_delay_us(config, spec),
             preferred_batch_sizes=tuple(p for p in spec.preferred_batch_sizes if p <= batch_max),
         )
         for name, spec in models.items()
@@ -108,8 +122,9 @@ class Batching:
                         sorted(set(vgpus.values())))  # fmt: skip
 
         def service_time(model: str, batch: int, length: float, kind: str) -> float:
-            if self.profile is not None and model in self.profile.models:
-                return self.profile.service_time(model, batch, length)
+            name = model_of(model)  # the batcher knows each served version; the profile, models
+            if self.profile is not None and name in self.profile.models:
+                return self.profile.service_time(name, batch, length)
             return latency(model, batch, length, kind)
 
         self.batch_max = batch_max_default(config, vgpus.values())
@@ -141,21 +156,21 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
     if not spec.padded:
         return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
-                         equal_shapes=not spec.pad_dynamic)  # fmt: skip
+                         equal_shapes=not spec.pad_dynamic, queues=spec.queue_policies)  # fmt: skip
     dims = spec.inputs[0].dims
     frame_axis = dims.index(-1) if -1 in dims else None
     padded_frames = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
-    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames)
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames, queues=spec.queue_policies)
 
 
 def batch_spec(spec: ModelSpec) -> BatchSpec:
-    outputs = {t.name: tuple(t.dims) for t in spec.outputs}
+    outputs = {t.name: tuple(t.model_dims) for t in spec.outputs}
     first = spec.inputs[0]
     if spec.padded:
         return BatchSpec(first.name, tuple(first.dims), outputs)
     fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
     warmups = tuple((w.batch_size, w.count, w.inputs) for w in spec.warmups)
-    return BatchSpec(first.name, tuple(first.dims), outputs, fields[0].dtype.name, fields,
+    return BatchSpec(first.name, tuple(first.model_dims), outputs, fields[0].dtype.name, fields,
                      spec.max_batch_size > 0, spec.dim_bound, warmups, spec.pad_dynamic)  # fmt: skip
 
 

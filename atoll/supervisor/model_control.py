@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 
 from atoll.kserve.errors import ApiError, ErrorCode
-from atoll.repository.specs import ModelSpec, RepositoryError, is_model_folder, load_model
+from atoll.repository.specs import ModelSpec, RepositoryError, is_model_folder, load_versions
 from atoll.supervisor import load_request
 from atoll.wire.model_control import IndexModels, LoadModel, UnloadModel
 
-log = logging.getLogger("atoll.supervisor.model_control")
+log = logging.getLogger(__name__)
 MODES = ("none", "explicit", "poll")
 NAME_MAX = 255  # bytes in a model name, as in a file name
 
@@ -63,23 +63,27 @@ def model_folders(repository: Path) -> list[str]:
 
 def _signature(folder: Path) -> tuple:
     """What changes when a model's files do (poll mode)."""
-    return tuple(sorted((str(p.relative_to(folder)), p.stat().st_mtime_ns, p.stat().st_size)
+    return tuple(sorted((p.relative_to(folder).as_posix(), p.stat().st_mtime_ns, p.stat().st_size)
                         for p in folder.rglob("*") if p.is_file()))  # fmt: skip
 
 
-def _read(folder: Path, config: dict | None) -> tuple[ModelSpec, tuple]:
-    """The model of `folder` and its files' signature, both of the same files: a folder written
-    while it was read (poll mode) is read again at the next scan."""
+def _read(folder: Path, config: dict | None) -> tuple[list[ModelSpec], dict[str, tuple]]:
+    """The served versions of `folder` and, per version, the signature of its files and of those
+    every version shares (config.pbtxt, labels), all of the same files: a folder written while it
+    was read (poll mode) is read again at the next scan."""
     before = _signature(folder)
-    spec = load_model(folder, config)
+    specs = load_versions(folder, config)
     if _signature(folder) != before:
         raise OSError(f"{folder.name}: its files changed while they were read")
-    return spec, before
+    top = [(f[0].split("/", 1)[0], f) for f in before]
+    shared = tuple(f for first, f in top if not first.isdigit())
+    return specs, {s.version: (shared, tuple(f for first, f in top if first == s.version)) for s in specs}
 
 
 class ModelControl:
     def __init__(self, repository: Path, mode: str, poll_s: float, add, remove):
-        """`add(spec)` and `remove(name)`: the supervisor's coroutines serving and dropping a model."""
+        """`add(spec)` and `remove(key)`: the supervisor's coroutines serving and dropping one version
+        of a model (`ModelSpec.key`)."""
         if mode not in MODES:
             raise ValueError(f"model control mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.repository = repository
@@ -87,8 +91,9 @@ class ModelControl:
         self.poll_s = poll_s
         self._add, self._remove = add, remove
         self._lock = asyncio.Lock()
-        self._states: dict[str, dict] = {}  # model -> its index entry, once it was asked for
-        self._served: dict[str, tuple[ModelSpec, tuple]] = {}  # model -> (spec, files' signature)
+        self._states: dict[str, dict] = {}  # model -> its index entry while no version has one
+        self._versions: dict[str, dict[str, dict]] = {}  # model -> version -> its index entry
+        self._served: dict[str, dict[str, tuple[ModelSpec, tuple]]] = {}  # model -> version -> (spec, signature)
         self._uploads: dict[str, Path] = {}  # model -> the folder its load request's files were written to
 
     def close(self) -> None:
@@ -131,19 +136,29 @@ class ModelControl:
         raise ValueError(f"unknown model-control action {action!r}")
 
     async def index(self, ready: bool = False) -> list[dict]:
-        """Triton's repository index: every model of the repository; its version and state once it
-        was loaded or asked for (READY, LOADING, UNLOADING, UNAVAILABLE with a reason)."""
+        """Triton's repository index: every model of the repository; once it was loaded or asked
+        for, an entry per version with its state (READY, LOADING, UNLOADING, UNAVAILABLE with a
+        reason), or one without a version where its load failed before any was read."""
         out = []
-        for name in sorted({*await asyncio.to_thread(model_folders, self.repository), *self._states}):
-            entry = {"name": name, **self._states.get(name, {})}
-            if not ready or entry.get("state") == "READY":
-                out.append(entry)
+        for name in sorted({*await asyncio.to_thread(model_folders, self.repository), *self._states,
+                            *self._versions}):  # fmt: skip
+            versions = self._versions.get(name, {})
+            entries = [{"name": name, "version": v, **versions[v]} for v in sorted(versions, key=int)]
+            for entry in entries or [{"name": name, **self._states.get(name, {})}]:
+                if not ready or entry.get("state") == "READY":
+                    out.append(entry)
         return out
 
-    def _state(self, name: str, state: str, reason: str = "", version: str | None = None) -> None:
-        version = version or self._states.get(name, {}).get("version")
-        self._states[name] = ({"version": version} if version else {}) | {"state": state} | (
-            {"reason": reason} if reason else {})
+    def _state(self, name: str, version: str, state: str, reason: str = "") -> None:
+        self._versions.setdefault(name, {})[version] = {"state": state} | ({"reason": reason} if reason else {})
+
+    def _unavailable(self, name: str, reason: str) -> None:
+        """A load of `name` failed before it read any version, and none is served."""
+        versions = self._versions.get(name)
+        if not versions:
+            self._states[name] = {"state": "UNAVAILABLE", "reason": reason}
+        for version in versions or ():
+            self._state(name, version, "UNAVAILABLE", reason)
 
     async def poll_forever(self) -> None:
         while True:
@@ -196,30 +211,44 @@ class ModelControl:
                     shutil.rmtree(upload, ignore_errors=True)
                 raise
             if upload is not None:
+                if (old := self._uploads.pop(name, None)) is not None:
+                    shutil.rmtree(old, ignore_errors=True)
                 self._uploads[name] = upload
 
     async def _serve(self, name: str, folder: Path, request: load_request.LoadRequest) -> None:
+        """Serve the versions of `name` its version_policy names: a new or changed version is
+        loaded (a changed one dropped first), then versions no longer named are dropped (as Triton
+        does when the policy or the files change), the others serving throughout. Where a version
+        fails, the others are still tried and nothing is dropped."""
         try:
-            spec, files = await asyncio.to_thread(_read, folder, request.config)
+            specs, signatures = await asyncio.to_thread(_read, folder, request.config)
         except (RepositoryError, OSError) as exc:  # OSError: its files changed while read
-            if name not in self._served:  # else its served version goes on
-                self._state(name, "UNAVAILABLE", one_line(exc))
+            if not self._served.get(name):  # else its served versions go on
+                self._unavailable(name, one_line(exc))
             raise self._failed(name, exc) from None
-        signature = (files, request.key())  # files sent in a request are new files: loaded again
-        served = self._served.get(name)
-        if served is not None and served[1] == signature:
-            return
-        if served is not None:
-            await self._drop(name)
-        self._state(name, "LOADING", version=spec.version)
-        try:
-            await self._add(spec)
-        except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
-            self._state(name, "UNAVAILABLE", one_line(exc))
-            raise self._failed(name, exc) from None
-        self._served[name] = (spec, signature)
-        self._state(name, "READY")
-        log.info("model %s version %s is ready", name, spec.version)
+        self._states.pop(name, None)
+        failures = []
+        for spec in specs:
+            signature = (signatures[spec.version], request.key())  # files sent in a request are new files
+            old = self._served.get(name, {}).get(spec.version)
+            if old is not None and old[1] == signature:
+                continue
+            if old is not None:
+                await self._drop(name, spec.version)
+            self._state(name, spec.version, "LOADING")
+            try:
+                await self._add(spec)
+            except Exception as exc:  # the worker's or executor's reason; the supervisor took back the load
+                self._state(name, spec.version, "UNAVAILABLE", one_line(exc))
+                failures.append(exc)
+                continue
+            self._served.setdefault(name, {})[spec.version] = (spec, signature)
+            self._state(name, spec.version, "READY")
+            log.info("model %s version %s is ready", name, spec.version)
+        if failures:
+            raise self._failed(name, failures[0])
+        for version in sorted(set(self._served.get(name, ())) - {s.version for s in specs}, key=int):
+            await self._drop(name, version)
 
     @staticmethod
     def _failed(name: str, exc: BaseException) -> ApiError:
@@ -230,14 +259,16 @@ class ModelControl:
 
     async def _unload(self, name: str) -> None:
         async with self._lock:
-            if name in self._served:
-                await self._drop(name)
+            for version in sorted(self._served.get(name, ()), key=int):
+                await self._drop(name, version)
 
-    async def _drop(self, name: str) -> None:
-        self._state(name, "UNLOADING")
-        await self._remove(self._served[name][0].name)
-        del self._served[name]
-        if name in self._uploads:
-            shutil.rmtree(self._uploads.pop(name), ignore_errors=True)
-        self._state(name, "UNAVAILABLE", "unloaded")
-        log.info("model %s is unloaded", name)
+    async def _drop(self, name: str, version: str) -> None:
+        self._state(name, version, "UNLOADING")
+        await self._remove(self._served[name][version][0].key)
+        del self._served[name][version]
+        if not self._served[name]:
+            del self._served[name]
+            if name in self._uploads:
+                shutil.rmtree(self._uploads.pop(name), ignore_errors=True)
+        self._state(name, version, "UNAVAILABLE", "unloaded")
+        log.info("model %s version %s is unloaded", name, version)

@@ -15,7 +15,7 @@ import os
 import socket
 from collections.abc import MutableMapping
 
-log = logging.getLogger("atoll.supervisor.notify")
+log = logging.getLogger(__name__)
 NOTIFY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 

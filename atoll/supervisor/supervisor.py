@@ -54,11 +54,10 @@ from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
 
-log = logging.getLogger("atoll.supervisor.supervisor")
+log = logging.getLogger(__name__)
 CORES_PER_FRONT_END = 4
 # glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
-# heap pages instead of fresh mmaps, whose page faults took 5% of a core from the preprocessing
-# lanes (2-core VM: 3-4% more requests per second).
+# heap pages instead of fresh mmaps and their page faults (measured: docs/data-plane.md).
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
 # Rows of a model one front end can hold at once (in preprocessing, batching or running) when
@@ -92,7 +91,7 @@ class Supervisor:
         self.python: PythonModels | None = None  # Python-backend models' instances (atoll/pybackend)
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
-        self.models: dict[str, ModelSpec] = {}
+        self.models: dict[str, ModelSpec] = {}  # by served version (`ModelSpec.key`)
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
@@ -159,9 +158,8 @@ class Supervisor:
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
                                      python=self.python)  # fmt: skip
         self.dispatcher.start()
-        # One front end per few cores, each with a preprocessing thread per core of its share: on
-        # 2 cores one front end with two threads answered 8% more requests per core than two with
-        # one each (fewer processes to wake, and Done messages shared by more rows).
+        # One front end per few cores, each with a preprocessing thread per core of its share: fewer
+        # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
         self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
                                           c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
@@ -182,15 +180,15 @@ class Supervisor:
     async def add_model(self, spec: ModelSpec) -> None:
         """Build `spec` on every vGPU worker, give every front end slots for it, and batch it. A load
         that fails takes back what it did, so the models served before are served as they were."""
-        if spec.name in self.models:  # model control drops a served model before loading it again
-            raise ValueError(f"model {spec.name!r} is already served")
+        if spec.key in self.models:  # model control drops a served version before loading it again
+            raise ValueError(f"model {spec.name!r} version {spec.version} is already served")
         if spec.ensemble is not None:  # nothing to build: its steps run on their models (front_end/ensembles.py)
-            self.models[spec.name] = spec
+            self.models[spec.key] = spec
             try:
                 await self._channels.apply(AddModel(spec, {}))
             except Exception:
-                del self.models[spec.name]
-                await self._channels.apply(RetireModel(spec.name))
+                del self.models[spec.key]
+                await self._channels.apply(RetireModel(spec.key))
                 raise
             self._workers_changed()
             return
@@ -199,7 +197,7 @@ class Supervisor:
         undo = []  # what to take back, latest first, should a later step fail
         try:
             if spec.python is not None:  # its own processes (atoll/pybackend), not the vGPU workers
-                undo.append(lambda: asyncio.to_thread(self.python.unload, spec.name))
+                undo.append(lambda: asyncio.to_thread(self.python.unload, spec.key))
                 await asyncio.to_thread(self.python.load, spec)
                 out_row_bytes = self.python.out_row_bytes(spec)
             else:
@@ -216,13 +214,13 @@ class Supervisor:
             for index in range(self._front_end_count):
                 name = f"{self._arena_prefix}-{self._loads}-fe{index}-{_shm_label(spec.name)}"
                 arenas.append(SlotArena.create(name, count, in_bytes, out_row_bytes))
-            self._arenas[spec.name] = arenas
-            undo.append(lambda: self._arenas.pop(spec.name))
+            self._arenas[spec.key] = arenas
+            undo.append(lambda: self._arenas.pop(spec.key))
             self.dispatcher.add_model(plan, settings)
-            undo.append(lambda: self.dispatcher.remove_model(spec.name))
-            self.models[spec.name] = spec
-            undo.append(lambda: self.models.pop(spec.name))
-            undo.append(lambda: self._channels.apply(RetireModel(spec.name)))  # the front ends that added it
+            undo.append(lambda: self.dispatcher.remove_model(spec.key))
+            self.models[spec.key] = spec
+            undo.append(lambda: self.models.pop(spec.key))
+            undo.append(lambda: self._channels.apply(RetireModel(spec.key)))  # the front ends that added it
             await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
         except Exception:
             for step in reversed(undo):
@@ -241,16 +239,17 @@ class Supervisor:
         executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
-        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
+        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
                  f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
-        undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
-        described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, executor.executor,
+        undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.key))  # workers that did load
+        described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
                                             plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
-        log.info("%s: device memory %s", spec.name, {v: d.get("device_memory") for v, d in described.items()})
+        log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
         return max(d["out_row_bytes"] for d in described.values())
 
     async def remove_model(self, name: str) -> None:
-        """Retire `name` in every front end (they answer its requests first), then everywhere else."""
+        """Retire the served version `name` (`ModelSpec.key`) in every front end (they answer its
+        requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
         if self.models.pop(name).ensemble is not None:
             self._workers_changed()
@@ -275,8 +274,8 @@ class Supervisor:
             self.metrics.worker_restarts.labels("python").inc(self.python.restarts - self._python_restarts)
             self._python_restarts = self.python.restarts
         ready = self.pool.ready_models() | self.python.ready_models()
-        ready = frozenset(ready | {name for name, spec in self.models.items() if spec.ensemble is not None
-                                   and all(step.model_name in ready for step in spec.ensemble.steps)})  # fmt: skip
+        ready = frozenset(ready | {key for key, spec in self.models.items()
+                                   if spec.ensemble is not None and spec.ensemble.ready(ready)})  # fmt: skip
         if ready != self._ready_models:
             self._ready_models = ready
             for front_end in self.front_ends:

@@ -41,6 +41,8 @@ class Submit:
     priority: Priority
     deadline: float  # time.monotonic() after which nobody waits for the answer
     rows: tuple[Row, ...]
+    level: int = 0  # the request's Triton priority level (0: none given), for the model's queue policies
+    timeout_us: int = 0  # the request's own `timeout` parameter (0: none), ditto
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class Failure(StrEnum):
     CANCELLED = "cancelled"  # its request gave up before it ran: dropped unexecuted
     REJECTED = "rejected"  # the row itself cannot be batched (e.g. longer than any bucket)
     BACKEND = "backend"  # the batch failed on its vGPU
+    QUEUE_FULL = "queue_full"  # its model's queue policy: max_queue_size requests were queued
+    QUEUE_TIMEOUT = "queue_timeout"  # its model's queue policy: it waited past its timeout (REJECT)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, L
                                        Ready, Row, Run, RunRows, Stop, Unload, Unloaded)
 from gpu_runtime.vgpu.worker import worker_main
 
-log = logging.getLogger("atoll.vgpu")
+log = logging.getLogger(__name__)
 
 
 class WorkerCrashed(RuntimeError):

@@ -29,6 +29,7 @@
 
 #include "hls_compat.h"
 #include "image_postdecode.h"
+#include "upsample_feed.h"
 #include "image_types.h"
 #include "image_writer.h"
 #include "jpeg_decode.h"
@@ -75,14 +76,17 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
 void pipeline(const Beat* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
               bool fp16, Beat* out) {
 #pragma HLS DATAFLOW
-  hls::stream<uint32_t> decoded("decoded");
+  hls::stream<UpsampleBeat> columns("columns");
+  hls::stream<uint64_t> decoded("decoded");
   hls::stream<PostBeat> processed("processed");
   hls::stream<PlacedBeat> planes[kChannels];
+#pragma HLS STREAM variable = columns depth = 64
 #pragma HLS STREAM variable = decoded depth = 64
 #pragma HLS STREAM variable = processed depth = 64
 #pragma HLS STREAM variable = planes depth = 8
   const uint32_t format = stage == kStageNormalize ? (fp16 ? kPostF16 : kPostF32) : kPostU8;
-  emit_rgb_rows(frame, f, decoded);
+  emit_upsample_columns(frame, f, columns);
+  upsample_color(columns, decoded, f.width, f.height, upsample_mode(f));
   image_postdecode(decoded, processed, f.height, f.width, s.resized_h, s.resized_w, s.h, s.w, format);
   pack_planes(processed, planes, s.h * s.w, format);
   write_beats(planes, out, output_beats(s.h * s.w, format));

@@ -45,9 +45,10 @@ inline void resize_dims(uint32_t src_h, uint32_t src_w, uint32_t r, uint32_t& ds
 
 }  // namespace atoll_image
 
-// Consumes src_h x src_w pixels (row-major), resizes them to dst_h x dst_w (OpenCV INTER_LINEAR;
+// Consumes src_h rows of src_w pixels, two to a beat (pack_pair: pixel 2p in the low word; an odd
+// width's last beat of a row holds one), resizes them to dst_h x dst_w (OpenCV INTER_LINEAR;
 // equal dimensions pass through), keeps the centred crop_h x crop_w window (torchvision
 // CenterCrop; crop = dst keeps everything) and writes one beat per kept pixel in `format`.
-void image_postdecode(hls::stream<uint32_t>& pixels, hls::stream<atoll_image::PostBeat>& beats,
+void image_postdecode(hls::stream<uint64_t>& pixels, hls::stream<atoll_image::PostBeat>& beats,
                       uint32_t src_h, uint32_t src_w, uint32_t dst_h, uint32_t dst_w, uint32_t crop_h,
                       uint32_t crop_w, uint32_t format);

@@ -38,6 +38,21 @@ rst_fill:
   return true;
 }
 
+// Before an MCU: counts down the restart interval and, where one ends, reads the RSTn marker and
+// resets the DC predictors. False where the data ran short or the marker is absent or out of order.
+inline bool restart_if_due(const Beat* jpeg, BitReader& br, uint32_t interval, uint32_t& to_restart,
+                           uint32_t& restart_index, int32_t pred[kMaxComponents]) {
+  if (interval == 0) return true;
+  if (to_restart == 0) {
+    if (br.overran() || !read_restart_marker(jpeg, br, restart_index)) return false;
+    ++restart_index;
+    to_restart = interval;
+    for (uint32_t c = 0; c < kMaxComponents; ++c) pred[c] = 0;
+  }
+  --to_restart;
+  return true;
+}
+
 // One block through the IDCT unit (an RTL blackbox): 8 coefficient rows in, 8 sample rows out to
 // the frame store. A DC-only block keeps idct_islow's closed form here (the unit would give the
 // same samples): most blocks of a photo are, and a fill costs less than a trip through the unit.
@@ -81,15 +96,7 @@ inline Status decode_scan(const Beat* jpeg, uint32_t len, const JpegFrame& f, Be
 mcus:
   for (uint32_t m = 0; m < n_mcus; ++m) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalBlocks / 6
-    if (f.restart_interval) {
-      if (to_restart == 0) {
-        if (br.overran() || !read_restart_marker(jpeg, br, restart_index)) return kCorrupt;
-        ++restart_index;
-        to_restart = f.restart_interval;
-        for (uint32_t c = 0; c < kMaxComponents; ++c) pred[c] = 0;
-      }
-      --to_restart;
-    }
+    if (!restart_if_due(jpeg, br, f.restart_interval, to_restart, restart_index, pred)) return kCorrupt;
   mcu_components:
     for (uint32_t ci = 0; ci < f.n_components; ++ci) {
 #pragma HLS LOOP_TRIPCOUNT max = kMaxComponents

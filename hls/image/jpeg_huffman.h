@@ -37,6 +37,22 @@ inline int32_t extend(uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int32_t>(v) - (1 << s) + 1 : static_cast<int32_t>(v);
 }
 
+// The AC fast path's entries from the lookahead table (look_len, look_sym).
+inline void build_fast_table(HuffTable& t) {
+huff_fast:
+  for (uint32_t i = 0; i < (1u << kLookBits); ++i) {
+    const int len = t.look_len[i];
+    const int size = t.look_sym[i] & 15;
+    t.fast_bits[i] = 0;
+    if (len && size && len + size <= kLookBits) {
+      const uint32_t bits = (i >> (kLookBits - len - size)) & ((1u << size) - 1);
+      t.fast_bits[i] = static_cast<uint8_t>(len + size);
+      t.fast_run[i] = t.look_sym[i] >> 4;
+      t.fast_value[i] = static_cast<int16_t>(extend(bits, size));
+    }
+  }
+}
+
 // Builds the canonical code from the 16 code-length counts (T.81 C.2). Returns false for a table
 // whose codes do not fit their lengths or that lists more than 256 symbols.
 inline bool build_huff_table(const uint8_t counts[kMaxCodeLen], const uint8_t* symbols,
@@ -69,18 +85,7 @@ huff_lengths:
     t.maxcode[len] = n ? static_cast<int32_t>(code) - 1 : -1;
     code <<= 1;
   }
-huff_fast:
-  for (uint32_t i = 0; i < (1u << kLookBits); ++i) {
-    const int len = t.look_len[i];
-    const int size = t.look_sym[i] & 15;
-    t.fast_bits[i] = 0;
-    if (len && size && len + size <= kLookBits) {
-      const uint32_t bits = (i >> (kLookBits - len - size)) & ((1u << size) - 1);
-      t.fast_bits[i] = static_cast<uint8_t>(len + size);
-      t.fast_run[i] = t.look_sym[i] >> 4;
-      t.fast_value[i] = static_cast<int16_t>(extend(bits, size));
-    }
-  }
+  build_fast_table(t);
   t.defined = true;
   return true;
 }

@@ -243,7 +243,8 @@ axi_pixel_reader reader_inst (
 );
 
 image_postdecode #(
-    .MAX_WIDTH(MAX_WIDTH)
+    .MAX_WIDTH(MAX_WIDTH),
+    .PIXELS_PER_BEAT(1)   // the reader streams a pixel a beat
 )
 unit_inst (
     .ap_clk(ap_clk),

@@ -4,6 +4,7 @@
 
 #include "image_postdecode.h"
 #include "resize.h"
+#include "upsample_color.h"
 
 using namespace atoll_image;
 
@@ -13,10 +14,14 @@ extern "C" {
 // crop_h * crop_w beats of three uint32 lanes to beats.
 void postdecode_ref(const uint8_t* rgb, uint32_t src_h, uint32_t src_w, uint32_t dst_h, uint32_t dst_w,
                     uint32_t crop_h, uint32_t crop_w, uint32_t format, uint32_t* beats) {
-  hls::stream<uint32_t> pixels;
+  hls::stream<uint64_t> pixels;
   hls::stream<PostBeat> out;
-  for (uint64_t i = 0; i < uint64_t{src_h} * src_w; ++i) {
-    pixels.write(uint32_t{rgb[3 * i]} | uint32_t{rgb[3 * i + 1]} << 8 | uint32_t{rgb[3 * i + 2]} << 16);
+  for (uint32_t y = 0; y < src_h; ++y) {
+    for (uint32_t x = 0; x < src_w; x += 2) {
+      const uint8_t* p = rgb + 3 * (uint64_t{y} * src_w + x);
+      const uint32_t second = x + 1 < src_w ? uint32_t{p[3]} | uint32_t{p[4]} << 8 | uint32_t{p[5]} << 16 : 0;
+      pixels.write(pack_pair(uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16, second));
+    }
   }
   image_postdecode(pixels, out, src_h, src_w, dst_h, dst_w, crop_h, crop_w, format);
   for (uint64_t i = 0; i < uint64_t{crop_h} * crop_w; ++i) {

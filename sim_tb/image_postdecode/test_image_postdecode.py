@@ -15,6 +15,8 @@ import ctypes
 import json
 import logging
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from sim_tb.c_model import HLS, build_shared_library
-from sim_tb.cocotb_run import run_testbench
+from sim_tb.cocotb_run import descriptor_sources, run_testbench
 
 UNIT = "image_postdecode"
 HERE = Path(__file__).resolve().parent
@@ -115,6 +117,16 @@ def library_reference(image: np.ndarray, args) -> np.ndarray:
     return values.view(np.uint32) if fmt == F32 else values.astype(np.float16).view(np.uint16).astype(np.uint32)
 
 
+def pixel_beats(image: np.ndarray) -> bytes:
+    """The frame as the unit's beats: each row's pixels (4 bytes, channel k in byte k),
+    PIXELS_PER_BEAT to a beat, a row's last beat padded with zeros."""
+    per_beat = int(os.environ.get("TB_PIXELS_PER_BEAT", "2"))
+    h, w = image.shape[:2]
+    padded = np.zeros((h, -(-w // per_beat) * per_beat, 4), np.uint8)
+    padded[:, :w, :3] = image
+    return padded.tobytes()
+
+
 def random_pauses(rng: np.random.Generator, probability: float):
     while True:
         yield bool(rng.random() < probability)
@@ -151,9 +163,7 @@ class Harness:
     async def run(self, image: np.ndarray, args) -> np.ndarray:
         """One frame: (crop_h * crop_w, 3) uint32 beats, after ap_done."""
         await self.start(args)
-        pixels = np.zeros((image.shape[0] * image.shape[1], 4), np.uint8)
-        pixels[:, :3] = image.reshape(-1, 3)
-        await self.source.send(AxiStreamFrame(pixels.tobytes()))
+        await self.source.send(AxiStreamFrame(pixel_beats(image)))
         beats = [bytes((await self.sink.recv()).tdata) for _ in range(args[4] * args[5])]
         while self.dut.ap_done.value != 1:
             await RisingEdge(self.dut.ap_clk)
@@ -190,8 +200,8 @@ async def reset_in_the_middle_of_a_frame(dut):
     args = frame_arguments(CASES[1])
     image = natural_image(CASES[1][0], CASES[1][1], seed=99)
     await harness.start(args)
-    half = np.zeros((image.shape[0] * image.shape[1] // 2, 4), np.uint8)
-    await harness.source.send(AxiStreamFrame(half.tobytes()))
+    half = pixel_beats(image)
+    await harness.source.send(AxiStreamFrame(half[: len(half) // 16 * 8]))
     await harness.source.wait()
     await harness.reset()
     harness.sink.clear()
@@ -227,18 +237,47 @@ async def reference_frame_latency_and_interval(dut):
     for name, value in zip(("src_h", "src_w", "dst_h", "dst_w", "crop_h", "crop_w", "format"), args):
         getattr(dut, name).value = value
     dut.ap_start.value = 1
-    pixels = np.zeros((image.shape[0] * image.shape[1], 4), np.uint8)
-    pixels[:, :3] = image.reshape(-1, 3)
     for _ in range(2):
-        await harness.source.send(AxiStreamFrame(pixels.tobytes()))
+        await harness.source.send(AxiStreamFrame(pixel_beats(image)))
     beats = [bytes((await harness.sink.recv()).tdata) for _ in range(2 * len(want))]
     while len(dones) < 2:
         await RisingEdge(dut.ap_clk)
     got = np.frombuffer(b"".join(beats), np.uint32).reshape(-1, 3)
     assert_beats(got, np.concatenate([want, want]), "reference frame, twice")
     saved = DEFAULT_DIM_WIDTH - int(os.environ["TB_DIM_WIDTH"])
+    if int(os.environ.get("TB_PIXELS_PER_BEAT", "2")) == 1:  # twice the beats to read: slower
+        assert dones[0] - starts[0] > LATENCY_CYCLES, (starts, dones)
+        return
     assert dones[0] - starts[0] == LATENCY_CYCLES - saved, (starts, dones)
     assert starts[1] - starts[0] == II_CYCLES - saved, (starts, dones)
+
+
+def full_rate_cycles(image: np.ndarray, args, build: Path) -> int:
+    """Streams one frame through the unit (default parameters: two pixels a beat) at full rate,
+    plain Verilog on Icarus, checks every output beat against the C model, returns ap_start to
+    ap_done in cycles."""
+    build.mkdir(parents=True, exist_ok=True)
+    words = np.frombuffer(pixel_beats(image), np.uint64)
+    (build / "beats.hex").write_text("".join(f"{v:016x}\n" for v in words.tolist()))
+    vvp = build / "rate.vvp"
+    subprocess.run(["iverilog", "-g2012", "-o", str(vvp), str(HERE / "postdecode_rate_tb.v"),
+                    *map(str, descriptor_sources(UNIT))], check=True)
+    names = ("SRC_H", "SRC_W", "DST_H", "DST_W", "CROP_H", "CROP_W", "FORMAT")
+    result = subprocess.run(["vvp", "-n", str(vvp), f"+BEATS={build / 'beats.hex'}", f"+OUT={build / 'out.hex'}",
+                             f"+COUNT={len(words)}", *(f"+{n}={v}" for n, v in zip(names, args))],
+                            check=True, capture_output=True, text=True)
+    got = np.array([[int(v[16:], 16), int(v[8:16], 16), int(v[:8], 16)]
+                    for v in (build / "out.hex").read_text().split()], np.uint32)
+    assert_beats(got, c_model(image, args), f"full rate, {image.shape[:2]}")
+    return int(re.search(r"CYCLES (\d+)", result.stdout)[1])
+
+
+def test_full_rate_two_pixels_a_cycle(tmp_path):
+    """An ImageNet-sized frame (500x375 to 224x224 float32, as the image CU resizes it) at full
+    rate: the reader sets the pace, two source pixels a cycle, plus the taps' setup."""
+    args = frame_arguments((375, 500, 256, 224, F32))
+    cycles = full_rate_cycles(natural_image(375, 500, seed=5), args, tmp_path)
+    assert 375 * 250 < cycles < 375 * 250 + 1000, cycles
 
 
 # The parameter sets swept from pytest: room to spare, and lines and dimensions just wide enough
@@ -246,6 +285,7 @@ async def reference_frame_latency_and_interval(dut):
 PARAMETER_SETS = {
     "max_width_128_dim_14": {"MAX_WIDTH": 128, "DIM_WIDTH": 14},
     "max_width_64_dim_7": {"MAX_WIDTH": 64, "DIM_WIDTH": 7},
+    "one_pixel_a_beat": {"MAX_WIDTH": 128, "DIM_WIDTH": 14, "PIXELS_PER_BEAT": 1},
 }
 
 
@@ -256,3 +296,15 @@ def test_image_postdecode(parameters, tmp_path):
 
     reference_library()  # built once here, not in the simulator's process
     run_testbench(UNIT, parameters, tmp_path / "sim", {})
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="cycles of one frame through image_postdecode at full rate")
+    parser.add_argument("--rate", default="1280x720", help="source WIDTHxHEIGHT, resized to 256, cropped to 224")
+    w, h = map(int, parser.parse_args().rate.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        n = full_rate_cycles(natural_image(h, w, seed=1), frame_arguments((h, w, 256, 224, F32)), Path(tmp))
+    print(f"image_postdecode {w}x{h} -> 224x224 float32: {n} cycles, {w * h / n:.3f} source pixels a cycle")

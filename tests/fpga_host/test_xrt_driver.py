@@ -102,7 +102,7 @@ def test_a_cu_that_ran_late_is_back_in_service_once_its_command_ends(fake_librar
     only until the command that timed out ends."""
     driver = fake_driver(fake_library, hang={"image_cu_1"}, cu_timeout_s=0.2, cu_counts={"image_cu": 1})
     try:
-        with caplog.at_level(logging.INFO, logger="atoll.dpu"):
+        with caplog.at_level(logging.INFO, logger="fpga_host.dpu_driver"):
             with pytest.raises(CuFailure, match="TIMEOUT"):
                 driver.submit_image(jpeg_bytes(32, 32)).result(10)
             assert driver.cu_states()["image_cu_1"] == "failed"

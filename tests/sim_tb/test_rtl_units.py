@@ -40,7 +40,10 @@ test_fft_butterfly = _testbench("fft_butterfly").test_fft_butterfly
 test_fp32_log = _testbench("fp32_log").test_fp32_log
 test_resize_tap_gen = _testbench("resize_tap_gen").test_resize_tap_gen
 test_image_postdecode = _testbench("image_postdecode").test_image_postdecode
+test_image_postdecode_full_rate = _testbench("image_postdecode").test_full_rate_two_pixels_a_cycle
 test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
+test_upsample_color = _testbench("upsample_color").test_upsample_color
+test_upsample_color_full_rate = _testbench("upsample_color").test_full_rate_two_pixels_a_cycle
 
 
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)

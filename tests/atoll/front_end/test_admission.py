@@ -94,3 +94,69 @@ def test_three_times_overload_keeps_goodput_at_capacity_and_answers_in_time():
     assert late == 0
     assert goodput >= 0.9 * capacity
     assert refused > 0.5 * len(arrivals)
+
+
+def _closed_loop(a: Admission, connections: int, rate_at, start: float, end: float) -> tuple[int, int]:
+    """`connections` closed-loop clients from `start` to `end` against a server that answers one
+    request at a time in arrival order, `rate_at(t)` a second; a refused client resends 1 ms later
+    (its 503's round trip). Returns (answers, refusals)."""
+    events = [(start, "send")] * connections  # (time, what)
+    queue = 0  # requests admitted, not yet answered
+    answers = refusals = 0
+    free_at = start  # when the server finishes its current request
+    while events:
+        t, what = heapq.heappop(events)
+        if t >= end:
+            break
+        if what == "answer":
+            a.finished(t, answered=True)
+            answers += 1
+            queue -= 1
+            heapq.heappush(events, (t, "send"))
+        elif a.refuse(t) is not None:
+            refusals += 1
+            heapq.heappush(events, (t + 0.001, "send"))
+        else:
+            a.started(t)
+            queue += 1
+            free_at = max(free_at, t) + 1 / rate_at(free_at)
+            heapq.heappush(events, (free_at, "answer"))
+    return answers, refusals
+
+
+def test_a_burst_after_idle_is_admitted_while_the_first_answers_are_slow():
+    """The issue's case: a server that answered ~350 requests a second sits idle 20 s; a burst of 64
+    closed-loop connections arrives while another process holds the cores for its first 2 s (a few
+    answers a second). Its in-flight requests would wait well under a tenth of the 120 s timeout
+    (350 a second again after 2 s), so none is refused."""
+    a = Admission(timeout_s=120.0)
+    answers, refusals = _closed_loop(a, 64, lambda t: 350.0, 0.0, 30.0)
+    assert refusals == 0 and answers > 30 * 340
+    while a.in_flight:  # the first phase ends: its requests are answered
+        a.finished(30.0, answered=True)
+    answers, refusals = _closed_loop(a, 64, lambda t: 3.0 if t < 52.0 else 350.0, 50.0, 60.0)
+    assert refusals == 0 and answers > 7 * 340
+
+
+def test_a_fresh_server_is_not_judged_on_its_first_few_answers():
+    """No history at all, and the first 2 s answer 3 a second: a rate read from those few answers
+    (~3 a second, 64 in flight: ~20 s of waiting) would refuse; it is not a sample to refuse on."""
+    a = Admission(timeout_s=120.0)
+    answers, refusals = _closed_loop(a, 64, lambda t: 3.0 if t < 2.0 else 350.0, 0.0, 10.0)
+    assert refusals == 0 and answers > 7 * 340
+
+
+def test_a_server_that_stopped_answering_is_still_refused():
+    """The sample rule does not disarm admission: after a busy period, answers stop; once its
+    busy seconds say even a full sample of answers would leave the in-flight requests waiting
+    past the allowance, new requests are refused."""
+    a = Admission(timeout_s=12.0)
+    t = _busy(a, rate=100.0, seconds=10.0, in_flight=FLOOR)
+    refused_at = None
+    while refused_at is None:
+        t += 0.01
+        if a.refuse(t) is not None:
+            refused_at = t
+        else:
+            a.started(t)
+    assert a.in_flight < 100 * 1.2 * 2  # never more than a couple of allowances' worth of the old rate

@@ -18,10 +18,12 @@ from tritonclient.grpc import service_pb2_grpc
 from atoll.bench.bodies import grpc_request
 from atoll.front_end import grpc_service
 from atoll.front_end.endpoints import Endpoints
-from atoll.front_end.grpc_service import CONTENTS, _CallEnded, request_from_proto, response_to_proto
+from atoll.front_end.grpc_service import _CallEnded
 from atoll.http.bodies import BodyBudget
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import ApiError
+from atoll.kserve.grpc_calls import STREAM_UNSENT
+from atoll.kserve.grpc_codec import CONTENTS, request_from_proto, response_to_proto
 from atoll.kserve.protocol import DTYPES, Output, ProtocolError, join_bytes
 from atoll.kserve.shm_registry import Regions as MappedRegions
 from atoll.observe.metrics import Metrics
@@ -239,7 +241,7 @@ def test_a_stream_reads_no_further_ahead_of_its_client_than_its_window():
         return first
 
     assert asyncio.run(go()).error_message == ""
-    assert read[0] == grpc_service.STREAM_UNSENT
+    assert read[0] == STREAM_UNSENT
 
 
 def test_an_answer_its_call_outlived_is_one_throttled_info_line(caplog):

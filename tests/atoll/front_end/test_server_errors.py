@@ -61,7 +61,7 @@ def _endpoints(front_end=None, **kw) -> Endpoints:
 def _serving(front_end, **kw) -> Endpoints:
     endpoints = _endpoints(front_end, **kw)
     endpoints.ready = True
-    endpoints.ready_models = frozenset({"m"})
+    endpoints.ready_models = frozenset({SPEC.key})
     return endpoints
 
 
@@ -154,7 +154,7 @@ def test_what_the_http_parser_refuses_is_a_json_400_logged_at_info_without_a_tra
         return (await asyncio.wait_for(reader.read(), 30)).decode()  # the server closes after the answer
 
     # each case's line, not only the first in 10 s
-    monkeypatch.setattr(http_edge, "_refusals", Throttled(logging.getLogger("atoll.front_end.http_routes"), every_s=0))
+    monkeypatch.setattr(http_edge, "_refusals", Throttled(logging.getLogger("atoll.http.edge"), every_s=0))
     with caplog.at_level(logging.INFO):
         answer = asyncio.run(_served_raw(_serving(EchoFrontEnd()), talk))
     status, _, body = answer.partition("\r\n\r\n")
@@ -243,7 +243,7 @@ def test_readiness_follows_which_models_have_a_live_worker():
     async def go():
         async with http_served(server) as client:
             out = []
-            for models in ({"m"}, set()):
+            for models in ({SPEC.key}, set()):
                 server.ready_models = frozenset(models)
                 health = await client.get("/v2/health/ready")
                 model = await client.get("/v2/models/m/ready")
@@ -273,7 +273,7 @@ def test_an_overload_refusal_says_when_to_retry():
 def test_connections_closed_mid_request_are_one_info_line_every_10_s(caplog, monkeypatch):
     """A client can close mid-body at will: each was an INFO line, as requests whose client went
     away after sending were before they were throttled too (40,000 lines in a minute)."""
-    monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.front_end.http_routes")))  # its 10 s start afresh
+    monkeypatch.setattr(http_edge, "_gone", Throttled(logging.getLogger("atoll.http.edge")))  # its 10 s start afresh
     server = _serving(EchoFrontEnd())
 
     async def go():

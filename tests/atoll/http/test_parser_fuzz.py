@@ -24,11 +24,11 @@ from tritonclient.grpc import service_pb2 as pb
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
 from atoll.config import PreprocessingConfig
 from atoll.front_end.endpoints import Endpoints
-from atoll.front_end.grpc_service import request_from_proto
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import read_wav
 from atoll.front_end.rows import priority_of
 from atoll.kserve.errors import ApiError, ErrorCode
+from atoll.kserve.grpc_codec import request_from_proto
 from atoll.kserve.protocol import DTYPES, HEADER_LENGTH, InferRequest, ProtocolError, decode_request
 from atoll.kserve.shm_registry import Regions
 from atoll.observe.metrics import Metrics
@@ -300,7 +300,7 @@ def _grpc_mutants(seed: int):
 
 
 def test_grpc_infer_requests():
-    """What `grpc_service.request_from_proto` and the checks after it make of ModelInferRequests
+    """What `grpc_codec.request_from_proto` and the checks after it make of ModelInferRequests
     with fields no client should send."""
 
     def parse(msg) -> None:

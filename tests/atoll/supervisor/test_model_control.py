@@ -41,7 +41,7 @@ class Supervisor:
         self.specs.append(spec)
 
     async def remove(self, name):
-        self.log.append(("remove", name))
+        self.log.append(("remove", name))  # a served version: "<model>/<version>"
 
 
 def control(root, mode, poll_s=0.05):
@@ -62,13 +62,13 @@ def test_explicit_mode_loads_on_request(tmp_path):
         await mc.handle(LoadModel("b"))
         await mc.handle(UnloadModel("a"))
         await mc.handle(UnloadModel("a"))  # not served: nothing to do, no error
-        assert log == [("add", "a", "1"), ("add", "b", "1"), ("remove", "a")]
+        assert log == [("add", "a", "1"), ("add", "b", "1"), ("remove", "a/1")]
         index = await mc.handle(IndexModels())
         assert index[0] == {"name": "a", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
         assert await mc.handle(IndexModels(ready=True)) == [{"name": "b", "version": "1", "state": "READY"}]
-        write(tmp_path, "b", "2")  # a new version: the model is replaced
+        write(tmp_path, "b", "2")  # a new version: served before the old one goes (version_policy latest 1)
         await mc.handle(LoadModel("b"))
-        assert log[-2:] == [("remove", "b"), ("add", "b", "2")]
+        assert log[-2:] == [("add", "b", "2"), ("remove", "b/1")]
         with pytest.raises(ApiError) as missing:
             await mc.handle(LoadModel("nope"))
         assert missing.value.code == ErrorCode.INTERNAL  # Triton's status for an unknown model
@@ -113,7 +113,7 @@ def test_poll_mode_follows_the_repository(tmp_path):
         write(tmp_path, "b")
         await settles([("add", "b", "1")])
         shutil.rmtree(tmp_path / "a")
-        await settles([("remove", "a")])
+        await settles([("remove", "a/1")])
         write(tmp_path, "c")
         (tmp_path / "c" / "config.pbtxt").write_text("max_batch_size: {")  # a broken new model
         (tmp_path / "b" / "config.pbtxt").write_text("max_batch_size: {")  # a broken change
@@ -123,7 +123,7 @@ def test_poll_mode_follows_the_repository(tmp_path):
                 break
             await asyncio.sleep(0.02)
         assert index["c"]["state"] == "UNAVAILABLE" and "config.pbtxt" in index["c"]["reason"]
-        assert index["b"]["state"] == "READY" and ("remove", "b") not in log  # its served version goes on
+        assert index["b"]["state"] == "READY" and ("remove", "b/1") not in log  # its served version goes on
         poll.cancel()
         with pytest.raises(ApiError) as refused:
             await mc.handle(LoadModel("b"))
@@ -281,7 +281,7 @@ def test_a_load_with_a_config_parameter_serves_that_config(tmp_path):
 
     log, index = asyncio.run(go())
     assert [s.max_batch_size for s in specs] == [4, 2]
-    assert log == [("add", "a", "1"), ("remove", "a"), ("add", "a", "1")]
+    assert log == [("add", "a", "1"), ("remove", "a/1"), ("add", "a", "1")]
     assert index == [{"name": "a", "version": "1", "state": "READY"}]  # the refused loads left it served
 
 
@@ -310,5 +310,5 @@ def test_a_load_with_files_serves_them_and_forgets_them_at_unload(tmp_path):
         assert not second.exists()
         return supervisor.log
 
-    assert asyncio.run(go()) == [("add", "up", "1"), ("remove", "up"), ("add", "up", "2"), ("remove", "up")]
+    assert asyncio.run(go()) == [("add", "up", "1"), ("add", "up", "2"), ("remove", "up/1"), ("remove", "up/2")]
     assert [s.max_batch_size for s in specs] == [3, 3]

@@ -55,7 +55,7 @@ class Dispatcher:
         self.plans = {}
 
     def add_model(self, plan, settings):
-        self.plans[plan.name] = plan
+        self.plans[plan.key] = plan
 
     def remove_model(self, name):
         del self.plans[name]
@@ -72,7 +72,7 @@ class FrontEnds:
         for index, models in enumerate(self.models):
             match change:
                 case AddModel(spec=spec) if not (self.fail and index == 1):
-                    models.add(spec.name)
+                    models.add(spec.key)
                 case RetireModel(name=name):
                     models.discard(name)
         if self.fail and isinstance(change, AddModel):
@@ -116,10 +116,10 @@ def test_a_load_that_fails_part_way_leaves_the_served_models_as_they_were():
             await s.add_model(spec("a"))
         assert state(s) == before
         s._channels.fail = False
-        await s.remove_model("a")
+        await s.remove_model(spec("a").key)
         await s.add_model(spec("a"))  # loaded again: arenas of new names
         assert not arenas & shm_names(s) and len(shm_names(s)) == 2
-        await s.remove_model("a")
+        await s.remove_model(spec("a").key)
         assert shm_names(s) == set()
 
     asyncio.run(go())

