@@ -125,5 +125,8 @@ out["add_sub_success"] = stats["inference_stats"]["success"]["count"]
 # a Python model taking a JPEG: its execute sees the tensor the DPU or the CPU path made
 jpeg = np.array([[open(JPEG, "rb").read()]], dtype=object)
 np.save(IMAGE_OUT, http.infer("ident_image", tensors(httpclient, {"image": jpeg})).as_numpy("output"))
+x = {"X": np.array([0], np.int32)}
+out["versions"] = [http.infer("versioned", tensors(httpclient, x), model_version=v).as_numpy("VERSION").tolist()
+                   for v in ("1", "2", "")]
 out["index"] = {entry["name"]: entry for entry in http.get_model_repository_index()}
 print(json.dumps(out))

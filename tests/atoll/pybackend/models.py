@@ -132,6 +132,21 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("output", r.inputs()[0].as_numpy())]) for r in requests]
 '''
 
+# Answers the version its instance was started for (args["model_version"]).
+VERSION = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = int(args["model_version"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("VERSION", np.array([self.version], np.int32))])
+                for _ in requests]
+'''
+
 # Pre-processing: UINT8 pixels [16] -> FP32 in [0, 1].
 SCALE = '''
 import numpy as np
@@ -226,4 +241,11 @@ def write_repository(root: Path, names=tuple(MODELS)) -> Path:
         if code is not None:
             (root / name / "1" / "model.py").write_text(code)
     write(root, "pair", fp32_pair(), FP32_PAIR_CONFIG)
+    versioned = root / "versioned"  # two versions served at once, each answering its version number
+    for version in ("1", "2"):
+        (versioned / version).mkdir(parents=True)
+        (versioned / version / "model.py").write_text(VERSION)
+    (versioned / "config.pbtxt").write_text('name: "versioned"\nbackend: "python"\nversion_policy: { all { } }\n'
+                                            'input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+                                            'output [ { name: "VERSION" data_type: TYPE_INT32 dims: [ 1 ] } ]\n')
     return root

@@ -119,6 +119,11 @@ def test_a_python_model_takes_a_jpeg_preprocessed(answers):
     np.testing.assert_array_equal(answered, made[None])
 
 
+def test_each_served_version_of_a_python_model_runs_its_own_instances(answers):
+    got, _ = answers
+    assert got["versions"] == [[1], [2], [2]]  # no version named: the greatest
+
+
 def test_finalize_runs_at_unload(answers):
     _, log = answers
     assert "add_sub: finalize" in log
