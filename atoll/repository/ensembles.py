@@ -2,7 +2,7 @@
 
 Triton's ensemble models (https://github.com/triton-inference-server/server/blob/main/docs/user_guide/architecture.md#ensemble-models):
 the config names the ensemble's inputs and outputs and its steps, each a composing model
-(`model_name`, `model_version`: -1 the newest) with an `input_map` (the model's input -> an ensemble
+(`model_name`, `model_version`: -1 the greatest version served) with an `input_map` (the model's input -> an ensemble
 tensor) and an `output_map` (the model's output -> an ensemble tensor). The folder has an empty
 version folder and no model file. A step runs once every tensor it reads exists; the steps must
 form a DAG in which every ensemble output is made and every tensor read is an ensemble input or
@@ -24,7 +24,7 @@ class EnsembleError(ValueError):
 @dataclass(frozen=True)
 class Step:
     model_name: str
-    model_version: str  # "" for the newest (-1)
+    model_version: str  # "" for the greatest version served (-1)
     input_map: tuple[tuple[str, str], ...]  # (the model's input, the ensemble tensor it reads)
     output_map: tuple[tuple[str, str], ...]  # (the model's output, the ensemble tensor it makes)
 
