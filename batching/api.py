@@ -25,6 +25,8 @@ class Item:
     length: float
     arrival: float
     payload: Any = None
+    # Triton's priority level (1 highest; 0 none): PREBA queues a level ahead of the levels below it
+    level: int = 0
 
 
 @dataclass

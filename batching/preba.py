@@ -8,6 +8,8 @@ length nor lowers the limit); a merged batch stays within its longest input's Ba
 to that length. A full batch goes at once to an idle vGPU, else the one expected to finish first
 (`VgpuPlacement`); a short one waits for an idle vGPU while its bucket keeps filling: placed on busy
 vGPUs, batches of 2-3 would queue and gain nothing (`short_batches_wait_for_idle`, batching/README.md).
+Items with a priority level (Triton's `priority_levels`) queue ahead of lower levels in their bucket;
+the bucket still times out by its oldest item.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from batching.buckets import ModelBatching
 from batching.placement import ServiceTime, VgpuPlacement
 
 
+_NO_LEVEL = float("inf")
+
+
 class _ModelQueues:
     def __init__(self, policy: ModelBatching, vgpus: list[str]):
         self.policy = policy
@@ -27,6 +32,18 @@ class _ModelQueues:
         self.fifos: list[deque[Item]] = [deque() for _ in policy.buckets]
         self.queued = 0  # items in all its fifos
         self.time_queue = [b.time_knee / len(vgpus) for b in policy.buckets]
+        self.levelled = False  # an item with a priority level came: fifos are ordered by level, then arrival
+
+    def put(self, k: int, item: Item) -> None:
+        """Queue `item` in bucket k: behind every item of its level or a higher one (a smaller
+        number), ahead of the lower levels (Triton's priority levels; 0, none, ranks last)."""
+        fifo = self.fifos[k]
+        rank = item.level or _NO_LEVEL
+        self.levelled |= bool(item.level)
+        i = len(fifo)
+        while self.levelled and i and (fifo[i - 1].level or _NO_LEVEL) > rank:
+            i -= 1
+        fifo.insert(i, item)
 
     def deadline(self, k: int, may_time_out: bool) -> float | None:
         """When bucket k becomes due: as soon as it is full, else when its oldest times out
@@ -35,6 +52,9 @@ class _ModelQueues:
         if not fifo:
             return None
         batch_max = self.policy.buckets[k].batch_max
+        if self.levelled:  # the oldest may queue behind newer items of higher levels
+            oldest = min(item.arrival for item in fifo)
+            return oldest if len(fifo) >= batch_max else oldest + self.time_queue[k] if may_time_out else None
         if len(fifo) >= batch_max:
             return fifo[batch_max - 1].arrival
         return fifo[0].arrival + self.time_queue[k] if may_time_out else None
@@ -85,7 +105,7 @@ class PrebaBatcher:
         queues = self._models.get(item.model)
         if queues is None:
             raise ValueError(f"unknown model {item.model!r}")
-        queues.fifos[queues.policy.bucket_of(item.length)].append(item)
+        queues.put(queues.policy.bucket_of(item.length), item)
         queues.queued += 1
         self._pending += 1
 

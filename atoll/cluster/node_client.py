@@ -45,7 +45,9 @@ class _Connection(asyncio.Protocol):
         self.answer = asyncio.get_running_loop().create_future()
         self.received = False
         self._headers, self._chunks = {}, []
-        self.transport.writelines((head, body) if body else (head,))
+        self.transport.write(head)
+        if body:  # apart: the transport's writelines would join them, a copy of the whole body
+            self.transport.write(body)
         return self.answer
 
     def connection_made(self, transport) -> None:

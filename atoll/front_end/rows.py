@@ -127,9 +127,10 @@ class FrontEnd:
         self.models[spec.key] = spec
 
     async def retire_model(self, name: str, timeout_s: float) -> None:
-        """Admit no more requests of `name` (a served version, `ModelSpec.key`), wait (up to `timeout_s`) until those inside are
-        answered and every slot of it is back, then let its slots go. A model this front end never
-        added (a load taken back before it got here) has nothing to retire."""
+        """Admit no more requests of `name` (a served version, `ModelSpec.key`), wait (up to
+        `timeout_s`) until those inside are answered and every slot of it is back, then let its
+        slots go. A model this front end never added (a load taken back before it got here) has
+        nothing to retire."""
         self.models.pop(name, None)
         slots = self.slots.get(name)
         if slots is None:

@@ -190,8 +190,9 @@ class Dispatcher:
 
     def _queue(self, plan: ModelPlan, ticket: _Ticket, now: float) -> None:
         try:
+            level = ticket.level if plan.queues.priority_levels else 0  # without levels, one queue
             self.batcher.add(Item(next(self._ids), plan.key, lengths.seconds(plan.frames(ticket.row)), now,
-                                  ticket), now)  # fmt: skip
+                                  ticket, level), now)  # fmt: skip
         except ValueError as exc:  # e.g. longer than every bucket
             self._answer([ticket], None, Failure.REJECTED, str(exc))
             return

@@ -65,7 +65,8 @@ input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] 
 output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
 """)  # fmt: skip
     write(root, "bounded", plus(0), TENSORS + WAITING % (5_000_000, "default_queue_policy { max_queue_size: 2 }"))
-    write(root, "timed", plus(0), TENSORS + WAITING % (2_000_000, "default_queue_policy { allow_timeout_override: true }"))
+    write(root, "timed", plus(0), TENSORS + WAITING % (2_000_000,
+                                                       "default_queue_policy { allow_timeout_override: true }"))
     write(root, "delayed", plus(0), TENSORS + WAITING % (2_000_000, "default_queue_policy { timeout_action: DELAY "
                                                          "default_timeout_microseconds: 100000 }"))  # fmt: skip
 

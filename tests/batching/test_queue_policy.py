@@ -3,6 +3,7 @@ Policy"; model_config.proto, `ModelQueuePolicy`: "allow_timeout_override ... ind
 set a timeout that is less than the default timeout value but may not increase the timeout")."""
 
 import pytest
+from batching import Item, image_model, make_batcher
 from batching.queue_policy import QueuePolicies, QueuePolicy, QueuePolicyError, read_policies
 
 
@@ -45,3 +46,16 @@ def test_contradictions_are_refused(batching):
     with pytest.raises(QueuePolicyError):
         read_policies(batching)
     assert QueuePolicies().level(7) == 7  # without levels a request keeps its own (1: real-time)
+
+
+def test_preba_queues_a_higher_level_ahead_and_times_out_by_the_oldest():
+    """batcher.md, "Priority Levels": "requests with higher priority are allowed to bypass requests
+    with lower priority. Requests at the same priority level are processed in order." """
+    b = make_batcher("preba", {"cpu0": "cpu"}, lambda *a: 0.01, policies={"m": image_model(2, 0.005)})
+    for i, level in enumerate((3, 3, 2, 1, 2)):
+        b.add(Item(i, "m", 1.0, arrival=0.001 * i, level=level), 0.001 * i)
+    # level 1, then level 2 in arrival order, then level 3
+    assert [[item.id for item in d.items] for d in b.poll(0.004)] == [[3, 2], [4, 0]]
+    b.on_complete("cpu0", 0.01)
+    b.on_complete("cpu0", 0.02)
+    assert b.next_deadline() == pytest.approx(0.001 + 0.005)  # the item left: its arrival plus Time_queue

@@ -60,7 +60,7 @@ def test_the_cluster_stops_on_a_signal_and_leaves_nothing(tmp_path, sig, to):
                             "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1"],
                            start_timeout_s=PATIENCE_S, new_session=True)  # fmt: skip
     with server:
-        until(lambda: request(f"{server.url}/v2/models/{MODEL}/ready") == 200, "both nodes serve the model")
+        until(lambda: request(f"{server.url}/v2/models/{MODEL}/ready") == 200, "a node serves the model")
         processes = descendants(server.proc.pid)
         commands = [command(pid) for pid in processes]
         assert sum("raylet/raylet" in c for c in commands) == 2 and sum("-m atoll serve" in c for c in commands) == 2

@@ -312,3 +312,37 @@ def test_a_load_with_files_serves_them_and_forgets_them_at_unload(tmp_path):
 
     assert asyncio.run(go()) == [("add", "up", "1"), ("add", "up", "2"), ("remove", "up/1"), ("remove", "up/2")]
     assert [s.max_batch_size for s in specs] == [3, 3]
+
+
+def test_versions_follow_the_policy_and_the_files_one_by_one(tmp_path):
+    """Triton's model_configuration.md, "Version Policy": `all` serves every version, and "the
+    addition or removal of version subdirectories ... can change which model version is used";
+    a version removed or changed is unloaded alone, the others serve on."""
+    for version in ("1", "2", "3"):
+        write(tmp_path, "m", version)
+    config = tmp_path / "m" / "config.pbtxt"
+    config.write_text(config.read_text() + "version_policy: { all { } }\n")
+
+    async def go():
+        mc, log = control(tmp_path, "poll")
+        await mc.start([])
+        assert sorted(log) == [("add", "m", "1"), ("add", "m", "2"), ("add", "m", "3")]
+        assert [(e["version"], e["state"]) for e in await mc.index()] == [("1", "READY"), ("2", "READY"), ("3", "READY")]
+        log.clear()
+        shutil.rmtree(tmp_path / "m" / "2")
+        (tmp_path / "m" / "3" / "model.onnx").write_bytes(GRAPH)  # rewritten: a new signature
+        poll = asyncio.create_task(mc.poll_forever())
+        for _ in range(200):
+            if ("remove", "m/2") in log and ("add", "m", "3") in log:
+                break
+            await asyncio.sleep(0.02)
+        poll.cancel()
+        assert log == [("remove", "m/3"), ("add", "m", "3"), ("remove", "m/2")]  # version 1 untouched
+        index = [(e["version"], e["state"], e.get("reason")) for e in await mc.index()]
+        assert index == [("1", "READY", None), ("2", "UNAVAILABLE", "unloaded"), ("3", "READY", None)]
+        config.write_text(config.read_text().replace("all { }", "specific { versions: [ 9 ] }"))
+        with pytest.raises(ApiError, match=r"serves none of the versions in the repository \(1, 3\)"):
+            await mc._load("m")
+        assert ("remove", "m/1") not in log  # a load that fails drops nothing
+
+    asyncio.run(go())
