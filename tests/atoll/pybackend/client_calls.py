@@ -4,7 +4,9 @@ JSON object of what came back, the test asserts on it (OUT.npy: a media model's 
 
 import asyncio
 import json
+import os
 import queue
+import signal
 import sys
 import time
 
@@ -116,9 +118,21 @@ for path, module, client in (("http", httpclient, http), ("grpc", grpcclient, gr
 out["broken"] = error_of(lambda: http.infer("broken", tensors(httpclient, {"MODE": np.array([1], np.int32)})))
 out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["inference_stats"]["success"]["count"]
                     for m in ("pipeline", "scale", "pair", "topk")}
-out["idle_death"] = [faulty(4)]
-time.sleep(1.5)  # it dies while idle
-out["idle_death"].append(faulty(0))  # answered by the instance started again, no request failed
+def killed(pid):
+    """Kill the idle instance `pid` and wait until it is gone (or a zombie its supervisor has not reaped)."""
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(1000):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+
+
+killed(faulty(4)[0])
+out["idle_death"] = faulty(0)  # answered by the instance started again, no request failed
 out["ready"] = [http.is_model_ready(m) for m in ("add_sub", "bls", "repeat", "faulty", "pipeline", "ident_image")]
 stats = http.get_inference_statistics("add_sub")["model_stats"][0]
 out["add_sub_success"] = stats["inference_stats"]["success"]["count"]

@@ -95,12 +95,13 @@ class TritonPythonModel:
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 '''
 
-# MODE 0 echoes, 1 raises, 2 hangs (past atoll.execute_timeout_s), 3 kills its own process, 4 echoes
-# and kills its process a moment later (it dies while idle).
+# MODE 0 echoes, 1 raises, 2 hangs (past atoll.execute_timeout_s), 3 kills its own process, 4 answers
+# its process id (for the client to kill it while it idles).
 FAULTY = '''
 import os
-import threading
 import time
+
+import numpy as np
 
 import triton_python_backend_utils as pb_utils
 
@@ -116,9 +117,8 @@ class TritonPythonModel:
                 time.sleep(600)
             if mode == 3:
                 os._exit(3)
-            if mode == 4:
-                threading.Timer(0.2, os._exit, (4,)).start()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("ECHO", request.inputs()[0].as_numpy())]))
+            echo = np.array([os.getpid()], np.int32) if mode == 4 else request.inputs()[0].as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("ECHO", echo)]))
         return responses
 '''
 
@@ -214,7 +214,7 @@ MODELS = {
                '{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]', REPEAT),
     "faulty": ('backend: "python"\ninput [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
                'output [ { name: "ECHO" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-               'parameters { key: "atoll.execute_timeout_s" value { string_value: "2" } }', FAULTY),
+               'parameters { key: "atoll.execute_timeout_s" value { string_value: "3" } }', FAULTY),
     "scale": ('backend: "python"\nmax_batch_size: 8\ninput [ { name: "RAW" data_type: TYPE_UINT8 dims: [ 16 ] } ]\n'
               'output [ { name: "SCALED" data_type: TYPE_FP32 dims: [ 16 ] } ]', SCALE),
     "topk": ('backend: "python"\nmax_batch_size: 8\ninput [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
