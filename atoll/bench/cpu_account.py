@@ -24,6 +24,7 @@ STAGES = (
     ("atoll-w-", "hop: into the vGPU worker"),
     ("hop-", "hop: vGPU worker back"),  # its reply thread, the supervisor's monitor
     ("exec-", "executor"),
+    ("atoll-py", "Python models: hop, instances"),  # atoll/pybackend
 )
 ORDER = [stage for _, stage in STAGES]
 

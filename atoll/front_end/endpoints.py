@@ -23,6 +23,7 @@ from gpu_runtime.priority import Priority
 
 from atoll import __version__
 from atoll.front_end.admission import Admission
+from atoll.front_end.ensembles import run_ensemble
 from atoll.front_end.media import MediaError
 from atoll.front_end.rows import RowFailed, check_tensor, priority_of
 from atoll.kserve.classification import classify
@@ -98,6 +99,12 @@ class Endpoints:
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
         return spec
 
+    def decoupled(self, name: str, version: str | None = None) -> bool:
+        """Whether a call of model `name` reaches a version that answers a request any number of
+        times (a decoupled Python model)."""
+        spec = self.find(name, version)
+        return spec is not None and spec.python is not None and spec.python.decoupled
+
     def metadata(self, name: str, version: str | None = None) -> dict:
         """A model's metadata; its `versions` are those served (Triton's answer)."""
         return self.model(name, version).metadata() | {"versions": sorted(self.versions(name), key=int)}
@@ -165,12 +172,20 @@ class Endpoints:
     # -- inference ----------------------------------------------------------------------------------
 
     async def infer(self, name: str, version: str | None, decode: Callable[[], Awaitable[InferRequest]],
-                    parameters: Callable[[], Awaitable[dict]] | None = None) -> tuple[ModelSpec, InferRequest, list[Output]]:
+                    parameters: Callable[[], Awaitable[dict]] | None = None,
+                    on_response: Callable[[list[Output] | str], None] | None = None,
+                    ) -> tuple[ModelSpec, InferRequest, list[Output]]:
         """Run one request of model `name`, whose body `decode` reads; its outputs as requested.
+        A decoupled model (Python backend) answers only where `on_response` takes its responses
+        (each its outputs as requested, or an error message; the gRPC stream), and returns none.
         `parameters`, where given, reads the request's parameters alone and cheaply (HTTP: its JSON
         fields but the inputs' data): a request that admission refuses is then refused before its
         tensors are decoded, which under overload is most requests."""
         spec = self.model(name, version)
+        decoupled = spec.python is not None and spec.python.decoupled
+        if decoupled != (on_response is not None):
+            unsupported(f"model '{name}' uses the decoupled transaction policy: one answer per request" if decoupled
+                        else "several answers to a request of a model that is not decoupled")  # fmt: skip
         if not self.ready:
             raise ApiError(ErrorCode.UNAVAILABLE, "server is starting or stopping")
         counters = self.metrics.of(spec.name, spec.version)
@@ -202,8 +217,17 @@ class Endpoints:
         answered = True  # the server did the request's work (admission's rate counts it)
         try:
             deadline = time.monotonic() + self.timeout_s
-            outputs = await asyncio.wait_for(self.front_end.infer(spec, request, priority, deadline), self.timeout_s)
-            answer = [self._output(spec, out, params, outputs[out]) for out, params in wanted]
+            streamed = None if on_response is None else lambda got: on_response(
+                got if isinstance(got, str) else [self._output(spec, out, params, got[out]) for out, params in wanted
+                                                  if out in got])  # fmt: skip
+            if spec.ensemble is not None:
+                running = run_ensemble(spec, request, self._step)
+            else:
+                running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
+                           else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
+            outputs = await asyncio.wait_for(running, self.timeout_s)
+            answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
+                                                         for out, params in wanted]  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
             raise self._failed(spec, start, "REJECTED", ApiError(ErrorCode.INVALID_ARG, str(exc))) from None
         except ApiError as exc:
@@ -232,6 +256,15 @@ class Endpoints:
         counters.request_us.inc((time.perf_counter() - start) * 1e6)
         counters.last_inference.set(time.time() * 1e3)
         return spec, request, answer
+
+    async def _step(self, name: str, version: str | None, request: InferRequest) -> list[Output]:
+        """One step of an ensemble: a request of its own to the step's model."""
+
+        async def decode() -> InferRequest:
+            return request
+
+        _, _, outputs = await self.infer(name, version, decode)
+        return outputs
 
     def answer_rate(self) -> float | None:
         """Requests answered a second while any were in hand, both priorities (admission's

@@ -10,6 +10,7 @@ carry the gRPC status code Triton gives their kind (`errors.ErrorCode`).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -186,6 +187,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def one(msg):
             try:
+                if self.endpoints.decoupled(msg.model_name, msg.model_version or None):
+                    return self._decoupled(msg)
                 return pb.ModelStreamInferResponse(infer_response=await self._infer(msg))
             except ApiError as exc:
                 return stream_error(msg, exc.message)
@@ -194,6 +197,35 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async for answer in stream_answers(request_iterator, one):
             yield answer
+
+    async def _decoupled(self, msg: pb.ModelInferRequest):
+        """A decoupled model's request: each of its responses as it comes (an error ends them)."""
+        responses: asyncio.Queue = asyncio.Queue()
+
+        async def decode():
+            return request_from_proto(msg, self.endpoints.regions)
+
+        async def run() -> None:
+            try:
+                await self.endpoints.infer(msg.model_name, msg.model_version, decode, on_response=responses.put_nowait)
+            except ApiError as exc:
+                responses.put_nowait(exc.message)
+            except Exception as exc:  # noqa: BLE001 - a bug: logged, and the request still answered
+                responses.put_nowait(internal_message(exc, "ModelStreamInfer"))
+            responses.put_nowait(None)
+
+        task = asyncio.create_task(run())
+        try:
+            spec = self.endpoints.find(msg.model_name, msg.model_version or None)
+            version = spec.version if spec is not None else msg.model_version
+            while (item := await responses.get()) is not None:
+                if isinstance(item, str):
+                    yield stream_error(msg, item)
+                else:
+                    yield pb.ModelStreamInferResponse(infer_response=response_to_proto(msg.model_name, version,
+                                                                                       msg.id, item))  # fmt: skip
+        finally:
+            task.cancel()
 
 
 class _CallEnded(logging.Filter):

@@ -33,6 +33,7 @@ from atoll.wire import channel
 from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
+from atoll.wire.responses import Response
 
 log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 4096
@@ -127,7 +128,7 @@ class _Changes:
         try:
             match message.change:
                 case AddModel(spec=spec, arenas=arenas):
-                    self.front_end.add_model(spec, arenas[self.index])
+                    self.front_end.add_model(spec, arenas.get(self.index))  # none for an ensemble
                 case RetireModel(name=name):
                     await self.front_end.retire_model(name, self.timeout_s)
                 case change:
@@ -156,6 +157,8 @@ async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: 
         match message:
             case Done():
                 front_end.on_done(message)
+            case Response():
+                front_end.on_response(message)
             case Health(ready_models=models):
                 endpoints.ready_models = models
                 health.set()

@@ -17,6 +17,7 @@ import functools
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,7 @@ from atoll.kserve.protocol import InferRequest, ProtocolError, Tensor, described
 from atoll.repository.specs import ModelSpec, TensorSpec
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
+from atoll.wire.responses import Response
 
 
 class RowFailed(RuntimeError):
@@ -108,6 +110,7 @@ class FrontEnd:
         for name, arena in setup.arenas.items():
             self._attach(self.models[name], arena)
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._streams: dict[tuple[str, int], Callable] = {}  # a decoupled model's request -> its on_response
         self._active: Counter[str] = Counter()  # model -> requests inside `infer`
         self._held = {key for key in setup.held if key[0] in self._by_arena}
         for arena, index in self._held:
@@ -118,8 +121,9 @@ class FrontEnd:
         slots = self.slots[spec.key] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
         self._by_arena[slots.arena.name] = slots
 
-    def add_model(self, spec: ModelSpec, arena: str) -> None:
-        self._attach(spec, arena)
+    def add_model(self, spec: ModelSpec, arena: str | None) -> None:
+        if arena is not None:  # an ensemble has none: its steps' models make its rows
+            self._attach(spec, arena)
         self.models[spec.key] = spec
 
     async def retire_model(self, name: str, timeout_s: float) -> None:
@@ -149,19 +153,20 @@ class FrontEnd:
     # -- requests -----------------------------------------------------------------------------------
 
     async def infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
-                    deadline: float) -> dict[str, np.ndarray]:
+                    deadline: float, on_response: Callable | None = None) -> dict[str, np.ndarray]:
         """The request's outputs by name; `priority` as `priority_of` tells it, `deadline` on the
-        `time.monotonic()` clock (no answer is waited for after it)."""
+        `time.monotonic()` clock (no answer is waited for after it). A decoupled model's request
+        is answered by `on_response(outputs or error message)` per response, and returns {}."""
         if self.models.get(spec.key) is not spec:  # retired (or replaced) since the caller looked
             raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{spec.name}' is not found")
         self._active[spec.key] += 1
         try:
-            return await self._infer(spec, request, priority, deadline)
+            return await self._infer(spec, request, priority, deadline, on_response)
         finally:
             self._active[spec.key] -= 1
 
     async def _infer(self, spec: ModelSpec, request: InferRequest, priority: Priority,
-                     deadline: float) -> dict[str, np.ndarray]:
+                     deadline: float, on_response: Callable | None) -> dict[str, np.ndarray]:
         queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
         slots = self.slots[spec.key]
@@ -177,6 +182,8 @@ class FrontEnd:
         futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
+        if on_response is not None:
+            self._streams[(rows[0].arena, rows[0].index)] = on_response
         self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue)))
         try:
             layouts = await _settled(futures, slots, indices)
@@ -185,9 +192,11 @@ class FrontEnd:
             if dropped:
                 self.writer.write(channel.encode(Cancel(dropped)))
             raise
+        finally:
+            self._streams.pop((rows[0].arena, rows[0].index), None)
         start = time.perf_counter()
         try:
-            return self._outputs(spec, slots, indices, layouts)
+            return {} if on_response is not None else self._outputs(spec, slots, indices, layouts)
         finally:
             slots.release(indices)
             counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
@@ -301,6 +310,16 @@ class FrontEnd:
         return {out.name: pad_stack([_as_configured(out, row[out.name]) for row in rows]) for out in spec.outputs}
 
     # -- the dispatcher's answers -------------------------------------------------------------------
+
+    def on_response(self, message: Response) -> None:
+        """A decoupled model's response: its tensors read out of their segment, which goes."""
+        outputs = {}
+        if message.segment is not None:
+            outputs = shm.read(message.segment, message.layout)
+            shm.unlink(message.segment)
+        on_response = self._streams.get((message.row.arena, message.row.index))
+        if on_response is not None and (outputs or message.error):
+            on_response(message.error or outputs)
 
     def on_done(self, message: Done) -> None:
         for k, row in enumerate(message.rows):

@@ -22,14 +22,25 @@ def internal_message(exc: Exception, method: str) -> str:
 
 async def stream_answers(request_iterator, one):
     """A stream's answers as they come, `await one(request)` each (it answers every request, never
-    raises). At most STREAM_UNSENT requests are read ahead of the answers the client has taken: a
+    raises; an async iterator is several answers, a decoupled model's). At most STREAM_UNSENT requests are read ahead of the answers the client has taken: a
     client that sent 3,000 requests and read none grew a front end by 600 MB of answers waiting."""
     answers: asyncio.Queue = asyncio.Queue()
     running: set[asyncio.Task] = set()
     unsent = asyncio.Semaphore(STREAM_UNSENT)
 
     async def answer(msg) -> None:
-        answers.put_nowait(await one(msg))
+        result = await one(msg)
+        if not hasattr(result, "__aiter__"):
+            answers.put_nowait(result)
+            return
+        taken = True  # several answers (a decoupled model's): each past the first takes a place too
+        async for item in result:
+            if not taken:
+                await unsent.acquire()
+            taken = False
+            answers.put_nowait(item)
+        if taken:  # none at all: its place is free
+            unsent.release()
 
     async def read() -> None:
         try:

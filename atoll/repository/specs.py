@@ -26,7 +26,10 @@ from batching.queue_policy import QueuePolicies, QueuePolicyError, read_policies
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt, versions
-from atoll.repository.completion import GraphError, complete, graph_tensors
+from atoll.repository.completion import Completed, GraphError, complete, graph_tensors
+from atoll.repository.ensembles import Ensemble, EnsembleError, is_ensemble, read_ensemble
+from atoll.repository.python_models import (MODEL_FILE, PythonModel, PythonModelError, is_python,
+                                            read_python_model)  # fmt: skip
 from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
 
 TYPES = {
@@ -78,6 +81,8 @@ class ModelSpec:
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
     version_policy: versions.VersionPolicy = versions.VersionPolicy("latest")
     queue_policies: QueuePolicies = QueuePolicies()  # dynamic_batching's priority levels and queue policies
+    python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
+    ensemble: Ensemble | None = None  # an ensemble (ensembles.py): its steps run by atoll.front_end.ensembles
 
     @property
     def key(self) -> str:
@@ -206,6 +211,15 @@ def is_model_folder(directory: Path) -> bool:
     return directory.is_dir() and any(v.name.isdigit() and (v / "model.onnx").is_file() for v in directory.iterdir())
 
 
+def _python_completed(name: str, cfg: dict, declared_in: list, declared_out: list) -> Completed:
+    """A Python-backend model's or an ensemble's tensors are its config's: there is no graph."""
+    if not declared_in or not declared_out:
+        raise RepositoryError(f"{name}: the config.pbtxt of a python-backend model or an ensemble must list its "
+                              "inputs and outputs")
+    return Completed(int(cfg.get("max_batch_size", 0)), [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
+                     [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out])  # fmt: skip
+
+
 def read_config(directory: Path) -> dict:
     """`config.pbtxt` as a dict; {} where the folder has none (everything completed from the graph)."""
     config_path = directory / "config.pbtxt"
@@ -232,11 +246,12 @@ def load_versions(directory: Path, cfg: dict | None = None) -> list[ModelSpec]:
     name = cfg.get("name", directory.name)
     if name != directory.name:
         raise RepositoryError(f"{directory / 'config.pbtxt'}: name {name!r} differs from folder {directory.name!r}")
-    filename = cfg.get("default_model_filename", "model.onnx")
-    files = {int(p.name): p / filename for p in directory.iterdir()
-             if p.is_dir() and p.name.isdigit() and (p / filename).is_file()}  # fmt: skip
+    python, ensemble = is_python(cfg), is_ensemble(cfg)
+    filename = cfg.get("default_model_filename", MODEL_FILE if python else "model.onnx")
+    files = {int(p.name): p if ensemble else p / filename for p in directory.iterdir()  # an ensemble's is empty
+             if p.is_dir() and p.name.isdigit() and (ensemble or (p / filename).is_file())}  # fmt: skip
     if not files:
-        raise RepositoryError(f"{directory}: no <version>/model.onnx found")
+        raise RepositoryError(f"{directory}: no <version>/{MODEL_FILE if python else 'model.onnx'} found")
     try:
         policy = versions.read_policy(cfg.get("version_policy"), name)
     except versions.VersionPolicyError as exc:
@@ -249,6 +264,8 @@ def load_versions(directory: Path, cfg: dict | None = None) -> list[ModelSpec]:
 
 
 def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: versions.VersionPolicy) -> ModelSpec:
+    """One version; `path` its model file (an ensemble's: its version folder)."""
+    python, ensemble = is_python(cfg), is_ensemble(cfg)
     params = _parameters(cfg.get("parameters"))
     preprocess = params.get("atoll.preprocess", "none")
     if preprocess not in PREPROCESS_KINDS:
@@ -256,8 +273,11 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
-        completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
-                             [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], graph_tensors(path))
+        if python or ensemble:
+            completed = _python_completed(name, cfg, declared_in, declared_out)
+        else:
+            completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
+                                 [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], graph_tensors(path))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
@@ -288,7 +308,7 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         raise RepositoryError(f"{name}: {exc}") from None
     return ModelSpec(
         name=name,
-        version=path.parent.name,
+        version=(path if ensemble else path.parent).name,
         path=path,
         platform=cfg.get("platform", cfg.get("backend", "onnxruntime_onnx")),
         max_batch_size=completed.max_batch_size,
@@ -305,7 +325,23 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         warmups=warmups,
         version_policy=policy,
         queue_policies=queue_policies,
+        python=_python_model(name, path, cfg, params) if python else None,
+        ensemble=_ensemble(name, cfg, inputs, outputs) if ensemble else None,
     )
+
+
+def _ensemble(name: str, cfg: dict, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> Ensemble:
+    try:
+        return read_ensemble(name, cfg, [t.name for t in inputs], [t.name for t in outputs])
+    except (EnsembleError, TypeError, ValueError) as exc:
+        raise RepositoryError(str(exc)) from None
+
+
+def _python_model(name: str, file: Path, cfg: dict, params: dict[str, str]) -> PythonModel:
+    try:
+        return read_python_model(name, file, cfg, params)
+    except PythonModelError as exc:
+        raise RepositoryError(str(exc)) from None
 
 
 def load_repository(root: str | Path) -> dict[str, ModelSpec]:

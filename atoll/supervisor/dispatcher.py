@@ -23,14 +23,17 @@ from dataclasses import dataclass
 from batching import Item, ModelSettings, RtPlacement
 from batching.queue_policy import QUEUE_FULL, TIMED_OUT, QueuePolicies
 from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row
 
 from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Failure, Submit
+from atoll.wire.responses import Response
 
 log = logging.getLogger(__name__)
+PYTHON = "python"  # the `vgpu` of a Python-backend model's runs (its instances are processes of their own)
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,14 @@ class Dispatcher:
     message that completes it, the worker's answer), which on a 2-core VM is most of its cost."""
 
     def __init__(self, plans: dict[str, ModelPlan], pool, batcher, metrics, latency,
-                 vgpu_kinds: dict[str, str]):
+                 vgpu_kinds: dict[str, str], python=None):
         self.plans = plans
         self.pool = pool
         self.batcher = batcher
         self.metrics = metrics
         self.latency = latency  # LatencyModel fed with every batch's measured run time
         self.vgpu_kinds = vgpu_kinds
+        self.python = python  # Python-backend models' instances (atoll.pybackend.PythonModels), beside the pool
         self.rt_placement = RtPlacement(vgpu_kinds)
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,6 +165,9 @@ class Dispatcher:
         plan = self.plans.get(message.model)
         if plan is None:
             self._answer(tickets, None, Failure.REJECTED, f"unknown model {message.model!r}")
+            return
+        if self._is_python(plan):  # a request at a time: its model's instances batch what waits for them
+            self._send(plan, PYTHON, message.priority, tickets, PYTHON, lambda: None)
             return
         if message.priority == Priority.RT:
             for start in range(0, len(tickets), plan.max_batch):
@@ -287,11 +294,9 @@ class Dispatcher:
         m, labels = self.metrics, (plan.name, plan.version)
         m.queue_us.labels(*labels).inc(sum(start - t.arrival for t in live) * 1e6)
         m.batch_size.labels(plan.name, bucket, vgpu).observe(len(live))
-        rows = tuple(t.row for t in live)
         loop = asyncio.get_running_loop()
         try:
-            future = self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))),
-                                           priority)  # fmt: skip
+            future = self._submit(plan, vgpu, priority, live)
         except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
             self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
             loop.call_soon(finished)
@@ -299,6 +304,29 @@ class Dispatcher:
         self._in_flight += 1
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(
             self._ran, f, plan, vgpu, live, start, finished))
+
+    def _is_python(self, plan: ModelPlan) -> bool:
+        return self.python is not None and plan.key in self.python.models
+
+    def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, live: list[_Ticket]):
+        rows = tuple(t.row for t in live)
+        if not self._is_python(plan):
+            return self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))), priority)
+        loop, link = asyncio.get_running_loop(), live[0].link  # a Python model's batch is one request
+
+        def on_stream(s) -> None:  # a decoupled model's response, on its instance's thread
+            loop.call_soon_threadsafe(self._stream, link, Response(rows[0], s.segment, s.layout, s.final, s.error))
+
+        return self.python.submit_rows(vgpu, plan.key, rows, on_stream=on_stream,
+                                       deadline=min(t.deadline for t in live))  # fmt: skip
+
+    @staticmethod
+    def _stream(link: FrontEndLink, response: Response) -> None:
+        if link.writer.is_closing():  # its front end is gone: nobody will read the segment
+            if response.segment is not None:
+                shm.unlink(response.segment)
+            return
+        link.send(response)
 
     def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
         self._in_flight -= 1
@@ -321,7 +349,7 @@ class Dispatcher:
         m.compute_us.labels(*labels).inc(elapsed * rows * 1e6)  # Triton's: each inference's batch time
         m.batch_runs.labels(*labels, rows).inc()
         m.batch_compute_us.labels(*labels, rows).inc(elapsed * 1e6)
-        builds = self.pool.workers[vgpu].program_builds
+        builds = self.pool.workers[vgpu].program_builds if vgpu in self.pool.workers else 0
         if builds > self._builds[vgpu]:
             log.error("vGPU %s built %d program(s) after load (model %s): a shape was not prepared",
                       vgpu, builds - self._builds[vgpu], plan.name)  # fmt: skip

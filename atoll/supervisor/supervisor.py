@@ -39,6 +39,7 @@ from atoll.http.messages import HttpRequest, HttpResponse, Routes
 from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.shm_registry import RegionBook, Register, Unregister
 from atoll.observe.metrics import Metrics, share_metrics
+from atoll.pybackend.instances import PythonModels
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import ModelSpec
 from atoll.supervisor.checks import Checked, StartError, check
@@ -69,6 +70,12 @@ METRICS_BODY_BYTES = 64 * 1024  # a scrape sends none
 FRONT_END_EXIT_S = 10.0
 
 
+def _loopback(host: str, port: int) -> str:
+    """Where this server's HTTP port is reached from its own host (BLS requests)."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _shm_label(name: str) -> str:
     """`name` cut to 64 bytes, for a shared-memory name (at most 255 bytes in all)."""
     return name.encode()[:64].decode(errors="ignore")
@@ -81,12 +88,14 @@ class Supervisor:
         self.progress = progress
         self.metrics: Metrics | None = None
         self.pool = None
+        self.python: PythonModels | None = None  # Python-backend models' instances (atoll/pybackend)
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
         self.models: dict[str, ModelSpec] = {}  # by served version (`ModelSpec.key`)
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
+        self._python_restarts = 0  # Python models' instance restarts counted so far
         self._front_end_count = 0
         self._batching: Batching | None = None
         self._channels = FrontEnds()
@@ -137,14 +146,17 @@ class Supervisor:
         s = c.scheduler
         loop = asyncio.get_running_loop()
         self._executor = checked.executor
+        self.python = PythonModels(_loopback(c.server.host, checked.ports["http"].getsockname()[1]),
+                                   lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
             self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine_for(s.policy, s.outstanding_kernels),
                                    on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
-        for kind in ("vgpu", "front_end"):
+        for kind in ("vgpu", "front_end", "python"):
             self.metrics.worker_restarts.labels(kind).inc(0)
-        self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds)
+        self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
+                                     python=self.python)  # fmt: skip
         self.dispatcher.start()
         # One front end per few cores, each with a preprocessing thread per core of its share: fewer
         # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
@@ -170,22 +182,26 @@ class Supervisor:
         that fails takes back what it did, so the models served before are served as they were."""
         if spec.key in self.models:  # model control drops a served version before loading it again
             raise ValueError(f"model {spec.name!r} version {spec.version} is already served")
+        if spec.ensemble is not None:  # nothing to build: its steps run on their models (front_end/ensembles.py)
+            self.models[spec.key] = spec
+            try:
+                await self._channels.apply(AddModel(spec, {}))
+            except Exception:
+                del self.models[spec.key]
+                await self._channels.apply(RetireModel(spec.key))
+                raise
+            self._workers_changed()
+            return
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
-        datatypes = [t.datatype for t in spec.inputs + spec.outputs]
-        variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
-        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
-        if executor.reason:
-            log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
-        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
-                 f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
         undo = []  # what to take back, latest first, should a later step fail
         try:
-            undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.key))  # workers that did load
-            described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
-                                                plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
-            log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
-            out_row_bytes = output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
+            if spec.python is not None:  # its own processes (atoll/pybackend), not the vGPU workers
+                undo.append(lambda: asyncio.to_thread(self.python.unload, spec.key))
+                await asyncio.to_thread(self.python.load, spec)
+                out_row_bytes = self.python.out_row_bytes(spec)
+            else:
+                out_row_bytes = await self._load_on_vgpus(spec, plan, undo)
             in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
             share = self.config.server.pending_share(self._front_end_count)
@@ -214,14 +230,34 @@ class Supervisor:
                 except Exception:  # the load's own error is the one to report
                     log.warning("taking back the failed load of %s", spec.name, exc_info=True)
             raise
+        if spec.python is not None:  # ready now, and the ensembles it completes (the vGPU pool says so itself)
+            self._workers_changed()
+
+    async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list) -> int:
+        """Build `spec` on every vGPU worker; the bytes a row's outputs take at most."""
+        datatypes = [t.datatype for t in spec.inputs + spec.outputs]
+        variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
+        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
+        if executor.reason:
+            log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
+        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
+                 f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
+        undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.key))  # workers that did load
+        described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
+                                            plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+        log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
+        return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
 
     async def remove_model(self, name: str) -> None:
         """Retire the served version `name` (`ModelSpec.key`) in every front end (they answer its
         requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
-        del self.models[name]
+        if self.models.pop(name).ensemble is not None:
+            self._workers_changed()
+            return
         self.dispatcher.remove_model(name)
-        await asyncio.to_thread(self.pool.unload_model, name)
+        python = self.python is not None and name in self.python.models
+        await asyncio.to_thread(self.python.unload if python else self.pool.unload_model, name)
         for arena in self._arenas.pop(name):
             arena.close()
 
@@ -235,7 +271,12 @@ class Supervisor:
             if state.restarts > before:
                 self.metrics.worker_restarts.labels("vgpu").inc(state.restarts - before)
             self._restarts[vgpu] = state.restarts
-        ready = frozenset(self.pool.ready_models())
+        if self.python.restarts > self._python_restarts:  # Python models' instances (atoll/pybackend)
+            self.metrics.worker_restarts.labels("python").inc(self.python.restarts - self._python_restarts)
+            self._python_restarts = self.python.restarts
+        ready = self.pool.ready_models() | self.python.ready_models()
+        ready = frozenset(ready | {key for key, spec in self.models.items()
+                                   if spec.ensemble is not None and spec.ensemble.ready(ready)})  # fmt: skip
         if ready != self._ready_models:
             self._ready_models = ready
             for front_end in self.front_ends:
@@ -326,6 +367,8 @@ class Supervisor:
             await server.shutdown(0)
         if self.dispatcher:
             await self.dispatcher.stop()
+        if self.python:
+            await asyncio.to_thread(self.python.close)
         if self.pool:
             await asyncio.to_thread(self.pool.close)
             log.info("vGPU workers stopped")
