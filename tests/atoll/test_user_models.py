@@ -22,8 +22,9 @@ from atoll.supervisor.server_process import ServerProcess
 HERE = os.path.dirname(__file__)
 RNG = np.random.default_rng(30)
 PAD = 'parameters { key: "atoll.pad_dynamic" value { string_value: "true" } }'  # padding a seq changes nothing
+BATCHED = "\ndynamic_batching { }"  # requests wait up to the server's [batching] delay for others (issue #42)
 MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
-    "simple": (simple(), SIMPLE_CONFIG + SIMPLE_WARMUP, {  # with model_warmup
+    "simple": (simple(), SIMPLE_CONFIG + SIMPLE_WARMUP + BATCHED, {  # with model_warmup
         "INPUT0": RNG.integers(-99, 99, (2, 16), dtype=np.int32),
         "INPUT1": RNG.integers(-99, 99, (2, 16), dtype=np.int32)}),
     "bert": (bert(), None, {"input_ids": RNG.integers(0, 30000, (1, 7)), "attention_mask": np.ones((1, 7), np.int64),
@@ -32,7 +33,7 @@ MODELS = {  # name: (graph, config.pbtxt or None, inputs of one request)
     "masked": (masked(), None, {"mask": RNG.integers(0, 2, (2, 6)).astype(bool),
                                 "pixels": RNG.integers(0, 256, (2, 6), dtype=np.uint8)}),
     "unbatched": (unbatched(), "max_batch_size: 0", {"x": RNG.normal(size=(4, 16)).astype(np.float32)}),
-    "bert_padded": (bert(), PAD, {"input_ids": RNG.integers(0, 30000, (1, 7)),
+    "bert_padded": (bert(), PAD + BATCHED, {"input_ids": RNG.integers(0, 30000, (1, 7)),
                                   "attention_mask": np.ones((1, 7), np.int64),
                                   "token_type_ids": RNG.integers(0, 2, (1, 7))}),
     "words": (words(), None, {"text": np.array([[b"cat", b"x", "\u00e9mu".encode()], [b"dog", b"", b"cat"]])}),

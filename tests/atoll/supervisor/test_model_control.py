@@ -332,7 +332,7 @@ def test_versions_follow_the_policy_and_the_files_one_by_one(tmp_path):
         shutil.rmtree(tmp_path / "m" / "2")
         (tmp_path / "m" / "3" / "model.onnx").write_bytes(GRAPH)  # rewritten: a new signature
         poll = asyncio.create_task(mc.poll_forever())
-        for _ in range(200):
+        for _ in range(500):
             if ("remove", "m/2") in log and ("add", "m", "3") in log:
                 break
             await asyncio.sleep(0.02)

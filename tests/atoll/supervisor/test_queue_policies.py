@@ -17,6 +17,15 @@ from atoll.supervisor.latency_model import LatencyModel
 from atoll.wire.channel import Failure, Submit
 
 
+async def until(condition, limit_s: float = 10.0):
+    """Wait for `condition` (the batcher's timers run on this loop), failing after `limit_s`."""
+    for _ in range(int(limit_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition did not come true")
+
+
 def _dispatcher(policy: QueuePolicy, wait_s: float = 3600.0):
     plan = ModelPlan("m", "1", max_batch=4, frame_axis=None, queues=QueuePolicies(default=policy))
     policies = {plan.key: ModelBatching("image", (BucketPolicy(float("inf"), 4, wait_s),))}
@@ -50,7 +59,7 @@ def test_reject_answers_a_timed_out_request_and_runs_the_rest():
         fe, far = Writer(), dispatcher.now() + 60
         dispatcher.submit(FrontEndLink(fe), Submit(plan.key, Priority.BE, far, (row(0, 1, "fe0-m"),), 0, 1000))
         dispatcher.submit(FrontEndLink(fe), Submit(plan.key, Priority.BE, far, (row(1, 1, "fe0-m"),)))
-        await asyncio.sleep(0.2)  # the batch forms after 50 ms, past the first one's 1 ms
+        await until(lambda: pool.batches)  # the batch forms after 50 ms, past the first one's 1 ms
         [timed_out] = fe.messages
         assert timed_out.failure == Failure.QUEUE_TIMEOUT and timed_out.reason == "Request timeout expired"
         [(_, _, rows, _, _, future)] = pool.batches
@@ -69,11 +78,11 @@ def test_delay_runs_a_timed_out_request_behind_the_others():
         fe, far = Writer(), dispatcher.now() + 60
         dispatcher.submit(FrontEndLink(fe), Submit(plan.key, Priority.BE, far, (row(0, 1, "fe0-m"),), 0, 1000))
         dispatcher.submit(FrontEndLink(fe), Submit(plan.key, Priority.BE, far, (row(1, 1, "fe0-m"),)))
-        await asyncio.sleep(0.2)
+        await until(lambda: pool.batches)
         [(_, _, rows, _, _, future)] = pool.batches
         assert [r.index for r in rows] == [1] and not fe.messages  # the timed-out one is not refused
         future.set_result(([],))
-        await asyncio.sleep(0.2)
+        await until(lambda: len(pool.batches) == 2)
         assert [[r.index for r in b[2]] for b in pool.batches] == [[1], [0]]  # it ran next
         pool.batches[1][5].set_result(([],))
         await settle()
