@@ -49,6 +49,7 @@ from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
 from atoll.supervisor.model_batching import Batching, batch_spec, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
+from atoll.supervisor.residency import residency_settings
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
@@ -138,8 +139,9 @@ class Supervisor:
         s = c.scheduler
         loop = asyncio.get_running_loop()
         self._executor = checked.executor
+        engine = engine_for(s.policy, s.outstanding_kernels, residency_settings(c.residency, checked.executor))
         with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
-            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine_for(s.policy, s.outstanding_kernels),
+            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine,
                                    on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0

@@ -1,0 +1,35 @@
+"""What a vGPU worker is told about residency (picklable: it travels to spawned workers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_runtime.residency.manager import Residency, cpu_pool
+from gpu_runtime.residency.transfer import HostCopier
+
+# A copy's fixed cost per group on a CPU vGPU's simulated link: a cudaMemcpyAsync and its event
+# record are a few microseconds each on the host.
+GROUP_OVERHEAD_S = 10e-6
+
+
+@dataclass(frozen=True)
+class ResidencySettings:
+    """`budget_bytes`: the weights a CPU vGPU holds at once (0: no residency, every model loaded
+    whole as before); `bandwidth`: bytes/s a switch is timed at on a CPU vGPU (0: the memcpy as it
+    runs, e.g. into the CUDA emulator's device memory); `pinned`: models never evicted;
+    `evict_real_time`: whether models that ran real-time work may be evicted."""
+
+    budget_bytes: int = 0
+    bandwidth: float = 12e9
+    pinned: tuple[str, ...] = ()
+    evict_real_time: bool = False
+
+    def cpu_residency(self, vgpu: str) -> Residency | None:
+        """A CPU vGPU's residency (pool allocated now, once), or None when it is off."""
+        if self.budget_bytes <= 0:
+            return None
+        copier = HostCopier(self.bandwidth or None, GROUP_OVERHEAD_S if self.bandwidth else 0.0)
+        # the grouping plans with the link as configured; an unthrottled memcpy with host memory's
+        plan_bandwidth = self.bandwidth or 10e9
+        return Residency(cpu_pool(self.budget_bytes), copier, plan_bandwidth, GROUP_OVERHEAD_S, vgpu,
+                         self.pinned, self.evict_real_time)
