@@ -2,7 +2,7 @@
 and the launch gate (`GatedExecutor`) that makes each launch wait only for its own layer group.
 
 A batch is admitted (`admit(model, start)`): a resident model starts at once; a host-resident one
-has idle least-recently-used models evicted for it (`policy`), is placed in the pool (`pool`; its
+has idle least-recently-used models evicted for it (`holdings`: the policy and the pool), takes its place (its
 programs' weight views follow it there when its place changed, `layout.rebind`), its groups go to
 the copy stream (`transfer`) and the batch starts at once, its launches waiting at the gate. When
 nothing can be evicted (the others are running or have work waiting), the batch waits here until a
@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 
 from gpu_runtime.residency import metrics
+from gpu_runtime.residency.holdings import Holdings
 from gpu_runtime.residency.layout import Groups, host_image, make_groups, rebind
-from gpu_runtime.residency.policy import ResidencySet
-from gpu_runtime.residency.pool import WeightPool
 from gpu_runtime.residency.transfer import ALL, Gate, Switch
 
 log = logging.getLogger(__name__)
@@ -56,8 +55,7 @@ class Residency:
                  pinned=(), evict_real_time: bool = False, image_allocate: Callable | None = None):
         self.pool, self.copier, self.vgpu = pool, copier, vgpu
         self.bandwidth, self.overhead_s = bandwidth, overhead_s
-        self.places = WeightPool(len(pool))
-        self.policy = ResidencySet(pinned, evict_real_time)
+        self.holdings = Holdings(len(pool), pinned, evict_real_time)
         self.stats = SwitchStats()
         self._image_allocate = image_allocate
         self._models: dict[str, _Model] = {}
@@ -84,25 +82,23 @@ class Residency:
             rebind(state, entry.image)
         with self._lock:
             self._models[model] = entry
-            at = self.places.place(model, entry.nbytes)
+            at = self.holdings.load(model, entry.nbytes)
             if at is not None:  # room without evicting anyone: resident from the start
-                self._bind(model, entry, at)
+                self._bind(entry, at)
                 _copy(self.pool[at:at + entry.nbytes], entry.image[:entry.nbytes])
-                self.policy.add(model)
                 self._count_resident()
         return {"weight_bytes": entry.nbytes, "groups": len(groups), "resident": at is not None}
 
     def remove(self, model: str) -> None:
         with self._lock:
             self._models.pop(model, None)
-            self.places.free(model)
-            self.policy.remove(model)
+            self.holdings.forget(model)
             self._waiting = [w for w in self._waiting if w[0] != model]
             self._count_resident()
 
     def resident(self) -> list[str]:
         with self._lock:
-            return self.policy.resident()
+            return self.holdings.resident()
 
     def admit(self, model: str, real_time: bool, start: Callable[[], None]) -> None:
         """Run `start()` (which submits the batch) once `model` holds its place: at once when it is
@@ -118,7 +114,7 @@ class Residency:
         """A batch of `model` ended; batches waiting for room are retried in arrival order."""
         starts = []
         with self._lock:
-            self.policy.end(model)
+            self.holdings.end(model)
             still = []
             for waiting in self._waiting:
                 if self._try(waiting[0], waiting[1]):
@@ -132,20 +128,17 @@ class Residency:
     # ---- under the lock ---------------------------------------------------------------------------
     def _try(self, model: str, real_time: bool) -> bool:
         entry = self._models[model]
-        if model in self.policy:
-            self.policy.begin(model, real_time)
-            return True
-        waiting = {w[0] for w in self._waiting}
-        victims = self.policy.victims(model, lambda leaving: self.places.fits(entry.nbytes, leaving),
-                                      waiting.__contains__)
-        if victims is None:
+        taken = self.holdings.take(model, entry.nbytes, real_time, {w[0] for w in self._waiting}.__contains__)
+        if taken is None:
             return False
+        victims, at = taken
+        if at is None:  # resident
+            return True
         for victim in victims:
-            self._evict(victim)
-        at = self.places.place(model, entry.nbytes, prefer=entry.place)
-        self._bind(model, entry, at)
-        self.policy.add(model)
-        self.policy.begin(model, real_time)
+            self._bind(self._models[victim], None)
+            self.stats.evictions += 1
+            metrics.EVICTIONS.labels(victim, self.vgpu).inc()
+        self._bind(entry, at)
         switch = Switch(model, entry.image, self.pool[at:at + entry.nbytes], entry.groups.ranges, entry.gate,
                         self._arrived, self._first_launch, entry.nbytes, time.perf_counter())
         entry.gate.watch = switch
@@ -153,15 +146,7 @@ class Residency:
         self._count_resident()
         return True
 
-    def _evict(self, model: str) -> None:
-        entry = self._models[model]
-        self.places.free(model)
-        self.policy.remove(model)
-        self._bind(model, entry, None)
-        self.stats.evictions += 1
-        metrics.EVICTIONS.labels(model, self.vgpu).inc()
-
-    def _bind(self, model: str, entry: _Model, at: int | None) -> None:
+    def _bind(self, entry: _Model, at: int | None) -> None:
         """Point the model's states at pool offset `at` (None: its host image) unless they do."""
         if at == entry.place and at is not None:
             return
@@ -172,7 +157,7 @@ class Residency:
 
     def _count_resident(self) -> None:
         metrics.RESIDENT_BYTES.labels(self.vgpu).set(
-            sum(self._models[m].nbytes for m in self.policy.resident() if m in self._models))
+            sum(self._models[m].nbytes for m in self.holdings.resident() if m in self._models))
 
     def _first_launch(self, switch: Switch) -> None:
         metrics.SWITCH_STARTUP_US.labels(switch.model, self.vgpu).inc(
