@@ -29,7 +29,15 @@ class ResidencySettings:
         if self.budget_bytes <= 0:
             return None
         copier = HostCopier(self.bandwidth or None, GROUP_OVERHEAD_S if self.bandwidth else 0.0)
-        # the grouping plans with the link as configured; an unthrottled memcpy with host memory's
-        plan_bandwidth = self.bandwidth or 10e9
-        return Residency(cpu_pool(self.budget_bytes), copier, plan_bandwidth, GROUP_OVERHEAD_S, vgpu,
+        return Residency(cpu_pool(self.budget_bytes), copier, self.planned_bandwidth, GROUP_OVERHEAD_S, vgpu,
                          self.pinned, self.evict_real_time)
+
+    @property
+    def planned_bandwidth(self) -> float:
+        """What the grouping and the batcher's switch estimate assume: the link as configured, or
+        for an unthrottled memcpy a host memory's (~10 GB/s)."""
+        return self.bandwidth or 10e9
+
+    def switch_s(self, weight_bytes: int, groups: int) -> float:
+        """A switch's transfer time as planned: the bytes over the link, a copy's overhead per group."""
+        return weight_bytes / self.planned_bandwidth + groups * GROUP_OVERHEAD_S
