@@ -16,7 +16,7 @@ import pytest
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.residency.pool import aligned
 from tests.atoll.client_env import run_client
-from tests.gpu_runtime.mlp_model import mlp
+from atoll.bench.switch_models import mlp
 
 from atoll.supervisor.server_process import ServerProcess
 

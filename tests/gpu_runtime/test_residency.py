@@ -20,7 +20,7 @@ from gpu_runtime.residency.pool import WeightPool, aligned
 from gpu_runtime.residency.settings import ResidencySettings
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
-from tests.gpu_runtime.mlp_model import mlp
+from atoll.bench.switch_models import mlp
 
 
 def _brute_force(w, e, bw, ov):
