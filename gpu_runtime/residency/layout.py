@@ -111,6 +111,8 @@ def rebind(state: Any, region: Any) -> None:
     planned offsets: a pool slice or the host image); arena buffers and scalars stay."""
     program = state.program
     views = state.views
+    if getattr(state, "weights", None) is not None:
+        state.weights = None  # the executor's own copy (a `device_memory` region) goes with its last user
     for i, spec in enumerate(program.buffers):
         if spec.role == "weight":
             views[i] = region[spec.offset:spec.offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)

@@ -16,18 +16,9 @@ import pytest
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.residency.pool import aligned
 from tests.atoll.client_env import run_client
-from atoll.bench.switch_models import mlp
 
+from atoll.bench.switch_models import repository
 from atoll.supervisor.server_process import ServerProcess
-
-CONFIG = """
-name: "%s"
-platform: "onnxruntime_onnx"
-max_batch_size: 2
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 128 ] } ]
-output [ { name: "r6" data_type: TYPE_FP32 dims: [ 128 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
 
 CLIENT = r"""
 import sys, json, numpy as np, tritonclient.http as httpclient
@@ -50,11 +41,7 @@ def _metric(text: str, name: str, model: str | None = None) -> float:
 @pytest.mark.timeout(600)
 def test_tritonclient_serves_more_models_than_the_budget_holds(tmp_path):
     repo = tmp_path / "repo"
-    paths = {}
-    for i in range(3):
-        (repo / f"m{i}" / "1").mkdir(parents=True)
-        (repo / f"m{i}" / "config.pbtxt").write_text(CONFIG % f"m{i}")
-        paths[f"m{i}"] = mlp(repo / f"m{i}" / "1" / "model.onnx", i)
+    paths = repository(repo, ["m0", "m1", "m2"], layers=6, width=128, max_batch=2)
     weights = ModelShapes(paths["m0"]).program((1, None)).weight_bytes
     budget_mb = (2 * aligned(weights) + 4096) / (1 << 20)
     x = np.random.default_rng(7).standard_normal((1, 128)).astype(np.float32)

@@ -20,6 +20,7 @@ from gpu_runtime.residency.pool import WeightPool, aligned
 from gpu_runtime.residency.settings import ResidencySettings
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
+
 from atoll.bench.switch_models import mlp
 
 
