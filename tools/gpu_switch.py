@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,13 @@ def models(dry: bool) -> dict[str, onnx.ModelProto]:
                 "swin_t": zoo.build("swin_t", seed=0)}
 
 
+def admit(residency: Residency, name: str) -> None:
+    """Admit a request and wait until it may start (an earlier switch's copy may hold its victim)."""
+    admitted = threading.Event()
+    residency.admit(name, False, admitted.set)
+    admitted.wait()
+
+
 class CpuSide:
     """The dry run: the NumPy executor, host timing, the copy thread at a simulated bandwidth."""
 
@@ -82,7 +90,7 @@ class CpuSide:
 
     def request(self, residency: Residency, name: str, state) -> dict:
         t0 = time.perf_counter()
-        residency.admit(name, False, lambda: None)  # an idle device: it is admitted at once
+        admit(residency, name)
         gate = state.residency_gate
         switch, gate.watch = gate.watch, None
         first = t0
@@ -139,7 +147,7 @@ class CudaSide:
     def request(self, residency: Residency, name: str, state) -> dict:
         cp, s = self.cp, self.stream
         t0 = time.perf_counter()
-        residency.admit(name, False, lambda: None)  # copies and their events are queued by now
+        admit(residency, name)
         gate = state.residency_gate
         switch, gate.watch = gate.watch, None
         begin, first, end = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()

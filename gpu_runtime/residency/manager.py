@@ -139,6 +139,7 @@ class Residency:
             self.stats.evictions += 1
             metrics.EVICTIONS.labels(victim, self.vgpu).inc()
         self._bind(entry, at)
+        self.holdings.policy.begin(model)  # the copy keeps the model busy too: nobody evicts it mid-flight
         switch = Switch(model, entry.image, self.pool[at:at + entry.nbytes], entry.groups.ranges, entry.gate,
                         self._arrived, self._first_launch, entry.nbytes, time.perf_counter())
         entry.gate.watch = switch
@@ -164,12 +165,13 @@ class Residency:
             (switch.first_launch_s - switch.requested_s) * 1e6)
 
     def _arrived(self, switch: Switch) -> None:
-        """The copy stream's callback once a switch's last group landed."""
+        """The copy stream's callback once a switch's last group landed: the copy's hold ends."""
         self.stats.switches.append(switch)
         labels = (switch.model, self.vgpu)
         metrics.SWITCHES.labels(*labels).inc()
         metrics.SWITCH_BYTES.labels(*labels).inc(switch.nbytes)
         metrics.SWITCH_DURATION_US.labels(*labels).inc((switch.arrived_s - switch.requested_s) * 1e6)
+        self.release(switch.model)
 
 
 def _copy(destination: Any, source: Any) -> None:

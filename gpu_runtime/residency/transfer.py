@@ -60,7 +60,7 @@ class Switch:
     destination: Any
     ranges: tuple
     gate: Gate
-    done: Callable[["Switch"], None]  # called once the last group landed
+    done: Callable[["Switch"], None]  # called once the last group landed (before launches see it)
     on_first_launch: Callable[["Switch"], None]
     nbytes: int = 0
     requested_s: float = 0.0  # when the batch that needed it arrived
@@ -103,9 +103,10 @@ class HostCopier:
                     due = start + (g + 1) * self.overhead_s + moved / self.bandwidth
                     while (left := due - time.perf_counter()) > 0:
                         time.sleep(left)
+                if g == len(switch.ranges) - 1:  # done before the last launches may run (and end)
+                    switch.arrived_s = time.perf_counter()
+                    switch.done(switch)
                 switch.gate.arrive(g + 1)
-            switch.arrived_s = time.perf_counter()
-            switch.done(switch)
 
 
 class CupyCopier:

@@ -96,9 +96,10 @@ class _StagedCopier:
                     time.sleep(1e-3)
             for a, b in ranges:
                 switch.destination[a:b] = switch.source[a:b]
+            if g == len(switch.ranges) - 1:
+                switch.arrived_s = time.perf_counter()
+                switch.done(switch)
             switch.gate.arrive(g + 1)
-        switch.arrived_s = time.perf_counter()
-        switch.done(switch)
 
     def close(self):
         pass
