@@ -12,6 +12,9 @@ popularity (the same sequence in every run). Runs:
 - `explicit`: residency off, and the client keeps loaded only what fits the same budget: before a
   request for a model not loaded it unloads least recently used idle models and loads it
   (`POST /v2/repository/models/<m>/unload`, `.../load`), one control call at a time, as Triton users do.
+- `fit-cost`: no server: REEF's engine in this process, with residency off and with a budget that
+  holds every model, in interleaved rounds of sequential requests (what the residency code costs a
+  batch when everything fits: the admission and one integer compare per launch).
 
 Each run reports throughput, p50/p99 latency and switches (or loads) per second. Before the `switch`
 and `explicit` loads, probes on the idle server switch each model in once: the request's latency
@@ -34,16 +37,20 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
+from gpu_runtime.compiler.shapes import ModelShapes
+from gpu_runtime.residency.settings import ResidencySettings
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from scheduler.vgpu_engine import ReefEngine
 
 from atoll.bench import servers
 from atoll.bench.bodies import tensor_body
 from atoll.bench.harness import emit
 from atoll.bench.loadgen import Workload, run_load
 from atoll.bench.switch_models import repository
-from gpu_runtime.compiler.shapes import ModelShapes
 
 MB = 1 << 20
-RUNS = ("resident", "whole", "switch", "explicit")
+RUNS = ("resident", "whole", "switch", "explicit", "fit-cost")
+FIT_ROUNDS, FIT_REQUESTS = 6, 60  # fit-cost: interleaved rounds, sequential batch-1 requests per round
 SHORT = {"models": 4, "layers": 4, "width": 256, "requests": 40, "rate": 20.0, "probes": 2}
 
 
@@ -94,7 +101,10 @@ def run(args) -> None:
         workloads = [Workload(m, "x", [body], float(w)) for m, w in zip(names, popularity)]
         results = {}
         for name in runs:
-            results[name] = _run(name, args, tmp, names, sizes, budget, workloads, body)
+            if name == "fit-cost":
+                results[name] = _fit_cost(args, paths, sizes, x)
+            else:
+                results[name] = _run(name, args, tmp, names, sizes, budget, workloads, body)
     doc = {
         "bench": "switch",
         "setup": {"models": args.models, "layers": args.layers, "width": args.width,
@@ -144,6 +154,34 @@ def _run(name: str, args, repo: str, names: list[str], sizes: dict, budget: floa
     out.update(summary.to_dict())
     out["switches"] = switched
     out["switches_per_s"] = round(switched / summary.duration_s, 2) if summary.duration_s else 0.0
+    return out
+
+
+def _fit_cost(args, paths: dict[str, str], sizes: dict, x: np.ndarray) -> dict:
+    """Median per-request latency (ms) of each round, residency off vs on with room for all."""
+    vgpu = discover_vgpus("cpu", cpu_vgpus=1)[0]
+    settings = {"whole": None, "resident": ResidencySettings(int(sum(sizes.values()) * 1.05), args.bandwidth_gb_s * 1e9)}
+    engines = {}
+    for name, residency in settings.items():
+        engines[name] = ReefEngine(vgpu, residency=residency)
+        for model, path in paths.items():
+            engines[name].load(model, path, args.executor, max_batch=4)
+    rounds: dict[str, list[float]] = {name: [] for name in engines}
+    try:
+        for r in range(FIT_ROUNDS):
+            for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+                times = []
+                for i in range(FIT_REQUESTS):
+                    start = time.perf_counter()
+                    engines[name].run(f"m{i % len(paths)}", {"x": x}).result()
+                    times.append(time.perf_counter() - start)
+                rounds[name].append(round(statistics.median(times) * 1e3, 3))
+    finally:
+        for engine in engines.values():
+            engine.close()
+    out = {name: {"round_p50_ms": values, "median_ms": statistics.median(values),
+                  "spread_ms": round(max(values) - min(values), 3)} for name, values in rounds.items()}
+    out["resident_over_whole"] = round(out["resident"]["median_ms"] / out["whole"]["median_ms"], 3)
     return out
 
 
@@ -274,10 +312,17 @@ class ExplicitLoads:
 def _summary(results: dict) -> list[str]:
     lines = [f"{'run':9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'switches/s':>10}"]
     for name, r in results.items():
+        if name == "fit-cost":
+            continue
         lat = r["latency_ms"]
         lines.append(f"{name:9} {r['throughput_rps']:>7} {lat['p50']:>8} {lat['p99']:>8} {r['switches_per_s']:>10}")
     for name, r in results.items():
         if "per_switch" in r:
             lines.append(f"{name} per switch: {r['per_switch']}")
+    if "fit-cost" in results:
+        fit = results["fit-cost"]
+        lines.append(f"fit-cost: whole {fit['whole']['median_ms']} ms, resident {fit['resident']['median_ms']} ms "
+                     f"a request (x{fit['resident_over_whole']}); rounds {fit['whole']['round_p50_ms']} / "
+                     f"{fit['resident']['round_p50_ms']}")
     return lines
 

@@ -11,7 +11,6 @@ batch ends (`release`). Evicted models are rebound to their host image; they sta
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -23,9 +22,8 @@ import numpy as np
 from gpu_runtime.residency import metrics
 from gpu_runtime.residency.holdings import Holdings
 from gpu_runtime.residency.layout import Groups, host_image, make_groups, rebind
-from gpu_runtime.residency.transfer import ALL, Gate, Switch
+from gpu_runtime.residency.transfer import Gate, Switch
 
-log = logging.getLogger(__name__)
 OPEN = Gate()  # the gate of states outside residency: everything has arrived
 
 
