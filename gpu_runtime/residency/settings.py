@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_runtime.residency.manager import Residency, cpu_pool
-from gpu_runtime.residency.transfer import HostCopier
+from gpu_runtime.residency.transfer import HostCopier, handoff_s
 
 # A copy's fixed cost per group on a CPU vGPU's simulated link: a cudaMemcpyAsync and its event
 # record are a few microseconds each on the host.
@@ -29,7 +29,9 @@ class ResidencySettings:
         if self.budget_bytes <= 0:
             return None
         copier = HostCopier(self.bandwidth or None, GROUP_OVERHEAD_S if self.bandwidth else 0.0)
-        return Residency(cpu_pool(self.budget_bytes), copier, self.planned_bandwidth, GROUP_OVERHEAD_S, vgpu,
+        # a group costs a CPU vGPU a thread hand-off too: measured, so a busy host plans fewer groups
+        overhead = max(GROUP_OVERHEAD_S, handoff_s(copier))
+        return Residency(cpu_pool(self.budget_bytes), copier, self.planned_bandwidth, overhead, vgpu,
                          self.pinned, self.evict_real_time)
 
     @property
