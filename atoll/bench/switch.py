@@ -64,7 +64,7 @@ def register(subparsers) -> None:
     p.add_argument("--width", type=int, default=768, help="layer width (weights: layers x width^2 x 4 bytes)")
     p.add_argument("--ratio", type=float, default=3.0, help="the models' weights over the budget (2-4)")
     p.add_argument("--requests", type=int, default=400, help="requests per run")
-    p.add_argument("--rate", type=float, default=40.0, help="Poisson arrivals per second")
+    p.add_argument("--rate", type=float, default=25.0, help="Poisson arrivals per second")
     p.add_argument("--zipf", type=float, default=1.1, help="popularity of the k-th model ~ 1 / k^zipf")
     p.add_argument("--executor", choices=("numpy", "cuda-emu"), default="numpy")
     p.add_argument("--bandwidth-gb-s", type=float, default=12.0,
