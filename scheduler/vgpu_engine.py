@@ -6,7 +6,9 @@ completed kernel. A Reef client is one loaded program state, one per (model, pri
 length), all built at load so no batch pays for an import or NVRTC. With device memory a model's
 programs share one weight copy and one arena per priority, so its batches of one priority go to the
 scheduler one at a time (`_Turns`). onnxruntime models and green-context vGPUs run on a
-`SerialEngine` beside the scheduler. Details: docs/scheduling.md.
+`SerialEngine` beside the scheduler. With a residency budget (CPU vGPUs), a batch is first admitted
+by `gpu_runtime.residency`, which may switch its model in while its launches wait for their layer
+groups (docs/residency.md). Details: docs/scheduling.md.
 """
 
 from __future__ import annotations
