@@ -12,6 +12,8 @@ popularity (the same sequence in every run). Runs:
 - `explicit`: residency off, and the client keeps loaded only what fits the same budget: before a
   request for a model not loaded it unloads least recently used idle models and loads it
   (`POST /v2/repository/models/<m>/unload`, `.../load`), one control call at a time, as Triton users do.
+- `engine-switch`: no server: the per-switch probes on REEF's engine in this process (the mechanism
+  without the server's processes and hops).
 - `fit-cost`: no server: REEF's engine in this process, with residency off and with a budget that
   holds every model, in interleaved rounds of sequential requests, timed and CPU-metered (what the
   residency code costs a batch when everything fits: the admission and one integer compare per launch).
@@ -51,7 +53,7 @@ from atoll.bench.loadgen import Workload, run_load
 from atoll.bench.switch_models import repository
 
 MB = 1 << 20
-RUNS = ("resident", "whole", "switch", "explicit", "fit-cost")
+RUNS = ("resident", "whole", "switch", "explicit", "fit-cost", "engine-switch")
 FIT_ROUNDS, FIT_REQUESTS = 10, 40  # fit-cost: interleaved rounds, sequential batch-1 requests per round
 SHORT = {"models": 4, "layers": 4, "width": 256, "requests": 40, "rate": 20.0, "probes": 2}
 
@@ -105,6 +107,8 @@ def run(args) -> None:
         for name in runs:
             if name == "fit-cost":
                 results[name] = _fit_cost(args, paths, sizes, x)
+            elif name == "engine-switch":
+                results[name] = {"per_switch": _engine_probe(args, paths, sizes, budget, x)}
             else:
                 results[name] = _run(name, args, tmp, names, sizes, budget, workloads, body)
     doc = {
@@ -191,6 +195,41 @@ def _fit_cost(args, paths: dict[str, str], sizes: dict, x: np.ndarray) -> dict:
                   "round_cpu_ms": cpu[name], "cpu_ms": statistics.median(cpu[name])} for name in engines}
     out["resident_over_whole"] = {k: round(out["resident"][k] / out["whole"][k], 3) for k in ("p50_ms", "cpu_ms")}
     out["bookkeeping_us"] = bookkeeping
+    return out
+
+
+def _engine_probe(args, paths: dict[str, str], sizes: dict, budget: float, x: np.ndarray) -> dict:
+    """`_probe`'s figures on REEF's engine in this process: each model switched in once (in order),
+    then the same request resident (the best of three). Medians in ms."""
+    engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0],
+                        residency=ResidencySettings(int(budget), args.bandwidth_gb_s * 1e9))
+    rows = []
+    try:
+        for model, path in paths.items():
+            engine.load(model, path, args.executor, max_batch=4)
+        models = list(paths)[: args.probes or len(paths)]
+        engine.run(models[-1], {"x": x}).result()  # the first probed model is out by its turn
+        for model in models:
+            start = time.perf_counter()
+            engine.run(model, {"x": x}).result()
+            cold = time.perf_counter() - start
+            warm = []
+            for _ in range(3):
+                start = time.perf_counter()
+                engine.run(model, {"x": x}).result()
+                warm.append(time.perf_counter() - start)
+            switch = engine.residency.stats.switches[-1]
+            if switch.model != model:  # it was resident after all: nothing to measure
+                continue
+            rows.append({"startup_ms": (switch.first_launch_s - switch.requested_s) * 1e3,
+                         "duration_ms": (switch.arrived_s - switch.requested_s) * 1e3,
+                         "total_overhead_ms": (cold - min(warm)) * 1e3, "resident_ms": min(warm) * 1e3})
+    finally:
+        engine.close()
+    out = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+    if args.bandwidth_gb_s:
+        out["transfer_ms"] = round(statistics.median(sizes.values()) / (args.bandwidth_gb_s * 1e9) * 1e3, 3)
+    out["switches"] = len(rows)
     return out
 
 
@@ -350,7 +389,7 @@ class ExplicitLoads:
 def _summary(results: dict) -> list[str]:
     lines = [f"{'run':9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'switches/s':>10}"]
     for name, r in results.items():
-        if name == "fit-cost":
+        if "latency_ms" not in r:  # the in-process steps
             continue
         lat = r["latency_ms"]
         lines.append(f"{name:9} {r['throughput_rps']:>7} {lat['p50']:>8} {lat['p99']:>8} {r['switches_per_s']:>10}")
