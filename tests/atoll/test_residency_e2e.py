@@ -38,6 +38,7 @@ def _metric(text: str, name: str, model: str | None = None) -> float:
     return sum(float(v) for v in re.findall(rf'^{name}{{{label}[^}}]*}} (\S+)$', text, re.M))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_tritonclient_serves_more_models_than_the_budget_holds(tmp_path):
     repo = tmp_path / "repo"

@@ -21,6 +21,7 @@ def test_explicit_loads_unload_idle_least_recently_used_first():
     assert loads._victims("d") is None  # only c is idle: not enough
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_bench_switch_short_run(tmp_path):
     out = tmp_path / "switch.json"
