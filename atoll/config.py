@@ -128,12 +128,24 @@ class VGpuConfig:
 
 
 @dataclass
+class ResidencyConfig:
+    budget_mb: float = _num(0.0, 0, "model weights each CPU vGPU holds at once; the others wait in host "
+                                    "memory and are switched in on demand (0 = off: docs/residency.md)")
+    bandwidth_gb_s: float = _num(12.0, 0, "the host-to-vGPU link a switch on a CPU vGPU is timed at "
+                                          "(12 = PCIe 3 x16 as measured; 0 = the memcpy as it runs)")
+    pinned_models: list[str] = field(default_factory=list, metadata={"doc": "models never evicted"})
+    evict_real_time: bool = field(default=False, metadata={"doc": "whether models that ran real-time "
+                                                                  "requests may be evicted"})
+
+
+@dataclass
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     preprocessing: PreprocessingConfig = field(default_factory=PreprocessingConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     vgpus: VGpuConfig = field(default_factory=VGpuConfig)
+    residency: ResidencyConfig = field(default_factory=ResidencyConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from batching.api import Batcher, ModelSettings
 from batching.buckets import ModelBatching
 from batching.placement import ServiceTime
-from batching.preba import PrebaBatcher
+from batching.preba import PrebaBatcher, SwitchTime
 from batching.static import StaticBatcher
 from batching.triton import TritonBatcher, TritonConfig
 
@@ -22,7 +22,8 @@ class BatcherSettings:
     model; `triton`: a `TritonConfig` per model (models without one as the first, or, with none
     given, as `static_batch` and `static_timeout_s` say); `static_batch`, `static_timeout_s`: static
     batching's batch size and how long a partial batch waits; `short_batches_wait_for_idle`: see
-    `PrebaBatcher`; `slots`: how many batches a vGPU runs at once (default 1)."""
+    `PrebaBatcher`; `slots`: how many batches a vGPU runs at once (default 1); `switch_time`: what
+    switching a model into a vGPU costs a batch (`preba.SwitchTime`, residency; PREBA reads it)."""
 
     policies: Mapping[str, ModelBatching] = field(default_factory=dict)
     triton: Mapping[str, TritonConfig] = field(default_factory=dict)
@@ -30,6 +31,7 @@ class BatcherSettings:
     static_timeout_s: float | None = None
     short_batches_wait_for_idle: bool = True
     slots: Mapping[str, int] | None = None
+    switch_time: SwitchTime | None = None
 
     def triton_default(self) -> TritonConfig:
         """The Triton-style config of a model given none of its own."""
@@ -59,7 +61,8 @@ class BatcherKind:
 
 def _preba(vgpus, service_time, s: BatcherSettings) -> Batcher:
     return PrebaBatcher(s.policies, vgpus, service_time,
-                        short_batches_wait_for_idle=s.short_batches_wait_for_idle, slots=s.slots)
+                        short_batches_wait_for_idle=s.short_batches_wait_for_idle, slots=s.slots,
+                        switch_time=s.switch_time)
 
 
 def _preba_knobs(s: BatcherSettings, model: str, vgpus: int) -> dict:

@@ -10,16 +10,24 @@ to that length. A full batch goes at once to an idle vGPU, else the one expected
 vGPUs, batches of 2-3 would queue and gain nothing (`short_batches_wait_for_idle`, batching/README.md).
 Items with a priority level (Triton's `priority_levels`) queue ahead of lower levels in their bucket;
 the bucket still times out by its oldest item.
+
+With residency (PipeSwitch, docs/residency.md) an injected `switch_time(model, vgpu)` says how long a
+batch of a model not held by that vGPU spends switching it in (0 when held). The switch is accounted
+in Time_queue: a bucket of a model held nowhere waits that much longer, so one switch serves a fuller
+batch; among due buckets the held models' go first; a batch goes to a vGPU holding its model when
+one of them is idle.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from batching.api import Dispatch, Item, ModelSettings
 from batching.buckets import ModelBatching
 from batching.placement import ServiceTime, VgpuPlacement
+
+SwitchTime = Callable[[str, str], float]  # (model, vGPU id) -> seconds a batch spends switching it in
 
 
 _NO_LEVEL = float("inf")
@@ -45,19 +53,19 @@ class _ModelQueues:
             i -= 1
         fifo.insert(i, item)
 
-    def deadline(self, k: int, may_time_out: bool) -> float | None:
+    def deadline(self, k: int, may_time_out: bool, switch_s: float = 0.0) -> float | None:
         """When bucket k becomes due: as soon as it is full, else when its oldest times out
-        (if `may_time_out`)."""
+        (if `may_time_out`), its Time_queue lengthened by the switch it needs."""
         fifo = self.fifos[k]
         if not fifo:
             return None
         batch_max = self.policy.buckets[k].batch_max
         if self.levelled:  # the oldest may queue behind newer items of higher levels
             oldest = min(item.arrival for item in fifo)
-            return oldest if len(fifo) >= batch_max else oldest + self.time_queue[k] if may_time_out else None
+            return oldest if len(fifo) >= batch_max else oldest + self.time_queue[k] + switch_s if may_time_out else None
         if len(fifo) >= batch_max:
             return fifo[batch_max - 1].arrival
-        return fifo[0].arrival + self.time_queue[k] if may_time_out else None
+        return fifo[0].arrival + self.time_queue[k] + switch_s if may_time_out else None
 
     def neighbours(self, k: int, distance: int) -> list[int]:
         order = []
@@ -69,16 +77,18 @@ class _ModelQueues:
 class PrebaBatcher:
     def __init__(self, models: Mapping[str, ModelBatching], vgpus: Mapping[str, str],
                  service_time: ServiceTime, merge_distance: int = 1,
-                 short_batches_wait_for_idle: bool = True, slots: Mapping[str, int] | None = None):
+                 short_batches_wait_for_idle: bool = True, slots: Mapping[str, int] | None = None,
+                 switch_time: SwitchTime | None = None):
         """`vgpus` maps vGPU id -> kind; `merge_distance` is how many buckets away a short batch
         may borrow inputs from (1 = adjacent buckets only); `short_batches_wait_for_idle=False`
-        places timed-out batches on busy vGPUs too (see the module docstring)."""
+        places timed-out batches on busy vGPUs too; `switch_time`: see the module docstring."""
         self._pool = VgpuPlacement(vgpus, service_time, slots)
         self._models: dict[str, _ModelQueues] = {}
         for name, policy in models.items():
             self._add(name, policy)
         self._merge_distance = merge_distance
         self._short_wait = short_batches_wait_for_idle
+        self._switch_time = switch_time
         self._pending = 0
 
     def _add(self, name: str, policy: ModelBatching) -> None:
@@ -115,7 +125,10 @@ class PrebaBatcher:
             due = [(d, name, k) for d, name, k in self._deadlines() if d <= now]
             if not due:
                 return out
-            _, name, k = min(due)
+            if self._switch_time is not None:  # held models first (module docstring)
+                _, name, k = min(due, key=lambda dnk: (self._switch_s(dnk[1]) > 0, dnk))
+            else:
+                _, name, k = min(due)
             out.append(self._dispatch(name, k, now))
 
     def next_deadline(self) -> float | None:
@@ -127,10 +140,15 @@ class PrebaBatcher:
             if not queues.queued:  # (a poll comes with every arrival: most models have nothing queued)
                 continue
             may_time_out = not self._short_wait or bool(self._pool.idle(queues.vgpus))
+            switch_s = self._switch_s(name) if self._switch_time is not None else 0.0
             for k in range(len(queues.fifos)):
-                if (d := queues.deadline(k, may_time_out)) is not None:
+                if (d := queues.deadline(k, may_time_out, switch_s)) is not None:
                     out.append((d, name, k))
         return out
+
+    def _switch_s(self, name: str) -> float:
+        """The shortest switch a batch of `name` needs on the vGPUs serving it (0: one holds it)."""
+        return min(self._switch_time(name, v) for v in self._models[name].vgpus)
 
     def on_complete(self, vgpu: str, now: float) -> None:
         self._pool.complete(vgpu, now)
@@ -154,5 +172,9 @@ class PrebaBatcher:
         self._pending -= len(items)
         queues.queued -= len(items)
         pad_length = max(item.length for item in items)
-        vgpu = self._pool.place(name, len(items), pad_length, now, queues.vgpus)
+        serving = queues.vgpus
+        if self._switch_time is not None:
+            holding = [v for v in serving if self._switch_time(name, v) == 0]
+            serving = holding if self._pool.idle(holding) else serving
+        vgpu = self._pool.place(name, len(items), pad_length, now, serving)
         return Dispatch(name, items, vgpu, longest, pad_length, buckets[longest].batch_max)

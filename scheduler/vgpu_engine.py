@@ -6,7 +6,9 @@ completed kernel. A Reef client is one loaded program state, one per (model, pri
 length), all built at load so no batch pays for an import or NVRTC. With device memory a model's
 programs share one weight copy and one arena per priority, so its batches of one priority go to the
 scheduler one at a time (`_Turns`). onnxruntime models and green-context vGPUs run on a
-`SerialEngine` beside the scheduler. Details: docs/scheduling.md.
+`SerialEngine` beside the scheduler. With a residency budget (CPU vGPUs), a batch is first admitted
+by `gpu_runtime.residency`, which may switch its model in while its launches wait for their layer
+groups (docs/residency.md). Details: docs/scheduling.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from concurrent.futures import Future
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.executors import EXECUTORS, program_executor
 from gpu_runtime.priority import Priority
+from gpu_runtime.residency.manager import GatedExecutor, measure_launches
+from gpu_runtime.residency.settings import ResidencySettings
 from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.serial_engine import SerialEngine
 from scheduler.cpu_device import CpuDevice
@@ -30,9 +34,12 @@ from scheduler.reef import DEFAULT_CAPACITY, Reef
 
 
 class ReefEngine:
-    def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY):
+    def __init__(self, info, policy: str = "reset", capacity: int = DEFAULT_CAPACITY,
+                 residency: ResidencySettings | None = None):
         make_policy(policy)  # an unknown policy fails the worker's start-up, with the choices
         self.info = info
+        self._residency_settings = residency
+        self.residency = None  # CPU vGPUs with a budget: gpu_runtime.residency (docs/residency.md)
         self.policy = policy
         self.capacity = capacity
         self.reef: Reef | None = None
@@ -72,10 +79,11 @@ class ReefEngine:
         sizes = batch_sizes(max_batch)
         keys = [(batch, length) for batch in sizes for length in lengths or (None,)]
         memory = reef.executor.memory if EXECUTORS[executor].device_memory else None
+        clients = []
         for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
             for priority in Priority:
                 with memory.sharing(model, priority) if memory else contextlib.nullcontext():
-                    self._add_client(model, shapes, priority, key)
+                    clients.append(self._add_client(model, shapes, priority, key))
         for priority in Priority:
             if memory:
                 self._turns[model, priority] = _Turns(self.reef.submit, self._handoff)
@@ -86,6 +94,11 @@ class ReefEngine:
                      "batch_sizes": list(sizes)}
         if memory:
             described["device_memory"] = memory.held().get(model, {})
+        if self.residency is not None:
+            self.residency.remove(model)  # a reload: its earlier states are gone
+            smallest = clients[-1].state  # the grouping is planned on the batch a switch most often serves
+            exec_s = measure_launches(reef.executor, smallest)
+            described["residency"] = self.residency.add(model, [c.state for c in clients], exec_s)
         return described
 
     def warm_up(self, model: str, inputs: dict):
@@ -103,6 +116,8 @@ class ReefEngine:
         self._shapes.pop(model, None)
         for priority in Priority:
             self._turns.pop((model, priority), None)
+        if self.residency is not None:
+            self.residency.remove(model)
 
     def run(self, model: str, inputs: dict, priority: str = Priority.BE) -> Future:
         if model in self._serial_models:
@@ -120,11 +135,24 @@ class ReefEngine:
                 self._add_client(model, shapes, priority, key)
             self.reef.prepare_padding()
         done: Future = Future()
+        if self.residency is not None and model in self.residency:
+            done.add_done_callback(lambda _: self.residency.release(model))
+            self.residency.admit(model, priority == Priority.RT, lambda: self._start(name, inputs, done, turns))
+        else:
+            self._start(name, inputs, done, turns)
+        return done
+
+    def _start(self, name: str, inputs: dict, done: Future, turns: "_Turns | None") -> None:
+        """Submit a batch; residency may call this later, from the end of another batch."""
         if turns is not None:
             turns.run(name, inputs, done)
-        else:
-            self.reef.submit(name, inputs).add_done_callback(lambda task: _resolve(done, task))
-        return done
+            return
+        try:
+            task = self.reef.submit(name, inputs)
+        except Exception as exc:  # answered once, through the batch's future
+            done.set_exception(exc)
+            return
+        task.add_done_callback(lambda t: _resolve(done, t))
 
     def close(self) -> None:
         if self._handoff_thread is not None:
@@ -133,6 +161,8 @@ class ReefEngine:
         if self.reef is not None:
             self.reef.stop()
             self.reef.device.close()
+        if self.residency is not None:
+            self.residency.copier.close()
         if self._serial is not None:
             self._serial.close()
 
@@ -162,6 +192,10 @@ class ReefEngine:
             # an emulated device has the vGPU's memory
             memory = {"memory_bytes": self.info.memory_bytes} if EXECUTORS[executor].device_memory else {}
             ex = program_executor(executor)(blas_threads=1, **memory)
+            if self._residency_settings is not None:
+                self.residency = self._residency_settings.cpu_residency(self.info.id)
+            if self.residency is not None:  # launches wait for their layer group (docs/residency.md)
+                ex = GatedExecutor(ex)
             device, streams = CpuDevice(ex), max(1, self.info.threads or len(self.info.cpus) or 1)
         self.reef = Reef(ex, device, self.policy, capacity=self.capacity, be_streams=streams).start()
         self._executor = executor
@@ -179,9 +213,9 @@ class ReefEngine:
         while (start := self._handoffs.get()) is not None:
             start()
 
-    def _add_client(self, model: str, shapes: ModelShapes, priority: str, key) -> None:
+    def _add_client(self, model: str, shapes: ModelShapes, priority: str, key):
         name = _client_name(model, priority, key)
-        self.reef.add_client(name, shapes.program(key, name=name), priority)
+        return self.reef.add_client(name, shapes.program(key, name=name), priority)
 
 
 def _client_name(model: str, priority: str, key) -> str:
@@ -239,8 +273,8 @@ def _resolve(done: Future, task: Future) -> None:
     done.set_result((result.outputs, result.end_s - result.first_kernel_s))
 
 
-def engine_for(policy: str, capacity: int = DEFAULT_CAPACITY):
+def engine_for(policy: str, capacity: int = DEFAULT_CAPACITY, residency: ResidencySettings | None = None):
     """What to hand `WorkerPool(engine=...)`: picklable, so spawned workers can build it."""
 
-    return functools.partial(ReefEngine, policy=policy, capacity=capacity)
+    return functools.partial(ReefEngine, policy=policy, capacity=capacity, residency=residency)
 

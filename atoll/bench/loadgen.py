@@ -9,6 +9,7 @@ output shape.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -74,8 +75,10 @@ def summarise(outcomes: list[Outcome], duration: float) -> Summary:
 
 async def run_load(url: str, workloads: list[Workload], requests: int, rate: float,
                    arrival: str = "poisson", seed: int = 0, progress: bool = True,
-                   timeout_s: float = 60.0) -> Summary:  # fmt: skip
-    """Send `requests` requests at `rate` per second; every one is awaited (bounded by timeout_s)."""
+                   timeout_s: float = 60.0, guard=None) -> Summary:  # fmt: skip
+    """Send `requests` requests at `rate` per second; every one is awaited (bounded by timeout_s).
+    `guard(model)`, an async context manager, is entered around each request and timed with it
+    (`bench switch`'s explicit loads)."""
 
     rng = np.random.default_rng(seed)
     weights = np.array([w.weight for w in workloads], dtype=float)
@@ -87,11 +90,12 @@ async def run_load(url: str, workloads: list[Workload], requests: int, rate: flo
     async def one(session: aiohttp.ClientSession, w: Workload, body, headers) -> None:
         start = time.perf_counter()
         try:
-            async with session.post(f"{url}/v2/models/{w.model}/infer", data=body,
-                                    headers=headers) as resp:  # fmt: skip
-                payload = await resp.read()
-                ok = resp.status == 200 and HEADER_LENGTH in resp.headers
-                error = "" if ok else f"HTTP {resp.status}: {payload[:200].decode(errors='replace')}"
+            async with guard(w.model) if guard else contextlib.nullcontext():
+                async with session.post(f"{url}/v2/models/{w.model}/infer", data=body,
+                                        headers=headers) as resp:  # fmt: skip
+                    payload = await resp.read()
+                    ok = resp.status == 200 and HEADER_LENGTH in resp.headers
+                    error = "" if ok else f"HTTP {resp.status}: {payload[:200].decode(errors='replace')}"
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             ok, error = False, f"{type(exc).__name__}: {exc}"
         outcomes.append(Outcome(w.label or w.model, time.perf_counter() - start, ok, error))

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from atoll.bench import disb, dpu, models, preempt, preprocess, robust, serve, worker
+from atoll.bench import disb, dpu, models, preempt, preprocess, robust, serve, switch, worker
 
 # benchmark -> its module
 BENCHES: dict[str, ModuleType] = {
     "preprocess": preprocess, "models": models, "disb": disb, "preempt": preempt, "worker": worker,
-    "serve": serve, "robust": robust, "dpu": dpu,
+    "serve": serve, "robust": robust, "dpu": dpu, "switch": switch,
 }
 
 

@@ -103,7 +103,7 @@ class Dispatcher:
     message that completes it, the worker's answer), which on a 2-core VM is most of its cost."""
 
     def __init__(self, plans: dict[str, ModelPlan], pool, batcher, metrics, latency,
-                 vgpu_kinds: dict[str, str], python=None):
+                 vgpu_kinds: dict[str, str], python=None, residency=None):
         self.plans = plans
         self.pool = pool
         self.batcher = batcher
@@ -111,6 +111,7 @@ class Dispatcher:
         self.latency = latency  # LatencyModel fed with every batch's measured run time
         self.vgpu_kinds = vgpu_kinds
         self.python = python  # Python-backend models' instances (atoll.pybackend.PythonModels), beside the pool
+        self.residency = residency  # residency_view.ResidencyView: what each vGPU holds, or None
         self.rt_placement = RtPlacement(vgpu_kinds)
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,6 +156,8 @@ class Dispatcher:
         """Stop batching `name`; none of its rows may be anywhere (its front ends drained them)."""
         self.batcher.remove_model(name)
         del self.plans[name]
+        if self.residency is not None:
+            self.residency.remove(name)
 
     # -- front ends ---------------------------------------------------------------------------------
 
@@ -302,6 +305,8 @@ class Dispatcher:
             loop.call_soon(finished)
             return
         self._in_flight += 1
+        if self.residency is not None:
+            self.residency.dispatched(plan.key, vgpu, priority == Priority.RT)
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(
             self._ran, f, plan, vgpu, live, start, finished))
 
@@ -330,6 +335,8 @@ class Dispatcher:
 
     def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
         self._in_flight -= 1
+        if self.residency is not None:
+            self.residency.completed(plan.key, vgpu)
         if not self._in_flight:
             self._drained.set()
         try:

@@ -110,9 +110,10 @@ class Batching:
     """The configured batcher over the server's vGPUs ({id: profile kind}, running `slots` batches
     at once), and how it batches each model: its PREBA policy, its Triton-style config and its
     largest batch. Service times come from the knee profile (`batching.profile`) where it covers a
-    model, else from measured batches (`latency`)."""
+    model, else from measured batches (`latency`); `switch_time`: residency's (`preba.SwitchTime`)."""
 
-    def __init__(self, config: Config, vgpus: dict[str, str], latency, slots: dict[str, int] | None = None):
+    def __init__(self, config: Config, vgpus: dict[str, str], latency, slots: dict[str, int] | None = None,
+                 switch_time=None):
         b = config.batching
         self.config = config
         # Without a configured profile, the one shipped for these vGPUs (batching/profiles/) if any.
@@ -130,7 +131,8 @@ class Batching:
 
         self.batch_max = batch_max_default(config, vgpus.values())
         self.batcher = make_batcher(b.batcher, vgpus, service_time, static_batch=self.batch_max,
-                                    static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots)  # fmt: skip
+                                    static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots,
+                                    switch_time=switch_time)  # fmt: skip
 
     def settings(self, spec: ModelSpec) -> tuple[ModelSettings, int]:
         """How `spec` is batched, and its largest batch under the configured batcher."""

@@ -50,6 +50,8 @@ from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
 from atoll.supervisor.model_batching import Batching, batch_spec, output_row_bytes, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
+from atoll.supervisor.residency import residency_settings
+from atoll.supervisor.residency_view import ResidencyView
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
@@ -98,6 +100,7 @@ class Supervisor:
         self._python_restarts = 0  # Python models' instance restarts counted so far
         self._front_end_count = 0
         self._batching: Batching | None = None
+        self._residency: ResidencyView | None = None  # what each vGPU's weight pool holds ([residency])
         self._channels = FrontEnds()
         self._regions = RegionBook()
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
@@ -124,8 +127,10 @@ class Supervisor:
         kinds = {v.id: v.profile_kind for v in vgpus}
         # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
         slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
+        residency = residency_settings(c.residency, checked.executor)
+        self._residency = ResidencyView(residency, kinds) if residency else None
         try:  # it reads the knee profile, the last setting to check
-            self._batching = Batching(c, kinds, latency, slots)
+            self._batching = Batching(c, kinds, latency, slots, self._residency and self._residency.switch_time)
         except ProfileError as exc:
             raise StartError(f"batching.profile: {exc}") from None
 
@@ -148,15 +153,16 @@ class Supervisor:
         self._executor = checked.executor
         self.python = PythonModels(_loopback(c.server.host, checked.ports["http"].getsockname()[1]),
                                    lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
+        engine = engine_for(s.policy, s.outstanding_kernels, residency)
         with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
-            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine_for(s.policy, s.outstanding_kernels),
+            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine,
                                    on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
         for vgpu in kinds:
             self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
         for kind in ("vgpu", "front_end", "python"):
             self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
-                                     python=self.python)  # fmt: skip
+                                     python=self.python, residency=self._residency)  # fmt: skip
         self.dispatcher.start()
         # One front end per few cores, each with a preprocessing thread per core of its share: fewer
         # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
@@ -246,6 +252,8 @@ class Supervisor:
         described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
                                             plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
         log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
+        if self._residency is not None:
+            self._residency.add(spec.key, described)
         return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
 
     async def remove_model(self, name: str) -> None:
