@@ -135,7 +135,7 @@ class Residency:
         for victim in victims:
             self._bind(self._models[victim], None)
             self.stats.evictions += 1
-            metrics.EVICTIONS.labels(victim, self.vgpu).inc()
+            metrics.EVICTIONS.labels(*metrics.labels(victim, self.vgpu)).inc()
         self._bind(entry, at)
         self.holdings.policy.begin(model)  # the copy keeps the model busy too: nobody evicts it mid-flight
         switch = Switch(model, entry.image, self.pool[at:at + entry.nbytes], entry.groups.ranges, entry.gate,
@@ -159,13 +159,13 @@ class Residency:
             sum(self._models[m].nbytes for m in self.holdings.resident() if m in self._models))
 
     def _first_launch(self, switch: Switch) -> None:
-        metrics.SWITCH_STARTUP_US.labels(switch.model, self.vgpu).inc(
+        metrics.SWITCH_STARTUP_US.labels(*metrics.labels(switch.model, self.vgpu)).inc(
             (switch.first_launch_s - switch.requested_s) * 1e6)
 
     def _arrived(self, switch: Switch) -> None:
         """The copy stream's callback once a switch's last group landed: the copy's hold ends."""
         self.stats.switches.append(switch)
-        labels = (switch.model, self.vgpu)
+        labels = metrics.labels(switch.model, self.vgpu)
         metrics.SWITCHES.labels(*labels).inc()
         metrics.SWITCH_BYTES.labels(*labels).inc(switch.nbytes)
         metrics.SWITCH_DURATION_US.labels(*labels).inc((switch.arrived_s - switch.requested_s) * 1e6)
