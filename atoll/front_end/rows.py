@@ -24,7 +24,7 @@ from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
-from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.messages import Row, RowSequence
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
@@ -66,6 +66,32 @@ def queue_parameters(parameters: dict) -> tuple[int, int]:
             raise ProtocolError(f"parameter {key!r} must be a non-negative integer, got {described(value)}")
         out.append(value)
     return out[0], out[1]
+
+
+def sequence_of(spec: ModelSpec, parameters: dict, rows: int) -> RowSequence | None:
+    """A stateful model's request: its Triton `sequence_id` (an unsigned integer or a string; 0 and
+    "" mean none), `sequence_start` and `sequence_end`; None for other models. Refused with Triton's
+    words where it names no sequence or holds more than one row."""
+    if spec.sequence is None:
+        return None
+    corrid = parameters.get("sequence_id", 0)
+    flags = [parameters.get(key, False) for key in ("sequence_start", "sequence_end")]
+    if isinstance(corrid, bool) or not isinstance(corrid, int | str) or isinstance(corrid, int) and not 0 <= corrid < 2**64:
+        raise ProtocolError(f"parameter 'sequence_id' must be an unsigned 64-bit integer or a string, got {described(corrid)}")
+    if not all(isinstance(flag, bool) for flag in flags):
+        raise ProtocolError("parameters 'sequence_start' and 'sequence_end' must be true or false")
+    if corrid in (0, ""):
+        raise ProtocolError(f"inference request to model '{spec.name}' must specify a non-zero or non-empty "
+                            "correlation ID")  # fmt: skip
+    if rows != 1:
+        raise ProtocolError(f"inference request to model '{spec.name}' must specify batch-size 1 due to "
+                            "requirements of sequence batcher")  # fmt: skip
+    corrid_type = next((c.datatype for c in spec.sequence.controls if c.kind == "corrid"), None)
+    if corrid_type is not None and isinstance(corrid, str) != (corrid_type == "BYTES"):
+        want = "a string" if corrid_type == "BYTES" else "an unsigned integer"
+        raise ProtocolError(f"model '{spec.name}' takes {want} sequence_id (its CONTROL_SEQUENCE_CORRID is "
+                            f"{corrid_type.replace('BYTES', 'STRING')})")  # fmt: skip
+    return RowSequence(corrid, *flags)
 
 
 @dataclass(frozen=True)
@@ -164,6 +190,7 @@ class FrontEnd:
                      deadline: float) -> dict[str, np.ndarray]:
         queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
+        sequence = sequence_of(spec, request.parameters, len(sources))
         slots = self.slots[spec.key]
         try:
             indices = await slots.acquire(len(sources), priority)
@@ -177,7 +204,7 @@ class FrontEnd:
         futures = [loop.create_future() for _ in rows]
         for row, future in zip(rows, futures):
             self._waiting[(row.arena, row.index)] = future
-        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue)))
+        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue, sequence)))
         try:
             layouts = await _settled(futures, slots, indices)
         except BaseException:  # it gave up or a row failed: its rows still queued are not wanted

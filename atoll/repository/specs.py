@@ -11,7 +11,9 @@ class labels beside config.pbtxt; `reshape`: the graph's dims where they differ 
 `dynamic_batching` (its absence too) `max_queue_delay_microseconds`, `preferred_batch_size`,
 `default_priority_level` (for requests that name none; level 1 runs as real-time work, see
 `atoll.front_end.rows.priority_of`), `priority_levels` and the queue policies
-(`batching.queue_policy`). What each means here: docs/models.md.
+(`batching.queue_policy`), and `sequence_batching` (`batching.sequence`: its control and state
+inputs and state outputs are the server's to fill and keep, not the requests'). What each means
+here: docs/models.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from batching.queue_policy import QueuePolicies, QueuePolicyError, read_policies
+from batching.sequence import SequenceError, SequenceSettings, read_sequence_batching
 
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
@@ -77,6 +80,7 @@ class ModelSpec:
     warmups: tuple[WarmupSample, ...] = ()  # config.pbtxt's model_warmup
     version_policy: versions.VersionPolicy = versions.VersionPolicy("latest")
     queue_policies: QueuePolicies = QueuePolicies()  # dynamic_batching's priority levels and queue policies
+    sequence: SequenceSettings | None = None  # sequence_batching: a stateful model
 
     @property
     def key(self) -> str:
@@ -149,6 +153,8 @@ class ModelSpec:
         if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
         scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
+        if self.sequence is not None:
+            scheduling = {"sequence_batching": self.sequence.config(lambda d: "TYPE_" + d.replace("BYTES", "STRING"))}
         return {
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
@@ -253,10 +259,14 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     if preprocess not in PREPROCESS_KINDS:
         raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
+    sequence = _sequence(cfg, name)
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
+        graph_in, graph_out = graph_tensors(path)
+        if sequence is not None:  # the server fills its control and state inputs and keeps its states
+            graph_in, graph_out = _requests_part(name, sequence, graph_in, graph_out)
         completed = complete(name, declared_batch, [(t.name, t.datatype, t.model_dims) for t in declared_in],
-                             [(t.name, t.datatype, t.model_dims) for t in declared_out], graph_tensors(path))
+                             [(t.name, t.datatype, t.model_dims) for t in declared_out], (graph_in, graph_out))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
@@ -314,7 +324,43 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         warmups=warmups,
         version_policy=policy,
         queue_policies=queue_policies,
+        sequence=sequence,
     )
+
+
+def _sequence(cfg: dict, name: str) -> SequenceSettings | None:
+    """The config's `sequence_batching`, None without one."""
+    if "sequence_batching" not in cfg:
+        return None
+    if "dynamic_batching" in cfg:
+        raise RepositoryError(f"{name}: a model takes dynamic_batching or sequence_batching, not both")
+    if _parameters(cfg.get("parameters")).get("atoll.preprocess", "none") != "none":
+        raise RepositoryError(f"{name}: a model that preprocesses media takes no sequence_batching")
+    try:
+        settings = read_sequence_batching(cfg["sequence_batching"] or {}, TYPES)
+    except SequenceError as exc:
+        raise RepositoryError(f"{name}: {exc}") from None
+    if cfg.get("platform", cfg.get("backend")) == "ensemble":
+        raise RepositoryError(f"{name}: an ensemble takes no sequence_batching")
+    return settings
+
+
+def _requests_part(name: str, sequence: SequenceSettings, graph_in: list, graph_out: list) -> tuple[list, list]:
+    """The graph's inputs and outputs without those the sequence batcher fills and keeps, each
+    checked against the graph (its datatype; a control's shape is one value a row)."""
+    inputs, outputs = {t.name: t for t in graph_in}, {t.name: t for t in graph_out}
+    wanted = [(c.input_name, c.datatype, inputs, "input") for c in sequence.controls]
+    wanted += [(s.input_name, s.datatype, inputs, "input") for s in sequence.states]
+    wanted += [(s.output_name, s.datatype, outputs, "output") for s in sequence.states]
+    for tensor, datatype, table, what in wanted:
+        if tensor not in table:
+            raise RepositoryError(f"{name}: sequence_batching {what} '{tensor}' is not in the graph, whose "
+                                  f"{what}s are {', '.join(table) or 'none'}")  # fmt: skip
+        if table[tensor].datatype != datatype:
+            raise RepositoryError(f"{name}: sequence_batching {what} '{tensor}' is {datatype} in config.pbtxt "
+                                  f"but {table[tensor].datatype} in the graph")  # fmt: skip
+    filled, kept = set(sequence.model_inputs), set(sequence.state_outputs)
+    return [t for t in graph_in if t.name not in filled], [t for t in graph_out if t.name not in kept]
 
 
 def load_repository(root: str | Path) -> dict[str, ModelSpec]:
