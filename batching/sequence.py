@@ -133,6 +133,10 @@ def read_sequence_batching(entry: Mapping, types: Mapping[str, str]) -> Sequence
             if any(d < 1 for d in dims):
                 raise SequenceError(f"state {s.get('input_name')!r}: dims must be positive (variable-size "
                                     "states are not served)")  # fmt: skip
+            for initial in as_list(s.get("initial_state")):
+                if "data_file" in initial:
+                    raise SequenceError(f"state {s.get('input_name')!r}: an initial_state from a data_file is not "
+                                        "served (zero_data is)")  # fmt: skip
             states.append(State(s["input_name"], s["output_name"], types[s["data_type"]], dims))
         settings = SequenceSettings(
             strategy, int(entry.get("max_sequence_idle_microseconds", DEFAULT_IDLE_US)), tuple(controls),

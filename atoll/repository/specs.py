@@ -264,7 +264,7 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
         graph_in, graph_out = graph_tensors(path)
         if sequence is not None:  # the server fills its control and state inputs and keeps its states
-            graph_in, graph_out = _requests_part(name, sequence, graph_in, graph_out)
+            graph_in, graph_out = _requests_part(name, sequence, graph_in, graph_out, {t.name for t in declared_out})
         completed = complete(name, declared_batch, [(t.name, t.datatype, t.model_dims) for t in declared_in],
                              [(t.name, t.datatype, t.model_dims) for t in declared_out], (graph_in, graph_out))
     except (GraphError, TypeError, ValueError) as exc:
@@ -345,9 +345,11 @@ def _sequence(cfg: dict, name: str) -> SequenceSettings | None:
     return settings
 
 
-def _requests_part(name: str, sequence: SequenceSettings, graph_in: list, graph_out: list) -> tuple[list, list]:
-    """The graph's inputs and outputs without those the sequence batcher fills and keeps, each
-    checked against the graph (its datatype; a control's shape is one value a row)."""
+def _requests_part(name: str, sequence: SequenceSettings, graph_in: list, graph_out: list,
+                   listed: set[str]) -> tuple[list, list]:
+    """The graph's inputs and outputs without those the sequence batcher fills and keeps (a state
+    output the config `listed` among its outputs stays: clients may ask for it), each checked
+    against the graph's datatype."""
     inputs, outputs = {t.name: t for t in graph_in}, {t.name: t for t in graph_out}
     wanted = [(c.input_name, c.datatype, inputs, "input") for c in sequence.controls]
     wanted += [(s.input_name, s.datatype, inputs, "input") for s in sequence.states]
@@ -359,7 +361,7 @@ def _requests_part(name: str, sequence: SequenceSettings, graph_in: list, graph_
         if table[tensor].datatype != datatype:
             raise RepositoryError(f"{name}: sequence_batching {what} '{tensor}' is {datatype} in config.pbtxt "
                                   f"but {table[tensor].datatype} in the graph")  # fmt: skip
-    filled, kept = set(sequence.model_inputs), set(sequence.state_outputs)
+    filled, kept = set(sequence.model_inputs), set(sequence.state_outputs) - listed
     return [t for t in graph_in if t.name not in filled], [t for t in graph_out if t.name not in kept]
 
 

@@ -52,8 +52,10 @@ class SequenceStates:
         return out
 
     def keep(self, model: str, spec: SequenceSpec, rows: tuple[RowSequence, ...], outputs: dict,
-             batched: bool) -> dict:
-        """Store each row's state outputs for its sequence (drop an ended one's); returns the other outputs."""
+             batched: bool, listed=()) -> dict:
+        """Store each row's state outputs for its sequence (drop an ended one's); returns the other
+        outputs, and those of the state outputs that are `listed` (the config's outputs: a client
+        may ask for them, Triton's implicit state management says)."""
         states = {s.input_name: np.asarray(outputs[s.output_name]) for s in spec.states}
         with self._lock:
             for i, r in enumerate(rows):
@@ -62,7 +64,7 @@ class SequenceStates:
                 elif states:
                     self._states[(model, r.corrid)] = {
                         name: np.array(array[i] if batched else array) for name, array in states.items()}
-        dropped = {s.output_name for s in spec.states}
+        dropped = {s.output_name for s in spec.states} - set(listed)
         return {name: array for name, array in outputs.items() if name not in dropped}
 
     def forget(self, model: str, corrids=None) -> None:

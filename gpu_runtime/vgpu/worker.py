@@ -187,7 +187,7 @@ class _Worker:
                 batch = next(iter(inputs.values())).shape[0] if spec.batched else None
                 inputs = {**inputs, **warm_up_inputs(spec.sequence, batch)}
             outputs, _ = self.runner.warm_up(message.model, inputs)
-            states = {s.output_name for s in spec.sequence.states} if spec.sequence is not None else set()
+            states = {s.output_name for s in spec.sequence.states} - set(spec.output_dims) if spec.sequence else set()
             row = {k: v[0] if spec.batched else v for k, v in outputs.items() if k not in states}
             out_row_bytes = max(out_row_bytes, shm.plan({k: np.asarray(v) for k, v in row.items()})[1])
             warm.add(_shape_key(inputs[spec.input_name].shape, sizes))
@@ -241,7 +241,8 @@ class _Worker:
         try:
             outputs, seconds = future.result()
             if spec.sequence is not None:
-                outputs = self.sequences.keep(message.model, spec.sequence, message.sequences, outputs, spec.batched)
+                outputs = self.sequences.keep(message.model, spec.sequence, message.sequences, outputs, spec.batched,
+                                              spec.output_dims)  # fmt: skip
             layouts = self.batches.scatter(spec, message.rows, outputs, message.length)
             return RanRows(message.req, layouts, seconds, self.program_builds)
         except Exception as exc:
