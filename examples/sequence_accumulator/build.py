@@ -9,7 +9,8 @@ in triton-inference-server/client) expect of the models they name:
 - simple_dyna_sequence: the same, plus the correlation ID (a UINT64 CORRID control) on its END request;
 - simple_string_dyna_sequence: a running sum of INPUT per sequence (implicit state), plus the
   correlation ID, a string holding an integer (a STRING CORRID control), on the END request;
-- accumulator: a running sum of INPUT per sequence, kept as implicit state, restarted at START.
+- accumulator: a running sum of INPUT per sequence, kept as implicit state, restarted at START
+  (controls START and READY).
 Rows that are not READY (padding) answer 0.
 """
 
@@ -23,11 +24,12 @@ from onnx import TensorProto, helper
 INT32, UINT64, STRING = TensorProto.INT32, TensorProto.UINT64, TensorProto.STRING
 
 
-def _model(nodes, inputs: dict[str, int], outputs: tuple[str, ...]) -> bytes:
+def _model(nodes, inputs: dict[str, int], outputs: tuple[str, ...], constants=()) -> bytes:
     """A graph over [batch, 1] tensors: `inputs` by name and element type; int32 `outputs`."""
     graph = helper.make_graph(nodes, "sequence",
                               [helper.make_tensor_value_info(n, t, ["batch", 1]) for n, t in inputs.items()],
-                              [helper.make_tensor_value_info(n, INT32, ["batch", 1]) for n in outputs])  # fmt: skip
+                              [helper.make_tensor_value_info(n, INT32, ["batch", 1]) for n in outputs],
+                              list(constants))  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
@@ -58,8 +60,13 @@ def simple_string_dyna_sequence() -> bytes:
 
 
 def accumulator() -> bytes:
-    return _model([_node("Add", ["INPUT_STATE", "INPUT"], "OUTPUT_STATE"), _node("Mul", ["OUTPUT_STATE", "READY"], "OUTPUT")],
-                  {"INPUT": INT32, "READY": INT32, "INPUT_STATE": INT32}, ("OUTPUT", "OUTPUT_STATE"))  # fmt: skip
+    # the state is zero at START already; the graph also drops it at START, as a model keeping its
+    # own state would (Triton's QA accumulators read START and READY the same way)
+    one = helper.make_tensor("one", INT32, [], [1])
+    return _model([_node("Sub", ["one", "START"], "going_on"), _node("Mul", ["INPUT_STATE", "going_on"], "before"),
+                   _node("Add", ["before", "INPUT"], "OUTPUT_STATE"), _node("Mul", ["OUTPUT_STATE", "READY"], "OUTPUT")],
+                  {"INPUT": INT32, "START": INT32, "READY": INT32, "INPUT_STATE": INT32}, ("OUTPUT", "OUTPUT_STATE"),
+                  [one])  # fmt: skip
 
 
 MODELS = {"simple_sequence": simple_sequence, "simple_dyna_sequence": simple_dyna_sequence,

@@ -33,6 +33,7 @@ def test_requests_send_only_what_the_config_lists(repository):
         assert [t.name for t in spec.inputs] == ["INPUT"] and [t.name for t in spec.outputs] == ["OUTPUT"]
     assert models["simple_string_dyna_sequence"].sequence.model_inputs == ("END", "READY", "CORRID", "INPUT_STATE")
     assert models["accumulator"].sequence.strategy == "oldest"
+    assert models["accumulator"].sequence.model_inputs == ("START", "READY", "INPUT_STATE")
 
 
 def test_the_config_endpoint_answers_what_was_read(repository):
@@ -54,7 +55,7 @@ def test_a_listed_state_output_is_answered(repository):
 
 @pytest.mark.parametrize("change, words", [
     (lambda c: c.replace('name: "READY"', 'name: "GO"'), "sequence_batching input 'GO' is not in the graph"),
-    (lambda c: c.replace("int32_false_true", "fp32_false_true"), "'READY' is FP32 in config.pbtxt but INT32"),
+    (lambda c: c.replace("int32_false_true", "fp32_false_true"), "'START' is FP32 in config.pbtxt but INT32"),
     (lambda c: c + "dynamic_batching { }\n", "dynamic_batching or sequence_batching, not both"),
     (lambda c: c.replace('output_name: "OUTPUT_STATE"', 'output_name: "NONE"'), "output 'NONE' is not in the graph"),
 ])  # fmt: skip
