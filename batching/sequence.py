@@ -44,6 +44,14 @@ class SequenceError(ValueError):
     """A request the sequence batcher refuses (Triton's INVALID_ARG), or a config it cannot read."""
 
 
+def no_correlation_id(model: str) -> str:
+    return f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+
+
+def not_one_row(model: str) -> str:
+    return f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
+
+
 @dataclass(frozen=True)
 class Control:
     kind: str  # start | end | ready | corrid
@@ -203,10 +211,6 @@ class _Sequence:
     last: float = 0.0  # when it last ran (or arrived): idle time counts from here
 
 
-def _named(corrid: Hashable) -> str:
-    return str(corrid)
-
-
 class SequenceBatcher:
     """One model's sequence batcher over `vgpus`, `max_batch` requests in a batch at most."""
 
@@ -233,12 +237,11 @@ class SequenceBatcher:
     def add(self, request: SequenceRequest) -> None:
         """Queue a request, or raise SequenceError with Triton's words."""
         if request.corrid in (0, "", None):
-            raise SequenceError(f"inference request to model '{self.model}' must specify a non-zero or "
-                                "non-empty correlation ID")  # fmt: skip
+            raise SequenceError(no_correlation_id(self.model))
         seq = self._active.get(request.corrid)
         if seq is None:
             if not request.start:
-                raise SequenceError(f"inference request for sequence {_named(request.corrid)} to model "
+                raise SequenceError(f"inference request for sequence {request.corrid} to model "
                                     f"'{self.model}' must specify the START flag on the first request of "
                                     "the sequence")  # fmt: skip
             seq = self._active[request.corrid] = _Sequence(request.corrid, last=request.arrival)

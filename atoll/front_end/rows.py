@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from batching.sequence import no_correlation_id, not_one_row
 from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
@@ -81,11 +82,9 @@ def sequence_of(spec: ModelSpec, parameters: dict, rows: int) -> RowSequence | N
     if not all(isinstance(flag, bool) for flag in flags):
         raise ProtocolError("parameters 'sequence_start' and 'sequence_end' must be true or false")
     if corrid in (0, ""):
-        raise ProtocolError(f"inference request to model '{spec.name}' must specify a non-zero or non-empty "
-                            "correlation ID")  # fmt: skip
+        raise ProtocolError(no_correlation_id(spec.name))
     if rows != 1:
-        raise ProtocolError(f"inference request to model '{spec.name}' must specify batch-size 1 due to "
-                            "requirements of sequence batcher")  # fmt: skip
+        raise ProtocolError(not_one_row(spec.name))
     corrid_type = next((c.datatype for c in spec.sequence.controls if c.kind == "corrid"), None)
     if corrid_type is not None and isinstance(corrid, str) != (corrid_type == "BYTES"):
         want = "a string" if corrid_type == "BYTES" else "an unsigned integer"

@@ -154,7 +154,7 @@ class ModelSpec:
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
         scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
         if self.sequence is not None:
-            scheduling = {"sequence_batching": self.sequence.config(lambda d: "TYPE_" + d.replace("BYTES", "STRING"))}
+            scheduling = {"sequence_batching": self.sequence.config(_config_type)}
         return {
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
@@ -167,7 +167,12 @@ class ModelSpec:
 
 def _type_name(t: TensorSpec) -> str:
     """A tensor's datatype as config.pbtxt names it (TYPE_FP32, TYPE_STRING)."""
-    return "TYPE_" + t.datatype.replace("BYTES", "STRING")
+    return _config_type(t.datatype)
+
+
+def _config_type(datatype: str) -> str:
+    """A protocol datatype (FP32, BYTES) as config.pbtxt names it (TYPE_FP32, TYPE_STRING)."""
+    return "TYPE_" + datatype.replace("BYTES", "STRING")
 
 
 def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
@@ -340,8 +345,6 @@ def _sequence(cfg: dict, name: str) -> SequenceSettings | None:
         settings = read_sequence_batching(cfg["sequence_batching"] or {}, TYPES)
     except SequenceError as exc:
         raise RepositoryError(f"{name}: {exc}") from None
-    if cfg.get("platform", cfg.get("backend")) == "ensemble":
-        raise RepositoryError(f"{name}: an ensemble takes no sequence_batching")
     return settings
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from batching import Item, ModelSettings, RtPlacement
 from batching.queue_policy import QUEUE_FULL, TIMED_OUT, QueuePolicies
-from batching.sequence import SequenceBatcher, SequenceError, SequenceRequest, SequenceSettings
+from batching.sequence import SequenceBatcher, SequenceError, SequenceRequest, SequenceSettings, not_one_row
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row, RowSequence
 
@@ -199,8 +199,7 @@ class Dispatcher:
         ticket = dataclasses.replace(tickets[0], sequence=sequence or RowSequence(0))
         try:
             if len(tickets) != 1:
-                raise SequenceError(f"inference request to model '{plan.name}' must specify batch-size 1 due to "
-                                    "requirements of sequence batcher")  # fmt: skip
+                raise SequenceError(not_one_row(plan.name))
             self._sequences[plan.key].add(SequenceRequest(ticket, ticket.sequence.corrid, ticket.sequence.start,
                                                           ticket.sequence.end, now))  # fmt: skip
         except SequenceError as exc:
