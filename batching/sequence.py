@@ -88,6 +88,11 @@ class SequenceSettings:
         return tuple(c.input_name for c in self.controls) + tuple(s.input_name for s in self.states)
 
     @property
+    def datatypes(self) -> tuple[str, ...]:
+        """The datatypes of the tensors the server fills and keeps (the executor must compute them)."""
+        return tuple(c.datatype for c in self.controls) + tuple(s.datatype for s in self.states)
+
+    @property
     def state_outputs(self) -> tuple[str, ...]:
         return tuple(s.output_name for s in self.states)
 

@@ -23,9 +23,10 @@ MODULES = {"http": httpclient, "grpc": grpcclient}
 out = {}
 
 
-def inputs(module, value, binary=True):
-    tensor = module.InferInput("INPUT", [1, 1], "INT32")
-    tensor.set_data_from_numpy(np.full((1, 1), value, np.int32), **({} if binary else {"binary_data": False}))
+def inputs(module, value, binary=True, datatype="INT32"):
+    tensor = module.InferInput("INPUT", [1, 1], datatype)
+    array = np.full((1, 1), value, np.int32 if datatype == "INT32" else np.float32)
+    tensor.set_data_from_numpy(array, **({} if binary else {"binary_data": False}))
     return [tensor]
 
 
@@ -83,14 +84,15 @@ async def aio_stream(model, sequences):
     return answers
 
 
-async def aio_concurrent(transport, model, sequences):
+async def aio_concurrent(transport, model, sequences, datatype="INT32"):
     """Every sequence at once, each awaiting its own requests in order (asyncio clients): their
     requests meet in the batcher."""
     module = httpaio if transport == "http" else grpcaio
     client = module.InferenceServerClient(HTTP if transport == "http" else GRPC)
 
     async def one(corrid, values):
-        return [(await client.infer(model, inputs(MODULES[transport], v), sequence_id=corrid, sequence_start=k == 0,
+        return [(await client.infer(model, inputs(MODULES[transport], v, datatype=datatype), sequence_id=corrid,
+                                    sequence_start=k == 0,
                                     sequence_end=k == len(values) - 1)).as_numpy("OUTPUT").tolist()
                 for k, v in enumerate(values)]  # fmt: skip
 
@@ -121,6 +123,8 @@ for model in ("simple_sequence", "simple_sequence_direct", "accumulator", "accum
         out[f"{model}/{transport}/aio"] = asyncio.run(aio_concurrent(transport, model, MANY))
     out[f"{model}/stream"] = stream(model, SEQUENCES)
     out[f"{model}/aio_stream"] = asyncio.run(aio_stream(model, SEQUENCES))
+for transport in ("http", "grpc"):  # an FP32 model: run by Atoll's own kernel runtime, batches padded to built sizes
+    out[f"fp32_accumulator/{transport}/aio"] = asyncio.run(aio_concurrent(transport, "fp32_accumulator", MANY, "FP32"))
 for model in ("simple_dyna_sequence", "simple_dyna_sequence_oldest"):
     for transport in ("http", "grpc"):
         out[f"{model}/{transport}"] = sync(transport, model, DYNA)

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onnx import TensorProto, helper
 from tests.atoll.client_env import client_python
 from tests.atoll.probes import PATIENCE_S
 
@@ -66,11 +67,48 @@ def answers(tmp_path_factory):
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]',
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }, '
         '{ name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]'))
-    args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=2", "--front-ends", "1"]
+    fp32 = root / "fp32_accumulator"
+    (fp32 / "1").mkdir(parents=True)
+    (fp32 / "1" / "model.onnx").write_bytes(_fp32_accumulator())
+    (fp32 / "config.pbtxt").write_text(FP32_CONFIG)
+    # the kernel runtime where it can (the FP32 model), onnxruntime for the integer models
+    args = ["--repository", str(root), "--backend", "cpu", "--executor", "numpy", "--set", "vgpus.cpu_vgpus=2",
+            "--front-ends", "1"]  # fmt: skip
     with ServerProcess(args) as server:
         subprocess.run([python, os.path.join(HERE, "sequence_calls.py"), server.url.removeprefix("http://"),
                         server.grpc_address, str(tmp / "out.json")], check=True, timeout=PATIENCE_S)  # fmt: skip
     return json.loads((tmp / "out.json").read_text())
+
+
+FP32_CONFIG = """max_batch_size: 8
+sequence_batching {
+  oldest { max_candidate_sequences: 8 preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 1000 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_FP32 dims: [ 1 ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _fp32_accumulator() -> bytes:
+    """OUTPUT = READY * (INPUT + INPUT_STATE * (1 - START)); OUTPUT_STATE the sum: all FP32, so
+    Atoll's own kernel runtime runs it (at built batch sizes: padding rows are not READY)."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    nodes = [helper.make_node("Sub", ["one", "START"], ["going_on"]),
+             helper.make_node("Mul", ["INPUT_STATE", "going_on"], ["before"]),
+             helper.make_node("Add", ["before", "INPUT"], ["OUTPUT_STATE"]),
+             helper.make_node("Mul", ["OUTPUT_STATE", "READY"], ["OUTPUT"])]  # fmt: skip
+    tensors = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 1])
+               for n in ("INPUT", "START", "READY", "INPUT_STATE")]  # fmt: skip
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 1]) for n in ("OUTPUT", "OUTPUT_STATE")]
+    model = helper.make_model(helper.make_graph(nodes, "fp32_accumulator", tensors, outs, [one]),
+                              opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    model.ir_version = 8
+    return model.SerializeToString()
 
 
 def column(values) -> list:
@@ -156,3 +194,10 @@ def test_json_tensors_over_http(answers):
 def test_a_listed_state_output_is_answered_with_the_state(answers, transport):
     sums = [[[s]] for s in itertools.accumulate([1, 2, 3])]
     assert answers[f"accumulator_state/{transport}"] == [[s, s] for s in sums]
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_float_model_on_the_kernel_runtime_keeps_its_sequences_apart(answers, transport):
+    got = answers[f"fp32_accumulator/{transport}/aio"]
+    for corrid in range(1, 13):
+        assert got[str(corrid)] == running_sums(range(corrid, corrid + 5))
