@@ -158,3 +158,26 @@ def test_sequences_spread_over_vgpus_and_stay_on_theirs():
     b.add(req("b", 0.2))
     b.add(req("a", 0.2))
     assert {d.vgpu: names(d) for d in b.poll(0.2)} == {"v0": ["a@0.2"], "v1": ["b@0.2"]}
+
+
+def test_direct_with_a_delay_waits_for_its_slot_utilization():
+    s = SequenceSettings("direct", max_queue_delay_us=100_000, minimum_slot_utilization=0.5)
+    b = SequenceBatcher("m", s, ("v",), 4)  # half of 4 slots: 2 requests
+    b.add(req("a", 0.0, start=True))
+    assert b.poll(0.01) == [] and b.next_deadline() == pytest.approx(0.1)
+    b.add(req("b", 0.02, start=True))
+    assert [names(d) for d in b.poll(0.02)] == [["a@0.0", "b@0.02"]]
+
+
+def test_oldest_keeps_at_most_its_candidate_sequences_the_rest_wait():
+    b = SequenceBatcher("m", SequenceSettings("oldest", max_candidate_sequences=1), ("v",), 4)
+    b.add(req("a", 0.0, start=True))
+    b.add(req("b", 0.1, start=True))
+    first = b.poll(0.2)
+    assert [names(d) for d in first] == [["a@0.0"]]
+    b.add(req("a", 0.3, end=True))
+    b.complete(first[0], 0.4)
+    ended = b.poll(0.4)
+    assert [names(d) for d in ended] == [["a@0.3"]]
+    b.complete(ended[0], 0.5)  # a ended: b becomes the candidate
+    assert [names(d) for d in b.poll(0.5)] == [["b@0.1"]]
