@@ -77,8 +77,10 @@ def sequence_of(spec: ModelSpec, parameters: dict, rows: int) -> RowSequence | N
         return None
     corrid = parameters.get("sequence_id", 0)
     flags = [parameters.get(key, False) for key in ("sequence_start", "sequence_end")]
-    if isinstance(corrid, bool) or not isinstance(corrid, int | str) or isinstance(corrid, int) and not 0 <= corrid < 2**64:
-        raise ProtocolError(f"parameter 'sequence_id' must be an unsigned 64-bit integer or a string, got {described(corrid)}")
+    unsigned = isinstance(corrid, int) and not isinstance(corrid, bool) and 0 <= corrid < 2**64
+    if not (unsigned or isinstance(corrid, str)):
+        raise ProtocolError(f"parameter 'sequence_id' must be an unsigned 64-bit integer or a string, "
+                            f"got {described(corrid)}")  # fmt: skip
     if not all(isinstance(flag, bool) for flag in flags):
         raise ProtocolError("parameters 'sequence_start' and 'sequence_end' must be true or false")
     if corrid in (0, ""):

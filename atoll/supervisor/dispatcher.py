@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -153,7 +154,8 @@ class Dispatcher:
         """Batch `plan.key` from now on (its vGPU workers have loaded it)."""
         self.batcher.add_model(plan.key, settings)
         if plan.sequence is not None:
-            self._sequences[plan.key] = SequenceBatcher(plan.name, plan.sequence, tuple(self.vgpu_kinds), plan.max_batch)
+            vgpus = tuple(self.vgpu_kinds)
+            self._sequences[plan.key] = SequenceBatcher(plan.name, plan.sequence, vgpus, plan.max_batch)
         self.plans[plan.key] = plan
 
     def remove_model(self, name: str) -> None:
@@ -261,8 +263,9 @@ class Dispatcher:
                        [item.payload for item in dispatch.items], str(dispatch.bucket),
                        lambda v=dispatch.vgpu: self._be_finished(v))  # fmt: skip
         for key, seqs, dispatch in sequenced:
+            finished = functools.partial(self._sequence_finished, seqs, dispatch)
             self._send(self.plans[key], dispatch.vgpu, Priority.BE, [r.payload for r in dispatch.requests],
-                       "sequence", lambda s=seqs, d=dispatch: self._sequence_finished(s, d), dispatch.released)  # fmt: skip
+                       "sequence", finished, dispatch.released)  # fmt: skip
         if deadline is not None:
             self._timer = self._loop.call_at(deadline, self._poll)
 

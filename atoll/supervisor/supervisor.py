@@ -172,7 +172,8 @@ class Supervisor:
             raise ValueError(f"model {spec.name!r} version {spec.version} is already served")
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
-        datatypes = [t.datatype for t in spec.inputs + spec.outputs] + list(spec.sequence.datatypes if spec.sequence else ())
+        datatypes = [t.datatype for t in spec.inputs + spec.outputs]
+        datatypes += spec.sequence.datatypes if spec.sequence else ()  # the controls and states it is given
         executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes)
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
