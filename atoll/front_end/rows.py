@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from batching.sequence import no_correlation_id, not_one_row
 from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
-from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.messages import Row, RowSequence
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
@@ -68,6 +69,32 @@ def queue_parameters(parameters: dict) -> tuple[int, int]:
             raise ProtocolError(f"parameter {key!r} must be a non-negative integer, got {described(value)}")
         out.append(value)
     return out[0], out[1]
+
+
+def sequence_of(spec: ModelSpec, parameters: dict, rows: int) -> RowSequence | None:
+    """A stateful model's request: its Triton `sequence_id` (an unsigned integer or a string; 0 and
+    "" mean none), `sequence_start` and `sequence_end`; None for other models. Refused with Triton's
+    words where it names no sequence or holds more than one row."""
+    if spec.sequence is None:
+        return None
+    corrid = parameters.get("sequence_id", 0)
+    flags = [parameters.get(key, False) for key in ("sequence_start", "sequence_end")]
+    unsigned = isinstance(corrid, int) and not isinstance(corrid, bool) and 0 <= corrid < 2**64
+    if not (unsigned or isinstance(corrid, str)):
+        raise ProtocolError(f"parameter 'sequence_id' must be an unsigned 64-bit integer or a string, "
+                            f"got {described(corrid)}")  # fmt: skip
+    if not all(isinstance(flag, bool) for flag in flags):
+        raise ProtocolError("parameters 'sequence_start' and 'sequence_end' must be true or false")
+    if corrid in (0, ""):
+        raise ProtocolError(no_correlation_id(spec.name))
+    if rows != 1:
+        raise ProtocolError(not_one_row(spec.name))
+    corrid_type = next((c.datatype for c in spec.sequence.controls if c.kind == "corrid"), None)
+    if corrid_type is not None and isinstance(corrid, str) != (corrid_type == "BYTES"):
+        want = "a string" if corrid_type == "BYTES" else "an unsigned integer"
+        raise ProtocolError(f"model '{spec.name}' takes {want} sequence_id (its CONTROL_SEQUENCE_CORRID is "
+                            f"{corrid_type.replace('BYTES', 'STRING')})")  # fmt: skip
+    return RowSequence(corrid, *flags)
 
 
 @dataclass(frozen=True)
@@ -169,6 +196,7 @@ class FrontEnd:
                      deadline: float, on_response: Callable | None) -> dict[str, np.ndarray]:
         queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
+        sequence = sequence_of(spec, request.parameters, len(sources))
         slots = self.slots[spec.key]
         try:
             indices = await slots.acquire(len(sources), priority)
@@ -184,7 +212,7 @@ class FrontEnd:
             self._waiting[(row.arena, row.index)] = future
         if on_response is not None:
             self._streams[(rows[0].arena, rows[0].index)] = on_response
-        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue)))
+        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue, sequence)))
         try:
             layouts = await _settled(futures, slots, indices)
         except BaseException:  # it gave up or a row failed: its rows still queued are not wanted

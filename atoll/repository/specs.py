@@ -12,7 +12,9 @@ differ from the request's, a scalar's `dims: [1]` completed as `reshape: { shape
 `dynamic_batching` (its absence too) `max_queue_delay_microseconds`, `preferred_batch_size`,
 `default_priority_level` (for requests that name none; level 1 runs as real-time work, see
 `atoll.front_end.rows.priority_of`), `priority_levels` and the queue policies
-(`batching.queue_policy`). What each means here: docs/models.md.
+(`batching.queue_policy`), and `sequence_batching` (`batching.sequence`: its control and state
+inputs and state outputs are the server's to fill and keep, not the requests'). What each means
+here: docs/models.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from batching.queue_policy import QueuePolicies, QueuePolicyError, read_policies
+from batching.sequence import SequenceError, SequenceSettings, read_sequence_batching
 
 from atoll.kserve.classification import load_labels
 from atoll.kserve.datatypes import DTYPES
@@ -83,6 +86,7 @@ class ModelSpec:
     queue_policies: QueuePolicies = QueuePolicies()  # dynamic_batching's priority levels and queue policies
     python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
     ensemble: Ensemble | None = None  # an ensemble (ensembles.py): its steps run by atoll.front_end.ensembles
+    sequence: SequenceSettings | None = None  # sequence_batching: a stateful model
 
     @property
     def key(self) -> str:
@@ -156,6 +160,8 @@ class ModelSpec:
         if self.max_queue_delay_microseconds is not None:  # else the server's [batching] default
             batching["max_queue_delay_microseconds"] = self.max_queue_delay_microseconds
         scheduling = {"dynamic_batching": batching} if self.dynamic_batching else {}
+        if self.sequence is not None:
+            scheduling = {"sequence_batching": self.sequence.config(_config_type)}
         return {
             "name": self.name, "platform": self.platform, "max_batch_size": self.max_batch_size,
             "input": raw + [tensor(t, optional=preprocess) for t in self.inputs],
@@ -168,7 +174,12 @@ class ModelSpec:
 
 def _type_name(t: TensorSpec) -> str:
     """A tensor's datatype as config.pbtxt names it (TYPE_FP32, TYPE_STRING)."""
-    return "TYPE_" + t.datatype.replace("BYTES", "STRING")
+    return _config_type(t.datatype)
+
+
+def _config_type(datatype: str) -> str:
+    """A protocol datatype (FP32, BYTES) as config.pbtxt names it (TYPE_FP32, TYPE_STRING)."""
+    return "TYPE_" + datatype.replace("BYTES", "STRING")
 
 
 def _tensors(entries, model: str, what: str) -> list[TensorSpec]:
@@ -271,13 +282,17 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
     if preprocess not in PREPROCESS_KINDS:
         raise RepositoryError(f"{name}: atoll.preprocess must be one of {PREPROCESS_KINDS}")
     declared_in, declared_out = _tensors(cfg.get("input"), name, "input"), _tensors(cfg.get("output"), name, "output")
+    sequence = _sequence(cfg, name)
     try:
         declared_batch = int(cfg["max_batch_size"]) if "max_batch_size" in cfg else None
+        graph_in, graph_out = ([], []) if python or ensemble else graph_tensors(path)
+        if sequence is not None:  # the server fills its control and state inputs and keeps its states
+            graph_in, graph_out = _requests_part(name, sequence, graph_in, graph_out, {t.name for t in declared_out})
         if python or ensemble:
             completed = _python_completed(name, cfg, declared_in, declared_out)
         else:
             completed = complete(name, declared_batch, [(t.name, t.datatype, t.dims, t.reshape) for t in declared_in],
-                                 [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], graph_tensors(path))
+                                 [(t.name, t.datatype, t.dims, t.reshape) for t in declared_out], (graph_in, graph_out))
     except (GraphError, TypeError, ValueError) as exc:
         raise RepositoryError(str(exc)) from None
     label_files = {t.name: t.label_filename for t in declared_out}
@@ -327,6 +342,7 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         queue_policies=queue_policies,
         python=_python_model(name, path, cfg, params) if python else None,
         ensemble=_ensemble(name, cfg, inputs, outputs) if ensemble else None,
+        sequence=sequence,
     )
 
 
@@ -342,6 +358,41 @@ def _python_model(name: str, file: Path, cfg: dict, params: dict[str, str]) -> P
         return read_python_model(name, file, cfg, params)
     except PythonModelError as exc:
         raise RepositoryError(str(exc)) from None
+
+
+def _sequence(cfg: dict, name: str) -> SequenceSettings | None:
+    """The config's `sequence_batching`, None without one."""
+    if "sequence_batching" not in cfg:
+        return None
+    if "dynamic_batching" in cfg:
+        raise RepositoryError(f"{name}: a model takes dynamic_batching or sequence_batching, not both")
+    if _parameters(cfg.get("parameters")).get("atoll.preprocess", "none") != "none":
+        raise RepositoryError(f"{name}: a model that preprocesses media takes no sequence_batching")
+    try:
+        settings = read_sequence_batching(cfg["sequence_batching"] or {}, TYPES)
+    except SequenceError as exc:
+        raise RepositoryError(f"{name}: {exc}") from None
+    return settings
+
+
+def _requests_part(name: str, sequence: SequenceSettings, graph_in: list, graph_out: list,
+                   listed: set[str]) -> tuple[list, list]:
+    """The graph's inputs and outputs without those the sequence batcher fills and keeps (a state
+    output the config `listed` among its outputs stays: clients may ask for it), each checked
+    against the graph's datatype."""
+    inputs, outputs = {t.name: t for t in graph_in}, {t.name: t for t in graph_out}
+    wanted = [(c.input_name, c.datatype, inputs, "input") for c in sequence.controls]
+    wanted += [(s.input_name, s.datatype, inputs, "input") for s in sequence.states]
+    wanted += [(s.output_name, s.datatype, outputs, "output") for s in sequence.states]
+    for tensor, datatype, table, what in wanted:
+        if tensor not in table:
+            raise RepositoryError(f"{name}: sequence_batching {what} '{tensor}' is not in the graph, whose "
+                                  f"{what}s are {', '.join(table) or 'none'}")  # fmt: skip
+        if table[tensor].datatype != datatype:
+            raise RepositoryError(f"{name}: sequence_batching {what} '{tensor}' is {datatype} in config.pbtxt "
+                                  f"but {table[tensor].datatype} in the graph")  # fmt: skip
+    filled, kept = set(sequence.model_inputs), set(sequence.state_outputs) - listed
+    return [t for t in graph_in if t.name not in filled], [t for t in graph_out if t.name not in kept]
 
 
 def load_repository(root: str | Path) -> dict[str, ModelSpec]:

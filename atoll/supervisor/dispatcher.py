@@ -8,12 +8,16 @@ than the model's largest batch, and run as RT work in the worker. A batch is a l
 padded on the worker to the bucket's upper length; rows whose deadline passed, or whose request gave
 up (`Cancel`; its front end died), are dropped unexecuted before their batch is sent. When a batch
 finishes, each front end that owns rows of it gets one `Done`; every row submitted gets exactly one.
+A stateful model's requests (one row each) go to its sequence batcher (`batching.sequence`) instead,
+polled alongside; each of its batches names the rows' sequences, whose states its worker keeps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -22,9 +26,10 @@ from dataclasses import dataclass
 
 from batching import Item, ModelSettings, RtPlacement
 from batching.queue_policy import QUEUE_FULL, TIMED_OUT, QueuePolicies
+from batching.sequence import SequenceBatcher, SequenceError, SequenceRequest, SequenceSettings, not_one_row
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
-from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.messages import Row, RowSequence
 
 from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
@@ -47,6 +52,7 @@ class ModelPlan:
     padded_frames: tuple[int, ...] = ()  # the lengths batches pad to: each bucket's upper edge
     equal_shapes: bool = False  # a batch holds rows of equal shapes only (models batched unpadded)
     queues: QueuePolicies = QueuePolicies()  # its config's priority levels and queue policies
+    sequence: SequenceSettings | None = None  # a stateful model: batched by the sequence batcher
 
     @property
     def key(self) -> str:
@@ -78,6 +84,7 @@ class _Ticket:
     timed_out_at: float | None = None  # when it has waited too long in the queue (its queue policy)
     delay: bool = False  # timed out, it waits behind the others (DELAY) instead of failing (REJECT)
     request: int = 0  # its request's number: queue policies count requests, not rows
+    sequence: RowSequence | None = None  # a stateful model's request: its sequence
 
 
 def _key(row: Row) -> tuple[str, int]:
@@ -124,6 +131,7 @@ class Dispatcher:
         self._levels: Counter[tuple[str, int]] = Counter()
         self._request_rows: Counter[int] = Counter()
         self._dropped: set[tuple[str, int]] = set()  # queued rows whose request gave up
+        self._sequences: dict[str, SequenceBatcher] = {}  # stateful models' batchers, by served version
 
     @staticmethod
     def now() -> float:
@@ -150,11 +158,15 @@ class Dispatcher:
     def add_model(self, plan: ModelPlan, settings: ModelSettings) -> None:
         """Batch `plan.key` from now on (its vGPU workers have loaded it)."""
         self.batcher.add_model(plan.key, settings)
+        if plan.sequence is not None:
+            vgpus = tuple(self.vgpu_kinds)
+            self._sequences[plan.key] = SequenceBatcher(plan.name, plan.sequence, vgpus, plan.max_batch)
         self.plans[plan.key] = plan
 
     def remove_model(self, name: str) -> None:
         """Stop batching `name`; none of its rows may be anywhere (its front ends drained them)."""
         self.batcher.remove_model(name)
+        self._sequences.pop(name, None)
         del self.plans[name]
         if self.residency is not None:
             self.residency.remove(name)
@@ -171,6 +183,9 @@ class Dispatcher:
             return
         if self._is_python(plan):  # a request at a time: its model's instances batch what waits for them
             self._send(plan, PYTHON, message.priority, tickets, PYTHON, lambda: None)
+            return
+        if plan.sequence is not None:
+            self._sequenced(plan, tickets, message.sequence, now)
             return
         if message.priority == Priority.RT:
             for start in range(0, len(tickets), plan.max_batch):
@@ -189,6 +204,19 @@ class Dispatcher:
         for ticket in tickets:
             self._queue(plan, _Ticket(link, ticket.row, message.deadline, now, level, timed_out_at, delay, request),
                         now)  # fmt: skip
+        self._poll()
+
+    def _sequenced(self, plan: ModelPlan, tickets: list[_Ticket], sequence: RowSequence | None, now: float) -> None:
+        """A stateful model's request (one row: the front end checked it) joins its sequence batcher."""
+        ticket = dataclasses.replace(tickets[0], sequence=sequence or RowSequence(0))
+        try:
+            if len(tickets) != 1:
+                raise SequenceError(not_one_row(plan.name))
+            self._sequences[plan.key].add(SequenceRequest(ticket, ticket.sequence.corrid, ticket.sequence.start,
+                                                          ticket.sequence.end, now))  # fmt: skip
+        except SequenceError as exc:
+            self._answer(tickets, None, Failure.REJECTED, str(exc))
+            return
         self._poll()
 
     def _queue(self, plan: ModelPlan, ticket: _Ticket, now: float) -> None:
@@ -230,25 +258,37 @@ class Dispatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        now = self.now()
         try:
-            dispatches = self.batcher.poll(self.now())
+            dispatches = self.batcher.poll(now)
             deadline = self.batcher.next_deadline()
+            sequenced = [(key, seqs, d) for key, seqs in self._sequences.items() for d in seqs.poll(now)]
+            deadline = min((d for d in (deadline, *(s.next_deadline() for s in self._sequences.values()))
+                            if d is not None), default=None)  # fmt: skip
         except Exception:  # a policy bug must not silently stop every later batch
             log.exception("batcher failed; retrying")
-            dispatches, deadline = [], self.now() + 0.01
+            dispatches, sequenced, deadline = [], [], self.now() + 0.01
         for dispatch in dispatches:
             self._send(self.plans[dispatch.model], dispatch.vgpu, Priority.BE,
                        [item.payload for item in dispatch.items], str(dispatch.bucket),
                        lambda v=dispatch.vgpu: self._be_finished(v))  # fmt: skip
+        for key, seqs, dispatch in sequenced:
+            finished = functools.partial(self._sequence_finished, seqs, dispatch)
+            self._send(self.plans[key], dispatch.vgpu, Priority.BE, [r.payload for r in dispatch.requests],
+                       "sequence", finished, dispatch.released)  # fmt: skip
         if deadline is not None:
             self._timer = self._loop.call_at(deadline, self._poll)
+
+    def _sequence_finished(self, batcher: SequenceBatcher, dispatch) -> None:
+        batcher.complete(dispatch, self.now())
+        self._poll()
 
     def _be_finished(self, vgpu: str) -> None:
         self.batcher.on_complete(vgpu, self.now())
         self._poll()
 
     def _send(self, plan: ModelPlan, vgpu: str, priority: Priority, tickets: list[_Ticket], bucket: str,
-              finished) -> None:
+              finished, released: tuple = ()) -> None:
         """Run the tickets' rows as one batch on `vgpu`; `finished` runs on the loop once it is over.
         A model batched unpadded runs a batch per shape among them (`finished` once all are over)."""
         groups = defaultdict(list)
@@ -263,7 +303,7 @@ class Dispatcher:
                     finished()
 
             for group in groups.values():
-                self._send(plan, vgpu, priority, group, bucket, one_finished)
+                self._send(plan, vgpu, priority, group, bucket, one_finished, released)
             return
         start = self.now()
         gone, expired, timed_out, delayed, live = [], [], [], [], []
@@ -299,7 +339,7 @@ class Dispatcher:
         m.batch_size.labels(plan.name, bucket, vgpu).observe(len(live))
         loop = asyncio.get_running_loop()
         try:
-            future = self._submit(plan, vgpu, priority, live)
+            future = self._submit(plan, vgpu, priority, live, released)
         except Exception as exc:  # e.g. the vGPU is dead: every row's request gets the error
             self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
             loop.call_soon(finished)
@@ -313,10 +353,12 @@ class Dispatcher:
     def _is_python(self, plan: ModelPlan) -> bool:
         return self.python is not None and plan.key in self.python.models
 
-    def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, live: list[_Ticket]):
+    def _submit(self, plan: ModelPlan, vgpu: str, priority: Priority, live: list[_Ticket], released: tuple):
         rows = tuple(t.row for t in live)
         if not self._is_python(plan):
-            return self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))), priority)
+            sequences = tuple(t.sequence for t in live) if plan.sequence is not None else ()
+            return self.pool.submit_rows(vgpu, plan.key, rows, plan.pad_to(max(map(plan.frames, rows))),
+                                         priority, sequences, released)  # fmt: skip
         loop, link = asyncio.get_running_loop(), live[0].link  # a Python model's batch is one request
 
         def on_stream(s) -> None:  # a decoupled model's response, on its instance's thread

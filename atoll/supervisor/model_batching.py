@@ -21,7 +21,7 @@ from batching import (
 from batching.factory import batcher_kind
 from batching.knee import COST_FLOOR
 from batching.profile import load_profile, shipped_profile
-from gpu_runtime.vgpu.messages import BatchSpec
+from gpu_runtime.vgpu.messages import BatchSpec, SequenceControl, SequenceSpec, SequenceStateSpec
 from gpu_runtime.vgpu.slots import row_layout
 
 from atoll.config import Config
@@ -157,6 +157,9 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 
 
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
+    if spec.sequence is not None:  # its batches are the sequence batcher's, up to max_batch_size
+        return ModelPlan(spec.name, spec.version, max(spec.max_batch_size, 1), None, equal_shapes=not spec.pad_dynamic,
+                         sequence=spec.sequence)  # fmt: skip
     if not spec.padded:
         return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
                          equal_shapes=not spec.pad_dynamic, queues=spec.queue_policies)  # fmt: skip
@@ -176,7 +179,16 @@ def batch_spec(spec: ModelSpec) -> BatchSpec:
     warmups = tuple((w.batch_size, w.count, tuple((name, reshaped.get(name, dims), kind) for name, dims, kind in w.inputs))
                     for w in spec.warmups)  # the samples as the model takes them (a scalar for dims [1])
     return BatchSpec(first.name, tuple(first.model_dims), outputs, fields[0].dtype.name, fields,
-                     spec.max_batch_size > 0, warmups, spec.pad_dynamic)  # fmt: skip
+                     spec.max_batch_size > 0, warmups, spec.pad_dynamic, _sequence_spec(spec))  # fmt: skip
+
+
+def _sequence_spec(spec: ModelSpec) -> SequenceSpec | None:
+    """What the worker fills in for a stateful model (gpu_runtime.vgpu.sequence_state)."""
+    if spec.sequence is None:
+        return None
+    return SequenceSpec(
+        tuple(SequenceControl(c.kind, c.input_name, DTYPES[c.datatype], c.false_true) for c in spec.sequence.controls),
+        tuple(SequenceStateSpec(s.input_name, s.output_name, DTYPES[s.datatype], s.dims) for s in spec.sequence.states))
 
 
 def row_bytes(spec: ModelSpec, plan: ModelPlan) -> int:

@@ -242,6 +242,7 @@ class Supervisor:
     async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list) -> int:
         """Build `spec` on every vGPU worker; the bytes a row's outputs take at most."""
         datatypes = [t.datatype for t in spec.inputs + spec.outputs]
+        datatypes += spec.sequence.datatypes if spec.sequence else ()  # the controls and states it is given
         variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
         executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
         if executor.reason:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpu_runtime.priority import Priority
-from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.messages import Row, RowSequence
 from gpu_runtime.vgpu.shm import Layout
 
 from atoll.kserve.errors import ApiError
@@ -43,6 +43,7 @@ class Submit:
     rows: tuple[Row, ...]
     level: int = 0  # the request's Triton priority level (0: none given), for the model's queue policies
     timeout_us: int = 0  # the request's own `timeout` parameter (0: none), ditto
+    sequence: RowSequence | None = None  # a stateful model's request: its sequence ID and flags
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,42 @@ class RowInput:
 
 
 @dataclass(frozen=True)
+class SequenceControl:
+    """A control input of a stateful model (`sequence_state`): its kind (start, end, ready, corrid),
+    its dtype (object: a string correlation ID) and, for flags, its false and true values."""
+
+    kind: str
+    name: str
+    dtype: np.dtype
+    false_true: tuple = ()
+
+
+@dataclass(frozen=True)
+class SequenceStateSpec:
+    """An implicit state: `input_name` gets what `output_name` made last time for the sequence."""
+
+    input_name: str
+    output_name: str
+    dtype: np.dtype
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    controls: tuple[SequenceControl, ...] = ()
+    states: tuple[SequenceStateSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class RowSequence:
+    """A row's place in its sequence: its correlation ID (int or str) and flags."""
+
+    corrid: int | str
+    start: bool = False
+    end: bool = False
+
+
+@dataclass(frozen=True)
 class BatchSpec:
     """A model's batched input and outputs, so a worker can build batches from slot rows, cut
     each row's outputs back from the padding, and build and warm every shape at load.
@@ -46,6 +82,7 @@ class BatchSpec:
     # kind "zero_data" or "random_data"
     warmups: tuple[tuple[int, int, tuple[tuple[str, tuple[int, ...], str], ...]], ...] = ()
     pad_dynamic: bool = False  # row_inputs: rows of other -1 sizes batch, zero-padded to the largest
+    sequence: SequenceSpec | None = None  # a stateful model: the inputs the worker fills in itself
 
 
 @dataclass(frozen=True)
@@ -104,6 +141,8 @@ class RunRows:
     priority: Priority
     rows: tuple[Row, ...]
     length: int | None = None  # every row's variable dimension is zero-padded to this
+    sequences: tuple[RowSequence, ...] = ()  # a stateful model: each row's sequence, in row order
+    released: tuple[int | str, ...] = ()  # a stateful model: sequences whose state to drop first
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
 from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
-                                       Ready, Row, Run, RunRows, Stop, Unload, Unloaded)
+                                       Ready, Row, RowSequence, Run, RunRows, Stop, Unload, Unloaded)
 from gpu_runtime.vgpu.worker import worker_main
 
 log = logging.getLogger(__name__)
@@ -282,15 +282,18 @@ class WorkerPool:
                                             out_key=(model, in_bytes)))
 
     def submit_rows(self, vgpu_id: str, model: str, rows: tuple[Row, ...], length: int | None = None,
-                    priority: str = Priority.BE) -> Future:
+                    priority: str = Priority.BE, sequences: tuple[RowSequence, ...] = (),
+                    released: tuple = ()) -> Future:
         """Run the rows (in slot arenas, see slots.py) as one batch of `model`, each row's variable
         dimension padded to `length`; every row's outputs are left in its slot's output region and
-        the future yields their layouts, in row order. The model must be loaded with a BatchSpec."""
+        the future yields their layouts, in row order. The model must be loaded with a BatchSpec.
+        A stateful model's rows each name their sequence (`sequences`); `released`: sequences whose
+        state the worker drops before it runs them."""
         priority = Priority.of(priority)
         worker = self._live_worker(vgpu_id)
         if not rows:
             raise ValueError("a batch needs at least one row")
-        message = RunRows(next(self._ids), model, priority, tuple(rows), length)
+        message = RunRows(next(self._ids), model, priority, tuple(rows), length, tuple(sequences), tuple(released))
         return self._start(worker, _Request(message.req, Future(), message))
 
     def _live_worker(self, vgpu_id: str) -> _Worker:

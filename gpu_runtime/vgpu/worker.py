@@ -42,6 +42,7 @@ from gpu_runtime.vgpu.messages import (
     Unload,
     Unloaded,
 )
+from gpu_runtime.vgpu.sequence_state import SequenceStates, warm_up_inputs
 from gpu_runtime.vgpu.serial_engine import SerialEngine
 
 
@@ -84,6 +85,7 @@ class _Worker:
         self.warm: dict[str, set] = {}  # model -> the shapes built at load
         self.arenas: dict[str, set[str]] = {}  # model -> the slot arenas its rows came from (mapped)
         self.program_builds = 0
+        self.sequences = SequenceStates()  # stateful models' implicit states, per sequence
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # callables making the next reply
         self.replier = threading.Thread(target=self._reply_loop, name="hop-reply", daemon=True)
         self.replier.start()
@@ -163,6 +165,10 @@ class _Worker:
                 inputs, release = self.batches.build_inputs(spec, message.rows, message.length,
                                                             self.sizes[message.model])  # fmt: skip
                 self._note_shape(message.model, inputs)
+                if spec.sequence is not None:
+                    batch = next(iter(inputs.values())).shape[0] if spec.batched else None
+                    inputs = {**inputs, **self.sequences.inputs(message.model, spec.sequence, message.sequences,
+                                                                batch, message.released)}  # fmt: skip
                 future = self.runner.run(message.model, inputs, message.priority)
                 future.add_done_callback(lambda _: release())
                 future.add_done_callback(lambda f: self._reply(lambda: self._ran_rows(f, message, spec)))
@@ -179,8 +185,12 @@ class _Worker:
         out_row_bytes = 0
         warm = set()
         for inputs in _warm_up_inputs(spec, sizes):
+            if spec.sequence is not None:
+                batch = next(iter(inputs.values())).shape[0] if spec.batched else None
+                inputs = {**inputs, **warm_up_inputs(spec.sequence, batch)}
             outputs, _ = self.runner.warm_up(message.model, inputs)
-            row = {k: v[0] if spec.batched else v for k, v in outputs.items()}
+            states = {s.output_name for s in spec.sequence.states} - set(spec.output_dims) if spec.sequence else set()
+            row = {k: v[0] if spec.batched else v for k, v in outputs.items() if k not in states}
             out_row_bytes = max(out_row_bytes, shm.plan({k: np.asarray(v) for k, v in row.items()})[1])
             warm.add(_shape_key(inputs[spec.input_name].shape, sizes))
         for length in (message.lengths or (None,)) if not spec.row_inputs else ():
@@ -196,6 +206,7 @@ class _Worker:
 
     def _unload(self, model: str) -> None:
         self.runner.unload(model)
+        self.sequences.forget(model)
         for table in (self.specs, self.sizes, self.warm):
             table.pop(model, None)
         with self.lock:  # batches are started under it; none of this model's is (it is parked)
@@ -231,6 +242,9 @@ class _Worker:
     def _ran_rows(self, future: Future, message: RunRows, spec) -> RanRows | Failed:
         try:
             outputs, seconds = future.result()
+            if spec.sequence is not None:
+                outputs = self.sequences.keep(message.model, spec.sequence, message.sequences, outputs, spec.batched,
+                                              spec.output_dims)  # fmt: skip
             layouts = self.batches.scatter(spec, message.rows, outputs, message.length)
             return RanRows(message.req, layouts, seconds, self.program_builds)
         except Exception as exc:

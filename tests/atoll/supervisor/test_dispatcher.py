@@ -39,10 +39,12 @@ class StandInPool:
     def __init__(self):
         self.workers = {"cpu0": _State()}
         self.batches: list[tuple] = []
+        self.sequences: list[tuple] = []  # each batch's (sequences, released): stateful models'
 
-    def submit_rows(self, vgpu, model, rows, length, priority) -> Future:
+    def submit_rows(self, vgpu, model, rows, length, priority, sequences=(), released=()) -> Future:
         future = Future()
         self.batches.append((vgpu, model, rows, length, priority, future))
+        self.sequences.append((sequences, released))
         return future
 
 
