@@ -4,12 +4,14 @@ admission test reads them: the data and its JSON form, no clock, no files.
 What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) and why:
 - `execution_s[b]`: a real-time batch of b rows alone on the vGPU, arrival to answer through the
   scheduler, the largest of `runs` runs times `margin`;
-- `longest_kernel_s`: the model's longest launch as best-effort work; on a CPU vGPU a flushed
-  best-effort stream still finishes the kernel it runs, so that is how long it can block a
-  real-time row (on a GPU each kernel's guard bound instead, far shorter), times `margin`;
+- `longest_kernel_s`: the model's longest launch, times `margin` (what a flushed best-effort
+  stream still finishes on a CPU vGPU; for information: see `blocking_s`);
 - `preprocess_s`: one row's preprocessing on its backend (0 for ready tensors);
-- the vGPU's `flush_s`: the longest flush seen while real-time rows preempted saturating
-  best-effort work (the guard raised .. every best-effort stream drained), times the margin.
+- the vGPU's `blocking_s`: what saturating best-effort work adds to a lone real-time row that
+  preempts it, the largest over the probes of (response - the model's median response alone),
+  times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
+  (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
+  by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
 """
 
 from __future__ import annotations
@@ -35,19 +37,13 @@ class ModelWcet:
 class WcetProfile:
     kind: str  # vGPU kind
     margin: float  # measured maxima are multiplied by this
-    flush_s: float  # longest flush of saturating best-effort work (margin included)
+    blocking_s: float  # the most best-effort work delays a real-time row (margin included)
     models: dict[str, ModelWcet] = field(default_factory=dict)
     source: str = ""
 
-    def blocking_s(self, be_models: list[str], be_streams: int) -> float:
-        """The longest a real-time row can wait for best-effort work on this vGPU: every
-        best-effort stream may be in its longest kernel when the flag goes up, and the flush."""
-        longest = max((self.models[m].longest_kernel_s for m in be_models if m in self.models), default=0.0)
-        return be_streams * longest + self.flush_s
-
     def to_json(self) -> dict:
         return {
-            "kind": self.kind, "margin": self.margin, "flush_ms": self.flush_s * 1e3, "source": self.source,
+            "kind": self.kind, "margin": self.margin, "blocking_ms": self.blocking_s * 1e3, "source": self.source,
             "models": {name: {
                 "execution_ms": {str(b): w * 1e3 for b, w in m.execution_s.items()},
                 "observed_max_ms": {str(b): w * 1e3 for b, w in m.observed_max_s.items()},
@@ -64,11 +60,11 @@ class WcetProfile:
                             m.get("runs", 0))
             for name, m in doc["models"].items()
         }  # fmt: skip
-        return cls(doc["kind"], doc["margin"], doc["flush_ms"] * 1e-3, models, doc.get("source", ""))
+        return cls(doc["kind"], doc["margin"], doc["blocking_ms"] * 1e-3, models, doc.get("source", ""))
 
     def merged(self, other: "WcetProfile") -> "WcetProfile":
         """This profile with `other`'s models added or replaced (same vGPU kind)."""
         if other.kind != self.kind:
             raise ValueError(f"cannot merge a {other.kind!r} WCET profile into a {self.kind!r} one")
-        return WcetProfile(self.kind, other.margin, max(self.flush_s, other.flush_s),
+        return WcetProfile(self.kind, other.margin, max(self.blocking_s, other.blocking_s),
                            {**self.models, **other.models}, other.source)  # fmt: skip

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from atoll.bench import disb, models, preempt, preprocess, robust, serve, worker
+from atoll.bench import disb, models, preempt, preprocess, robust, rt, serve, worker
 
 # benchmark -> its module
 BENCHES: dict[str, ModuleType] = {
     "preprocess": preprocess, "models": models, "disb": disb, "preempt": preempt, "worker": worker,
-    "serve": serve, "robust": robust,
+    "serve": serve, "robust": robust, "rt": rt,
 }
 
 

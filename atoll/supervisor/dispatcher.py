@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from batching import Item, ModelSettings, RtPlacement
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
+from scheduler.rt_envelope import Verdict
 
 from atoll.supervisor import lengths
 from atoll.wire import channel
@@ -102,6 +103,7 @@ class Dispatcher:
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
+        self.rt = None  # rt_admission.RealTime: declared real-time models' envelopes and budgets
         self._queued: dict[tuple[str, int], _Ticket] = {}  # best-effort rows in the batcher, by slot
         self._dropped: set[tuple[str, int]] = set()  # queued rows whose request gave up
 
@@ -147,7 +149,14 @@ class Dispatcher:
         if plan is None:
             self._answer(tickets, None, Failure.REJECTED, f"unknown model {message.model!r}")
             return
-        if message.priority == Priority.RT:
+        verdict = Verdict.RT
+        if message.priority == Priority.RT and self.rt is not None:  # beyond its envelope or budget?
+            verdict = self.rt.route(plan.name, len(tickets), now)
+            if verdict is Verdict.REFUSE:
+                self._answer(tickets, None, Failure.REJECTED, f"real-time model {plan.name!r}: beyond its "
+                             "declared envelope or its WCET (atoll.rt.on_violation: refuse)")  # fmt: skip
+                return
+        if message.priority == Priority.RT and verdict is Verdict.RT:
             for start in range(0, len(tickets), plan.max_batch):
                 load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
                 vgpu = self.rt_placement.place(load=load)
@@ -250,9 +259,10 @@ class Dispatcher:
             return
         self._in_flight += 1
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(
-            self._ran, f, plan, vgpu, live, start, finished))
+            self._ran, f, plan, vgpu, live, start, finished, priority))
 
-    def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
+    def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished,
+             priority: Priority) -> None:
         self._in_flight -= 1
         if not self._in_flight:
             self._drained.set()
@@ -262,7 +272,10 @@ class Dispatcher:
             self._answer(live, None, Failure.BACKEND, f"{type(exc).__name__}: {exc}")
         else:
             self._answer(live, layouts)
-            self._account(plan, vgpu, len(live), self.now() - start)
+            now = self.now()
+            self._account(plan, vgpu, len(live), now - start)
+            if priority == Priority.RT and self.rt is not None:
+                self.rt.ran(plan.name, len(live), now - start, now - min(t.arrival for t in live))
         finished()
 
     def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:

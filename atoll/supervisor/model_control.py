@@ -78,14 +78,16 @@ def _read(folder: Path, config: dict | None) -> tuple[ModelSpec, tuple]:
 
 
 class ModelControl:
-    def __init__(self, repository: Path, mode: str, poll_s: float, add, remove):
-        """`add(spec)` and `remove(name)`: the supervisor's coroutines serving and dropping a model."""
+    def __init__(self, repository: Path, mode: str, poll_s: float, add, remove, check=None):
+        """`add(spec)` and `remove(name)`: the supervisor's coroutines serving and dropping a model;
+        `check(spec)` raises (ValueError) for a spec that must not replace what is served (e.g. the
+        real-time admission test, rt_admission.py), before anything is dropped."""
         if mode not in MODES:
             raise ValueError(f"model control mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.repository = repository
         self.mode = mode
         self.poll_s = poll_s
-        self._add, self._remove = add, remove
+        self._add, self._remove, self._check = add, remove, check
         self._lock = asyncio.Lock()
         self._states: dict[str, dict] = {}  # model -> its index entry, once it was asked for
         self._served: dict[str, tuple[ModelSpec, tuple]] = {}  # model -> (spec, files' signature)
@@ -209,6 +211,13 @@ class ModelControl:
         served = self._served.get(name)
         if served is not None and served[1] == signature:
             return
+        if self._check is not None:
+            try:
+                self._check(spec)
+            except ValueError as exc:  # refused: what is served goes on as it was
+                if served is None:
+                    self._state(name, "UNAVAILABLE", one_line(exc))
+                raise self._failed(name, exc) from None
         if served is not None:
             await self._drop(name)
         self._state(name, "LOADING", version=spec.version)

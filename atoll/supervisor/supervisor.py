@@ -49,6 +49,7 @@ from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
 from atoll.supervisor.model_batching import Batching, batch_spec, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
+from atoll.supervisor.rt_admission import RealTime
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
@@ -84,6 +85,7 @@ class Supervisor:
         self.pool = None
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
+        self.rt = RealTime(())  # declared real-time models; made again at start, for the vGPUs found
         self.models: dict[str, ModelSpec] = {}
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
@@ -146,13 +148,16 @@ class Supervisor:
         for kind in ("vgpu", "front_end"):
             self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds)
+        self.rt = RealTime(kinds.values(), self.metrics)  # declared real-time models: admission, enforcement
+        self.dispatcher.rt = self.rt
         self.dispatcher.start()
         # One front end per few cores, each with a preprocessing thread per core of its share: on
         # 2 cores one front end with two threads answered 8% more requests per core than two with
         # one each (fewer processes to wake, and Done messages shared by more rows).
         self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
-                                          c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
+                                          c.server.repository_poll_secs, self.add_model, self.remove_model,
+                                          self.rt.check)  # fmt: skip
         try:
             await self.model_control.start([m for m in c.server.load_model.split(",") if m], c.server.exit_on_error)
         except ApiError as exc:  # a name that cannot be a model folder
@@ -181,6 +186,8 @@ class Supervisor:
         log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.name, len(self.pool.workers), plan.max_batch,
                  f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
         undo = []  # what to take back, latest first, should a later step fail
+        self.rt.admit(spec)  # refused (RtRefused) before anything is loaded
+        undo.append(lambda: self.rt.forget(spec.name))
         try:
             undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.name))  # workers that did load
             described = await asyncio.to_thread(self.pool.load_model, spec.name, spec.path, executor.executor,
@@ -220,6 +227,7 @@ class Supervisor:
         """Retire `name` in every front end (they answer its requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
         del self.models[name]
+        self.rt.forget(name)
         self.dispatcher.remove_model(name)
         await asyncio.to_thread(self.pool.unload_model, name)
         for arena in self._arenas.pop(name):

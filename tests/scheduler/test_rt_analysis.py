@@ -102,27 +102,29 @@ def test_guard_demotes_an_over_rate_client_and_keeps_the_others():
 
 
 def test_guard_demotes_an_overrunning_model_from_then_on_or_refuses():
-    g = RtGuard()
+    g = RtGuard(strikes=2)
     g.declare("slow", Envelope(100), {1: ms(2), 4: ms(5)})
     g.declare("strict", Envelope(100), {1: ms(2)}, on_violation="refuse")
-    assert not g.ran("slow", 3, ms(4.9))  # within batch 4's WCET
-    assert g.ran("slow", 1, ms(2.5))
+    assert not g.ran("slow", 3, ms(4.9))  # within batch 4's budget
+    assert not g.ran("slow", 1, ms(2.5))  # one overrun: a strike
+    assert not g.ran("slow", 1, ms(1.0))  # strikes count in a row only
+    assert not g.ran("slow", 1, ms(2.5)) and g.ran("slow", 2, ms(5.5))
     assert g.classify("slow", 1, 1.0) == (Verdict.DEMOTE, Reason.OVERRUN)
     g.reset("slow")
     assert g.classify("slow", 1, 2.0) == (Verdict.RT, None)
-    assert g.ran("strict", 2, ms(4.5))  # beyond every profiled batch: 2 ms a row
+    g.ran("strict", 2, ms(4.5))  # beyond every budgeted batch: 2 ms a row
+    assert g.ran("strict", 2, ms(4.5))
     assert g.classify("strict", 1, 1.0) == (Verdict.REFUSE, Reason.OVERRUN)
     g.responded("strict", ms(3)), g.responded("strict", ms(1))
     assert g.models["strict"].worst_s == ms(3)
 
 
-def test_profile_round_trips_and_bounds_blocking():
+def test_profile_round_trips():
     p = WcetProfile("cpu", 1.5, ms(0.3), {
         "a": ModelWcet({1: ms(3), 4: ms(8)}, {1: ms(2), 4: ms(5.3)}, ms(1.2), runs=100),
         "be": ModelWcet({1: ms(30)}, {1: ms(20)}, ms(1.8), runs=100)})
     q = WcetProfile.from_json(p.to_json())
-    assert (q.kind, q.margin, q.flush_s, set(q.models)) == (p.kind, p.margin, pytest.approx(p.flush_s), {"a", "be"})
+    assert (q.kind, q.margin, q.blocking_s, set(q.models)) == (p.kind, p.margin, pytest.approx(p.blocking_s), {"a", "be"})
     assert q.models["a"].execution_s == pytest.approx(p.models["a"].execution_s)
     assert q.models["be"].longest_kernel_s == pytest.approx(ms(1.8))
     assert p.models["a"].per_row_s() == pytest.approx(ms(3))
-    assert p.blocking_s(["a", "be"], 2) == pytest.approx(2 * ms(1.8) + ms(0.3))
