@@ -21,7 +21,7 @@ from gpu_runtime.vgpu.discovery import discover
 from gpu_runtime.vgpu.pool import WorkerPool
 from scheduler.rt_profile import WcetProfile
 
-from atoll.bench.rt_wcet import on_worker
+from atoll.bench.rt_worker import on_worker
 from atoll.commands.profile import parse_batches
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import load_repository
