@@ -184,12 +184,14 @@ class CpuDevice:
         if task.future.done():  # failed earlier: its remaining kernels are dropped
             return
         task.mark_started(self.clock())
+        cpu = time.thread_time()
         try:
             self.executor.launch(task.state, index)
         except Exception as e:  # the task fails once; the stream lives on
             task.fail(e)
             task.completed = task.n_launches
             return
+        task.cpu_s += time.thread_time() - cpu
         task.executed += 1
         task.completed = index + 1
 
