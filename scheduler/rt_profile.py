@@ -12,6 +12,8 @@ What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) 
   times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
   (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
   by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
+  Plus, where real-time threads run at SCHED_FIFO, Linux's real-time throttling: the period minus
+  the runtime (50 ms by default), the longest the kernel may stop them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from gpu_runtime.priority import Priority
 from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
-from atoll.bench.rt_wcet import on_thread
+from atoll.bench.rt_wcet import on_thread, rt_throttle_s
 
 
 def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: float, probes: int,
@@ -67,7 +67,7 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
     finally:
         stop.set()
         loop.join()
-    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin
+    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin + rt_throttle_s()
     preprocess = preprocess_s(spec) * margin
     observed = {b: max(v) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking

@@ -33,7 +33,7 @@ def test_summary_counts_misses_and_compares_bound_and_maximum():
         tally.outstanding += 1
         tally.answered(f, None, "s", real_time=True)
     tally.sent, tally.demoted = 4, 1
-    out = summarise({"tallies": {"s": tally}, "be_done": 30, "seconds": 10.0}, {"s": 5.0}, {"s": 0.008})
+    out = summarise({"tallies": {"s": tally}, "be_done": 30, "seconds": 10.0, "guard": None}, {"s": 5.0}, {"s": 0.008})
     r = out["models"]["s"]
     assert (r["real_time"], r["demoted"], r["misses"], r["over_bound"], r["bound_ms"]) == (3, 1, 1, 0, 8.0)
     assert r["bound_over_max"] == pytest.approx(8 / 7, abs=1e-3) and out["be_throughput_rps"] == 3.0
