@@ -216,8 +216,8 @@ class Reef:
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
         name_this_thread()
-        if self.poll_s:  # it waits between polls: it may relay RT work ahead of ordinary threads
-            relay_this_thread()
+        if getattr(self.device, "os_priorities", False) and self.poll_s:  # it waits between polls
+            relay_this_thread()  # relays RT work ahead of ordinary threads (cpu_device.CpuStream)
         try:
             self._poll_forever()
         except Exception as e:  # a bug or a device error: answer every task, then stop accepting

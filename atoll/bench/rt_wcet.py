@@ -84,7 +84,7 @@ def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: thr
 
 def execution_runs(kind: str, program, inputs: dict, runs: int, warmup: int = 5) -> list[float]:
     """Arrival-to-answer times of `runs` real-time requests, one at a time on an idle vGPU."""
-    ex, dev, _ = make_device(kind, measure_start=True)
+    ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, "reset", be_streams=1)
     reef.add_client("rt", program, "rt")
     times = []
@@ -103,7 +103,7 @@ def execution_runs(kind: str, program, inputs: dict, runs: int, warmup: int = 5)
 
 
 def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
-    ex, dev, _ = make_device(kind)
+    ex, dev, _ = make_device(kind, os_priorities=True)
     state = dev.load(program, guarded=False)
     dev.set_inputs(state, inputs)
     longest = max(dev.time_launch(state, i) for _ in range(reps) for i in range(len(program.launches)))
@@ -115,7 +115,7 @@ def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_input
                         policy: str = "reset") -> dict[str, list[float]]:
     """Responses of `n` real-time requests per model of `rt` {model: program}, one at a time,
     each a random while after the last, preempting closed-loop BE clients `be` {model: program}."""
-    ex, dev, _ = make_device(kind, measure_start=True)
+    ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, policy, be_streams=max(1, len(be)))
     for name, program in rt.items():
         reef.add_client(name, program, "rt")
