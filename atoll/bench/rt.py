@@ -174,6 +174,38 @@ class Tally:
             self.done.wait_for(lambda: self.outstanding == 0)
 
 
+class StallProbe:
+    """A SCHED_FIFO thread of this process that asks to wake every `period_s`: how late it woke
+    (the core taken by the kernel, a throttle, another process's higher-priority thread, the
+    interpreter lock) is what no analysis of this process's work can see; reported per phase."""
+
+    def __init__(self, period_s: float = 0.005):
+        self.period_s = period_s
+        self.late_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-stall-probe", daemon=True)
+
+    def __enter__(self) -> "StallProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        prioritise_this_thread(Priority.RT)
+        while not self._stop.is_set():
+            due = time.perf_counter() + self.period_s
+            time.sleep(self.period_s)
+            self.late_s.append(time.perf_counter() - due)
+
+    def summary(self) -> dict:
+        late = self.late_s
+        return {"wake_ups": len(late), "max_late_ms": round(max(late, default=0.0) * 1e3, 3),
+                "over_50ms": sum(1 for v in late if v > 0.05)}
+
+
 def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, inputs: dict, be: dict,
               guard: RtGuard | None, duration: float, seed: int, over_rate: dict | None = None) -> dict:
     """One phase on a fresh scheduler: a Tally per model, BE completions, seconds."""
@@ -198,14 +230,16 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         threads += [threading.Thread(target=_rt_client, args=(
             reef, guard, c, c.rate_per_s * over_rate.get(c.model, 1.0), inputs[c.model], start, stop_at,
             np.random.default_rng(rng.integers(1 << 30)), tallies[c.model])) for c in clients]  # fmt: skip
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with StallProbe() as probe:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         for tally in tallies.values():
             tally.wait()  # every answer before the scheduler stops
     dev.close()
-    return {"tallies": tallies, "be_done": sum(be_done.values()), "seconds": duration, "guard": guard}
+    return {"tallies": tallies, "be_done": sum(be_done.values()), "seconds": duration, "guard": guard,
+            "stalls": probe.summary()}
 
 
 def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, start: float, stop_at: float,
@@ -258,7 +292,7 @@ def summarise(phase: dict, deadlines: dict, bounds: dict) -> dict:
             out[model]["demoted_by"] = {r.value: n for r, n in g.demoted.items()}
             out[model]["overran"] = g.overran
     return {"models": out, "be_throughput_rps": round(phase["be_done"] / phase["seconds"], 2),
-            "seconds": phase["seconds"]}
+            "seconds": phase["seconds"], "platform_stalls": phase.get("stalls")}
 
 
 def run(args) -> int:
