@@ -3,7 +3,9 @@ beside best-effort load that saturates the vGPU.
 
 1. WCETs measured on this vGPU (atoll/bench/rt_wcet.py), margin `--margin`.
 2. Admission: the candidate real-time models, in order, each admitted only if the response-time
-   analysis (scheduler/rt_analysis.py) still bounds every admitted model by its deadline.
+   analysis (scheduler/rt_analysis.py) still bounds every admitted model by its deadline; the set
+   so admitted then runs `--calibrate-s` at its envelopes to calibrate the blocking, and the
+   candidates are admitted again with it.
 3. `admitted`: the admitted models' clients send at their declared envelopes (periodic at the
    declared rate, random phases, never faster) beside closed-loop best-effort clients on every BE
    stream, until `--requests` real-time requests have been sent; per model: bound, observed max
