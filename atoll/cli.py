@@ -10,12 +10,12 @@ import sys
 from types import ModuleType
 
 from atoll import __version__
-from atoll.commands import bench, cluster, demo, info, model, preprocess, profile, serve, simulate, zoo
+from atoll.commands import bench, cluster, demo, info, model, preprocess, profile, rt, serve, simulate, zoo
 
 # subcommand -> its module; an explicit registry, no discovery magic.
 COMMANDS: dict[str, ModuleType] = {
     "info": info, "serve": serve, "demo": demo, "bench": bench, "zoo": zoo, "preprocess": preprocess,
-    "model": model, "simulate": simulate, "profile": profile, "cluster": cluster,
+    "model": model, "simulate": simulate, "profile": profile, "cluster": cluster, "rt": rt,
 }
 
 

@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from gpu_runtime.priority import Priority, prioritise_this_thread
 from gpu_runtime.thread_names import name_this_thread
 
 from scheduler.device import Kernel
@@ -61,6 +62,17 @@ class CpuStream:
 
     def _loop(self) -> None:
         name_this_thread()
+        # With `os_priorities`, the RT stream takes a core from ordinary threads at once
+        # (SCHED_FIFO where permitted), so other processes' threads cannot hold an RT kernel back
+        # for a scheduler slice. Only for executors whose kernels run on the calling thread alone
+        # (one BLAS thread): a SCHED_FIFO thread spin-waiting for BLAS workers that its own
+        # priority keeps off the core never returns (a one-core worker hung so). BE streams stay
+        # ordinary, not niced as a SerialEngine's BE lanes are: a NumPy kernel holds the
+        # interpreter lock the RT stream needs, and a niced holder starved by other processes
+        # kept it from the RT stream longer (2-core VM, 10 runnable threads: RT response beside
+        # BE p99 6-10 ms niced, 3-6 ms not).
+        if self._device.os_priorities and not self.guarded:
+            prioritise_this_thread(Priority.RT)
         device = self._device
         while True:
             item = self._queue.get()
@@ -127,8 +139,9 @@ class CpuDevice:
     pads_in_hardware = False
 
     def __init__(self, executor: Any, clock: Callable[[], float] = time.perf_counter,
-                 name: str = "cpu"):
+                 name: str = "cpu", os_priorities: bool = False):
         self.name = name
+        self.os_priorities = os_priorities  # RT stream and scheduler loop at SCHED_FIFO (see CpuStream)
         self.executor = executor
         self.clock = clock
         self.wake = threading.Event()
@@ -137,7 +150,8 @@ class CpuDevice:
         self.pad_stream = PadStream(self)
 
     def stream(self, guarded: bool, priority: int = 0) -> CpuStream:
-        # Threads have no priorities worth the name; `priority` only matters on CUDA.
+        # With `os_priorities` the unguarded (RT) stream takes the RT lanes' OS priority; `priority`
+        # matters on CUDA.
         s = CpuStream(self, guarded, f"exec-stream{len(self._streams)}")
         self._streams.append(s)
         return s
@@ -175,12 +189,14 @@ class CpuDevice:
         if task.future.done():  # failed earlier: its remaining kernels are dropped
             return
         task.mark_started(self.clock())
+        cpu = time.thread_time()
         try:
             self.executor.launch(task.state, index)
         except Exception as e:  # the task fails once; the stream lives on
             task.fail(e)
             task.completed = task.n_launches
             return
+        task.cpu_s += time.thread_time() - cpu
         task.executed += 1
         task.completed = index + 1
 

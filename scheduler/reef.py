@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from gpu_runtime.executors.quiet import RT_WINDOW
+from gpu_runtime.priority import relay_this_thread
 from gpu_runtime.program import Program
 from gpu_runtime.thread_names import name_this_thread
 
@@ -215,6 +216,8 @@ class Reef:
     # ---- the loop ------------------------------------------------------------------------------
     def _loop(self) -> None:
         name_this_thread()
+        if getattr(self.device, "os_priorities", False) and self.poll_s:  # it waits between polls
+            relay_this_thread()  # relays RT work ahead of ordinary threads (cpu_device.CpuStream)
         try:
             self._poll_forever()
         except Exception as e:  # a bug or a device error: answer every task, then stop accepting

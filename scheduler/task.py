@@ -21,6 +21,9 @@ class TaskResult:
     end_s: float
     preemptions: int
     reruns: int  # kernels executed more than once because a preemption flushed them
+    # CPU vGPUs: the CPU time its kernels took on their stream threads (thread_time, so neither a
+    # wait for the interpreter lock nor a preempted core counts): what a WCET budget is checked on
+    cpu_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -45,6 +48,7 @@ class Task:
     launched_s: float | None = None
     preemptions: int = 0
     executed: int = 0  # kernels actually run (>= n_launches; the excess is re-execution)
+    cpu_s: float = 0.0  # CPU vGPUs: its kernels' thread CPU time (TaskResult.cpu_s)
     _done: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,7 +69,7 @@ class Task:
         first = self.first_kernel_s if self.first_kernel_s is not None else end_s
         self.future.set_result(TaskResult(outputs, self.arrival_s, first, self.launched_s, end_s,
                                           self.preemptions,
-                                          self.executed - self.n_launches))
+                                          self.executed - self.n_launches, self.cpu_s))
         return True
 
     def fail(self, error: BaseException) -> bool:

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""`atoll bench preempt` and `atoll bench disb` without the atoll CLI, whose parser imports every
+"""`atoll bench preempt`, `disb` and `rt` without the atoll CLI, whose parser imports every
 command and with them the server's packages (httptools, tritonclient, soundfile) that the GPU
-machine's image lacks; these two benchmarks need none of them. Same options as under `atoll`.
+machine's image lacks; these benchmarks need none of them. Same options as under `atoll`.
 
-    python3 tools/gpu_bench.py preempt|disb [options]
+    python3 tools/gpu_bench.py preempt|disb|rt [options]
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atoll.bench import disb, preempt
+from atoll.bench import disb, preempt, rt
 
-BENCHES = (preempt, disb)
+BENCHES = (preempt, disb, rt)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -117,14 +117,15 @@ def load_program(name: str, device: str, seed: int, batch: int = 1):
     return import_model(model, batch=batch, length=length, name=f"{name}{size}-{seed}")
 
 
-def make_device(kind: str, measure_start: bool = False):
+def make_device(kind: str, measure_start: bool = False, os_priorities: bool = False):
     """(executor, scheduler device, description) for a vGPU of this kind; `measure_start`: RT
-    tasks learn when their first kernel got the GPU (the arriving thread waits for it)."""
+    tasks learn when their first kernel got the GPU (the arriving thread waits for it);
+    `os_priorities`: a CPU vGPU's RT stream and scheduler loop at SCHED_FIFO (scheduler/cpu_device.py)."""
     if kind == "cpu":
         # One BLAS thread per stream thread: a stream is the CPU's unit of parallelism, and
         # nested BLAS pools would oversubscribe the cores whenever two streams run.
         ex = program_executor(preemptible_executor(gpu=False))(blas_threads=1)
-        return ex, CpuDevice(ex), f"cpu vGPU ({os.cpu_count()} cores, {ex.name} executor)"
+        return ex, CpuDevice(ex, os_priorities=os_priorities), f"cpu vGPU ({os.cpu_count()} cores, {ex.name} executor)"
     try:
         ex = program_executor(preemptible_executor(gpu=True))()
         dev = CudaDevice(ex, measure_start=measure_start)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from atoll.bench import disb, dpu, models, preempt, preprocess, robust, serve, switch, worker
+from atoll.bench import disb, dpu, models, preempt, preprocess, robust, rt, serve, switch, worker
 
 # benchmark -> its module
 BENCHES: dict[str, ModuleType] = {
     "preprocess": preprocess, "models": models, "disb": disb, "preempt": preempt, "worker": worker,
-    "serve": serve, "robust": robust, "dpu": dpu, "switch": switch,
+    "serve": serve, "robust": robust, "dpu": dpu, "switch": switch, "rt": rt,
 }
 
 

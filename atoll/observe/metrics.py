@@ -117,6 +117,15 @@ class Metrics:
                                       ("vgpu",), registry=r)  # fmt: skip
         self.worker_restarts = Counter("atoll_worker_restarts", "Child processes started again after they died",
                                        ("kind",), registry=r)  # fmt: skip
+        # Declared real-time models (atoll/supervisor/rt_admission.py)
+        self.rt_bound = Gauge("atoll_rt_bound_seconds", "Worst-case response bound of a real-time model",
+                              ("model",), registry=r, multiprocess_mode="max")  # fmt: skip
+        self.rt_deadline = Gauge("atoll_rt_deadline_seconds", "Declared deadline of a real-time model",
+                                 ("model",), registry=r, multiprocess_mode="max")  # fmt: skip
+        self.rt_worst = Gauge("atoll_rt_observed_worst_seconds", "Worst real-time response observed "
+                              "(dispatcher arrival to answer)", ("model",), registry=r, multiprocess_mode="max")  # fmt: skip
+        self.rt_demoted = Counter("atoll_rt_demoted", "Real-time rows demoted to best-effort or refused, by reason "
+                                  "(envelope, overrun)", ("model", "reason"), registry=r)  # fmt: skip
 
     def of(self, model: str, version: str) -> ModelMetrics:
         """A model's per-request series (a labels() lookup costs more than an increment)."""

@@ -30,6 +30,7 @@ from batching.sequence import SequenceBatcher, SequenceError, SequenceRequest, S
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.messages import Row, RowSequence
+from scheduler.rt_envelope import Verdict
 
 from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
@@ -126,6 +127,7 @@ class Dispatcher:
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._builds: dict[str, int] = defaultdict(int)
+        self.rt = None  # rt_admission.RealTime: declared real-time models' envelopes and budgets
         self._queued: dict[tuple[str, int], _Ticket] = {}  # best-effort rows in the batcher, by slot
         # requests with rows in the batcher by (model, priority level), and those rows by request
         self._levels: Counter[tuple[str, int]] = Counter()
@@ -187,7 +189,14 @@ class Dispatcher:
         if plan.sequence is not None:
             self._sequenced(plan, tickets, message.sequence, now)
             return
-        if message.priority == Priority.RT:
+        verdict = Verdict.RT
+        if message.priority == Priority.RT and self.rt is not None:  # beyond its envelope or budget?
+            verdict = self.rt.route(plan.name, len(tickets), now)
+            if verdict is Verdict.REFUSE:
+                self._answer(tickets, None, Failure.REJECTED, f"real-time model {plan.name!r}: beyond its "
+                             "declared envelope or its WCET (atoll.rt.on_violation: refuse)")  # fmt: skip
+                return
+        if message.priority == Priority.RT and verdict is Verdict.RT:
             for start in range(0, len(tickets), plan.max_batch):
                 load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
                 vgpu = self.rt_placement.place(load=load)
@@ -348,7 +357,7 @@ class Dispatcher:
         if self.residency is not None:
             self.residency.dispatched(plan.key, vgpu, priority == Priority.RT)
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(
-            self._ran, f, plan, vgpu, live, start, finished))
+            self._ran, f, plan, vgpu, live, start, finished, priority))
 
     def _is_python(self, plan: ModelPlan) -> bool:
         return self.python is not None and plan.key in self.python.models
@@ -375,7 +384,8 @@ class Dispatcher:
             return
         link.send(response)
 
-    def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished) -> None:
+    def _ran(self, future, plan: ModelPlan, vgpu: str, live: list[_Ticket], start: float, finished,
+             priority: Priority) -> None:
         self._in_flight -= 1
         if self.residency is not None:
             self.residency.completed(plan.key, vgpu)
@@ -387,7 +397,10 @@ class Dispatcher:
             self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
         else:
             self._answer(live, layouts)
-            self._account(plan, vgpu, len(live), self.now() - start)
+            now = self.now()
+            self._account(plan, vgpu, len(live), now - start)
+            if priority == Priority.RT and self.rt is not None:
+                self.rt.ran(plan.name, len(live), now - start, now - min(t.arrival for t in live))
         finished()
 
     def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:

@@ -81,15 +81,17 @@ def _read(folder: Path, config: dict | None) -> tuple[list[ModelSpec], dict[str,
 
 
 class ModelControl:
-    def __init__(self, repository: Path, mode: str, poll_s: float, add, remove):
+    def __init__(self, repository: Path, mode: str, poll_s: float, add, remove, check=None):
         """`add(spec)` and `remove(key)`: the supervisor's coroutines serving and dropping one version
-        of a model (`ModelSpec.key`)."""
+        of a model (`ModelSpec.key`); `check(spec)` raises (ValueError) for a spec that must not
+        replace what is served (e.g. the real-time admission test, rt_admission.py), before anything
+        is dropped."""
         if mode not in MODES:
             raise ValueError(f"model control mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.repository = repository
         self.mode = mode
         self.poll_s = poll_s
-        self._add, self._remove = add, remove
+        self._add, self._remove, self._check = add, remove, check
         self._lock = asyncio.Lock()
         self._states: dict[str, dict] = {}  # model -> its index entry while no version has one
         self._versions: dict[str, dict[str, dict]] = {}  # model -> version -> its index entry
@@ -245,6 +247,14 @@ class ModelControl:
             old = self._served.get(name, {}).get(spec.version)
             if old is not None and old[1] == signature:
                 continue
+            if self._check is not None:
+                try:
+                    self._check(spec)
+                except ValueError as exc:  # refused: what is served goes on as it was
+                    if old is None:
+                        self._state(name, spec.version, "UNAVAILABLE", reason(exc))
+                    failures.append(reason(exc))
+                    continue
             if old is not None:
                 await self._drop(name, spec.version)
             self._state(name, spec.version, "LOADING")

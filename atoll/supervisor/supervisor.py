@@ -52,6 +52,7 @@ from atoll.supervisor.model_batching import Batching, batch_spec, output_row_byt
 from atoll.supervisor.model_control import ModelControl
 from atoll.supervisor.residency import residency_settings
 from atoll.supervisor.residency_view import ResidencyView
+from atoll.supervisor.rt_admission import RealTime
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
@@ -94,6 +95,7 @@ class Supervisor:
         self.dispatcher: Dispatcher | None = None
         self.model_control: ModelControl | None = None
         self.models: dict[str, ModelSpec] = {}  # by served version (`ModelSpec.key`)
+        self.rt = RealTime(())  # declared real-time models; made again at start, for the vGPUs found
         self.front_ends: list[FrontEndSupervisor] = []
         self._ready_models: frozenset[str] = frozenset()
         self._restarts: dict[str, int] = {}  # vGPU -> worker restarts counted so far
@@ -163,12 +165,15 @@ class Supervisor:
             self.metrics.worker_restarts.labels(kind).inc(0)
         self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
                                      python=self.python, residency=self._residency)  # fmt: skip
+        self.rt = RealTime(kinds.values(), self.metrics)  # declared real-time models: admission, enforcement
+        self.dispatcher.rt = self.rt
         self.dispatcher.start()
         # One front end per few cores, each with a preprocessing thread per core of its share: fewer
         # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
         self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
-                                          c.server.repository_poll_secs, self.add_model, self.remove_model)  # fmt: skip
+                                          c.server.repository_poll_secs, self.add_model, self.remove_model,
+                                          self.rt.check)  # fmt: skip
         try:
             await self.model_control.start([m for m in c.server.load_model.split(",") if m], c.server.exit_on_error)
         except ApiError as exc:  # a name that cannot be a model folder
@@ -201,6 +206,8 @@ class Supervisor:
         settings, largest = self._batching.settings(spec)
         plan = plan_for(spec, settings.batching, largest)
         undo = []  # what to take back, latest first, should a later step fail
+        self.rt.admit(spec)  # refused (RtRefused) before anything is loaded
+        undo.append(lambda: self._forget_real_time(spec.name))
         try:
             if spec.python is not None:  # its own processes (atoll/pybackend), not the vGPU workers
                 undo.append(lambda: asyncio.to_thread(self.python.unload, spec.key))
@@ -257,11 +264,18 @@ class Supervisor:
             self._residency.add(spec.key, described)
         return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
 
+    def _forget_real_time(self, name: str) -> None:
+        """Real-time envelopes are declared per model: forgotten with its last served version."""
+        if not any(s.name == name for s in self.models.values()):
+            self.rt.forget(name)
+
     async def remove_model(self, name: str) -> None:
         """Retire the served version `name` (`ModelSpec.key`) in every front end (they answer its
         requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
-        if self.models.pop(name).ensemble is not None:
+        spec = self.models.pop(name)
+        self._forget_real_time(spec.name)
+        if spec.ensemble is not None:
             self._workers_changed()
             return
         self.dispatcher.remove_model(name)

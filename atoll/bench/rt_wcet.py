@@ -1,0 +1,176 @@
+"""Measuring the WCETs the real-time admission test reads (scheduler/rt_profile.py) on a vGPU
+through the REEF scheduler in this process, as `atoll bench rt` runs it (a served model's, through
+the worker path: atoll/bench/rt_worker.py).
+
+- execution: a real-time batch alone on the vGPU, arrival to answer, `runs` times; its WCET is the
+  largest run times the margin;
+- the longest kernel of every model run as best-effort work: each launch timed `reps` times;
+- the blocking: real-time rows of each model preempting saturating best-effort work (every BE
+  model on a stream of its own, closed loops): the largest response over the model's median
+  alone, times the margin.
+
+The measuring threads take the OS priorities of served work (`gpu_runtime.priority`): real-time
+rows are sent from a SCHED_FIFO thread where the OS permits, as the benchmark's clients are. Each
+request waits one to three times the last one's response first: back to back, the SCHED_FIFO
+threads would use up Linux's real-time share of the core (95 % of each second) and be stopped
+for the rest, a 50 ms stall no served load at the envelopes meets.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from concurrent.futures import Future
+
+import numpy as np
+from gpu_runtime.executors.quiet import freeze_after_load
+from gpu_runtime.priority import RT_FIFO, RT_FIFO_ENV, Priority, prioritise_this_thread
+from scheduler.reef import Reef
+from scheduler.rt_profile import ModelWcet, WcetProfile
+
+from atoll.bench.harness import make_device
+
+
+def on_thread(priority: Priority, fn, *args):
+    """fn(*args) on a new thread of `priority`'s OS priority; its result (or its exception)."""
+    result: Future = Future()
+
+    def body():
+        prioritise_this_thread(priority)
+        try:
+            result.set_result(fn(*args))
+        except BaseException as e:  # handed to the caller
+            result.set_exception(e)
+
+    t = threading.Thread(target=body, name=f"bench-{priority}")
+    t.start()
+    t.join()
+    return result.result()
+
+
+def rt_throttle_s() -> float:
+    """The longest Linux's real-time throttling may stop a SCHED_FIFO thread: when a core's
+    real-time threads (this process's and every other's) have run `sched_rt_runtime_us` of a
+    `sched_rt_period_us` period, they wait for the next one. A platform's blocking, read from the
+    kernel, not measured: a probe sees it only when the core's real-time load happens to peak.
+    0 where real-time threads are ordinary here or throttling is off."""
+    if int(os.environ.get(RT_FIFO_ENV, RT_FIFO)) <= 0:
+        return 0.0
+    try:
+        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
+        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return 0.0 if runtime < 0 else max(0, period - runtime) * 1e-6
+
+
+def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: threading.Event | None = None) -> None:
+    """A best-effort closed loop at BE's OS priority, counting in `done[name]` the answers that came
+    by `stop_at`. Counted, not kept: answers kept by the thousand give the garbage collector a heap
+    to walk in the middle of real-time work (tens of ms)."""
+    prioritise_this_thread(Priority.BE)
+    done.setdefault(name, 0)
+    while reef.clock() < stop_at and not (stop is not None and stop.is_set()):
+        try:
+            end = reef.submit(name, inputs).result().end_s
+        except RuntimeError:  # the scheduler stopped under us
+            return
+        done[name] += end <= stop_at  # one key per thread: no lock
+
+
+def execution_runs(kind: str, program, inputs: dict, runs: int, warmup: int = 5) -> list[float]:
+    """Arrival-to-answer times of `runs` real-time requests, one at a time on an idle vGPU."""
+    ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
+    reef = Reef(ex, dev, "reset", be_streams=1)
+    reef.add_client("rt", program, "rt")
+    times = []
+    rng = np.random.default_rng(0)
+    with reef:
+        freeze_after_load()  # as a server does after a load: collections walk only what runs allocate
+        last = 0.0
+        for k in range(warmup + runs):
+            time.sleep(rng.uniform(1.0, 3.0) * last)
+            r = reef.submit("rt", inputs).result()
+            last = r.end_s - r.arrival_s
+            if k >= warmup:
+                times.append(last)
+    dev.close()
+    return times
+
+
+def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
+    ex, dev, _ = make_device(kind, os_priorities=True)
+    state = dev.load(program, guarded=False)
+    dev.set_inputs(state, inputs)
+    longest = max(dev.time_launch(state, i) for _ in range(reps) for i in range(len(program.launches)))
+    dev.close()
+    return longest
+
+
+def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_inputs: dict, n: int,
+                        policy: str = "reset") -> dict[str, list[float]]:
+    """Responses of `n` real-time requests per model of `rt` {model: program}, one at a time,
+    each a random while after the last, preempting closed-loop BE clients `be` {model: program}."""
+    ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
+    reef = Reef(ex, dev, policy, be_streams=max(1, len(be)))
+    for name, program in rt.items():
+        reef.add_client(name, program, "rt")
+    for name, program in be.items():
+        reef.add_client(name, program, "be")
+    rng = np.random.default_rng(0)
+    out: dict[str, list[float]] = {name: [] for name in rt}
+    with reef:
+        for name in [*rt, *be]:
+            reef.submit(name, rt_inputs[name] if name in rt else be_inputs[name]).result()
+        freeze_after_load()
+        stop = threading.Event()
+        loops = [threading.Thread(target=be_loop, args=(reef, name, be_inputs[name], math.inf, {}, stop))
+                 for name in be]  # fmt: skip
+        for t in loops:
+            t.start()
+
+        def send():
+            last = 0.0
+            for _ in range(n):
+                for name in rt:
+                    time.sleep(0.002 + rng.uniform(1.0, 3.0) * last)  # BE work is running again by then
+                    r = reef.submit(name, rt_inputs[name]).result()
+                    last = r.end_s - r.arrival_s
+                    out[name].append(last)
+
+        on_thread(Priority.RT, send)
+        stop.set()
+        for t in loops:
+            t.join()
+    dev.close()
+    return out
+
+
+def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: float,
+            blocking_requests: int = 100, source: str = "") -> WcetProfile:
+    """A WCET profile: `rt` {model: {batch: program}} measured as real-time work, `be` {model:
+    program} as the best-effort load (their longest kernels and the blocking); `inputs` holds
+    {model: {batch: inputs}} for `rt` and {model: inputs} for `be`."""
+    models, medians = {}, {}
+    for name, by_batch in rt.items():
+        alone = {b: on_thread(Priority.RT, execution_runs, kind, p, inputs[name][b], runs)
+                 for b, p in by_batch.items()}  # fmt: skip
+        medians[name] = statistics.median(alone[min(by_batch)])
+        observed = {b: max(v) for b, v in alone.items()}
+        longest = max(on_thread(Priority.RT, longest_kernel_s, kind, p, inputs[name][b]) for b, p in by_batch.items())
+        models[name] = ModelWcet({b: v * margin for b, v in observed.items()}, observed, longest * margin,
+                                 runs=runs)  # fmt: skip
+    for name, p in be.items():
+        if name not in models:
+            models[name] = ModelWcet({}, {}, on_thread(Priority.RT, longest_kernel_s, kind, p, inputs[name]) * margin)
+    smallest = {name: min(by_batch) for name, by_batch in rt.items()}
+    beside = responses_beside_be(kind, {n: rt[n][b] for n, b in smallest.items()},
+                                 {n: inputs[n][b] for n, b in smallest.items()}, be, {n: inputs[n] for n in be},
+                                 blocking_requests)  # fmt: skip
+    blocking = max(max(v) - medians[n] for n, v in beside.items()) * margin + rt_throttle_s()
+    return WcetProfile(kind, margin, blocking, models, source)
+

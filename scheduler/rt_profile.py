@@ -1,0 +1,72 @@
+"""Measured WCETs of the stages a real-time row crosses, per model and vGPU kind, and how the
+admission test reads them: the data and its JSON form, no clock, no files.
+
+What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) and why:
+- `execution_s[b]`: a real-time batch of b rows alone on the vGPU, arrival to answer through the
+  scheduler, the largest of `runs` runs times `margin`;
+- `longest_kernel_s`: the model's longest launch, times `margin` (what a flushed best-effort
+  stream still finishes on a CPU vGPU; for information: see `blocking_s`);
+- `preprocess_s`: one row's preprocessing on its backend (0 for ready tensors);
+- the vGPU's `blocking_s`: what saturating best-effort work adds to a lone real-time row that
+  preempts it, the largest over the probes of (response - the model's median response alone),
+  times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
+  (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
+  by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
+  Plus, where real-time threads run at SCHED_FIFO, Linux's real-time throttling: the period minus
+  the runtime (50 ms by default), the longest the kernel may stop them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelWcet:
+    execution_s: dict[int, float]  # batch size -> WCET (margin included)
+    observed_max_s: dict[int, float]  # batch size -> the largest run measured
+    longest_kernel_s: float  # margin included
+    preprocess_s: float = 0.0
+    runs: int = 0
+
+    def per_row_s(self) -> float:
+        """What one real-time row costs the vGPU at most, however the rows are batched (among the
+        profiled batch sizes)."""
+        return max(w / b for b, w in self.execution_s.items())
+
+
+@dataclass(frozen=True)
+class WcetProfile:
+    kind: str  # vGPU kind
+    margin: float  # measured maxima are multiplied by this
+    blocking_s: float  # the most best-effort work delays a real-time row (margin included)
+    models: dict[str, ModelWcet] = field(default_factory=dict)
+    source: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind, "margin": self.margin, "blocking_ms": self.blocking_s * 1e3, "source": self.source,
+            "models": {name: {
+                "execution_ms": {str(b): w * 1e3 for b, w in m.execution_s.items()},
+                "observed_max_ms": {str(b): w * 1e3 for b, w in m.observed_max_s.items()},
+                "longest_kernel_ms": m.longest_kernel_s * 1e3, "preprocess_ms": m.preprocess_s * 1e3,
+                "runs": m.runs} for name, m in self.models.items()},
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "WcetProfile":
+        models = {
+            name: ModelWcet({int(b): w * 1e-3 for b, w in m["execution_ms"].items()},
+                            {int(b): w * 1e-3 for b, w in m.get("observed_max_ms", {}).items()},
+                            m["longest_kernel_ms"] * 1e-3, m.get("preprocess_ms", 0.0) * 1e-3,
+                            m.get("runs", 0))
+            for name, m in doc["models"].items()
+        }  # fmt: skip
+        return cls(doc["kind"], doc["margin"], doc["blocking_ms"] * 1e-3, models, doc.get("source", ""))
+
+    def merged(self, other: "WcetProfile") -> "WcetProfile":
+        """This profile with `other`'s models added or replaced (same vGPU kind)."""
+        if other.kind != self.kind:
+            raise ValueError(f"cannot merge a {other.kind!r} WCET profile into a {self.kind!r} one")
+        return WcetProfile(self.kind, other.margin, max(self.blocking_s, other.blocking_s),
+                           {**self.models, **other.models}, other.source)  # fmt: skip

@@ -1,0 +1,39 @@
+"""`atoll bench rt`'s admission in candidate order and its per-model summary, on a WCET profile
+written here (the timed phases run in the benchmark itself)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+from scheduler.rt_profile import ModelWcet, WcetProfile
+from scheduler.task import TaskResult
+
+from atoll.bench.rt import Candidate, Tally, admit, summarise
+
+PROFILE = WcetProfile("cpu", 1.0, 1e-3, {"s": ModelWcet({1: 1e-3}, {}, 0.0), "m": ModelWcet({1: 2e-3}, {}, 0.0),
+                                         "xl": ModelWcet({1: 9e-3}, {}, 0.0)})  # fmt: skip
+
+
+def test_candidates_are_admitted_in_order_while_every_deadline_holds():
+    candidates = (Candidate("s", 100, 6.0), Candidate("m", 50, 8.0), Candidate("xl", 10, 50.0))
+    admitted, refused, bounds = admit(candidates, PROFILE, PROFILE.blocking_s)
+    assert [c.model for c in admitted] == ["s", "m"]  # 1 + 1 + 2 = 4 ms
+    assert bounds["s"].total_s == pytest.approx(4e-3)
+    # with xl: 1 + 1 + 2 + 9 = 13 ms > 6 and 8
+    assert refused == {"xl": "real-time model 's' would miss its deadline: bound 13.000 ms > deadline 6.000 ms; "
+                             "real-time model 'm' would miss its deadline: bound 13.000 ms > deadline 8.000 ms"}
+
+
+def test_summary_counts_misses_and_compares_bound_and_maximum():
+    tally = Tally()
+    for arrival, end in ((0.0, 0.002), (0.01, 0.014), (0.02, 0.027)):
+        f = Future()
+        f.set_result(TaskResult({}, arrival, arrival, None, end, 0, 0))
+        tally.outstanding += 1
+        tally.answered(f, None, "s", real_time=True)
+    tally.sent, tally.demoted = 4, 1
+    out = summarise({"tallies": {"s": tally}, "be_done": 30, "seconds": 10.0, "guard": None}, {"s": 5.0}, {"s": 0.008})
+    r = out["models"]["s"]
+    assert (r["real_time"], r["demoted"], r["misses"], r["over_bound"], r["bound_ms"]) == (3, 1, 1, 0, 8.0)
+    assert r["bound_over_max"] == pytest.approx(8 / 7, abs=1e-3) and out["be_throughput_rps"] == 3.0
