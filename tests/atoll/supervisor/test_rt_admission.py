@@ -85,8 +85,8 @@ def test_dispatcher_demotes_rows_beyond_the_envelope_and_counts_them():
         dispatcher.start()
         fe = Writer()
         far = dispatcher.now() + 60
-        dispatcher.submit(FrontEndLink(fe), Submit("asr", Priority.RT, far, (row(0, 50), row(1, 50))))
-        dispatcher.submit(FrontEndLink(fe), Submit("asr", Priority.RT, far, (row(2, 50),)))  # beyond: demoted
+        dispatcher.submit(FrontEndLink(fe), Submit("asr/1", Priority.RT, far, (row(0, 50), row(1, 50))))
+        dispatcher.submit(FrontEndLink(fe), Submit("asr/1", Priority.RT, far, (row(2, 50),)))  # beyond: demoted
         await settle()
         priorities = [b[4] for b in pool.batches]
         assert priorities[0] == Priority.RT and len(pool.batches[0][2]) == 2
@@ -98,7 +98,7 @@ def test_dispatcher_demotes_rows_beyond_the_envelope_and_counts_them():
         await settle()
         assert dispatcher.rt.guard.models["asr"].worst_s > 0  # its answer came
         dispatcher.rt.guard.models["asr"].on_violation = "refuse"
-        dispatcher.submit(FrontEndLink(fe), Submit("asr", Priority.RT, far, (row(3, 50),)))
+        dispatcher.submit(FrontEndLink(fe), Submit("asr/1", Priority.RT, far, (row(3, 50),)))
         await settle()
         assert fe.messages[-1].failure == Failure.REJECTED and "beyond its declared envelope" in fe.messages[-1].reason
         await dispatcher.stop()
@@ -122,6 +122,10 @@ def test_a_refused_config_change_leaves_the_served_version_serving(tmp_path):
         with pytest.raises(ApiError, match="failed to load 'a': real-time model 'a' would miss"):
             await mc.handle(LoadModel("a"))
         assert stub.log == [("add", "a", "1")]
-        assert await mc.handle(IndexModels()) == [{"name": "a", "version": "1", "state": "READY"}]
+        # version 1 serves on; the refused version 2 is listed with its reason (each version has its entry)
+        assert await mc.handle(IndexModels()) == [
+            {"name": "a", "version": "1", "state": "READY"},
+            {"name": "a", "version": "2", "state": "UNAVAILABLE",
+             "reason": "real-time model 'a' would miss its deadline: bound 11.000 ms > deadline 5.000 ms"}]
 
     asyncio.run(go())
