@@ -8,7 +8,8 @@ post-decode unit (whichever hls/rtl/image_postdecode.v holds) is timed on the sa
 to a shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an
 image costs max(decode core, post-decode) cycles at the kernel clock; the table loading (the core
 reads its Huffman and quantisation tables before the scan) and the serial sum are reported beside
-it. Resources: Yosys `synth_xilinx -family xcup` of those two units against an Alveo U55C (AMD
+it. Resources: Yosys `synth_xilinx -family xcup` of those two units (as their blackbox descriptors
+record it) against an Alveo U55C (AMD
 DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs, 960 UltraRAMs),
 the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser, frame store,
 upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
@@ -18,6 +19,7 @@ upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_hos
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import statistics
@@ -109,14 +111,19 @@ def time_file(name: str, data: bytes, simulator: str, clock_hz: float, repeats: 
 
 
 def resources() -> dict:
+    """The CU's RTL units' Yosys counts (their descriptors' rtl_resource_usage, which
+    `python -m sim_tb.yosys_synth --write` writes and tests/sim_tb/test_rtl_synthesis.py checks)
+    against the card."""
     _, _, yosys_synth = _sim_tb()
-    units = {unit: yosys_synth.synthesize(unit) for unit in CU_UNITS}
+    descriptors = yosys_synth.descriptors()
+    units = {unit: {k: int(v) for k, v in json.loads(descriptors[unit].read_text())["rtl_resource_usage"].items()}
+             for unit in CU_UNITS}
     cu = {k: sum(u[k] for u in units.values()) for k in U55C}
     available = {k: math.floor(v * (1 - SHELL_SHARE)) for k, v in U55C.items()}
     fits = {k: available[k] // cu[k] for k in U55C if cu[k]}
     return {"units": units, "cu": cu, "u55c": U55C, "shell_share": SHELL_SHARE, "available": available,
             "cu_share_of_card": {k: round(cu[k] / U55C[k], 4) for k in U55C},
-            "cus_by_resource": fits, "cus_per_card": min(fits.values()), "yosys": yosys_synth.yosys_version()}
+            "cus_by_resource": fits, "cus_per_card": min(fits.values()), "yosys": yosys_synth.RECORDED_YOSYS}
 
 
 def run(args) -> int:

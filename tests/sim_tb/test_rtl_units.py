@@ -41,6 +41,9 @@ test_fp32_log = _testbench("fp32_log").test_fp32_log
 test_resize_tap_gen = _testbench("resize_tap_gen").test_resize_tap_gen
 test_image_postdecode = _testbench("image_postdecode").test_image_postdecode
 test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
+test_jpeg_bit_reader = _testbench("jpeg_bit_reader").test_jpeg_bit_reader
+test_jpeg_entropy_decode = _testbench("jpeg_entropy_decode").test_jpeg_entropy_decode
+test_jpeg_decode_core = _testbench("jpeg_decode_core").test_jpeg_decode_core
 
 
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)
