@@ -115,6 +115,12 @@ def table(counts: dict[str, dict[str, int]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def recorded() -> dict[str, dict[str, int]]:
+    """The counts the README's table records, per unit (what `--write` last wrote)."""
+    rows = re.findall(r"^\| `(\w+)` \| ([\d |]+?) \| [\d-]+ \| [\d-]+ \|$", README.read_text(), re.M)
+    return {unit: dict(zip(FIELDS, map(int, cells.split(" | ")))) for unit, cells in rows}
+
+
 def write(counts: dict[str, dict[str, int]]) -> None:
     for unit, path in descriptors().items():
         desc = json.loads(path.read_text())

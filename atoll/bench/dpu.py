@@ -8,8 +8,8 @@ post-decode unit (whichever hls/rtl/image_postdecode.v holds) is timed on the sa
 to a shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an
 image costs max(decode core, post-decode) cycles at the kernel clock; the table loading (the core
 reads its Huffman and quantisation tables before the scan) and the serial sum are reported beside
-it. Resources: Yosys `synth_xilinx -family xcup` of those two units (as their blackbox descriptors
-record it) against an Alveo U55C (AMD
+it. Resources: Yosys `synth_xilinx -family xcup` of the decode core's stages and the post-decode
+unit (as hls/rtl/README.md records them) against an Alveo U55C (AMD
 DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs, 960 UltraRAMs),
 the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser, frame store,
 upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
@@ -19,7 +19,6 @@ upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_hos
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 import statistics
@@ -47,7 +46,8 @@ U55C = {"LUT": 1_303_680, "FF": 2_607_360, "DSP": 9_024, "BRAM": 4_032, "URAM": 
 # What the platform's shell (PCIe, DMA, HBM controllers, card management) is left of each resource:
 # an allowance, not a platform's figure (`platforminfo` reports the exact dynamic region).
 SHELL_SHARE = 0.25
-CU_UNITS = ("jpeg_decode_core", "image_postdecode")
+# The CU's RTL datapath: the decode core's stages and its IDCT, and the post-decode unit.
+CU_UNITS = ("jpeg_bit_reader", "jpeg_huff_decoder", "jpeg_coef_block", "idct8x8_islow", "image_postdecode")
 
 
 def register(subparsers) -> None:
@@ -111,13 +111,11 @@ def time_file(name: str, data: bytes, simulator: str, clock_hz: float, repeats: 
 
 
 def resources() -> dict:
-    """The CU's RTL units' Yosys counts (their descriptors' rtl_resource_usage, which
-    `python -m sim_tb.yosys_synth --write` writes and tests/sim_tb/test_rtl_synthesis.py checks)
-    against the card."""
+    """The CU's RTL units' Yosys counts as hls/rtl/README.md records them (`python -m sim_tb.yosys_synth
+    --write` writes them, tests/sim_tb/test_rtl_synthesis.py checks them) against the card."""
     _, _, yosys_synth = _sim_tb()
-    descriptors = yosys_synth.descriptors()
-    units = {unit: {k: int(v) for k, v in json.loads(descriptors[unit].read_text())["rtl_resource_usage"].items()}
-             for unit in CU_UNITS}
+    recorded = yosys_synth.recorded()
+    units = {unit: recorded[unit] for unit in CU_UNITS}
     cu = {k: sum(u[k] for u in units.values()) for k in U55C}
     available = {k: math.floor(v * (1 - SHELL_SHARE)) for k, v in U55C.items()}
     fits = {k: available[k] // cu[k] for k in U55C if cu[k]}
