@@ -8,8 +8,8 @@ post-decode unit (whichever hls/rtl/image_postdecode.v holds) is timed on the sa
 to a shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an
 image costs max(decode core, post-decode) cycles at the kernel clock; the table loading (the core
 reads its Huffman and quantisation tables before the scan) and the serial sum are reported beside
-it. Resources: Yosys `synth_xilinx -family xcup` of the decode core's stages and the post-decode
-unit (as hls/rtl/README.md records them) against an Alveo U55C (AMD
+it. Resources: Yosys `synth_xilinx -family xcup` of the decode core and the post-decode unit (as
+hls/rtl/README.md records them) against an Alveo U55C (AMD
 DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs, 960 UltraRAMs),
 the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser, frame store,
 upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
@@ -46,8 +46,9 @@ U55C = {"LUT": 1_303_680, "FF": 2_607_360, "DSP": 9_024, "BRAM": 4_032, "URAM": 
 # What the platform's shell (PCIe, DMA, HBM controllers, card management) is left of each resource:
 # an allowance, not a platform's figure (`platforminfo` reports the exact dynamic region).
 SHELL_SHARE = 0.25
-# The CU's RTL datapath: the decode core's stages and its IDCT, and the post-decode unit.
-CU_UNITS = ("jpeg_bit_reader", "jpeg_huff_decoder", "jpeg_coef_block", "idct8x8_islow", "image_postdecode")
+# The CU's RTL datapath: the decode core (its stages and the IDCT, synthesized together) and the
+# post-decode unit.
+CU_UNITS = ("jpeg_decode_core", "image_postdecode")
 
 
 def register(subparsers) -> None:

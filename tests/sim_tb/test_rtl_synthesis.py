@@ -44,7 +44,7 @@ def test_unit_synthesizes_to_its_recorded_resources(unit, synthesized):
         assert all(abs(counts[f] - recorded[f]) <= 0.25 * recorded[f] + 4 for f in recorded), (counts, recorded)
 
 
-def test_descriptors_carry_the_yosys_synth.recorded():
+def test_descriptors_carry_the_readme_counts():
     table = yosys_synth.recorded()
     assert set(table) == set(UNITS)
     for unit, path in yosys_synth.descriptors().items():
