@@ -52,7 +52,8 @@ CU_UNITS = ("jpeg_decode_core", "image_postdecode")
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("dpu", help="image DPU: RTL cycles per image and symbol, CUs per U55C, vs one CPU core")
+    parser = subparsers.add_parser("dpu", help="image DPU: RTL cycles per image and symbol, CUs per U55C, "
+                                               "vs one CPU core")
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
                         help="RTL simulator (Icarus is slow on the 720p file)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
