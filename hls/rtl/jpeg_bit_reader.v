@@ -6,7 +6,8 @@
 //
 // Input beats carry up to 8 bytes of the file in order (byte 0 first, in bits 7..0), the byte
 // count (bits 71..64) and a last flag on the final beat (bits 79..72): C's
-// `struct { uint8_t byte[8]; uint8_t count; uint8_t last; }` as Vitis HLS aggregates it. Output beats are one of three kinds: data (1..4 bytes
+// `struct { uint8_t byte[8]; uint8_t count; uint8_t last; }` as Vitis HLS aggregates it.
+// Output beats are one of three kinds: data (1..4 bytes
 // with 0xFF00 pairs already reduced to 0xFF, first byte in bits 31..24), marker (an 0xFF followed
 // by a non-zero byte: the marker code in bits 7..0; 0xFF fill bytes before it are dropped), or
 // end (the input is exhausted; a lone 0xFF as the very last byte also ends it). After a marker

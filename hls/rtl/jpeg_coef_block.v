@@ -2,15 +2,17 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
-// Coefficient beats to dequantisation-ready 8x8 blocks: de-zigzag into double-buffered blocks, rows out to idct8x8_islow.
+// Coefficient beats to dequantisation-ready 8x8 blocks: de-zigzag into a ring of four blocks, rows out to idct8x8_islow.
 //
 // Takes jpeg_huff_decoder's beats (value, zigzag index, present, block end, component) and writes
 // each coefficient at its natural index of the block being filled; the block end hands the block
 // to the reader, which sends it to the IDCT as 8 row beats, lane c = {quant, coef} of column c
 // (the IDCT's DEQUANT = 1 layout, coef 16 bits, quant 16 bits), the quantisation step from the
 // component's table. Coefficients the beats did not name are 0 (a per-block mask, cleared when
-// the block leaves, instead of clearing 64 registers). Two blocks: one fills while the other
-// leaves, 8 cycles a block out; a beat waits only while both are full.
+// the block leaves, instead of clearing 64 registers). Four blocks in a ring: one fills while the
+// others wait or leave, 8 cycles a block out, so the decoder runs up to three blocks ahead of
+// the IDCT through a run of blocks with few symbols (chroma, flat areas); a beat waits only
+// while all four are full.
 module jpeg_coef_block (
     /*
      * Clock and synchronous active-high reset
@@ -112,11 +114,11 @@ function [5:0] zigzag(input [5:0] k);
 endfunction
 
 reg [15:0]  quant_mem [0:191];
-reg [15:0]  coef_reg [0:127];   // bank * 64 + natural index
-reg [63:0]  mask_reg [0:1];
-reg [1:0]   comp_reg [0:1];
-reg [1:0]   full_reg = 2'b00;
-reg         wbank_reg = 1'b0, rbank_reg = 1'b0;
+reg [15:0]  coef_reg [0:255];   // bank * 64 + natural index
+reg [63:0]  mask_reg [0:3];
+reg [1:0]   comp_reg [0:3];
+reg [3:0]   full_reg = 4'b0000;
+reg [1:0]   wbank_reg = 2'd0, rbank_reg = 2'd0;
 reg [2:0]   row_reg = 3'd0;
 reg [255:0] out_data_reg = 256'd0;
 reg         out_valid_reg = 1'b0;
@@ -140,6 +142,7 @@ always @* begin
     end
 end
 
+integer b;
 always @(posedge clk) begin
     if (q_we) quant_mem[q_addr] <= q_wdata;
     if (in_take) begin
@@ -150,7 +153,7 @@ always @(posedge clk) begin
         end
         if (s_axis_tdata[23]) begin
             full_reg[wbank_reg] <= 1'b1;
-            wbank_reg <= !wbank_reg;
+            wbank_reg <= wbank_reg + 2'd1;
         end
     end
     if (out_free) out_valid_reg <= row_go;
@@ -160,15 +163,14 @@ always @(posedge clk) begin
         if (row_reg == 3'd7) begin
             full_reg[rbank_reg] <= 1'b0;
             mask_reg[rbank_reg] <= 64'd0;
-            rbank_reg <= !rbank_reg;
+            rbank_reg <= rbank_reg + 2'd1;
         end
     end
     if (rst || clear) begin
-        full_reg <= 2'b00;
-        mask_reg[0] <= 64'd0;
-        mask_reg[1] <= 64'd0;
-        wbank_reg <= 1'b0;
-        rbank_reg <= 1'b0;
+        full_reg <= 4'b0000;
+        for (b = 0; b < 4; b = b + 1) mask_reg[b] <= 64'd0;
+        wbank_reg <= 2'd0;
+        rbank_reg <= 2'd0;
         row_reg <= 3'd0;
         out_valid_reg <= 1'b0;
     end

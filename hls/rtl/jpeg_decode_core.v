@@ -27,7 +27,7 @@ module jpeg_decode_core (
     input  wire        ap_start,
     output wire        ap_ready,
     output wire        ap_idle,
-    output reg         ap_done,
+    output wire        ap_done,
     input  wire [31:0] n_mcus,
     input  wire [31:0] restart_interval,
     input  wire [31:0] n_components,
@@ -67,6 +67,7 @@ reg  [1:0]   ncomp_reg = 2'd0;
 reg  [17:0]  comps_reg = 18'd0;
 reg  [5:0]   pending_reg = 6'd0;   // blocks between the decoder's block end and the IDCT's last row
 reg  [2:0]   out_row_reg = 3'd0;
+reg          done_reg = 1'b0;
 reg          decoded_reg = 1'b0;   // the decoder's ap_done has come
 wire [25:0]  coef_tdata;
 wire         coef_tvalid, coef_tready;
@@ -87,7 +88,8 @@ assign ap_ready = ap_idle && ap_start;
 assign s_tbl_tready = state_reg == S_LOAD;
 assign s_axis_tready = scan_ready && scan_open;
 assign status = {30'd0, entropy_status};
-assign status_ap_vld = ap_done;
+assign status_ap_vld = done_reg;
+assign ap_done = done_reg;
 
 jpeg_entropy_decode entropy (
     .clk(clk),
@@ -142,7 +144,7 @@ always @(posedge clk) begin
     pending_reg <= pending_reg + {5'd0, block_in} - {5'd0, block_out};
     if (m_axis_tvalid && m_axis_tready) out_row_reg <= out_row_reg + 3'd1;
     if (entropy_done) decoded_reg <= 1'b1;
-    ap_done <= 1'b0;
+    done_reg <= 1'b0;
     case (state_reg)
         S_IDLE: begin
             if (ap_start) begin
@@ -159,7 +161,7 @@ always @(posedge clk) begin
         default: begin
             if (decoded_reg && pending_reg == 6'd0) begin
                 state_reg <= S_IDLE;
-                ap_done <= 1'b1;
+                done_reg <= 1'b1;
             end
         end
     endcase
@@ -168,7 +170,7 @@ always @(posedge clk) begin
         pending_reg <= 6'd0;
         out_row_reg <= 3'd0;
         decoded_reg <= 1'b0;
-        ap_done <= 1'b0;
+        done_reg <= 1'b0;
     end
 end
 

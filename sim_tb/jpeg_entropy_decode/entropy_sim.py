@@ -162,9 +162,8 @@ def blocks(beats: np.ndarray) -> np.ndarray:
     return out
 
 
-def _simulator_build(simulator: str, core: bool, max_scan: int, idle_256: int, stall_256: int) -> list[str]:
+def _simulator_build(simulator: str, core: bool, params: dict[str, int]) -> list[str]:
     """Compiles the harness once per (sources, parameters); returns the command that runs it."""
-    params = {"MAX_SCAN": max_scan, "MAX_TABLES": MAX_TABLE_WRITES, "IDLE_256": idle_256, "STALL_256": stall_256}
     sources = CORE_SOURCES if core else SOURCES
     key = hashlib.sha256(repr((simulator, core, sorted(params.items()))).encode())
     for path in sources:
@@ -184,7 +183,8 @@ def _simulator_build(simulator: str, core: bool, max_scan: int, idle_256: int, s
         subprocess.run([verilator_executable(), "--binary", "-O3", "-j", "2", "--top-module", "jpeg_entropy_tb",
                         # GCC 12 needs -fcoroutines for Verilator's --timing runtime (the harness's clock).
                         "-CFLAGS", "-fcoroutines -O2", "-Wno-fatal", "-Wno-WIDTH", "--Mdir", str(out),
-                        *(["-DCORE"] if core else []), *(f"-G{k}={v}" for k, v in params.items()), *map(str, sources)], check=True, capture_output=True, text=True)
+                        *(["-DCORE"] if core else []), *(f"-G{k}={v}" for k, v in params.items()),
+                        *map(str, sources)], check=True, capture_output=True, text=True)
     return [str(binary)]
 
 
@@ -198,36 +198,50 @@ def verilator_executable() -> str:
     return str(Path(verilator.__file__).parent / "bin" / "verilator")
 
 
-def plusargs(jpeg: bytes, scan: Scan, work: Path, core: bool = False) -> list[str]:
-    """Writes the harness's input files for one file under work; returns its plusargs."""
+def plusargs(jobs: list[tuple[bytes, Scan]], work: Path, core: bool = False) -> list[str]:
+    """Writes the harness's input files for scans run one after another under work; returns its plusargs."""
     work.mkdir(parents=True, exist_ok=True)
-    beats = scan_beats(jpeg, scan.scan_start)
-    writes = scan.writes(core)
-    (work / "tables.hex").write_text("".join(f"{int(w):010x}\n" for w in writes))
+    job_words, tables, beats = [], [], []
+    for jpeg, scan in jobs:
+        writes = scan.writes(core)
+        scan_beats_ = scan_beats(jpeg, scan.scan_start)
+        job_words += [scan.n_mcus, scan.restart_interval, scan.n_components, scan.components, len(tables),
+                      len(writes), len(beats), len(scan_beats_)]
+        tables += [int(w) for w in writes]
+        beats += scan_beats_
+    (work / "jobs.hex").write_text("".join(f"{w:08x}\n" for w in job_words))
+    (work / "tables.hex").write_text("".join(f"{w:010x}\n" for w in tables))
     (work / "scan.hex").write_text("".join(f"{b:020x}\n" for b in beats))
-    return [f"+tables={work / 'tables.hex'}", f"+n_tables={len(writes)}", f"+scan={work / 'scan.hex'}",
-            f"+n_scan={len(beats)}", f"+coefs={work / 'coefs.hex'}", f"+n_mcus={scan.n_mcus}",
-            f"+interval={scan.restart_interval}", f"+ncomp={scan.n_components}", f"+comps={scan.components}"]
+    return [f"+jobs={work / 'jobs.hex'}", f"+n_jobs={len(jobs)}", f"+tables={work / 'tables.hex'}",
+            f"+n_tables={len(tables)}", f"+scan={work / 'scan.hex'}", f"+n_scan={len(beats)}",
+            f"+coefs={work / 'coefs.hex'}"]
 
 
-def read_result(path: Path) -> SimResult:
-    lines = path.read_text().split("\n")
-    summary = next(line for line in reversed(lines) if line.startswith("status"))
-    fields = summary.split()
-    beats = np.array([int(line, 16) for line in lines if line and not line.startswith("status")], np.uint64)
-    return SimResult(int(fields[1]), int(fields[3]), int(fields[5]), int(fields[7]), int(fields[9]), beats)
+def read_results(path: Path) -> list[SimResult]:
+    """The harness's output file: one result per scan run."""
+    results, beats = [], []
+    for line in path.read_text().split("\n"):
+        if line.startswith("status"):
+            f = line.split()
+            results.append(SimResult(int(f[1]), int(f[3]), int(f[5]), int(f[7]), int(f[9]), np.array(beats, np.uint64)))
+            beats = []
+        elif line:
+            beats.append(int(line, 16))
+    return results
 
 
-def max_scan_beats(jpeg: bytes) -> int:
-    """Harness memory for the file's scan, rounded up to a power of two (fewer distinct builds)."""
-    return 1 << max(10, (len(jpeg) // 8 + 1).bit_length())
+def harness_sizes(jobs: list[tuple[bytes, Scan]]) -> dict[str, int]:
+    """The harness's memory parameters for these scans (powers of two: fewer distinct builds)."""
+    total = sum(len(jpeg) for jpeg, _ in jobs)
+    return {"MAX_SCAN": 1 << max(10, (total // 8 + len(jobs)).bit_length()),
+            "MAX_TABLES": 1 << (len(jobs) * MAX_TABLE_WRITES).bit_length(), "MAX_JOBS": max(64, len(jobs))}
 
 
-def simulate(jpeg: bytes, scan: Scan, work: Path, simulator: str = "icarus", core: bool = False, idle_256: int = 0,
-             stall_256: int = 0) -> SimResult:
-    """Runs the file's scan through the RTL (jpeg_entropy_decode, or with core jpeg_decode_core) in a
-    simulator process of its own."""
-    command = _simulator_build(simulator, core, max_scan_beats(jpeg), idle_256, stall_256)
-    subprocess.run([*command, *plusargs(jpeg, scan, work, core), "+finish"], check=True, capture_output=True, text=True,
-                   env=os.environ | {"LC_ALL": "C"})
-    return read_result(work / "coefs.hex")
+def simulate(jpeg: bytes, scan: Scan, work: Path, simulator: str = "icarus", core: bool = False) -> SimResult:
+    """Runs one file's scan through the RTL (jpeg_entropy_decode, or with core jpeg_decode_core) at full
+    rate in a simulator process of its own."""
+    command = _simulator_build(simulator, core, harness_sizes([(jpeg, scan)]))
+    subprocess.run([*command, *plusargs([(jpeg, scan)], work, core), "+finish"], check=True, capture_output=True,
+                   text=True, env=os.environ | {"LC_ALL": "C"})
+    (result,) = read_results(work / "coefs.hex")
+    return result

@@ -1,12 +1,13 @@
 """cocotb testbench: hls/rtl/jpeg_entropy_decode.v decodes real JPEG scans exactly as the image CU's C++.
 
 Reference: the CU's own header parser and entropy decoder (jpeg_markers.h, jpeg_huffman.h,
-decode_scan's MCU and restart loop) behind entropy_ref.cpp. Each file's scan runs through the
-harness jpeg_entropy_tb.v (tables written through the table port, the scan bytes in 8-byte beats
-with random idle cycles on the input and backpressure on the output, or neither); every
-coefficient block and the status must equal the reference's, within the harness's cycle limit.
-Corrupt scans (truncated, a restart marker out of order, random bytes) must end CORRUPT.
-The pytest function at the bottom runs one simulation per file on Icarus Verilog.
+decode_scan's MCU and restart loop) behind entropy_ref.cpp. The files of scan_files.py run one
+after another through the harness jpeg_entropy_tb.v on one unit (tables written through the
+table port before each scan, the scan bytes in 8-byte beats, with random idle cycles on the input
+and backpressure on the output, or neither); every coefficient block and every status must equal
+the reference's, within the harness's cycle limit. Corrupt scans (truncated, a restart marker out
+of order, random bytes) must end CORRUPT, and the next scan must decode as if alone.
+The pytest function at the bottom runs one simulation per stall setting on Icarus Verilog.
 """
 
 from __future__ import annotations
@@ -32,42 +33,46 @@ CORRUPT = 2
 
 
 @cocotb.test()
-async def scan_decodes_like_the_cu(dut):
-    """The harness's beats, as blocks, and its status equal the reference's; no hang."""
+async def scans_decode_like_the_cu(dut):
+    """Every scan's beats, as blocks, and its status equal the reference's; no hang."""
     await RisingEdge(dut.finished)
     await ClockCycles(dut.clk, 2)
     expected = np.load(os.environ["TB_EXPECTED"])
-    got = entropy_sim.read_result(Path(os.environ["TB_COEFS"]))
-    assert got.status != entropy_sim.STATUS_TIMEOUT, "the cycle limit ran out: the decoder hangs"
-    assert got.status == int(expected["status"]), (got.status, int(expected["status"]))
+    results = entropy_sim.read_results(Path(os.environ["TB_COEFS"]))
+    assert len(results) == len(expected["names"]), "a scan hung: the harness stopped at the cycle limit"
+    for i, (name, got) in enumerate(zip(expected["names"], results)):
+        status = int(expected[f"status{i}"])
+        assert got.status == status, (name, got.status, status)
+        decoded = entropy_sim.blocks(got.beats)
+        want = expected[f"blocks{i}"]
+        if got.status == CORRUPT:
+            n = min(len(decoded), len(want))
+            np.testing.assert_array_equal(decoded[:n], want[:n], err_msg=str(name))
+        else:
+            np.testing.assert_array_equal(decoded, want, err_msg=str(name))
+        dut._log.info("%s: %d blocks, status %d, %d cycles for %d symbols (%.3f a symbol)", name, len(decoded),
+                      got.status, got.last_beat, got.symbols, got.last_beat / max(got.symbols, 1))
     assert dut.dut.ap_idle.value == 1
-    decoded = entropy_sim.blocks(got.beats)
-    if got.status == CORRUPT:
-        n = min(len(decoded), len(expected["blocks"]))
-        np.testing.assert_array_equal(decoded[:n], expected["blocks"][:n])
-    else:
-        np.testing.assert_array_equal(decoded, expected["blocks"])
-    dut._log.info("%d blocks, status %d, %d cycles for %d symbols (%.3f a symbol)", len(decoded), got.status,
-                  got.last_beat, got.symbols, got.last_beat / max(got.symbols, 1))
 
 
 FILES = scan_files.files()
-# Every file at full rate; four also with idle input and output backpressure (48/256 of cycles each).
-STALLED = ("cv2-420-q90-48x64", "cv2-gray-rst4-45x61", "cv2-420-rst1-40x40", "truncated")
-CASES = [(name, 0) for name in FILES] + [(name, 48) for name in STALLED]
 
 
-@pytest.mark.parametrize(("name", "stalls"), CASES, ids=[f"{n}-stall{s}" for n, s in CASES])
-def test_jpeg_entropy_decode(name, stalls, tmp_path):
-    jpeg = FILES[name]
-    scan = entropy_sim.reference_scan(jpeg)
-    assert scan.status == 0
-    status, blocks, _ = entropy_sim.reference_blocks(jpeg, scan)
-    if name in scan_files.CORRUPT_FILES:
-        assert status == CORRUPT
-    np.savez(tmp_path / "expected.npz", status=status, blocks=blocks)
-    parameters = {"MAX_SCAN": entropy_sim.max_scan_beats(jpeg), "MAX_TABLES": entropy_sim.MAX_TABLE_WRITES,
-                  "IDLE_256": stalls, "STALL_256": stalls, "CYCLE_LIMIT": 64 * len(jpeg) + 10000}
+@pytest.mark.parametrize("stalls", [0, 48], ids=["full-rate", "stalls"])
+def test_jpeg_entropy_decode(stalls, tmp_path):
+    """Every file of scan_files, one after another on one unit, at full rate or with 48/256 of the
+    cycles idle on the input and stalled on the output."""
+    jobs, expected = [], {"names": np.array(list(FILES))}
+    for i, (name, jpeg) in enumerate(FILES.items()):
+        scan = entropy_sim.reference_scan(jpeg)
+        assert scan.status == 0
+        status, blocks, _ = entropy_sim.reference_blocks(jpeg, scan)
+        assert (status == CORRUPT) == (name in scan_files.CORRUPT_FILES), name
+        expected |= {f"status{i}": status, f"blocks{i}": blocks}
+        jobs.append((jpeg, scan))
+    np.savez(tmp_path / "expected.npz", **expected)
+    parameters = entropy_sim.harness_sizes(jobs) | {
+        "IDLE_256": stalls, "STALL_256": stalls, "CYCLE_LIMIT": 64 * max(len(j) for j, _ in jobs) + 10000}
     run_cocotb("jpeg_entropy_tb", entropy_sim.SOURCES, Path(__file__), parameters, tmp_path / "sim",
                {"TB_EXPECTED": str(tmp_path / "expected.npz"), "TB_COEFS": str(tmp_path / "coefs.hex")},
-               plusargs=entropy_sim.plusargs(jpeg, scan, tmp_path))
+               plusargs=entropy_sim.plusargs(jobs, tmp_path))

@@ -10,7 +10,6 @@ differently, so there each count may drift by a quarter (and a few cells).
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +27,6 @@ pytestmark = pytest.mark.skipif(shutil.which("yosys") is None, reason="needs Yos
 UNITS = list(yosys_synth.units())
 
 
-def readme_counts() -> dict[str, dict[str, int]]:
-    rows = re.findall(r"^\| `(\w+)` \| ([\d |]+?) \| [\d-]+ \| [\d-]+ \|$", yosys_synth.README.read_text(), re.M)
-    return {unit: dict(zip(yosys_synth.FIELDS, map(int, cells.split(" | ")))) for unit, cells in rows}
-
-
 @pytest.fixture(scope="module")
 def synthesized():
     with ThreadPoolExecutor(2) as pool:
@@ -43,7 +37,7 @@ def synthesized():
 def test_unit_synthesizes_to_its_recorded_resources(unit, synthesized):
     counts = synthesized[unit].result()
     assert counts["LUT"] > 0 and counts["FF"] > 0
-    recorded = readme_counts()[unit]
+    recorded = yosys_synth.recorded()[unit]
     if yosys_synth.yosys_version() == yosys_synth.RECORDED_YOSYS:
         assert counts == recorded
     else:
@@ -51,7 +45,7 @@ def test_unit_synthesizes_to_its_recorded_resources(unit, synthesized):
 
 
 def test_descriptors_carry_the_readme_counts():
-    table = readme_counts()
+    table = yosys_synth.recorded()
     assert set(table) == set(UNITS)
     for unit, path in yosys_synth.descriptors().items():
         usage = json.loads(path.read_text())["rtl_resource_usage"]

@@ -44,6 +44,9 @@ test_image_postdecode_full_rate = _testbench("image_postdecode").test_full_rate_
 test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
 test_upsample_color = _testbench("upsample_color").test_upsample_color
 test_upsample_color_full_rate = _testbench("upsample_color").test_full_rate_two_pixels_a_cycle
+test_jpeg_bit_reader = _testbench("jpeg_bit_reader").test_jpeg_bit_reader
+test_jpeg_entropy_decode = _testbench("jpeg_entropy_decode").test_jpeg_entropy_decode
+test_jpeg_decode_core = _testbench("jpeg_decode_core").test_jpeg_decode_core
 
 
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)
