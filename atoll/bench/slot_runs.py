@@ -1,0 +1,61 @@
+"""Batches of a media model run the way the server runs them: random rows in a slot arena, through
+`WorkerPool.submit_rows`, the pool's one data path (for `atoll profile` and `bench ideal`)."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+
+import numpy as np
+from gpu_runtime.vgpu.batches import full_shape
+from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.slots import SlotArena
+
+from atoll.repository.specs import ModelSpec
+from atoll.supervisor import lengths
+from atoll.supervisor.model_batching import batch_spec
+
+
+def padded_frames(spec: ModelSpec, seconds: Sequence[float]) -> tuple[int, ...]:
+    """The lengths (frames) a model's rows are padded to for these clip lengths; none for images."""
+    if -1 not in spec.inputs[0].dims:
+        return ()
+    return tuple(sorted({lengths.frames(s) for s in seconds}))
+
+
+def load_for_rows(pool, spec: ModelSpec, max_batch: int, seconds: Sequence[float]) -> int:
+    """Load `spec` on every worker as the server does (its BatchSpec; every batch size at every
+    padded length built and run once); returns the bytes one row's outputs take at most."""
+    described = pool.load_model(spec.name, spec.path, max_batch=max_batch, batch=batch_spec(spec),
+                                lengths=padded_frames(spec, seconds))  # fmt: skip
+    return max(d["out_row_bytes"] for d in described.values())
+
+
+class SlotRunner:
+    """A `knee_profile.Runner`: one batch of `batch` random rows, `seconds` long for audio, on one
+    vGPU. Its arena holds `max_batch` rows at the longest of `seconds`; rows are written once per length."""
+
+    def __init__(self, pool, vgpu_id: str, spec: ModelSpec, max_batch: int, seconds: Sequence[float],
+                 out_row_bytes: int):
+        self.pool, self.vgpu_id, self.spec = pool, vgpu_id, spec
+        self.dims = tuple(spec.inputs[0].dims)
+        frames = padded_frames(spec, seconds)
+        longest = full_shape(self.dims, frames[-1] if frames else None)
+        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", max_batch,
+                                      4 * math.prod(longest), out_row_bytes)  # fmt: skip
+        self.rng = np.random.default_rng(0)
+        self.written: dict[int, tuple[int, ...]] = {}  # slot -> the shape of the row in it
+
+    def __call__(self, batch: int, seconds: float) -> None:
+        length = lengths.frames(seconds) if -1 in self.dims else None
+        shape = full_shape(self.dims, length)  # the variable axis of an audio input is its frame axis
+        for index in range(batch):
+            if self.written.get(index) != shape:
+                self.arena.input(index, shape)[...] = self.rng.standard_normal(shape, np.float32)
+                self.written[index] = shape
+        rows = tuple(Row(self.arena.name, index, shape) for index in range(batch))
+        self.pool.submit_rows(self.vgpu_id, self.spec.name, rows, length).result()
+
+    def close(self) -> None:
+        self.arena.close()
