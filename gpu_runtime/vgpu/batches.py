@@ -71,16 +71,17 @@ class BatchBuilder:
         batch has run. Each field is stacked on its own: at its full shape (`length`) for a padded
         model, else at the batch's largest (rows of other sizes only where the spec allows them)."""
         fields = spec.fields
-        if any(len(row.shapes) != len(fields) for row in rows):
+        row_shapes = [row.shapes for row in rows]
+        if any(len(shapes) != len(fields) for shapes in row_shapes):
             raise ValueError(f"a row of other than the model's {len(fields)} inputs")
         first = rows[0]
         if length is None and not spec.pad_dynamic and not spec.padded:
-            for row in rows:
-                if row.shapes != first.shapes:
-                    raise ValueError(f"rows of shapes {list(row.shapes)} and {list(first.shapes)} in one batch")
-        shapes = _largest(rows) if length is None else tuple(full_shape(f.dims, length) for f in fields)
-        for row in rows:
-            for field, shape, full in zip(fields, row.shapes, shapes):
+            for shapes in row_shapes:
+                if shapes != row_shapes[0]:
+                    raise ValueError(f"rows of shapes {list(shapes)} and {list(row_shapes[0])} in one batch")
+        shapes = _largest(row_shapes) if length is None else tuple(full_shape(f.dims, length) for f in fields)
+        for row_shape in row_shapes:
+            for field, shape, full in zip(fields, row_shape, shapes):
                 self._check(shape, field.dims, full)
         if not spec.batched:
             if len(rows) != 1:
@@ -88,9 +89,9 @@ class BatchBuilder:
             return {f.name: self._field(first, f, shape) for f, shape in zip(fields, first.shapes)}, _nothing
         n = len(rows)
         batch = padded_size(n, sizes)
-        pooled = length is not None or all(row.shapes == shapes for row in rows)
+        pooled = length is not None or all(row_shape == shapes for row_shape in row_shapes)
         arena = self.arena(first.arena)
-        if batch == n and all(r.arena == first.arena and r.index == first.index + i and r.shapes == shapes
+        if batch == n and all(r.arena == first.arena and r.index == first.index + i and row_shapes[i] == shapes
                               for i, r in enumerate(rows)):
             if n == 1:  # a lone row at its full shape is run where it is
                 return {f.name: self._field(first, f, shape)[None] if f.dtype == object
@@ -110,17 +111,18 @@ class BatchBuilder:
                     buf = free.pop() if free else np.empty(key[0], f.dtype)
                 taken.append((key, buf))
                 buf[n:] = 0
+            tail = [slice(None)] * len(full)  # a reused buffer's padding: past a row's length, zeroed
+            axis = variable_axis(f.dims) if length is not None else None  # (rows pad only to a length)
             for i, row in enumerate(rows):
-                shape = row.shapes[k]
+                shape = row_shapes[i][k]
                 src = self._field(row, f, shape)
                 if shape == full:
                     buf[i] = src
                     continue
-                buf[(i, *(slice(0, s) for s in shape))] = src
-                if pooled:  # the padding of a reused buffer: zero whatever lies past the row
-                    for axis, s in enumerate(shape):
-                        if s < full[axis]:
-                            buf[(i, *(slice(None),) * axis, slice(s, None))] = 0
+                buf[i][tuple(slice(0, s) for s in shape)] = src
+                if pooled:
+                    tail[axis] = slice(shape[axis], None)
+                    buf[i][tuple(tail)] = 0
             inputs[f.name] = buf
 
         def release() -> None:
@@ -181,9 +183,10 @@ class BatchBuilder:
         self._arenas.clear()
 
 
-def _largest(rows: tuple[Row, ...]) -> tuple[tuple[int, ...], ...]:
-    """Each input's shape in a batch of `rows`: the largest size of each dimension among them."""
-    return tuple(tuple(max(sizes) for sizes in zip(*shapes)) for shapes in zip(*(row.shapes for row in rows)))
+def _largest(row_shapes) -> tuple[tuple[int, ...], ...]:
+    """Each input's shape in a batch of rows (`Row.shapes` each): the largest size of each
+    dimension among them."""
+    return tuple(tuple(max(sizes) for sizes in zip(*shapes)) for shapes in zip(*row_shapes))
 
 
 def _trim(out: np.ndarray, dims: tuple[int, ...], share: float) -> np.ndarray:

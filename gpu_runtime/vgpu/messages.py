@@ -5,6 +5,7 @@ in shared memory (`shm` segments of the pool, or `slots` arenas of the front end
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,7 @@ class BatchSpec:
         """A media model's: its one input zero-padded to each batch's length, every length warmed."""
         return not self.row_inputs
 
-    @property
+    @functools.cached_property  # (batches read it per batch)
     def fields(self) -> tuple[RowInput, ...]:
         """Every input of a row: `row_inputs`, or a padded model's one input at the row's start (one
         row layout for every model; `room` only matters for BYTES, which a padded input never is)."""
