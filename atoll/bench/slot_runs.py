@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import numpy as np
 from gpu_runtime.vgpu.batches import full_shape
 from gpu_runtime.vgpu.messages import Row
-from gpu_runtime.vgpu.slots import SlotArena
+from gpu_runtime.vgpu.slots import SlotArena, row_layout
 
 from atoll.repository.specs import ModelSpec
 from atoll.supervisor import lengths
-from atoll.supervisor.model_batching import batch_spec
+from atoll.supervisor.model_batching import batch_spec, output_row_bytes
 
 
 def padded_frames(spec: ModelSpec, seconds: Sequence[float]) -> tuple[int, ...]:
@@ -25,16 +25,18 @@ def padded_frames(spec: ModelSpec, seconds: Sequence[float]) -> tuple[int, ...]:
 
 
 def load_for_rows(pool, spec: ModelSpec, max_batch: int, seconds: Sequence[float]) -> int:
-    """Load `spec` on every worker as the server does (its BatchSpec; every batch size at every
-    padded length built and run once); returns the bytes one row's outputs take at most."""
+    """Load `spec` on every worker as the server does (its BatchSpec; for a media model every batch
+    size at every padded length built and run once); returns the bytes one row's outputs take at
+    most, as the server sizes them."""
     described = pool.load_model(spec.name, spec.path, max_batch=max_batch, batch=batch_spec(spec),
-                                lengths=padded_frames(spec, seconds))  # fmt: skip
-    return max(d["out_row_bytes"] for d in described.values())
+                                lengths=padded_frames(spec, seconds) if spec.padded else ())  # fmt: skip
+    return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))
 
 
 class SlotRunner:
-    """A `knee_profile.Runner`: one batch of `batch` random rows, `seconds` long for audio, on one
-    vGPU. Its arena holds `max_batch` rows at the longest of `seconds`; rows are written once per length."""
+    """A `knee_profile.Runner`: one batch of `batch` random rows of the model's (first, FP32) input,
+    `seconds` long for audio, on one vGPU. Its arena holds `max_batch` rows as the server's does (a
+    media model's at the longest of `seconds`); rows are written once per length."""
 
     def __init__(self, pool, vgpu_id: str, spec: ModelSpec, max_batch: int, seconds: Sequence[float],
                  out_row_bytes: int):
@@ -42,8 +44,9 @@ class SlotRunner:
         self.dims = tuple(spec.inputs[0].dims)
         frames = padded_frames(spec, seconds)
         longest = full_shape(self.dims, frames[-1] if frames else None)
-        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", max_batch,
-                                      4 * math.prod(longest), out_row_bytes)  # fmt: skip
+        in_bytes = (4 * math.prod(longest) if spec.padded
+                    else row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)[1])
+        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", max_batch, in_bytes, out_row_bytes)
         self.rng = np.random.default_rng(0)
         self.written: dict[int, tuple[int, ...]] = {}  # slot -> the shape of the row in it
 
@@ -55,7 +58,7 @@ class SlotRunner:
                 self.arena.input(index, shape)[...] = self.rng.standard_normal(shape, np.float32)
                 self.written[index] = shape
         rows = tuple(Row(self.arena.name, index, shape) for index in range(batch))
-        self.pool.submit_rows(self.vgpu_id, self.spec.name, rows, length).result()
+        self.pool.submit_rows(self.vgpu_id, self.spec.name, rows, length if self.spec.padded else None).result()
 
     def close(self) -> None:
         self.arena.close()
