@@ -1,5 +1,5 @@
-"""Batches of a media model run the way the server runs them: random rows in a slot arena, through
-`WorkerPool.submit_rows`, the pool's one data path (for `atoll profile` and `bench ideal`)."""
+"""Batches run the way the server runs them: rows in a slot arena, through `WorkerPool.submit_rows`,
+the pool's data path (for `atoll profile`, `bench ideal` and `bench worker`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import secrets
 from collections.abc import Sequence
 
 import numpy as np
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import full_shape
 from gpu_runtime.vgpu.messages import Row
 from gpu_runtime.vgpu.slots import SlotArena, row_layout
@@ -59,6 +61,28 @@ class SlotRunner:
                 self.written[index] = shape
         rows = tuple(Row(self.arena.name, index, shape) for index in range(batch))
         self.pool.submit_rows(self.vgpu_id, self.spec.name, rows, length if self.spec.padded else None).result()
+
+    def close(self) -> None:
+        self.arena.close()
+
+
+class BatchRows:
+    """One fixed batch (`x`, rows along its first axis) of a model loaded with `BatchSpec` `spec`,
+    written once into consecutive slots of its own arena and run again and again, as the server runs
+    rows; `run` returns the outputs read back from the slots (copies, stacked by row)."""
+
+    def __init__(self, pool, vgpu_id: str, model: str, x: np.ndarray, out_row_bytes: int):
+        self.pool, self.vgpu_id, self.model = pool, vgpu_id, model
+        row = x[0]
+        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", len(x), row.nbytes, out_row_bytes)
+        for index, data in enumerate(x):
+            self.arena.input(index, row.shape, row.dtype)[...] = data
+        self.rows = tuple(Row(self.arena.name, index, row.shape) for index in range(len(x)))
+
+    def run(self, priority: str = Priority.BE) -> dict[str, np.ndarray]:
+        layouts = self.pool.submit_rows(self.vgpu_id, self.model, self.rows, priority=priority).result()
+        outs = [shm.views(self.arena.output(index), layout) for index, layout in enumerate(layouts)]
+        return {name: np.stack([out[name] for out in outs]) for name in outs[0]}
 
     def close(self) -> None:
         self.arena.close()
