@@ -5,8 +5,9 @@ keeps one vGPU worker busy with BE batches (closed loop, `--be-batch` rows each)
 one row arrive one at a time, each a random while (up to one BE batch's duration) after the previous
 one ended, so most find a BE batch running. Each batch's rows lie in slots, as the server's do
 (`slot_runs.BatchRows`); RT latency is submit to outputs back in this process (slots and the
-worker's pipe included). `rt-only` is the same RT arrivals on an idle worker. Each policy gets a fresh worker process (`scheduler.vgpu_engine`); the executor is numpy on CPU
-vGPUs and cupy on GPUs, the ones REEF can preempt.
+worker's pipe included). `rt-only` is the same RT arrivals on an idle worker. Each policy gets a
+fresh worker process (`scheduler.vgpu_engine`); the executor is numpy on CPU vGPUs and cupy on
+GPUs, the ones REEF can preempt.
 """
 
 from __future__ import annotations
