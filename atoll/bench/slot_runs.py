@@ -11,7 +11,7 @@ import numpy as np
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.batches import full_shape
-from gpu_runtime.vgpu.messages import Row
+from gpu_runtime.vgpu.messages import BatchSpec, Row
 from gpu_runtime.vgpu.slots import SlotArena, row_layout
 
 from atoll.repository.specs import ModelSpec
@@ -67,17 +67,24 @@ class SlotRunner:
 
 
 class BatchRows:
-    """One fixed batch (`x`, rows along its first axis) of a model loaded with `BatchSpec` `spec`,
-    written once into consecutive slots of its own arena and run again and again, as the server runs
-    rows; `run` returns the outputs read back from the slots (copies, stacked by row)."""
+    """Batches of a model loaded with `spec` (a `BatchSpec`: its `fields` at their offsets), their
+    rows written into consecutive slots of an arena of their own and run as the server runs rows;
+    `run` returns the outputs read back from the slots (copies, stacked by row)."""
 
-    def __init__(self, pool, vgpu_id: str, model: str, x: np.ndarray, out_row_bytes: int):
-        self.pool, self.vgpu_id, self.model = pool, vgpu_id, model
-        row = x[0]
-        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", len(x), row.nbytes, out_row_bytes)
-        for index, data in enumerate(x):
-            self.arena.input(index, row.shape, row.dtype)[...] = data
-        self.rows = tuple(Row(self.arena.name, index, row.shape) for index in range(len(x)))
+    def __init__(self, pool, vgpu_id: str, model: str, spec: BatchSpec, count: int, in_bytes: int,
+                 out_row_bytes: int):
+        self.pool, self.vgpu_id, self.model, self.spec = pool, vgpu_id, model, spec
+        self.arena = SlotArena.create(f"atoll-runs-{secrets.token_hex(4)}", count, in_bytes, out_row_bytes)
+        self.rows: tuple[Row, ...] = ()
+
+    def write(self, inputs: dict[str, np.ndarray]) -> None:
+        """Each row (along the first axis) of every input into its slot, as a front end copies it."""
+        shapes = [[] for _ in range(len(next(iter(inputs.values()))))]
+        for field in self.spec.fields:
+            for index, data in enumerate(inputs[field.name]):
+                self.arena.input(index, data.shape, field.dtype, field.offset)[...] = data
+                shapes[index].append(data.shape)
+        self.rows = tuple(Row(self.arena.name, index, row[0], tuple(row[1:])) for index, row in enumerate(shapes))
 
     def run(self, priority: str = Priority.BE) -> dict[str, np.ndarray]:
         layouts = self.pool.submit_rows(self.vgpu_id, self.model, self.rows, priority=priority).result()

@@ -84,7 +84,8 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
         for name, x in (("rt", rt_x), ("be", be_x)):
             described = pool.load_model(name, paths[name], max_batch=len(x), batch=spec)[vgpu]
             batches[name] = arenas.enter_context(contextlib.closing(
-                BatchRows(pool, vgpu, name, x, described["out_row_bytes"])))  # fmt: skip
+                BatchRows(pool, vgpu, name, spec, len(x), x[0].nbytes, described["out_row_bytes"])))  # fmt: skip
+            batches[name].write({"input": x})
         rt, be = batches["rt"], batches["be"]
         start = time.perf_counter()
         be.run()  # warm: also times one BE batch alone
