@@ -12,6 +12,7 @@ It runs before the server starts, so the two never compete for the vGPUs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -20,7 +21,8 @@ from gpu_runtime.executors import resolve_executor
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerPool
 
-from atoll.bench.knee_profile import measure, pool_runner
+from atoll.bench.knee_profile import measure
+from atoll.bench.slot_runs import SlotRunner, load_for_rows
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 BUCKET_S = 2.5
@@ -68,18 +70,25 @@ def measure_ideal(config, models: dict, shares: dict[str, float], audio_median_s
     vgpus = served_vgpus(config)
     executor = resolve_executor(config.vgpus.executor, vgpus)
     per_model = {}
-    with WorkerPool(vgpus, executor=executor) as pool:
+    with WorkerPool(vgpus, executor=executor) as pool, contextlib.ExitStack() as runs:
         for name in shares:
             spec = models[name]
-            pool.load_model(name, spec.path, None, spec.max_batch_size)
             audio = spec.preprocess == "audio"
             length = math.ceil(audio_median_s / BUCKET_S) * BUCKET_S if audio else None
-            batches = [b for b in BATCHES if b <= max(spec.max_batch_size, 1)]
-            profile = measure(pool_runner(pool, vgpus[0].id, spec), name, "audio" if audio else "image",
-                              [length] if audio else [], batches, repeats=REPEATS, warmup=2, percentile=95,
+            clips = [length] if audio else []
+            max_batch = max(spec.max_batch_size, 1)
+            out_row_bytes = load_for_rows(pool, spec, max_batch, clips)
+
+            def runner(vgpu_id: str) -> SlotRunner:
+                return runs.enter_context(contextlib.closing(
+                    SlotRunner(pool, vgpu_id, spec, max_batch, clips, out_row_bytes)))  # fmt: skip
+
+            batches = [b for b in BATCHES if b <= max_batch]
+            profile = measure(runner(vgpus[0].id), name, "audio" if audio else "image",
+                              clips, batches, repeats=REPEATS, warmup=2, percentile=95,
                               progress=progress)  # fmt: skip
             knee = profile.buckets[0]
-            runners = [pool_runner(pool, info.id, spec) for info in vgpus for _ in range(2)]
+            runners = [runner(info.id) for info in vgpus for _ in range(2)]
             per_model[name] = {
                 "batch_knee": knee.batch_knee, "time_knee_ms": round(knee.time_knee_ms, 3),
                 "latency_ms": {b: round(v, 3) for b, v in knee.latency_ms.items()}, "length_s": length,

@@ -7,6 +7,7 @@ grows with the batch from the start. What "at load" means: docs/batching-schedul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import platform
@@ -28,9 +29,9 @@ from tqdm import tqdm
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
 from atoll.bench.cpustat import machine_busy_s
+from atoll.bench.slot_runs import SlotRunner, load_for_rows
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import load_repository
-from atoll.supervisor import lengths
 
 Runner = Callable[[int, float], None]  # run one batch of `batch` inputs of `length` seconds
 
@@ -145,9 +146,10 @@ def profile_on_vgpu(args: argparse.Namespace, batches: list[int], lengths: list[
     rule = COST_FLOOR if info.kind == "cpu" else KNEE
 
     with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
-        pool.load_model(spec.name, spec.path, max_batch=batches[-1])
-        runner = pool_runner(pool, info.id, spec)
-        with PreprocessingLoad(load) as background:
+        seconds = lengths if modality == "audio" else []
+        out_row_bytes = load_for_rows(pool, spec, batches[-1], seconds)
+        runner = SlotRunner(pool, info.id, spec, batches[-1], seconds, out_row_bytes)
+        with PreprocessingLoad(load) as background, contextlib.closing(runner):
             busy, wall = machine_busy_s(), time.monotonic()
             measured = measure(runner, spec.name, modality, lengths, batches, args.repeats, args.warmup,
                                args.percentile, cpu_clock=lambda: worker_cpu_s(pool.workers[info.id].pid),
@@ -223,21 +225,3 @@ def _model_spec(repository: str | None, model: str):
     if model not in models:
         raise ValueError(f"no model {model!r} in {repository} (has {', '.join(models)})")
     return models[model]
-
-
-def pool_runner(pool, vgpu_id: str, spec) -> Runner:
-    tensor = spec.inputs[0]
-    rng = np.random.default_rng(0)
-    inputs: dict[tuple[int, float], np.ndarray] = {}  # one length's, built by the warm-up batches
-
-    def run_batch(batch: int, length: float) -> None:
-        x = inputs.get((batch, length))
-        if x is None:
-            # the variable axis of an audio input is its frame axis
-            dims = [lengths.frames(length) if d < 0 else d for d in tensor.dims]
-            for key in [key for key in inputs if key[1] != length]:
-                del inputs[key]
-            x = inputs[(batch, length)] = rng.standard_normal((batch, *dims)).astype(np.float32)
-        pool.submit(vgpu_id, spec.name, {tensor.name: x}).result()
-
-    return run_batch

@@ -10,6 +10,7 @@ timed with device events, plus each fp16 output's relative error against PyTorch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -23,15 +24,18 @@ import onnxruntime
 from gpu_runtime.compiler.importer import import_model
 from gpu_runtime.executors import DEFAULT_EXECUTOR, EXECUTORS, preemptible_executor, probe_executors, program_executor
 from gpu_runtime.vgpu.discovery import MODES, discover_vgpus
+from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
+from gpu_runtime.vgpu.slots import row_layout
 from gpu_runtime.zoo import MODELS, build
 from gpu_runtime.zoo.repository import write_model
 from tqdm import tqdm
 
 from atoll import __version__
 from atoll.bench.harness import percentiles
+from atoll.bench.slot_runs import BatchRows
 from atoll.bench.torch_eager import TorchEagerModel, TorchGraphModel
-from atoll.repository.specs import load_repository
+from atoll.repository.specs import DIM_BOUND, load_repository
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64"
 COMPARE = ("onnxruntime-cpu", "onnxruntime-gpu", "torch", "torch-graph")
@@ -152,6 +156,25 @@ def _inputs(path: Path, batch: int, length: int, rng) -> dict:
         else:
             inputs[value.name] = rng.integers(0, 2, shape).astype(dtype)
     return inputs
+
+
+def _row_spec(path: Path, bound: int) -> tuple[BatchSpec, int, int]:
+    """The graph's inputs as slot rows (dim 0 the batch, other symbolic dims up to `bound`), and the
+    bytes a row of inputs and of outputs (a symbolic dim up to `bound` or DIM_BOUND) takes."""
+    model = onnx.load(str(path), load_external_data=False)
+    weights = {i.name for i in model.graph.initializer}
+
+    def row(values) -> list:
+        return [(v.name, tuple(d.dim_value if d.dim_value > 0 else -1 for d in v.type.tensor_type.shape.dim[1:]),
+                 onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
+                for v in values if v.name not in weights]  # fmt: skip
+
+    fields, in_bytes = row_layout(row(model.graph.input), bound)
+    outputs = row(model.graph.output)
+    _, out_bytes = row_layout(outputs, max(bound, DIM_BOUND))
+    spec = BatchSpec(fields[0].name, fields[0].dims, {name: dims for name, dims, _ in outputs},
+                     fields[0].dtype.name, fields)  # fmt: skip
+    return spec, in_bytes, out_bytes
 
 
 def _has_length(path: Path) -> bool:
@@ -289,13 +312,17 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
         for b in batches
         for length in (lengths if _has_length(path) else [None])
     ]
-    with WorkerPool([chosen], executor=args.executor) as pool:
-        loaded = {}
+    with WorkerPool([chosen], executor=args.executor) as pool, contextlib.ExitStack() as arenas:
+        loaded, rows = {}, {}
         for name, (path, _max) in specs.items():
+            spec, in_bytes, out_bytes = _row_spec(path, max(lengths or [1]))
             try:
-                loaded[name] = pool.load_model(name, path)[chosen.id]
+                loaded[name] = pool.load_model(name, path, batch=spec)[chosen.id]
             except WorkerError as exc:
                 skipped.append({"model": name, "reason": str(exc)})
+                continue
+            rows[name] = arenas.enter_context(contextlib.closing(
+                BatchRows(pool, chosen.id, name, spec, max(batches), in_bytes, out_bytes)))  # fmt: skip
         sessions = {}
         for name, batch, length in tqdm(points, desc="bench models", unit="point", file=sys.stderr):
             path, max_batch = specs[name]
@@ -309,7 +336,8 @@ def bench(specs: dict[str, tuple[Path, int]], batches: list[int], lengths: list[
             try:
                 for i in range(args.warmup + args.repeats):
                     start = time.perf_counter()
-                    pool.submit(chosen.id, name, inputs).result()
+                    rows[name].write(inputs)  # a front end's copy in, the run, the outputs copied back
+                    rows[name].run()
                     if i >= args.warmup:
                         round_trips.append(time.perf_counter() - start)
                         computes.append(pool.workers[chosen.id].last_batch_seconds)

@@ -3,14 +3,16 @@
 What `atoll serve` does with a priority-1 request, minus HTTP and preprocessing: a client thread
 keeps one vGPU worker busy with BE batches (closed loop, `--be-batch` rows each), and RT batches of
 one row arrive one at a time, each a random while (up to one BE batch's duration) after the previous
-one ended, so most find a BE batch running. RT latency is submit to outputs back in this process
-(shared memory and the worker's pipe included). `rt-only` is the same RT arrivals on an idle worker.
-Each policy gets a fresh worker process (`scheduler.vgpu_engine`); the executor is numpy on CPU
-vGPUs and cupy on GPUs, the ones REEF can preempt.
+one ended, so most find a BE batch running. Each batch's rows lie in slots, as the server's do
+(`slot_runs.BatchRows`); RT latency is submit to outputs back in this process (slots and the
+worker's pipe included). `rt-only` is the same RT arrivals on an idle worker. Each policy gets a
+fresh worker process (`scheduler.vgpu_engine`); the executor is numpy on CPU vGPUs and cupy on
+GPUs, the ones REEF can preempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
 import threading
@@ -21,6 +23,7 @@ import numpy as np
 import onnx
 from gpu_runtime.executors import preemptible_executor
 from gpu_runtime.vgpu.discovery import discover_vgpus
+from gpu_runtime.vgpu.messages import BatchSpec
 from gpu_runtime.vgpu.pool import WorkerPool
 from scheduler.vgpu_engine import engine_for
 from tqdm import tqdm
@@ -36,6 +39,7 @@ from atoll.bench.harness import (
     policies_from,
     zoo_model,
 )
+from atoll.bench.slot_runs import BatchRows
 
 MODELS = {"rt": "mobilenet_v3_small", "be": "squeezenet1_1"}
 DEFAULTS = {"cpu": {"n": 40, "be_batch": 8}, "cuda": {"n": 300, "be_batch": 64}}
@@ -73,20 +77,26 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
     rt_x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
     be_x = rng.standard_normal((be_batch, 3, size, size)).astype(np.float32)
     engine = engine_for("reset" if policy == RT_ONLY else policy)
-    with WorkerPool(vgpus, executor=executor, engine=engine) as pool:
+    with WorkerPool(vgpus, executor=executor, engine=engine) as pool, contextlib.ExitStack() as arenas:
         vgpu = vgpus[0].id
-        pool.load_model("rt", paths["rt"], max_batch=1)
-        pool.load_model("be", paths["be"], max_batch=be_batch)
+        spec = BatchSpec("input", (3, size, size), {})
+        batches = {}
+        for name, x in (("rt", rt_x), ("be", be_x)):
+            described = pool.load_model(name, paths[name], max_batch=len(x), batch=spec)[vgpu]
+            batches[name] = arenas.enter_context(contextlib.closing(
+                BatchRows(pool, vgpu, name, spec, len(x), x[0].nbytes, described["out_row_bytes"])))  # fmt: skip
+            batches[name].write({"input": x})
+        rt, be = batches["rt"], batches["be"]
         start = time.perf_counter()
-        pool.submit(vgpu, "be", {"input": be_x}).result()  # warm: also times one BE batch alone
+        be.run()  # warm: also times one BE batch alone
         be_alone_s = time.perf_counter() - start
         for _ in range(3):
-            pool.submit(vgpu, "rt", {"input": rt_x}, priority="rt").result()
+            rt.run(priority="rt")
         stop, be_done = threading.Event(), []
 
         def be_loop() -> None:
             while not stop.is_set():
-                pool.submit(vgpu, "be", {"input": be_x}).result()
+                be.run()
                 be_done.append(time.perf_counter())
 
         loader = threading.Thread(target=be_loop, daemon=True)
@@ -96,7 +106,7 @@ def measure(policy: str, device: str, paths: dict, n: int, be_batch: int, seed: 
         for _ in range(n):
             time.sleep(float(rng.uniform(0, be_alone_s)))
             t0 = time.perf_counter()
-            pool.submit(vgpu, "rt", {"input": rt_x}, priority="rt").result()
+            rt.run(priority="rt")
             latencies.append(time.perf_counter() - t0)
         elapsed = time.perf_counter() - begin
         stop.set()

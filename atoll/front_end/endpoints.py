@@ -349,21 +349,9 @@ def check_input(spec: ModelSpec, head: InputHead) -> None:
         if head.datatype != "BYTES":
             raise ProtocolError(f"input {head.name!r} must be BYTES (a {spec.preprocess} file)")
         return
-    if not spec.padded:  # rows hold every input (rows.check_tensor)
-        want = next((t for t in spec.inputs if t.name == head.name), None)
-        if want is not None:
-            check_tensor(spec, want, head.datatype, tuple(head.shape))
-        return
-    want = spec.inputs[0]
-    if head.name != want.name:
-        return
-    if head.datatype != want.datatype:
-        raise ProtocolError(f"input {head.name!r}: expected {want.datatype}, got {head.datatype}")
-    shape = head.shape
-    if len(shape) != len(want.dims) + 1 or any(d != -1 and d != s for d, s in zip(want.dims, shape[1:])):
-        raise ProtocolError(f"input {head.name!r}: shape {shape} does not match [-1, {', '.join(map(str, want.dims))}]")
-    if not 0 < shape[0] <= max(spec.max_batch_size, 1):
-        raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to {max(spec.max_batch_size, 1)}")
+    want = next((t for t in spec.inputs if t.name == head.name), None)
+    if want is not None:
+        check_tensor(spec, want, head.datatype, tuple(head.shape))
 
 
 def unsupported(what: str):

@@ -1,7 +1,9 @@
 """A front end's requests made into rows in shared-memory slots, sent to the dispatcher, answered.
 
-Each input of a request becomes a slot row: JPEG/WAV files preprocessed on the lanes
-(`lanes.Lanes`: real-time work on its own thread) straight into the slot, ready tensors copied in.
+Each row of a request becomes a slot row, one layout for every model (`row_fields`: each input at
+its offset; a media model's row is its one input): JPEG/WAV files preprocessed on the lanes
+(`lanes.Lanes`: real-time work on its own thread) straight into the slot, ready tensors copied in
+after one check (`check_tensor`).
 The rows go to the dispatcher as one `Submit` (slot references, never tensors); the `Done` that
 comes back says where each row's outputs are. A slot is given back once its outputs are read, or,
 for a request that gave up, when its `Done` arrives (the dispatcher is told, `Cancel`). A front end
@@ -26,7 +28,7 @@ from fpga_host import cpu_backend
 from fpga_host.preprocessor import Preprocessor
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu import shm
-from gpu_runtime.vgpu.messages import Row, RowSequence
+from gpu_runtime.vgpu.messages import Row, RowInput, RowSequence
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
@@ -34,6 +36,7 @@ from atoll.front_end.lanes import Lanes
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import pad_stack, read_wav
 from atoll.front_end.slots import SlotAllocator
+from atoll.kserve.datatypes import DTYPES
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.protocol import InferRequest, ProtocolError, Tensor, described
 from atoll.repository.specs import ModelSpec, TensorSpec
@@ -230,8 +233,8 @@ class FrontEnd:
             counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
-        """How to make each row (a function for the lanes, or None to copy a tensor row in here)
-        and what from."""
+        """How to make each row (a function for the lanes, or None to copy its tensors in here) and
+        what from: each file, or each row's part of every input (a media model's one input)."""
         by_name = {t.name: t for t in request.inputs}
         limit = max(spec.max_batch_size, 1)
         if spec.preprocess != "none" and spec.raw_input in by_name and spec.inputs[0].name in by_name:
@@ -246,65 +249,34 @@ class FrontEnd:
                 raise ProtocolError(f"{len(files)} files in one request; model {spec.name!r} takes 1 to {limit}")
             self.limits.check(spec.preprocess, files)
             return (self._preprocess_image if spec.preprocess == "image" else self._preprocess_audio), files
-        if not spec.padded:
-            return self._copy_fields, _split_request(spec, by_name)
-        model_input = spec.inputs[0]
-        if model_input.name not in by_name:
-            wanted = [spec.raw_input] if spec.preprocess != "none" else []
-            raise ProtocolError(f"model {spec.name!r} needs input {' or '.join(wanted + [model_input.name])!r}")
-        return None, self._split_tensor(spec, by_name[model_input.name])
-
-    @staticmethod
-    def _split_tensor(spec: ModelSpec, tensor: Tensor) -> list[np.ndarray]:
-        want = spec.inputs[0]
-        if tensor.datatype != want.datatype:
-            raise ProtocolError(f"input {tensor.name!r}: expected {want.datatype}, got {tensor.datatype}")
-        shape = tensor.data.shape
-        if len(shape) != len(want.dims) + 1 or any(
-            d != -1 and d != s for d, s in zip(want.dims, shape[1:])
-        ):
-            raise ProtocolError(f"input {tensor.name!r}: shape {list(shape)} does not match [-1, "
-                                f"{', '.join(map(str, want.dims))}]")  # fmt: skip
-        if not 0 < shape[0] <= max(spec.max_batch_size, 1):
-            raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to "
-                                f"{max(spec.max_batch_size, 1)}")  # fmt: skip
-        return list(tensor.data)
+        if spec.padded and spec.inputs[0].name not in by_name:
+            wanted = [spec.raw_input, spec.inputs[0].name]
+            raise ProtocolError(f"model {spec.name!r} needs input {' or '.join(wanted)!r}")
+        return None, _split_request(spec, by_name)
 
     async def _make_rows(self, spec, priority, make, sources, slots, indices) -> tuple[Row, ...]:
         arena = slots.arena
-        if make is self._copy_fields:
-            try:
-                return tuple(self._copy_fields(spec, arena, index, row) for index, row in zip(indices, sources))
-            except BaseException:
-                slots.release(indices)
-                raise
         if make is None:
+            fields = row_fields(spec, arena)
             try:
-                shapes = [self._copy_row(arena, index, row) for index, row in zip(indices, sources)]
+                return tuple(self._copy_fields(fields, arena, index, row) for index, row in zip(indices, sources))
             except BaseException:
                 slots.release(indices)
                 raise
-        else:
-            futures = [self.lanes.run(priority, make, spec, data, arena, index,
-                                      abandoned=functools.partial(slots.release, [index]))
-                       for data, index in zip(sources, indices)]  # fmt: skip
-            shapes = await _settled(futures, slots, indices)
+        futures = [self.lanes.run(priority, make, spec, data, arena, index,
+                                  abandoned=functools.partial(slots.release, [index]))
+                   for data, index in zip(sources, indices)]  # fmt: skip
+        shapes = await _settled(futures, slots, indices)
         return tuple(Row(arena.name, index, shape) for index, shape in zip(indices, shapes))
 
     @staticmethod
-    def _copy_row(arena: SlotArena, index: int, row: np.ndarray) -> tuple[int, ...]:
-        if row.nbytes > arena.in_stride:
-            raise ProtocolError(f"an input row of {row.nbytes} bytes exceeds the largest this model "
-                                f"takes ({arena.in_stride})")  # fmt: skip
-        arena.input(index, row.shape)[...] = row
-        return row.shape
-
-    @staticmethod
-    def _copy_fields(spec: ModelSpec, arena: SlotArena, index: int, row: list[np.ndarray]) -> Row:
-        """A row holding every input of the model, each at its offset (`slots.row_layout`)."""
-        fields, _ = row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)
+    def _copy_fields(fields, arena: SlotArena, index: int, row: list[np.ndarray]) -> Row:
+        """A row holding every input of the model, each at its offset (`row_fields`)."""
         for field, array in zip(fields, row):
             if field.dtype != object:
+                if array.nbytes > field.room:
+                    raise ProtocolError(f"an input row of {array.nbytes} bytes exceeds the largest this model "
+                                        f"takes ({field.room})")  # fmt: skip
                 arena.input(index, array.shape, field.dtype, field.offset)[...] = array
                 continue
             try:
@@ -366,9 +338,17 @@ class FrontEnd:
                 future.set_result(message.layouts[k])
 
 
+def row_fields(spec: ModelSpec, arena: SlotArena) -> tuple[RowInput, ...]:
+    """Every input of the model's rows, at its offset: one row layout for every model (a media
+    model's one input fills its slot, as long as the longest length it is padded to)."""
+    if spec.padded:
+        first = spec.inputs[0]
+        return (RowInput(first.name, tuple(first.dims), DTYPES[first.datatype], 0, arena.in_stride),)
+    return row_layout(spec.row_fields(), spec.dim_bound, spec.bytes_room)[0]
+
+
 def check_tensor(spec: ModelSpec, want: TensorSpec, datatype: str, shape: tuple[int, ...]) -> None:
-    """An input of a model whose rows hold every input: its datatype, and its shape against the
-    config's dims (after 1 to max_batch_size rows where the model batches; a -1 up to its bound)."""
+    """An input of a model: its datatype, and its shape against the config's dims (after 1 to max_batch_size rows where the model batches; a -1 up to its bound)."""
     if datatype != want.datatype:
         raise ProtocolError(f"input {want.name!r}: expected {want.datatype}, got {datatype}")
     batched = spec.max_batch_size > 0
@@ -380,13 +360,14 @@ def check_tensor(spec: ModelSpec, want: TensorSpec, datatype: str, shape: tuple[
         raise ProtocolError(f"input {want.name!r}: shape {list(shape)} does not match [{expected}]")
     if batched and not 0 < shape[0] <= spec.max_batch_size:
         raise ProtocolError(f"batch of {shape[0]} rows; model {spec.name!r} takes 1 to {spec.max_batch_size}")
-    if any(d == -1 and s > spec.dim_bound for d, s in zip(want.dims, dims)):
+    # (a padded model's -1 is bounded by its slot, the longest length it is padded to: `_copy_fields`)
+    if not spec.padded and any(d == -1 and s > spec.dim_bound for d, s in zip(want.dims, dims)):
         raise ProtocolError(f"input {want.name!r}: shape {list(shape)} exceeds this model's bound of "
                             f"{spec.dim_bound} in a -1 dimension (its config's parameter atoll.max_dim)")  # fmt: skip
 
 
 def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.ndarray]]:
-    """A request to a model whose rows hold every input: its rows, each a list of every input's
+    """A request's rows, each a list of every input's
     part in the model's order (the whole tensors for a model without batching). Each input must be
     sent in its datatype, with the config's dims (a -1 up to the model's bound), and every input
     with as many rows."""

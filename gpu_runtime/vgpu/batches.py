@@ -1,16 +1,15 @@
 """Batches from slot rows, inside a vGPU worker: the one copy a row makes, and its outputs' way back.
 
-A batch is the rows of a `RunRows` message stacked along a new first axis, every row's variable
-dimension zero-padded to the message's length and, for executors with static shapes, zero rows
-added up to the next batch size the model was built for. Rows that already lie packed in
-consecutive slots of one arena at their full shape are run where they are, without a copy (a lone
-row of a fixed-shape model always is). Batch buffers are reused, since fresh pages cost a fault
-each. Each row's outputs are cut back to its own share of the padded length and stored in its slot.
-
-A model whose spec lists `row_inputs` (any number of inputs, each with its dtype and shape, at its
-offset in the row) is batched from rows of equal shapes, each input stacked on its own (a lone row
-is run where it is), with no padding but the zero rows up to a built batch size; a model that is not
-`batched` runs one row as the whole input.
+Every model's rows have one layout: its inputs (`BatchSpec.fields`: a media model's one input, any
+other model's every input), each at its offset in the slot. A batch is the rows of a `RunRows`
+message, each field stacked along a new first axis: for a padded (media) model every row's variable
+dimension zero-padded to the message's length, for any other at the rows' equal shapes (or, where
+the spec allows it, `pad_dynamic`, zero-padded to the batch's largest); for executors with static
+shapes zero rows are added up to the next batch size the model was built for. Rows that already lie
+packed in consecutive slots of one arena at their full shape are run where they are, without a copy
+(a lone row always is). Batch buffers are reused, since fresh pages cost a fault each. Each row's
+outputs are cut back to its own share of the padded length and stored in its slot. A model that is
+not `batched` runs one row as the whole input.
 """
 
 from __future__ import annotations
@@ -67,87 +66,63 @@ class BatchBuilder:
         return arena
 
     def build(self, spec: BatchSpec, rows: tuple[Row, ...], length: int | None,
-              sizes: tuple[int, ...]) -> tuple[np.ndarray, Callable[[], None]]:
-        """The batch input and a function that hands its buffer back once the batch has run."""
-        shape = full_shape(spec.input_dims, length)
-        dtype = np.dtype(spec.dtype)
-        n = len(rows)
-        batch = padded_size(n, sizes)
-        for row in rows:
-            self._check(row, spec.input_dims, shape)
+              sizes: tuple[int, ...]) -> tuple[dict[str, np.ndarray], Callable[[], None]]:
+        """Every input of the batch by name, and a function that hands its buffers back once the
+        batch has run. Each field is stacked on its own: at its full shape (`length`) for a padded
+        model, else at the batch's largest (rows of other sizes only where the spec allows them)."""
+        fields = spec.fields
+        row_shapes = [row.shapes for row in rows]
+        if any(len(shapes) != len(fields) for shapes in row_shapes):
+            raise ValueError(f"a row of other than the model's {len(fields)} inputs")
         first = rows[0]
-        if (batch == n and all(r.arena == first.arena and r.index == first.index + i and r.shape == shape
-                               for i, r in enumerate(rows))
-                and (n == 1 or self.arena(first.arena).packed(shape, dtype))):
-            return self.arena(first.arena).inputs(first.index, n, shape, dtype), _nothing
-        key = ((batch, *shape), dtype.str)
-        with self._lock:
-            free = self._free.setdefault(key, [])
-            buf = free.pop() if free else np.empty(key[0], dtype)
-        axis = variable_axis(spec.input_dims)
-        for i, row in enumerate(rows):
-            src = self.arena(row.arena).input(row.index, row.shape, dtype)
-            if row.shape == shape:
-                buf[i] = src
-            else:
-                buf[i][tuple(slice(0, s) for s in row.shape)] = src
-                tail = [slice(None)] * len(shape)
-                tail[axis] = slice(row.shape[axis], None)
-                buf[i][tuple(tail)] = 0
-        buf[n:] = 0
-
-        def release() -> None:
-            with self._lock:
-                self._free[key].append(buf)
-
-        return buf, release
-
-    def build_inputs(self, spec: BatchSpec, rows: tuple[Row, ...], length: int | None,
-                     sizes: tuple[int, ...]) -> tuple[dict[str, np.ndarray], Callable[[], None]]:
-        """Every input of the batch by name, and a function that hands its buffers back."""
-        if not spec.row_inputs:
-            batch, release = self.build(spec, rows, length, sizes)
-            return {spec.input_name: batch}, release
-        first = rows[0]
-        if any(len(row.shapes) != len(spec.row_inputs) for row in rows):
-            raise ValueError(f"a row of other than the model's {len(spec.row_inputs)} inputs")
-        for row in rows if not spec.pad_dynamic else ():
-            if row.shapes != first.shapes:
-                raise ValueError(f"rows of shapes {list(row.shapes)} and {list(first.shapes)} in one batch")
-        shapes = _largest(rows)
-        for row in rows:
-            for field, shape, full in zip(spec.row_inputs, row.shapes, shapes):
-                self._check(Row(row.arena, row.index, shape), field.dims, full)
-        if any(row.shapes != shapes for row in rows):  # rows of a model that allows padding
-            return self._padded(spec, rows, shapes, padded_size(len(rows), sizes))
-        arena = self.arena(first.arena)
+        if length is None and not spec.pad_dynamic and not spec.padded:
+            for shapes in row_shapes:
+                if shapes != row_shapes[0]:
+                    raise ValueError(f"rows of shapes {list(shapes)} and {list(row_shapes[0])} in one batch")
+        shapes = _largest(row_shapes) if length is None else tuple(full_shape(f.dims, length) for f in fields)
+        for row_shape in row_shapes:
+            for field, shape, full in zip(fields, row_shape, shapes):
+                self._check(shape, field.dims, full)
         if not spec.batched:
             if len(rows) != 1:
                 raise ValueError(f"{len(rows)} rows in one run of a model without batching")
-            return {f.name: self._field(first, f, shape)
-                    for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
+            return {f.name: self._field(first, f, shape) for f, shape in zip(fields, first.shapes)}, _nothing
         n = len(rows)
         batch = padded_size(n, sizes)
-        if batch == 1:
-            return {f.name: self._field(first, f, shape)[None] if f.dtype == object
-                    else arena.inputs(first.index, 1, shape, f.dtype, f.offset)
-                    for f, shape in zip(spec.row_inputs, first.shapes)}, _nothing  # fmt: skip
+        pooled = length is not None or all(row_shape == shapes for row_shape in row_shapes)
+        arena = self.arena(first.arena)
+        if batch == n and all(r.arena == first.arena and r.index == first.index + i and row_shapes[i] == shapes
+                              for i, r in enumerate(rows)):
+            if n == 1:  # a lone row at its full shape is run where it is
+                return {f.name: self._field(first, f, shape)[None] if f.dtype == object
+                        else arena.inputs(first.index, 1, shape, f.dtype, f.offset)
+                        for f, shape in zip(fields, shapes)}, _nothing  # fmt: skip
+            if len(fields) == 1 and fields[0].dtype != object and arena.packed(shapes[0], fields[0].dtype):
+                f = fields[0]  # rows that fill consecutive slots already form the batch
+                return {f.name: arena.inputs(first.index, n, shapes[0], f.dtype, f.offset)}, _nothing
         inputs, taken = {}, []
-        for f, shape in zip(spec.row_inputs, first.shapes):
-            if f.dtype == object:  # BYTES: decoded from each row (the one copy), empty strings below
-                strings = np.full((batch, *shape), "", object)
-                for i, row in enumerate(rows):
-                    strings[i] = self._field(row, f, shape)
-                inputs[f.name] = strings
-                continue
-            key = ((batch, *shape), np.dtype(f.dtype).str)
-            with self._lock:
-                free = self._free.setdefault(key, [])
-                buf = free.pop() if free else np.empty(key[0], f.dtype)
-            taken.append((key, buf))
+        for k, (f, full) in enumerate(zip(fields, shapes)):
+            if f.dtype == object or not pooled:  # fresh: BYTES are decoded; other sizes vary by batch
+                buf = np.full((batch, *full), "" if f.dtype == object else 0, f.dtype)
+            else:
+                key = ((batch, *full), np.dtype(f.dtype).str)
+                with self._lock:
+                    free = self._free.setdefault(key, [])
+                    buf = free.pop() if free else np.empty(key[0], f.dtype)
+                taken.append((key, buf))
+                buf[n:] = 0
+            tail = [slice(None)] * len(full)  # a reused buffer's padding: past a row's length, zeroed
+            axis = variable_axis(f.dims) if length is not None else None  # (rows pad only to a length)
             for i, row in enumerate(rows):
-                buf[i] = self.arena(row.arena).input(row.index, shape, f.dtype, f.offset)
-            buf[n:] = 0
+                shape = row_shapes[i][k]
+                src = self._field(row, f, shape)
+                if shape == full:
+                    buf[i] = src
+                    continue
+                buf[i][tuple(slice(0, s) for s in shape)] = src
+                if pooled:
+                    tail[axis] = slice(shape[axis], None)
+                    buf[i][tuple(tail)] = 0
             inputs[f.name] = buf
 
         def release() -> None:
@@ -157,17 +132,6 @@ class BatchBuilder:
 
         return inputs, release
 
-    def _padded(self, spec: BatchSpec, rows: tuple[Row, ...], shapes, batch: int):
-        """Rows of several sizes in their -1 dimensions, each input zero-padded (empty strings) to
-        the batch's largest: fresh buffers, since their shapes vary from batch to batch."""
-        inputs = {}
-        for k, (f, full) in enumerate(zip(spec.row_inputs, shapes)):
-            buf = np.full((batch, *full), "" if f.dtype == object else 0, f.dtype)
-            for i, row in enumerate(rows):
-                buf[(i, *(slice(0, n) for n in row.shapes[k]))] = self._field(row, f, row.shapes[k])
-            inputs[f.name] = buf
-        return inputs, _nothing
-
     def _field(self, row: Row, field: RowInput, shape: tuple[int, ...]) -> np.ndarray:
         """One input of a row: a view of its slot, or BYTES elements decoded from it."""
         if field.dtype == object:
@@ -175,17 +139,21 @@ class BatchBuilder:
         return self.arena(row.arena).input(row.index, shape, field.dtype, field.offset)
 
     @staticmethod
-    def _check(row: Row, dims: tuple[int, ...], shape: tuple[int, ...]) -> None:
-        if len(row.shape) != len(dims) or any(
-                s > full if d == -1 else s != d for s, d, full in zip(row.shape, dims, shape)):
-            raise ValueError(f"row of shape {list(row.shape)} does not fit a batch of rows {list(shape)}")
+    def _check(shape: tuple[int, ...], dims: tuple[int, ...], full: tuple[int, ...]) -> None:
+        if len(shape) != len(dims) or any(
+                s > f if d == -1 else s != d for s, d, f in zip(shape, dims, full)):
+            raise ValueError(f"row of shape {list(shape)} does not fit a batch of rows {list(full)}")
 
     def scatter(self, spec: BatchSpec, rows: tuple[Row, ...], outputs: dict[str, np.ndarray],
                 length: int | None) -> tuple[shm.Layout, ...]:
-        """Store each row's outputs in its slot's output region; returns their layouts."""
-        axis = None if spec.row_inputs else variable_axis(spec.input_dims)
-        if spec.pad_dynamic and -1 in spec.input_dims:  # outputs cut back by the first input's first -1
-            axis = spec.input_dims.index(-1)
+        """Store each row's outputs in its slot's output region; returns their layouts. Outputs are
+        cut back by the first input's (first) -1 dimension where rows were padded along it."""
+        dims = spec.fields[0].dims
+        axis = None
+        if spec.padded:
+            axis = variable_axis(dims)
+        elif spec.pad_dynamic and -1 in dims:
+            axis = dims.index(-1)
             length = max(row.shape[axis] for row in rows)
         if not spec.batched:  # the outputs of the one row, which has no batch axis
             outputs = {name: np.asarray(array)[None] for name, array in outputs.items()}
@@ -215,9 +183,10 @@ class BatchBuilder:
         self._arenas.clear()
 
 
-def _largest(rows: tuple[Row, ...]) -> tuple[tuple[int, ...], ...]:
-    """Each input's shape in a batch of `rows`: the largest size of each dimension among them."""
-    return tuple(tuple(max(sizes) for sizes in zip(*shapes)) for shapes in zip(*(row.shapes for row in rows)))
+def _largest(row_shapes) -> tuple[tuple[int, ...], ...]:
+    """Each input's shape in a batch of rows (`Row.shapes` each): the largest size of each
+    dimension among them."""
+    return tuple(tuple(max(sizes) for sizes in zip(*shapes)) for shapes in zip(*row_shapes))
 
 
 def _trim(out: np.ndarray, dims: tuple[int, ...], share: float) -> np.ndarray:

@@ -5,6 +5,7 @@ in shared memory (`shm` segments of the pool, or `slots` arenas of the front end
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,17 @@ class BatchSpec:
     warmups: tuple[tuple[int, int, tuple[tuple[str, tuple[int, ...], str], ...]], ...] = ()
     pad_dynamic: bool = False  # row_inputs: rows of other -1 sizes batch, zero-padded to the largest
     sequence: SequenceSpec | None = None  # a stateful model: the inputs the worker fills in itself
+
+    @property
+    def padded(self) -> bool:
+        """A media model's: its one input zero-padded to each batch's length, every length warmed."""
+        return not self.row_inputs
+
+    @functools.cached_property  # (batches read it per batch)
+    def fields(self) -> tuple[RowInput, ...]:
+        """Every input of a row: `row_inputs`, or a padded model's one input at the row's start (one
+        row layout for every model; `room` only matters for BYTES, which a padded input never is)."""
+        return self.row_inputs or (RowInput(self.input_name, self.input_dims, np.dtype(self.dtype), 0, 0),)
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,11 @@
 
 `submit` (arrays) and `submit_rows` (rows already in slot arenas) return concurrent Futures. One
 monitor thread waits on every worker's pipe and process sentinel: replies resolve futures, a
-sentinel firing means a death. A dead worker is restarted (after a `backoff.Backoff` delay when it
-keeps dying), its models reloaded and its in-flight requests re-sent, each at most `crash_retries`
-times, so every request ends in a result or an exception. A worker with batches in flight that has
-said nothing for `stall_s` (or four times its slowest batch) is stalled: not ready until it answers,
-and never killed, since it may only be slow. `on_change` hears of every death, start, load and stall.
+sentinel firing means a death. A dead worker is restarted, its models reloaded and its in-flight
+requests re-sent, each at most `crash_retries` times (`restarts.py`), so every request ends in a
+result or an exception. A busy worker silent for too long is stalled, not killed (`stalls.py`).
+`on_change` hears of every death, start, load and stall. The pool's side of each worker process
+(pipe, sender thread, state) is a `worker_handle.WorkerHandle`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import itertools
 import logging
 import multiprocessing
 import os
-import queue
 import selectors
-import signal
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,142 +30,19 @@ from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
+from gpu_runtime.vgpu.errors import PoolClosed, WorkerCrashed, WorkerError
 from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
                                        Ready, Row, RowSequence, Run, RunRows, Stop, Unload, Unloaded)
-from gpu_runtime.vgpu.worker import worker_main
+from gpu_runtime.vgpu.restarts import Restarts
+from gpu_runtime.vgpu.stalls import STALL_FLOOR_S, note_stalls
+from gpu_runtime.vgpu.worker_handle import Request, WorkerHandle, WorkerState
+
+__all__ = ["PoolClosed", "WorkerCrashed", "WorkerError", "WorkerPool", "WorkerState"]  # where callers import them
 
 log = logging.getLogger(__name__)
 
 
-class WorkerCrashed(RuntimeError):
-    """The worker died while the request was in flight, more often than the retry budget allows
-    (or it could not start at all)."""
-
-
-class WorkerError(RuntimeError):
-    """The worker raised while serving the request (bad input, unknown model, executor failure)."""
-
-
-class PoolClosed(RuntimeError):
-    pass
-
-
-@dataclass
-class _Request:
-    req: int
-    future: Future
-    message: Load | Unload | Run | RunRows
-    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for Run
-    out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
-    crashes: int = 0
-
-
-@dataclass
-class WorkerState:
-    """What the pool knows about one worker; read it freely, the pool updates it."""
-
-    info: VGpuInfo
-    pid: int | None = None
-    ready: bool = False  # this incarnation is up (False from its death until its successor says Ready)
-    restarts: int = 0
-    alive: bool = True  # False once the worker could not start (it would fail the same way again)
-    error: str | None = None  # why it is not alive
-    last_batch_seconds: float | None = None  # compute time of the last batch, inside the worker
-    loaded: dict[str, dict] = field(default_factory=dict)  # model -> description, this incarnation
-    inflight_runs: int = 0
-    program_builds: int = 0  # shapes built after their model's load (see worker.py), all lifetimes
-    stalled: bool = False  # batches in flight and no word from it for too long (see the module docstring)
-
-    @property
-    def busy(self) -> bool:
-        return self.inflight_runs > 0
-
-    @property
-    def queue_length(self) -> int:
-        """Batches waiting behind the one being computed."""
-        return max(0, self.inflight_runs - 1)
-
-
-STALL_FLOOR_S = 5.0
-STALL_FACTOR = 4  # times a worker's slowest batch: the least silence that makes it stalled
-
-
-class _Worker:
-    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine, backoff: Backoff,
-                 clock: Callable[[], float]):
-        self.state = WorkerState(info)
-        self.clock = clock
-        self.ctx = ctx
-        self.engine = engine
-        self.backoff = backoff
-        self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
-        self.inflight: dict[int, _Request] = {}
-        self.models: dict[str, Load] = {}  # model -> its load message, replayed after a restart
-        self.builds_before = 0  # program builds of the incarnations before this one
-        self.conn = None  # None from a death until the restart
-        self.restart_at: float | None = None  # when a dead worker is started again
-        self.heard = 0.0  # the last reply, or the first batch sent after none was in flight
-        self.slowest_batch = 0.0  # seconds, this incarnation
-        self.start()
-
-    def start(self) -> None:
-        """Start a worker process, with its own pipe and sender thread (one set per incarnation,
-        so nothing queued for a dead worker reaches its successor)."""
-        self.conn, child = self.ctx.Pipe()
-        name = f"atoll-vgpu-{self.state.info.id}"
-        self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.state.info, self.engine), name=name, daemon=True
-        )
-        self.process.start()
-        child.close()
-        self.backoff.started(self.clock())
-        self.state.pid = self.process.pid
-        self.state.ready = False
-        self.state.loaded = {}
-        self.state.stalled = False
-        self.slowest_batch = 0.0
-        self.restart_at = None
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.sender = threading.Thread(
-            target=_send_loop, args=(self.conn, self.outbox), name=f"send-{name}", daemon=True
-        )
-        self.sender.start()
-
-    def stall_deadline(self, floor_s: float) -> float | None:
-        """When this worker counts as stalled if it stays silent; None while nothing is in flight."""
-        if self.conn is None or not self.state.inflight_runs:
-            return None
-        return self.heard + max(floor_s, STALL_FACTOR * self.slowest_batch)
-
-    def send(self, message) -> None:
-        """Queue a message; never blocks, so a worker that is slow to read cannot stall the pool."""
-        self.outbox.put(message)
-
-    def retire(self) -> None:
-        """Stop this incarnation's sender thread after anything already queued; the pool no longer
-        reads its pipe. The thread closes the pipe itself: closed here, a send it had begun could
-        write into the successor's pipe, which may reuse the descriptor number (a re-run then
-        reached the new worker before its models)."""
-        self.outbox.put(None)
-        self.conn = None
-
-
-def _send_loop(conn, outbox: queue.SimpleQueue) -> None:
-    """Send what is queued until `retire`; close the pipe only then, since until then the pool's
-    monitor may still read it (a send fails once the worker dies, before the monitor knows)."""
-    name_this_thread()
-    relay_this_thread()
-    failed = False
-    while (message := outbox.get()) is not None:
-        if not failed:
-            try:
-                conn.send(message)
-            except OSError:  # the worker died; the pool restarts it and re-sends what is in flight
-                failed = True
-    conn.close()
-
-
-class WorkerPool:
+class WorkerPool(Restarts):
     def __init__(
         self,
         infos: list[VGpuInfo],
@@ -200,7 +74,7 @@ class WorkerPool:
         self._stopping = False  # a stop is under way: a worker that dies now is not started again
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: _Worker(info, ctx, self._prefix, engine, dataclasses.replace(backoff),
+        self._workers = {info.id: WorkerHandle(info, ctx, self._prefix, engine, dataclasses.replace(backoff),
                                           clock) for info in infos}  # fmt: skip
         self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
         self._monitor = threading.Thread(
@@ -242,7 +116,7 @@ class WorkerPool:
                 message = Load(next(self._ids), name, os.fspath(onnx_path), executor or self.executor,
                                max_batch, batch, tuple(lengths))
                 worker.models[name] = message
-                futures[vid] = self._dispatch(worker, _Request(message.req, Future(), message))
+                futures[vid] = self._dispatch(worker, Request(message.req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
 
     def unload_model(self, name: str, timeout: float | None = 300.0) -> None:
@@ -255,7 +129,7 @@ class WorkerPool:
                 worker.models.pop(name, None)
                 worker.state.loaded.pop(name, None)
                 message = Unload(next(self._ids), name)
-                futures.append(self._dispatch(worker, _Request(message.req, Future(), message)))
+                futures.append(self._dispatch(worker, Request(message.req, Future(), message)))
         for future in futures:
             future.result(timeout)
 
@@ -278,7 +152,7 @@ class WorkerPool:
             raise
         message = Run(next(self._ids), model, priority, shm.segment_name(in_seg), layout,
                       shm.segment_name(out_seg), out_seg.size)
-        return self._start(worker, _Request(message.req, Future(), message, (in_seg, out_seg),
+        return self._start(worker, Request(message.req, Future(), message, (in_seg, out_seg),
                                             out_key=(model, in_bytes)))
 
     def submit_rows(self, vgpu_id: str, model: str, rows: tuple[Row, ...], length: int | None = None,
@@ -294,9 +168,9 @@ class WorkerPool:
         if not rows:
             raise ValueError("a batch needs at least one row")
         message = RunRows(next(self._ids), model, priority, tuple(rows), length, tuple(sequences), tuple(released))
-        return self._start(worker, _Request(message.req, Future(), message))
+        return self._start(worker, Request(message.req, Future(), message))
 
-    def _live_worker(self, vgpu_id: str) -> _Worker:
+    def _live_worker(self, vgpu_id: str) -> WorkerHandle:
         worker = self._workers.get(vgpu_id)
         if worker is None:
             raise KeyError(f"unknown vGPU {vgpu_id!r}; have {', '.join(self._workers)}")
@@ -306,19 +180,13 @@ class WorkerPool:
             raise PoolClosed(f"vGPU {vgpu_id} is dead: {worker.state.error}")
         return worker
 
-    def _start(self, worker: _Worker, request: _Request) -> Future:
+    def _start(self, worker: WorkerHandle, request: Request) -> Future:
         request.future.set_running_or_notify_cancel()  # a batch in flight cannot be cancelled
         with self._lock:
             if self._closed:
                 self._finish(worker, request, exception=PoolClosed("pool closed"))
                 return request.future
             return self._dispatch(worker, request)
-
-    def stop_restarts(self) -> None:
-        """From now on a worker that dies stays dead and fails what it held: the server is stopping,
-        and a successor would only be stopped again."""
-        with self._lock:
-            self._stopping = True
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop every worker, fail what is still in flight, and unlink every segment."""
@@ -354,7 +222,7 @@ class WorkerPool:
         if self._closed:
             raise PoolClosed("pool closed")
 
-    def _dispatch(self, worker: _Worker, request: _Request) -> Future:
+    def _dispatch(self, worker: WorkerHandle, request: Request) -> Future:
         if not worker.state.alive:
             error = WorkerError(f"{worker.state.info.id} is dead: {worker.state.error}")
             self._finish(worker, request, exception=error)
@@ -390,7 +258,7 @@ class WorkerPool:
                             wanted[worker.conn.fileno()] = (worker, worker.conn)
                             wanted[worker.process.sentinel] = (worker, worker.process)
                     restarts = [w.restart_at for w in self._workers.values() if w.restart_at is not None]
-                    stalled, stalls = self._note_stalls(now)
+                    stalled, stalls = note_stalls(self._workers.values(), now, self.stall_s)
                 if stalled:
                     self.on_change()
                 for fd in [fd for fd, data in watched.items() if wanted.get(fd) != data]:
@@ -416,39 +284,21 @@ class WorkerPool:
         finally:
             selector.close()
 
-    def _receive(self, worker: _Worker) -> None:
+    def _receive(self, worker: WorkerHandle) -> None:
         """One reply: the selector said there is one (Connection.poll builds a selector per call)."""
         try:
             self._on_reply(worker, worker.conn.recv())
         except (EOFError, OSError):  # pipe closed: the sentinel reports the death
             pass
 
-    def _drain(self, worker: _Worker) -> None:
+    def _drain(self, worker: WorkerHandle) -> None:
         try:
             while worker.conn.poll():
                 self._on_reply(worker, worker.conn.recv())
         except (EOFError, OSError):
             pass
 
-    def _note_stalls(self, now: float) -> tuple[bool, list[float]]:
-        """Mark workers whose stall deadline has passed (the lock held): whether any newly is, and
-        the deadlines still to come. A stalled worker has none left to wake for (its past one would
-        keep the monitor spinning)."""
-        newly, upcoming = False, []
-        for worker in self._workers.values():
-            deadline = worker.stall_deadline(self.stall_s)
-            if deadline is None or worker.state.stalled:
-                continue
-            if deadline > now:
-                upcoming.append(deadline)
-                continue
-            worker.state.stalled = newly = True
-            log.warning("vGPU %s: no word for %.1f s with %d batch(es) in flight; its models count as not ready "
-                        "until it answers", worker.state.info.id, now - worker.heard,
-                        worker.state.inflight_runs)  # fmt: skip
-        return newly, upcoming
-
-    def _on_reply(self, worker: _Worker, reply) -> None:
+    def _on_reply(self, worker: WorkerHandle, reply) -> None:
         worker.heard = self.clock()
         if worker.state.stalled:
             with self._lock:
@@ -492,12 +342,12 @@ class WorkerPool:
                 self._ran(worker, reply)
                 self._finish(worker, request, result=layouts)
 
-    def _ran(self, worker: _Worker, reply: Ran | RanRows) -> None:
+    def _ran(self, worker: WorkerHandle, reply: Ran | RanRows) -> None:
         worker.state.last_batch_seconds = reply.seconds
         worker.slowest_batch = max(worker.slowest_batch, reply.seconds)
         worker.state.program_builds = worker.builds_before + reply.program_builds
 
-    def _outputs(self, request: _Request, reply: Ran) -> dict:
+    def _outputs(self, request: Request, reply: Ran) -> dict:
         out_name = request.message.out_segment
         self._out_bytes[request.out_key] = reply.out_bytes
         if reply.overflowed:
@@ -509,7 +359,7 @@ class WorkerPool:
         return {name: view.copy() for name, view in views.items()}
 
     def _finish(
-        self, worker: _Worker, request: _Request, result=None, exception: BaseException | None = None
+        self, worker: WorkerHandle, request: Request, result=None, exception: BaseException | None = None
     ) -> None:
         evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
         request.segments = ()
@@ -522,72 +372,3 @@ class WorkerPool:
         else:
             request.future.set_result(result)
 
-    def _on_death(self, worker: _Worker) -> None:
-        """Reap a dead worker and schedule its successor, at once or after its backoff. What it had
-        in flight waits for the successor, except requests it has now died running more than
-        `crash_retries` times, which fail here (and everything, if it cannot start at all)."""
-        with self._lock:
-            worker.process.join()
-            code = worker.process.exitcode
-            served = worker.state.ready
-            worker.retire()
-            worker.state.ready = False
-            worker.state.loaded = {}
-            worker.builds_before = worker.state.program_builds
-            vgpu = worker.state.info.id
-            if not worker.state.alive:  # it said why it cannot start (Fatal) and exited
-                return
-            if code > 0 and not served:
-                # It exited by itself before serving (e.g. spawn could not import the parent's
-                # __main__): a restart would fail the same way.
-                worker.state.alive = False
-                worker.state.error = f"exited with code {code} during startup (see its stderr)"
-                log.error("vGPU %s: worker %s; vGPU disabled", vgpu, worker.state.error)
-                self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker {worker.state.error}; vGPU disabled"))
-                return
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            if self._stopping:
-                worker.state.alive = False
-                log.info("vGPU %s: worker (pid %d) died (%s) while the server stops; not restarted", vgpu,
-                         worker.state.pid, how)  # fmt: skip
-                self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker died ({how}) while the server stops"))
-                return
-            for req, request in list(worker.inflight.items()):
-                if isinstance(request.message, Run):
-                    shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker
-                request.crashes += 1
-                if request.crashes > self.crash_retries:
-                    del worker.inflight[req]
-                    if isinstance(request.message, Load):
-                        worker.models.pop(request.message.model, None)
-                    self._finish(worker, request, exception=WorkerCrashed(
-                        f"{vgpu}: worker died ({how}) while running this request, {request.crashes} time(s)"))
-            delay = worker.backoff.delay(self.clock())
-            log.warning("vGPU %s: worker (pid %d) died, %s; restarting it%s", vgpu, worker.state.pid, how,
-                        f" in {delay:.1f} s (it died again soon after its last start)" if delay else "")
-            worker.restart_at = self.clock() + delay
-
-    def _start_again(self, worker: _Worker) -> None:
-        """Start the successor of a dead worker (under the lock): reload its models, then re-send
-        what was in flight, in the order it was first sent."""
-        pending = [worker.inflight[r] for r in sorted(worker.inflight)]
-        worker.inflight.clear()
-        worker.state.inflight_runs = 0
-        worker.state.restarts += 1
-        worker.start()
-        pending_loads = {r.message.model for r in pending if isinstance(r.message, Load)}
-        for name, message in worker.models.items():
-            if name not in pending_loads:
-                replay = dataclasses.replace(message, req=next(self._ids))
-                self._dispatch(worker, _Request(replay.req, Future(), replay))
-        for request in pending:
-            self._dispatch(worker, request)
-        self.on_change()
-
-    def _fail_all(self, worker: _Worker, error: BaseException) -> None:
-        with self._lock:
-            pending = list(worker.inflight.values())
-            worker.inflight.clear()
-            worker.state.inflight_runs = 0
-        for request in pending:
-            self._finish(worker, request, exception=error)

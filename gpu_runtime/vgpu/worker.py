@@ -162,8 +162,7 @@ class _Worker:
                 if spec is None:
                     raise KeyError(f"model {message.model!r} was not loaded for rows (no BatchSpec)")
                 self.arenas.setdefault(message.model, set()).update(row.arena for row in message.rows)
-                inputs, release = self.batches.build_inputs(spec, message.rows, message.length,
-                                                            self.sizes[message.model])  # fmt: skip
+                inputs, release = self.batches.build(spec, message.rows, message.length, self.sizes[message.model])
                 self._note_shape(message.model, inputs)
                 if spec.sequence is not None:
                     batch = next(iter(inputs.values())).shape[0] if spec.batched else None
@@ -184,7 +183,7 @@ class _Worker:
         sizes = tuple(description.get("batch_sizes") or ())
         out_row_bytes = 0
         warm = set()
-        for inputs in _warm_up_inputs(spec, sizes):
+        for inputs in _warm_up_inputs(spec, sizes, message.lengths):
             if spec.sequence is not None:
                 batch = next(iter(inputs.values())).shape[0] if spec.batched else None
                 inputs = {**inputs, **warm_up_inputs(spec.sequence, batch)}
@@ -192,14 +191,7 @@ class _Worker:
             states = {s.output_name for s in spec.sequence.states} - set(spec.output_dims) if spec.sequence else set()
             row = {k: v[0] if spec.batched else v for k, v in outputs.items() if k not in states}
             out_row_bytes = max(out_row_bytes, shm.plan({k: np.asarray(v) for k, v in row.items()})[1])
-            warm.add(_shape_key(inputs[spec.input_name].shape, sizes))
-        for length in (message.lengths or (None,)) if not spec.row_inputs else ():
-            shape = full_shape(spec.input_dims, length)
-            for batch in sizes or (1,):
-                x = np.zeros((batch, *shape), spec.dtype)
-                outputs, _ = self.runner.warm_up(message.model, {spec.input_name: x})
-                out_row_bytes = max(out_row_bytes, shm.plan({k: v[0] for k, v in outputs.items()})[1])
-                warm.add(_shape_key(x.shape, sizes))
+            warm.add(_shape_key(inputs[spec.fields[0].name].shape, sizes))
         self.specs[message.model], self.sizes[message.model] = spec, sizes
         self.warm[message.model] = warm
         return {**description, "batch_sizes": list(sizes), "out_row_bytes": out_row_bytes}
@@ -217,9 +209,9 @@ class _Worker:
         """Count a batch whose shape was not built at load (see the module docstring)."""
         warm = self.warm.get(model)
         spec = self.specs.get(model)
-        if warm is None or spec.input_name not in inputs or (spec.row_inputs and not self.sizes[model]):
+        if warm is None or spec.fields[0].name not in inputs or (not spec.padded and not self.sizes[model]):
             return  # (onnxruntime and the like build nothing for a new shape)
-        key = _shape_key(inputs[spec.input_name].shape, self.sizes[model])
+        key = _shape_key(inputs[spec.fields[0].name].shape, self.sizes[model])
         if key not in warm:
             warm.add(key)
             self.program_builds += 1
@@ -270,19 +262,20 @@ class _Worker:
         self.batches.close()
 
 
-def _warm_up_inputs(spec, sizes: tuple[int, ...]):
-    """A model with `row_inputs`: what runs at load. On an executor that builds a program per shape
-    (`sizes`, its batch sizes, given; the executor choice gives it models of fixed shapes only),
-    every batch size, on zeros (empty strings). Then the config's `model_warmup` samples, each as
-    often as it says, as Triton runs them. Nothing else: no shape the model did not ask for is
-    assumed valid (a -1 at its bound may not be)."""
-    if not spec.row_inputs:
-        return
-    for batch in ((sizes if spec.batched else (None,)) if sizes else ()):
-        lead = (batch,) if batch else ()
-        yield {f.name: np.full(lead + f.dims, "" if f.dtype == object else 0, f.dtype) for f in spec.row_inputs}
+def _warm_up_inputs(spec, sizes: tuple[int, ...], lengths: tuple[int, ...] = ()):
+    """What runs at load, on zeros (empty strings): for a padded model every batch size (`sizes`,
+    else 1) at every length it pads to (`lengths`); for any other, on an executor that builds a
+    program per shape (`sizes` given; the executor choice gives it models of fixed shapes only),
+    every batch size. Then the config's `model_warmup` samples, each as often as it says, as Triton
+    runs them. Nothing else: no shape the model did not ask for is assumed valid (a -1 at its bound
+    may not be)."""
+    for length in (lengths or (None,)) if spec.padded else ((None,) if sizes else ()):
+        for batch in (sizes or (1,)) if spec.batched else (None,):
+            lead = (batch,) if batch else ()
+            yield {f.name: np.full(lead + full_shape(f.dims, length), "" if f.dtype == object else 0, f.dtype)
+                   for f in spec.fields}  # fmt: skip
     rng = np.random.default_rng(0)
-    dtypes = {f.name: f.dtype for f in spec.row_inputs}
+    dtypes = {f.name: f.dtype for f in spec.fields}
     for batch, count, inputs in spec.warmups:
         lead = (batch,) if spec.batched else ()
         for _ in range(count):

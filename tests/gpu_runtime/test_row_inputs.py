@@ -1,4 +1,4 @@
-"""Slot rows holding every input of a request (`slots.row_layout`, `BatchBuilder.build_inputs`):
+"""Slot rows holding every input of a request (`slots.row_layout`, `BatchBuilder.build`):
 each input at its aligned offset in its own dtype and shape, rows of equal shapes stacked input by
 input (a lone row run where it is), rows of other shapes refused, a model without batching given
 the row itself; and through the real WorkerPool, a two-input INT32 model warmed in its dtype whose
@@ -51,20 +51,20 @@ def test_rows_of_equal_shapes_batch_input_by_input():
     builder = BatchBuilder()
     try:
         rows = [_write(arena, i, np.arange(5) + 10 * i, np.array([i % 2 == 0, True, False]), spec) for i in range(3)]
-        inputs, release = builder.build_inputs(spec, tuple(rows), None, (1, 2, 4))
+        inputs, release = builder.build(spec, tuple(rows), None, (1, 2, 4))
         assert inputs["ids"].shape == (4, 5) and inputs["ids"].dtype == np.int64  # padded up to the built size 4
         np.testing.assert_array_equal(inputs["ids"][:3], [np.arange(5) + 10 * i for i in range(3)])
         assert not inputs["ids"][3].any() and not inputs["mask"][3].any()
         np.testing.assert_array_equal(inputs["mask"][:3, 0], [True, False, True])
         release()
-        alone, _ = builder.build_inputs(spec, (rows[1],), None, ())
+        alone, _ = builder.build(spec, (rows[1],), None, ())
         arena.input(1, (5,), np.int64)[...] = -1  # run where it is: the slot's own memory
         np.testing.assert_array_equal(alone["ids"], [[-1] * 5])
         other = _write(arena, 3, np.arange(6), np.zeros(3, bool), spec)
         with pytest.raises(ValueError, match="in one batch"):
-            builder.build_inputs(spec, (rows[0], other), None, ())
+            builder.build(spec, (rows[0], other), None, ())
         whole = _spec(FIELDS, batched=False)
-        inputs, _ = builder.build_inputs(whole, (rows[2],), None, ())
+        inputs, _ = builder.build(whole, (rows[2],), None, ())
         assert inputs["ids"].shape == (5,) and inputs["mask"].shape == (3,)
         layouts = builder.scatter(whole, (rows[2],), {"y": np.arange(4.0)}, None)
         assert layouts[0][0][2] == (4,)  # a model without batching: its outputs as they are
@@ -122,10 +122,10 @@ def test_bytes_elements_round_trip_through_a_row_and_their_room_is_bounded():
         for i, words in enumerate((["a", "b"], ["c", "dd"])):
             pack_bytes(words, arena.input(i, (fields[0].room,), np.uint8, 0))
         rows = tuple(Row(arena.name, i, (2,), ((1,),)) for i in range(2))
-        inputs, release = builder.build_inputs(spec, rows, None, (1, 2))
+        inputs, release = builder.build(spec, rows, None, (1, 2))
         assert inputs["text"].tolist() == [["a", "b"], ["c", "dd"]] and inputs["text"].dtype == object
         release()
-        alone, _ = builder.build_inputs(spec, rows[1:], None, ())
+        alone, _ = builder.build(spec, rows[1:], None, ())
         assert alone["text"].tolist() == [["c", "dd"]]
     finally:
         builder.close()
@@ -156,7 +156,7 @@ def test_a_model_that_allows_padding_batches_rows_of_other_lengths_and_gets_its_
             arena.input(i, (n,), np.int64, 0)[...] = np.arange(1, n + 1)
             pack_bytes(["w"] * n, arena.input(i, (fields[1].room,), np.uint8, fields[1].offset))
             rows.append(Row(arena.name, i, (n,), ((n,),)))
-        inputs, _ = builder.build_inputs(spec, tuple(rows), None, ())
+        inputs, _ = builder.build(spec, tuple(rows), None, ())
         assert inputs["ids"].tolist() == [[1, 2, 3, 4, 5], [1, 2, 3, 0, 0]]  # zero-padded to the longest
         assert inputs["t"].tolist() == [["w"] * 5, ["w", "w", "w", "", ""]]
         layouts = builder.scatter(spec, tuple(rows), {"y": inputs["ids"].astype(np.float32) * 2}, None)

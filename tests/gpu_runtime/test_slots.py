@@ -82,15 +82,17 @@ def test_builder_runs_packed_rows_in_place(arena):
     spec = BatchSpec("x", (4, 64), {"y": (64, 3)})
     try:
         rows = tuple(Row(arena.name, i, (4, 64)) for i in (2, 3))
-        batch, release = builder.build(spec, rows, None, ())
+        inputs, release = builder.build(spec, rows, None, ())
+        batch = inputs["x"]
         batch[0, 0, 0] = 5.0  # a view of the slots, not a copy
         assert arena.input(2, (4, 64))[0, 0] == 5.0
         release()
-        gathered, release = builder.build(spec, tuple(Row(arena.name, i, (4, 64)) for i in (3, 2)), None, ())
+        inputs, release = builder.build(spec, tuple(Row(arena.name, i, (4, 64)) for i in (3, 2)), None, ())
+        gathered = inputs["x"]
         gathered[1, 0, 0] = 6.0
         assert arena.input(2, (4, 64))[0, 0] == 5.0  # rows out of order: copied
         release()
-        del batch, gathered  # views pin the mapping
+        del batch, gathered, inputs  # views pin the mapping
     finally:
         builder.close()
 

@@ -24,7 +24,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo, discover_vgpus
-from gpu_runtime.vgpu.pool import PoolClosed, WorkerPool, WorkerCrashed, WorkerError, _send_loop
+from gpu_runtime.vgpu.pool import PoolClosed, WorkerPool, WorkerCrashed, WorkerError
+from gpu_runtime.vgpu.worker_handle import send_loop
 from tests.gpu_runtime.chain_model import matmul_chain, save
 from tests.gpu_runtime.gated_engine import GatedEngine
 
@@ -401,7 +402,7 @@ def test_a_failed_send_leaves_the_pipe_open_until_the_pool_retires_it():
             self.closed = True
 
     pipe, outbox = DeadPipe(), queue.SimpleQueue()
-    sender = threading.Thread(target=_send_loop, args=(pipe, outbox))
+    sender = threading.Thread(target=send_loop, args=(pipe, outbox))
     sender.start()
     for message in ("run", "forget"):
         outbox.put(message)
