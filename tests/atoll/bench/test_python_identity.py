@@ -10,7 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from atoll.bench import python_identity, triton_baseline
+from atoll.bench import python_identity, triton_baseline, triton_sweep
 from atoll.bench.bodies import tensor_body
 from atoll.cli import build_parser
 from atoll.kserve.protocol import HEADER_LENGTH
@@ -49,12 +49,22 @@ def test_python_identity_brings_its_own_repository(repository):
 
 
 def test_tritons_python_backend_answers_the_input(repository):
+    """Real tritonserver where nvidia-pytriton is installed; a change of the instance count alone
+    keeps the instance there was (what triton_sweep.apply waits for)."""
     try:
         triton_baseline.triton_home()
     except triton_baseline.TritonUnavailable as exc:
         pytest.skip(str(exc))
     x = np.random.default_rng(43).standard_normal((2, *python_identity.DIMS)).astype(np.float32)
-    with triton_baseline.server(str(repository), (1,)) as system:
+    specs = {python_identity.PYTHON: load_repository(repository)[python_identity.PYTHON]}
+    with triton_baseline.server(str(repository), (1,), triton_sweep.SERVER_OPTIONS,
+                                python_identity.TRITON_MODELS) as system:  # fmt: skip
+        triton_sweep.apply(system, specs, triton_baseline.TritonSettings(1, queue_delay_us=0))
+        before = triton_sweep._stubs(system, specs)
+        assert len(before) == 1
+        triton_sweep.apply(system, specs, triton_baseline.TritonSettings(2, queue_delay_us=0))
+        after = triton_sweep._stubs(system, specs)
+        assert len(after) == 2 and before < after
         body, headers = tensor_body("INPUT", x)
         url = f"{system.url}/v2/models/{python_identity.PYTHON}/infer"
         with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=120) as reply:
