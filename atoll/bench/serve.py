@@ -16,6 +16,7 @@ import itertools
 import os
 import platform
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -28,7 +29,7 @@ from gpu_runtime.executors import EXECUTOR_CHOICES
 from scheduler.policies import POLICIES
 from tqdm import tqdm
 
-from atoll.bench import cluster_bench, servers, triton_baseline, triton_sweep
+from atoll.bench import cluster_bench, python_identity, servers, triton_baseline, triton_sweep
 from atoll.bench import traffic as traffic_mod
 from atoll.bench.cpu_account import ThreadMeter
 from atoll.bench.cpustat import CpuMeter
@@ -103,6 +104,10 @@ def register(subparsers) -> None:
                         "of the repository not in --mix) is loaded and unloaded over and over; Atoll runs "
                         "in explicit model-control mode")
     p.add_argument("--no-ideal", action="store_true", help="skip the ideal_rps measurement")
+    p.add_argument("--python-identity", action="store_true",
+                   help="instead of --repository and --mix: a Python-backend identity model and the same identity "
+                        "as ONNX (FP32 [3, 224, 224], python_identity.py), each driven alone with ready tensors, "
+                        "no ideal; --baseline triton serves the same model.py under Triton's python backend")
     add_loadgen_options(p)
     p.add_argument("--executor", choices=EXECUTOR_CHOICES, help="passed to `atoll serve`")
     p.add_argument("--backend", choices=BACKEND_CHOICES, help="passed to `atoll serve`")
@@ -340,11 +345,13 @@ class Bench:
         }  # fmt: skip
 
 
-def _systems(args, serve_args: list[str], repository: str, mix: dict, server_cpus: tuple[int, ...]):
+def _systems(args, serve_args: list[str], repository: str, mixes: list[dict], server_cpus: tuple[int, ...]):
     """(name, context manager factory) of every system to drive, Atoll (one server, or clusters) first."""
-
+    driven = set().union(*mixes)  # Triton starts these models' stubs only
+    if args.python_identity:
+        driven &= python_identity.TRITON_MODELS
     if args.cluster:
-        loads = [arg for model in mix for arg in ("--load-model", model)] if not args.load_during else []
+        loads = [arg for model in mixes[0] for arg in ("--load-model", model)] if not args.load_during else []
         out = [(f"{cluster_bench.ENDPOINT}{n}", lambda n=n: cluster_bench.cluster(
             n, [*serve_args, *loads], args.pin_nodes, server_cpus)) for n in cluster_bench.counts(args.cluster)]
     else:
@@ -355,11 +362,24 @@ def _systems(args, serve_args: list[str], repository: str, mix: dict, server_cpu
             out.append(("plain", lambda: servers.plain(repository, server_cpus)))
         else:
             out.append(("triton", lambda: triton_baseline.server(
-                repository, server_cpus, triton_sweep.SERVER_OPTIONS if args.triton_sweep else ())))
+                repository, server_cpus, triton_sweep.SERVER_OPTIONS if args.triton_sweep else (), driven)))
     return out
 
 
 def run(args) -> int:
+    if not args.python_identity:
+        return _run(args, None)
+    if args.repository or args.mix or args.url or args.cluster:
+        print("atoll bench serve: --python-identity brings its own repository and mixes; drop --repository, "
+              "--mix, --url and --cluster", file=sys.stderr)  # fmt: skip
+        return 2
+    with tempfile.TemporaryDirectory(prefix="atoll-identity-") as tmp:
+        args.repository, args.input, args.no_ideal = str(python_identity.write(Path(tmp))), "tensor", True
+        return _run(args, [dict(m) for m in python_identity.MIXES])
+
+
+def _run(args, mixes: list[dict] | None) -> int:
+    """The bench over the mix of --mix, or each of `mixes` in turn (--python-identity)."""
     if not 0.0 <= args.rt_share <= 1.0:
         print(f"atoll bench serve: --rt-share must be between 0 and 1, got {args.rt_share}", file=sys.stderr)
         return 2
@@ -376,7 +396,8 @@ def run(args) -> int:
         if not repository:
             repository = str(demo_repository())
         models = load_repository(repository)
-        mix = traffic_mod.parse_mix(args.mix, models)
+        mixes = mixes or [traffic_mod.parse_mix(args.mix, models)]
+        mix = mixes[0]
     except (ConfigError, RepositoryError, ValueError) as exc:
         print(f"atoll bench serve: {exc}", file=sys.stderr)
         return 2
@@ -391,8 +412,8 @@ def run(args) -> int:
         return 2
     variants = [(protocol, shm) for protocol in protocols for shm in {"off": (False,), "on": (True,),
                                                                       "both": (False, True)}[args.shm]]  # fmt: skip
-    traffics = {kind: traffic_mod.build(models, mix, args.rt_share, media, kind) for kind in inputs}
-    mix_label = "+".join(f"{m}={s:g}" for m, s in mix.items())
+    traffics = {(_mix_label(m), kind): (m, traffic_mod.build(models, m, args.rt_share, media, kind))
+                for m in mixes for kind in inputs}  # fmt: skip
     if args.load_during and (args.load_during not in models or args.load_during in mix):
         print(f"atoll bench serve: --load-during needs a model of the repository outside --mix; got "
               f"{args.load_during!r}", file=sys.stderr)  # fmt: skip
@@ -400,15 +421,18 @@ def run(args) -> int:
     serve_args = _serve_args(args, repository, mix)
     bench = Bench(args, load_cpus, procs, ideal["ideal_rps"] if ideal else None, models)
     rows, summary, skipped = [], [], {}
-    for name, start in _systems(args, serve_args, repository, mix, server_cpus):
+    for name, start in _systems(args, serve_args, repository, mixes, server_cpus):
         try:
             with start() as system:
-                for (kind, traffic), (protocol, shm) in itertools.product(traffics.items(), variants):
+                for ((mix_label, kind), (m, traffic)), (protocol, shm) in itertools.product(traffics.items(),
+                                                                                             variants):
                     labels = {"input": kind, "protocol": protocol, "shm": shm, "mix": mix_label,
                               "images": args.images, "rt_share": args.rt_share}  # fmt: skip
                     why = _unsupported(system, protocol, shm)
+                    if args.python_identity and name == "triton" and set(m) - python_identity.TRITON_MODELS:
+                        why = "Triton's yardstick here is its python backend (the ONNX model is Atoll's alone)"
                     if why:
-                        skipped[f"{name} {_variant(labels)}"] = why
+                        skipped[f"{name} {_variant(labels)}" + (f" {mix_label}" if len(mixes) > 1 else "")] = why
                         continue
                     drive = cluster_bench.drive if isinstance(system, cluster_bench.ClusterSystem) else Bench.drive
                     mine, best = drive(bench, system, traffic, labels)
@@ -416,7 +440,7 @@ def run(args) -> int:
                         more, loading = bench.model_load(system, traffic, labels)
                         mine, best = mine + more, {**best, **loading}
                     if args.rt_isolation:  # both classes present; the point sends each on its own
-                        both = traffic_mod.build(models, mix, 0.5, media, kind)
+                        both = traffic_mod.build(models, m, 0.5, media, kind)
                         more, isolation = bench.rt_isolation(system, both, {**labels, "rt_share": None})
                         mine, best = mine + more, {**best, **isolation}
                     rows += mine
@@ -433,7 +457,8 @@ def run(args) -> int:
         "bench": "serve", "device": device, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": {"cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
                  "load_avg_1min_at_start": round(os.getloadavg()[0], 2)},
-        "config": {"repository": repository, "mix": mix, "rt_share": args.rt_share, "images": args.images,
+        "config": {"repository": repository, "mix": mix if len(mixes) == 1 else mixes, "rt_share": args.rt_share,
+                   "images": args.images,
                    "inputs": list(inputs), "protocols": protocols, "shm": args.shm, "duration_s": args.duration, "warmup_s": args.warmup,
                    "slo_ms": args.slo_ms, "atoll_serve_args": serve_args, "url": args.url,
                    "server_cores": list(server_cpus) or "all", "loadgen_cores": list(load_cpus) or "all",
@@ -479,6 +504,11 @@ def _load_and_unload(url: str, model: str, stop: threading.Event, swaps: list[di
                 pass
             swap[f"{action}_s"] = round(time.monotonic() - start, 3)
         swaps.append(swap)
+
+
+def _mix_label(mix: dict) -> str:
+    """e.g. "mobilenet_v3_small=0.8+citrinet=0.2": a row's "mix"."""
+    return "+".join(f"{m}={s:g}" for m, s in mix.items())
 
 
 def _load(load: dict) -> str:

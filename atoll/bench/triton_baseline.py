@@ -5,7 +5,8 @@ Its Python backend is built against NumPy 1, so it lives in a virtual environmen
 (INSTALL, at the repository root or where `ATOLL_TRITON_VENV` says); where it is missing or cannot
 start, the bench skips Triton and says why. The bench writes a Triton repository beside the served
 one: per model a Python-backend twin (`triton_model`: OpenCV/librosa per request, onnxruntime per
-batch) under the same model and tensor names, so the same request bodies reach it, behind Triton's
+batch) under the same model and tensor names, so the same request bodies reach it (a Python-backend
+model is served as itself, its model.py under Triton's python backend), behind Triton's
 dynamic batcher, one instance per server core unless `TritonSettings` say otherwise (the bench's
 sweep over them: `triton_sweep`).
 """
@@ -103,8 +104,43 @@ def model_config(spec, settings: TritonSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_repository(repository: str, root: Path, settings: TritonSettings) -> None:
+def _type(datatype: str) -> str:
+    return TYPES.get(datatype, f"TYPE_{datatype}")  # Triton's names are KServe's but for BYTES
+
+
+def _tensor(t) -> str:
+    return f'  {{ name: "{t.name}" data_type: {_type(t.datatype)} dims: {_dims(t.dims)} }}'
+
+
+def python_config(spec, settings: TritonSettings) -> str:
+    """config.pbtxt for Triton's python backend serving a Python-backend model's own model.py:
+    its tensors and parameters, batched and instanced as `settings` say (its ready tensors only:
+    Triton has no media preprocessing in front of it)."""
+    preferred = settings.preferred(spec)
+    batching = f"max_queue_delay_microseconds: {settings.queue_delay_us}" + (
+        f" preferred_batch_size: {_dims(preferred)}" if preferred else "")
+    lines = [
+        f'name: "{spec.name}"', 'backend: "python"', f"max_batch_size: {settings.batch_bound(spec)}",
+        "input [", ",\n".join(map(_tensor, spec.inputs)), "]",
+        "output [", ",\n".join(map(_tensor, spec.outputs)), "]",
+        f"dynamic_batching {{ {batching} }}",
+        f"instance_group [ {{ count: {settings.instances} kind: KIND_CPU }} ]",
+        *(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in spec.parameters.items()),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(repository: str, root: Path, settings: TritonSettings, models: set[str] | None = None) -> None:
+    """Per model (of `models`, if given) a twin (`model_config`), or for a Python-backend model its
+    own model.py (`python_config`); ready-tensor models without a Python backend are not served."""
     for name, spec in load_repository(repository).items():
+        if models is not None and name not in models:
+            continue
+        if spec.python is not None:
+            (root / name / "1").mkdir(parents=True)
+            (root / name / "config.pbtxt").write_text(python_config(spec, settings))
+            shutil.copy(spec.path, root / name / "1" / "model.py")
+            continue
         if spec.preprocess == "none":
             continue
         (root / name / "1").mkdir(parents=True)
@@ -150,9 +186,10 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 
 
 
 @contextmanager
-def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()):
-    """Triton serving the twins of `repository` over HTTP and gRPC (`System.grpc`), one instance
-    per server core, with tritonserver's `options` (e.g. its model-control flags) added. The
+def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = (), models: set[str] | None = None):
+    """Triton serving the twins of `repository` (of `models`, if given: no stubs started for
+    nothing) over HTTP and gRPC (`System.grpc`), one instance per server core, with tritonserver's
+    `options` (e.g. its model-control flags) added. The
     System's `about` says its cores and the settings it serves with (`settings`)."""
     home = triton_home()
     cores = len(cpus) if cpus else len(os.sched_getaffinity(0))
@@ -160,7 +197,7 @@ def server(repository: str, cpus: tuple[int, ...], options: tuple[str, ...] = ()
     site_packages = home.parents[1]
     with tempfile.TemporaryDirectory(prefix="atoll-triton-") as tmp:
         root = Path(tmp)
-        write_repository(repository, root / "models", settings)
+        write_repository(repository, root / "models", settings, models)
         port, grpc_port = _free_port(), _free_port()
         libs = site_packages / "nvidia_pytriton.libs"
         env = {**os.environ, "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")])),

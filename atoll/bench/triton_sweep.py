@@ -101,17 +101,18 @@ def apply(system, specs: dict[str, ModelSpec], settings: TritonSettings) -> None
     """Reload the twins of `specs` on `system` (a server started with SERVER_OPTIONS) to serve with
     `settings`, unless they already do; `system.about["settings"]` says what they serve with.
     Triton ends the old instances after the load answers: the reload returns once they are gone,
-    so that no CPU time of theirs is counted in (or, as they vanish, out of) the next point."""
+    so that no CPU time of theirs is counted in (or, as they vanish, out of) the next point: once
+    as many stubs are left as the new settings have instances (a change of the instance count
+    alone keeps the instances there were and adds to them, so none of those ends)."""
     if system.about["settings"] == settings.about():
         return
-    old = _stubs(system, specs)
     for name, spec in specs.items():
         config = _call(f"{system.url}/v2/models/{name}/config")
         _call(f"{system.url}/v2/repository/models/{name}/load",
               {"parameters": {"config": json.dumps(override(config, spec, settings))}})  # fmt: skip
     system.about["settings"] = settings.about()
     deadline = time.monotonic() + LOAD_TIMEOUT_S
-    while old & _stubs(system, specs) and time.monotonic() < deadline:
+    while len(_stubs(system, specs)) > settings.instances * len(specs) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 

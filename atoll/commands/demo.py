@@ -1,4 +1,8 @@
-"""`atoll demo`: start the server on CPU defaults, drive it with generated media, print a summary."""
+"""`atoll demo`: start the server on CPU defaults, drive it with generated media, print a summary.
+
+It drives every model taking a JPEG or WAV (`atoll.preprocess`) and every ensemble whose input
+feeds one (e.g. examples/python_pipeline's `classify`), the ensemble in place of its steps. A
+repository of stateful models only (sequence batching) is not demo material: it says what to run."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from scheduler.policies import POLICIES
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes, synthetic_wav
 from atoll.bench.loadgen import IMAGE_SIZES, Workload, format_table, run_load
+from atoll.repository.demo import demo_repository
+from atoll.repository.specs import ModelSpec, RepositoryError, load_repository
 from atoll.supervisor.server_process import ServerProcess
 
 
@@ -38,29 +44,53 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _workloads(url: str, seed: int, audio_share: float, rt_share: float):
+def media_inputs(specs: dict[str, ModelSpec]) -> dict[str, tuple[str, str]]:
+    """The models the demo drives: name -> (the BYTES input it sends the file to, "image" or
+    "audio"). A media model, or an ensemble with an input some step's media model reads as its
+    file; that model is then driven through the ensemble only."""
+    out = {name: (spec.raw_input, spec.preprocess) for name, spec in specs.items()
+           if spec.ensemble is None and spec.preprocess != "none"}  # fmt: skip
+    steps = set()
+    for name, spec in specs.items():
+        for step in spec.ensemble.steps if spec.ensemble else ():
+            media = specs.get(step.model_name)
+            for key, tensor in step.input_map:
+                if media is not None and media.preprocess != "none" and key == media.raw_input:
+                    out[name] = (tensor, media.preprocess)
+                    steps.add(step.model_name)
+    return {name: found for name, found in out.items() if name not in steps}
+
+
+def _workloads(url: str, media: dict[str, tuple[str, str]], seed: int, audio_share: float, rt_share: float):
     rng = np.random.default_rng(seed)
     with urllib.request.urlopen(urllib.request.Request(f"{url}/v2/repository/index", method="POST")) as r:
-        index = json.load(r)
+        served = {entry["name"] for entry in json.load(r) if entry.get("state", "READY") == "READY"}
     workloads = []
-    for entry in index:
-        with urllib.request.urlopen(f"{url}/v2/models/{entry['name']}") as r:
-            meta = json.load(r)
-        raw = next((i for i in meta["inputs"] if i["datatype"] == "BYTES"), None)
-        if raw is None:
+    for name, (raw, kind) in media.items():
+        if name not in served:
             continue
-        if raw["name"] == "image":
+        if kind == "image":
             files = [jpeg_bytes(*IMAGE_SIZES[i % len(IMAGE_SIZES)], seed=seed + i) for i in range(24)]
             weight = 1.0 - audio_share
         else:
             files = [synthetic_wav(rng, float(rng.uniform(1.0, 8.0))) for _ in range(8)]
             weight = audio_share
-        for priority, share, label in ((0, 1.0 - rt_share, meta["name"]),
-                                       (1, rt_share, f"{meta['name']} (rt)")):  # fmt: skip
+        for priority, share, label in ((0, 1.0 - rt_share, name), (1, rt_share, f"{name} (rt)")):
             if weight * share > 0:
-                bodies = [infer_body(raw["name"], [f], priority) for f in files]
-                workloads.append(Workload(meta["name"], raw["name"], bodies, weight * share, label))
+                bodies = [infer_body(raw, [f], priority) for f in files]
+                workloads.append(Workload(name, raw, bodies, weight * share, label))
     return workloads
+
+
+def _nothing_to_drive(repository, specs: dict[str, ModelSpec]) -> str:
+    """What to say (and to run instead) when no model takes a JPEG or WAV."""
+    stateful = sorted(name for name, spec in specs.items() if spec.sequence is not None)
+    if not stateful:
+        return "atoll demo: the repository serves no model with a JPEG/WAV input"
+    return (f"atoll demo: the repository serves no model with a JPEG/WAV input; {', '.join(stateful)} "
+            "take sequences (sequence batching), which the demo does not drive: run `atoll serve "
+            f"--repository {repository}` and send sequences with Triton's sequence example clients or "
+            "sequence_id/sequence_start/sequence_end requests (examples/sequence_accumulator/README.md)")
 
 
 def _batch_summary(url: str) -> dict[str, float]:
@@ -90,10 +120,20 @@ def run(args) -> int:
     extra = [f"--{flag}={value}" for flag, value in
              (("repository", args.repository), ("executor", args.executor), ("policy", args.policy))
              if value]  # fmt: skip
+    repository = args.repository or demo_repository(progress=not args.json)
+    try:
+        specs = load_repository(repository)
+    except RepositoryError as exc:
+        print(f"atoll demo: {exc}", file=sys.stderr)
+        return 2
+    media = media_inputs(specs)
+    if not media:  # said before a server starts for nothing
+        print(_nothing_to_drive(repository, specs), file=sys.stderr)
+        return 2
     with ServerProcess(extra) as server:
-        workloads = _workloads(server.url, args.seed, args.audio_share, args.rt_share)
+        workloads = _workloads(server.url, media, args.seed, args.audio_share, args.rt_share)
         if not workloads:
-            print("atoll demo: the repository serves no model with a JPEG/WAV input", file=sys.stderr)
+            print("atoll demo: the server serves none of " + ", ".join(media), file=sys.stderr)
             return 2
         summary = asyncio.run(run_load(server.url, workloads, args.requests, args.rate, args.arrival,
                                        args.seed, progress=not args.json))  # fmt: skip
