@@ -1,7 +1,7 @@
 // jpeg_decode.h: the JPEG decode unit. decode_scan runs the entropy decoder over the interleaved
 // scan (MCU order, DC prediction, restart intervals), dequantises and inverse-transforms each
-// block into per-component planes in the frame store; emit_rgb_rows then upsamples the chroma
-// planes row by row and converts to RGB, streaming pixels in raster order.
+// block into per-component planes in the frame store; load_component_rows gives the plane rows an
+// output row needs to the upsampling + colour unit's feed (upsample_feed.h).
 #pragma once
 #include <cstdint>
 
@@ -142,56 +142,6 @@ inline void load_component_rows(const Beat* frame, const JpegFrame& f, const Jpe
   const uint32_t j = (y & 1) ? (i + 1 < c.height ? i + 1 : i) : (i > 0 ? i - 1 : 0);
   load_row(frame, c, i, near);
   load_row(frame, c, j, far);
-}
-
-// Sample x of output row y of component c at full resolution.
-inline uint8_t component_sample(const JpegFrame& f, const JpegComponent& c, const uint8_t near[kMaxStride],
-                                const uint8_t far[kMaxStride], uint32_t y, uint32_t x) {
-  const bool h2 = c.h < f.hmax;
-  if (c.v == f.vmax) return h2 ? upsample_h2_at(near, c.width, x) : near[x];
-  return h2 ? upsample_h2v2_at(near, far, c.width, x) : upsample_v2_at(near, far, y & 1, x);
-}
-
-// Streams the decoded frame as RGB pixels, row-major, packed as the post-decode unit reads them:
-// per row, the plane rows each component needs are loaded a beat per cycle, then one pipelined
-// pass upsamples, converts and emits a pixel per cycle.
-inline void emit_rgb_rows(const Beat* frame, const JpegFrame& f, hls::stream<uint32_t>& out) {
-  ColorTables tables;
-  build_color_tables(tables);
-  uint8_t near[kMaxComponents][kMaxStride], far[kMaxComponents][kMaxStride];
-#pragma HLS ARRAY_PARTITION variable = near cyclic factor = 64 dim = 2
-#pragma HLS ARRAY_PARTITION variable = far cyclic factor = 64 dim = 2
-rgb_rows:
-  for (uint32_t y = 0; y < f.height; ++y) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-  rgb_loads:
-    for (uint32_t ci = 0; ci < f.n_components; ++ci) {
-#pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
-      load_component_rows(frame, f, f.comp[ci], y, near[ci], far[ci]);
-    }
-  rgb_pixels:
-    for (uint32_t x = 0; x < f.width; ++x) {
-#pragma HLS LOOP_TRIPCOUNT max = kTypicalDim
-#pragma HLS PIPELINE II = 1
-      uint8_t s[kMaxComponents];
-#pragma HLS ARRAY_PARTITION variable = s complete
-    rgb_samples:
-      for (uint32_t ci = 0; ci < kMaxComponents; ++ci) {
-        s[ci] = ci < f.n_components ? component_sample(f, f.comp[ci], near[ci], far[ci], y, x) : 0;
-      }
-      Pixel p;
-      if (f.n_components == 1) {
-        p.c[0] = p.c[1] = p.c[2] = s[0];
-      } else if (f.rgb) {
-        p.c[0] = s[0];
-        p.c[1] = s[1];
-        p.c[2] = s[2];
-      } else {
-        p = ycc_to_rgb(tables, s[0], s[1], s[2]);
-      }
-      out.write(pack_pixel(p));
-    }
-  }
 }
 
 }  // namespace atoll_image
