@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def build_shared_library(sources: list[Path], headers: list[Path], build_dir: Pa
     if output.exists():
         return output
     build_dir.mkdir(parents=True, exist_ok=True)
-    partial = output.with_suffix(".tmp")
+    partial = output.with_suffix(f".{os.getpid()}.tmp")  # pytest-xdist's workers may build it at once
     command = ["g++", *CXXFLAGS, *(f"-I{d}" for d in INCLUDE_DIRS), "-o", str(partial), *map(str, sources)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
