@@ -71,3 +71,10 @@ def descriptor_sources(unit: str) -> list[Path]:
 def run_testbench(unit: str, parameters: dict, build_dir: Path, extra_env: dict[str, str]) -> None:
     """Builds the unit's descriptor's Verilog with unit on top, runs sim_tb/<unit>/test_<unit>.py."""
     run_cocotb(unit, descriptor_sources(unit), SIM_TB / unit / f"test_{unit}.py", parameters, build_dir, extra_env)
+
+
+def random_pauses(rng, probability: float):
+    """A pause generator for cocotbext-axi's sources and sinks: idle or backpressure in about
+    `probability` of the cycles, from `rng` (a NumPy Generator) so a failing run repeats."""
+    while True:
+        yield bool(rng.random() < probability)

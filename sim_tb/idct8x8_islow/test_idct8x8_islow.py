@@ -24,7 +24,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 from scipy.fft import dctn
 
 from sim_tb.c_model import build_shared_library
-from sim_tb.cocotb_run import run_testbench
+from sim_tb.cocotb_run import random_pauses, run_testbench
 
 UNIT = "idct8x8_islow"
 HERE = Path(__file__).resolve().parent
@@ -155,11 +155,6 @@ def pack_rows(cfg: Config, coef: np.ndarray, quant: np.ndarray) -> list[bytes]:
             word |= lane << (k * cfg.lane_width)
         beats.append(word.to_bytes(nbytes, "little"))
     return beats
-
-
-def random_pauses(rng: np.random.Generator, probability: float):
-    while True:
-        yield bool(rng.random() < probability)
 
 
 async def reset(dut) -> None:

@@ -29,7 +29,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from sim_tb.c_model import HLS, build_shared_library
-from sim_tb.cocotb_run import descriptor_sources, run_testbench
+from sim_tb.cocotb_run import descriptor_sources, random_pauses, run_testbench
 
 UNIT = "image_postdecode"
 HERE = Path(__file__).resolve().parent
@@ -125,11 +125,6 @@ def pixel_beats(image: np.ndarray) -> bytes:
     padded = np.zeros((h, -(-w // per_beat) * per_beat, 4), np.uint8)
     padded[:, :w, :3] = image
     return padded.tobytes()
-
-
-def random_pauses(rng: np.random.Generator, probability: float):
-    while True:
-        yield bool(rng.random() < probability)
 
 
 class Harness:

@@ -29,7 +29,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from sim_tb.c_model import HLS, build_shared_library
-from sim_tb.cocotb_run import RTL, run_testbench
+from sim_tb.cocotb_run import RTL, random_pauses, run_testbench
 
 UNIT = "upsample_color"
 HERE = Path(__file__).resolve().parent
@@ -121,11 +121,6 @@ def case_data(case, seed: int):
     rgb = corpus_photo(max(height, 8), max(width, 8), seed)[:height, :width]
     beats = column_beats(component_planes(rgb, mode), width, height, mode, rng)
     return beats, width, height, mode
-
-
-def random_pauses(rng: np.random.Generator, probability: float):
-    while True:
-        yield bool(rng.random() < probability)
 
 
 class Harness:
