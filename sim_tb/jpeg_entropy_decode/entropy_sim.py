@@ -162,6 +162,28 @@ def blocks(beats: np.ndarray) -> np.ndarray:
     return out
 
 
+CORRUPT = 2  # the status word's CORRUPT (hls/image/image_types.h)
+
+
+def matched_scans(expected, results: list, to_blocks) -> list[tuple[str, object, np.ndarray]]:
+    """Checks each simulated scan against the reference's `expected` (names, status<i>, blocks<i>):
+    equal status, and equal blocks (`to_blocks(beats)`), a CORRUPT scan's up to where either stopped.
+    Returns (name, result, blocks) per scan for the caller's own checks."""
+    assert len(results) == len(expected["names"]), "a scan hung: the harness stopped at the cycle limit"
+    matched = []
+    for i, (name, got) in enumerate(zip(expected["names"], results)):
+        status = int(expected[f"status{i}"])
+        assert got.status == status, (name, got.status, status)
+        decoded, want = to_blocks(got.beats), expected[f"blocks{i}"]
+        if got.status == CORRUPT:
+            n = min(len(decoded), len(want))
+            np.testing.assert_array_equal(decoded[:n], want[:n], err_msg=str(name))
+        else:
+            np.testing.assert_array_equal(decoded, want, err_msg=str(name))
+        matched.append((str(name), got, decoded))
+    return matched
+
+
 def _simulator_build(simulator: str, core: bool, params: dict[str, int]) -> list[str]:
     """Compiles the harness once per (sources, parameters); returns the command that runs it."""
     sources = CORE_SOURCES if core else SOURCES
