@@ -7,7 +7,8 @@ the worker path: atoll/bench/rt_worker.py).
 - the longest kernel of every model run as best-effort work: each launch timed `reps` times;
 - the blocking: real-time rows of each model preempting saturating best-effort work (every BE
   model on a stream of its own, closed loops): the largest response over the model's median
-  alone, times the margin.
+  alone, less the platform's stall, times the margin;
+- the platform's stall: a `StallProbe` runs through all of it.
 
 The measuring threads take the OS priorities of served work (`gpu_runtime.priority`): real-time
 rows are sent from a SCHED_FIFO thread where the OS permits, as the benchmark's clients are. Each
@@ -19,16 +20,14 @@ for the rest, a 50 ms stall no served load at the envelopes meets.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import Future
 
 import numpy as np
 from gpu_runtime.executors.quiet import freeze_after_load
-from gpu_runtime.priority import RT_FIFO, RT_FIFO_ENV, Priority, prioritise_this_thread
+from gpu_runtime.priority import Priority, prioritise_this_thread
 from scheduler.reef import Reef
 from scheduler.rt_profile import ModelWcet, WcetProfile
 
@@ -52,20 +51,43 @@ def on_thread(priority: Priority, fn, *args):
     return result.result()
 
 
-def rt_throttle_s() -> float:
-    """The longest Linux's real-time throttling may stop a SCHED_FIFO thread: when a core's
-    real-time threads (this process's and every other's) have run `sched_rt_runtime_us` of a
-    `sched_rt_period_us` period, they wait for the next one. A platform's blocking, read from the
-    kernel, not measured: a probe sees it only when the core's real-time load happens to peak.
-    0 where real-time threads are ordinary here or throttling is off."""
-    if int(os.environ.get(RT_FIFO_ENV, RT_FIFO)) <= 0:
-        return 0.0
-    try:
-        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
-        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
-    except (OSError, ValueError):
-        return 0.0
-    return 0.0 if runtime < 0 else max(0, period - runtime) * 1e-6
+class StallProbe:
+    """A top-priority thread of this process (SCHED_FIFO where the OS permits) that asks to wake
+    every `period_s`: how late it woke is the core taken away by the platform (the hypervisor, the
+    kernel's real-time throttling, another process's higher-priority threads), which no analysis of
+    this process's work can see; its largest lateness, times the margin, is the analysis' stall term
+    (scheduler/rt_profile.py). Linux's throttling (`sched_rt_period_us - sched_rt_runtime_us`,
+    50 ms by default) is one such stall: measured when it happens, not assumed."""
+
+    def __init__(self, period_s: float = 0.005):
+        self.period_s = period_s
+        self.late_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-stall-probe", daemon=True)
+
+    def __enter__(self) -> "StallProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        prioritise_this_thread(Priority.RT)
+        while not self._stop.is_set():
+            due = time.perf_counter() + self.period_s
+            time.sleep(self.period_s)
+            self.late_s.append(time.perf_counter() - due)
+
+    @property
+    def max_late_s(self) -> float:
+        return max(self.late_s, default=0.0)
+
+    def summary(self) -> dict:
+        late = self.late_s
+        return {"wake_ups": len(late), "max_late_ms": round(self.max_late_s * 1e3, 3),
+                "over_50ms": sum(1 for v in late if v > 0.05)}
 
 
 def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: threading.Event | None = None) -> None:
@@ -155,6 +177,14 @@ def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: floa
     """A WCET profile: `rt` {model: {batch: program}} measured as real-time work, `be` {model:
     program} as the best-effort load (their longest kernels and the blocking); `inputs` holds
     {model: {batch: inputs}} for `rt` and {model: inputs} for `be`."""
+    with StallProbe() as probe:
+        models, excess = _measured(kind, rt, be, inputs, runs, margin, blocking_requests)
+    stall = probe.max_late_s
+    return WcetProfile(kind, margin, max(0.0, excess - stall) * margin, models, source, stall * margin)
+
+
+def _measured(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: float, blocking_requests: int):
+    """(models' WCETs, the largest excess of a response beside the BE load)."""
     models, medians = {}, {}
     for name, by_batch in rt.items():
         alone = {b: on_thread(Priority.RT, execution_runs, kind, p, inputs[name][b], runs)
@@ -171,6 +201,5 @@ def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: floa
     beside = responses_beside_be(kind, {n: rt[n][b] for n, b in smallest.items()},
                                  {n: inputs[n][b] for n, b in smallest.items()}, be, {n: inputs[n] for n in be},
                                  blocking_requests)  # fmt: skip
-    blocking = max(max(v) - medians[n] for n, v in beside.items()) * margin + rt_throttle_s()
-    return WcetProfile(kind, margin, blocking, models, source)
+    return models, max(max(v) - medians[n] for n, v in beside.items())
 

@@ -21,6 +21,7 @@ from gpu_runtime.vgpu.discovery import discover
 from gpu_runtime.vgpu.pool import WorkerPool
 from scheduler.rt_profile import WcetProfile
 
+from atoll.bench.rt_wcet import StallProbe
 from atoll.bench.rt_worker import on_worker
 from atoll.commands.profile import parse_batches
 from atoll.repository.demo import demo_repository
@@ -77,18 +78,19 @@ def run_profile(args: argparse.Namespace) -> int:
             raise ValueError(f"no vGPU {args.vgpu!r}; found {', '.join(v.id for v in vgpus)}")
         out = args.out or profile_path(info.profile_kind)
         models, blocking = {}, 0.0
-        with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
+        with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool, StallProbe() as probe:
             for name in args.models:
                 pool.load_model(name, specs[name].path, max_batch=batches[-1])
                 print(f"rt profile: {name} on {info.id}", file=sys.stderr)
                 models[name], seen = on_worker(pool, info.id, specs[name], batches, args.runs, args.margin,
-                                               args.probes)  # fmt: skip
+                                               args.probes, probe)  # fmt: skip
                 blocking = max(blocking, seen)
         source = (f"measured by `atoll rt profile` {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
                   f"{info.name} vGPU {info.id}, executor {pool.executor}: largest of {args.runs} real-time "
                   f"batches alone x {args.margin}; blocking: largest of {args.probes} beside a best-effort "
-                  "closed loop of the same model, over its median alone, x the margin")  # fmt: skip
-        profile = WcetProfile(info.profile_kind, args.margin, blocking, models, source)
+                  "closed loop of the same model, over its median alone, less the platform's stall, x the margin; "
+                  "stall: a stall probe's largest lateness throughout, x the margin")  # fmt: skip
+        profile = WcetProfile(info.profile_kind, args.margin, blocking, models, source, probe.max_late_s * args.margin)
         if out.is_file():
             profile = load_wcet_profile(out).merged(profile)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +102,7 @@ def run_profile(args: argparse.Namespace) -> int:
         m = profile.models[name]
         print(f"{name}: WCET {', '.join(f'b{b} {w * 1e3:.2f} ms' for b, w in sorted(m.execution_s.items()))}; "
               f"preprocess {m.preprocess_s * 1e3:.2f} ms")
-    print(f"blocking {profile.blocking_s * 1e3:.2f} ms; wrote {out}")
+    print(f"blocking {profile.blocking_s * 1e3:.2f} ms; platform stall {profile.stall_s * 1e3:.2f} ms; wrote {out}")
     return 0
 
 

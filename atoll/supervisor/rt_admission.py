@@ -92,14 +92,15 @@ def bounds_for(declared: dict[str, tuple[ModelSpec, Declaration]], profiles: dic
         if missing:
             raise RtRefused(f"no WCET of real-time model(s) {', '.join(map(repr, missing))} on {kind!r} vGPUs in "
                             f"{profile_path(kind)} (measure it: atoll rt profile)")  # fmt: skip
-        stages = [Stage(kind, profile.blocking_s, {n: profile.models[n].per_row_s() for n in declared})]
+        stages = [Stage(kind, profile.blocking_s, {n: profile.models[n].per_row_s() for n in declared},
+                        profile.stall_s)]  # fmt: skip
         media = {n: profile.models[n].preprocess_s for n, (spec, _) in declared.items() if spec.padded}
         if media:
             unmeasured = [n for n, v in media.items() if v <= 0]
             if unmeasured:
                 raise RtRefused(f"no preprocessing WCET of real-time model(s) {', '.join(map(repr, unmeasured))} "
                                 f"in {profile_path(kind)}")  # fmt: skip
-            stages.append(Stage(PREPROCESS, 0.0, media))
+            stages.append(Stage(PREPROCESS, 0.0, media, profile.stall_s))
         models = [RtModel(n, d.envelope, d.deadline_s, ((PREPROCESS,) if n in media else ()) + (kind,))
                   for n, (_, d) in declared.items()]  # fmt: skip
         for name, bound in analyse(models, stages).items():
