@@ -12,8 +12,8 @@ What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) 
   times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
   (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
   by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
-  Less the platform's stall (below) that the same probes may have met: the two are added again in
-  the analysis, so a response's excess is counted once;
+  A probe's excess may hold a platform stall (below) as well: counted in both terms, the safe
+  side (a BE kernel holding the core and a stall may come together);
 - the platform's `stall_s`: the largest lateness of a stall probe (a top-priority thread asking to
   wake every few ms) over the whole measurement, times the margin: the core taken away by the
   hypervisor, the kernel's real-time throttling or another process's higher-priority threads,

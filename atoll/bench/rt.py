@@ -290,14 +290,15 @@ def run(args) -> int:
     # stalls (throttling, the interpreter lock held by a preempted BE thread) peak with the
     # real-time load: the set admitted so far runs at its envelopes for --calibrate-s, with the
     # stall probe; the platform's stall is the largest it saw in either, and the blocking at least
-    # the most any response exceeded every model's measured run by together, less that stall.
+    # the most any response exceeded every model's measured run by together (which may hold a
+    # stall as well: counted in both, the safe side).
     calibration = run_phase(kind, args.policy, admitted, programs, inputs, be, None, args.calibrate_s,
                             args.seed + 3) if admitted and args.calibrate_s > 0 else None  # fmt: skip
     together = sum(m.observed_max_s[1] for n, m in profile.models.items() if n in programs)
     if calibration:
         stall_seen = max(stall_seen, calibration["max_stall_s"])
         worst = max(max(t.response_s, default=0.0) for t in calibration["tallies"].values())
-        calibrated = max(0.0, worst - together - stall_seen) * args.margin
+        calibrated = max(0.0, worst - together) * args.margin
     else:
         calibrated = 0.0
     blocking, stall = max(probed, calibrated), stall_seen * args.margin

@@ -101,8 +101,8 @@ def bounds_for(declared: dict[str, tuple[ModelSpec, Declaration]], profiles: dic
                 raise RtRefused(f"no preprocessing WCET of real-time model(s) {', '.join(map(repr, unmeasured))} "
                                 f"in {profile_path(kind)}")  # fmt: skip
             stages.append(Stage(PREPROCESS, 0.0, media, profile.stall_s))
-        models = [RtModel(n, d.envelope, d.deadline_s, ((PREPROCESS,) if n in media else ()) + (kind,))
-                  for n, (_, d) in declared.items()]  # fmt: skip
+        models = [RtModel(n, d.envelope, d.deadline_s, ((PREPROCESS,) if n in media else ()) + (kind,),
+                          profile.front_end_s) for n, (_, d) in declared.items()]  # fmt: skip
         for name, bound in analyse(models, stages).items():
             if name not in worst or bound.total_s > worst[name].total_s:
                 worst[name] = bound
@@ -159,6 +159,10 @@ class RealTime:
             del self.declared[name]
             self.guard.forget(name)
             self.bounds = bounds_for(self.declared, self.profiles) if self.declared else {}
+
+    def bounds_ms(self) -> dict[str, float]:
+        """Each declared model's bound now, in ms (its config answer's `atoll.rt.bound_ms`)."""
+        return {name: b.total_s * 1e3 for name, b in self.bounds.items()}
 
     def route(self, model: str, rows: int, now: float) -> Verdict:
         verdict, reason = self.guard.classify(model, rows, now)
