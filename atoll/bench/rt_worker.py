@@ -70,7 +70,7 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
     finally:
         stop.set()
         loop.join()
-    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)]) * margin
+    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin
     preprocess = preprocess_s(spec) * margin
     observed = {b: max(v) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking
