@@ -357,6 +357,9 @@ def run(args) -> int:
         "bound_over_max": {m: r["bound_over_max"] for m, r in admitted_phase.items()},
         "misses": sum(r["misses"] for r in admitted_phase.values()),
         "real_time_requests": sum(r["real_time"] for r in admitted_phase.values()),
+        # the analysis' premise: no platform stall longer than the one measured before the run
+        "platform_stall_term_ms": round(stall * 1e3, 3),
+        "largest_stall_in_run_ms": phases.get("admitted", {}).get("platform_stalls", {}).get("max_late_ms"),
     }
     _, dev, description = make_device(kind)
     dev.close()
@@ -392,6 +395,7 @@ def run(args) -> int:
                          f"over the bound {r['over_bound']}")
     lines.append(f"admitted phase: {acceptance['real_time_requests']} real-time requests, {acceptance['misses']} "
                  f"misses, {acceptance['responses_over_bound']} over the bound, bound / max "
-                 f"{acceptance['bound_over_max']}")
+                 f"{acceptance['bound_over_max']}; platform stall term {acceptance['platform_stall_term_ms']} ms, "
+                 f"largest stall in the run {acceptance['largest_stall_in_run_ms']} ms")
     emit(out, path, args.json, lines)
     return 0

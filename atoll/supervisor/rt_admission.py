@@ -11,7 +11,8 @@ deadline (its requests are real-time by their Triton priority, or its `default_p
 
 Admission (`check`, before a load or a config change replaces anything): the response-time
 analysis (scheduler/rt_analysis.py) over every declared model with the WCETs of the profile of
-each vGPU kind served (`batching/profiles/rt_<kind>.json`, `atoll rt profile`); a model's row may
+each vGPU kind served (`batching/profiles/rt_<kind>.json`, or the folder `$ATOLL_RT_PROFILES`
+names; `atoll rt profile`); a model's row may
 run on any vGPU (real-time rows go to the one with the fewest in flight), so every vGPU's stage
 counts every declared model, and a model's bound is the largest over the kinds. A media model's
 rows also cross the preprocessing stage (its profiled `preprocess_ms`). Real-time rows skip the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +77,11 @@ def declaration(spec: ModelSpec) -> Declaration | None:
     return Declaration(envelope, deadline_ms * 1e-3, on_violation)
 
 
+PROFILES_ENV = "ATOLL_RT_PROFILES"  # a folder of rt_<kind>.json to read instead of the shipped ones
+
+
 def profile_path(kind: str) -> Path:
-    return SHIPPED / f"rt_{kind}.json"
+    return Path(os.environ.get(PROFILES_ENV) or SHIPPED) / f"rt_{kind}.json"
 
 
 def load_wcet_profile(path: Path) -> WcetProfile:
