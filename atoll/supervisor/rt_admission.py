@@ -5,19 +5,23 @@ deadline (its requests are real-time by their Triton priority, or its `default_p
 
     atoll.rt.rate_per_s    rows a second it may send, sustained (required)
     atoll.rt.burst         rows it may send at once (default 1)
-    atoll.rt.deadline_ms   relative deadline of one request, arrival at the dispatcher to answer (required)
+    atoll.rt.deadline_ms   relative deadline of one request, arrival at the front end to its answer
+                           (required; the bound adds the profile's measured front-end hops to the
+                           dispatcher's part: the network to a remote client is not in it)
     atoll.rt.on_violation  `demote` (default: run as best-effort) or `refuse` rows beyond the
                            envelope, and every row of a model that overran its budget
 
 Admission (`check`, before a load or a config change replaces anything): the response-time
 analysis (scheduler/rt_analysis.py) over every declared model with the WCETs of the profile of
 each vGPU kind served (`batching/profiles/rt_<kind>.json`, or the folder `$ATOLL_RT_PROFILES`
-names; `atoll rt profile`); a model's row may
-run on any vGPU (real-time rows go to the one with the fewest in flight), so every vGPU's stage
-counts every declared model, and a model's bound is the largest over the kinds. A media model's
-rows also cross the preprocessing stage (its profiled `preprocess_ms`). Real-time rows skip the
-batcher, so its wait is 0. A load that would make any admitted model miss its deadline is refused,
-naming the model, its bound and its deadline.
+names; `atoll rt profile`); a model's row may run on any vGPU (real-time rows go to the one with
+the fewest in flight), so every vGPU's stage counts every declared model, and a model's bound is
+the largest over the kinds. A media model's rows also cross the preprocessing stage (its profiled
+`preprocess_ms`). Every stage counts the platform's measured stall (`stall_ms`); the front end's
+hops (`front_end_ms`) are a fixed delay. Real-time rows skip the batcher, so its wait is 0. A load
+that would make any admitted model miss its deadline is refused, naming the model, its bound and
+its deadline; the bounds go to the front ends, whose config answers show them
+(`atoll.rt.bound_ms`, atoll/wire/rt_bounds.py).
 
 Enforcement (`route`, `ran`): `scheduler.rt_envelope.RtGuard` per declared model; a real-time
 batch's budget is the vGPU stage's bound (its run, the rows ahead of it and the blocking), from
