@@ -33,8 +33,8 @@ from atoll.wire import channel
 from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
-from atoll.wire.rt_bounds import RtBounds
 from atoll.wire.responses import Response
+from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 4096
