@@ -96,7 +96,7 @@ def run_profile(args: argparse.Namespace) -> int:
         source = (f"measured by `atoll rt profile` {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
                   f"{info.name} vGPU {info.id}, executor {pool.executor}: largest of {args.runs} real-time "
                   f"batches alone x {args.margin}; blocking: largest of {args.probes} beside a best-effort "
-                  "closed loop of the same model, over its median alone, less the platform's stall, x the margin; "
+                  "closed loop of the same model, over its median alone, x the margin; "
                   "stall: a stall probe's largest lateness while they ran, x the margin; front end: largest "
                   f"round trip of {args.hop_requests} real-time requests of a near-empty model over HTTP on this "
                   "machine, x the margin")  # fmt: skip
