@@ -17,7 +17,7 @@ from atoll.repository.specs import ModelSpec, TensorSpec
 from atoll.supervisor.dispatcher import Dispatcher, FrontEndLink
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.model_control import ModelControl
-from atoll.supervisor.rt_admission import RealTime, RtRefused, declaration
+from atoll.supervisor.rt_admission import PROFILES_ENV, RealTime, RtRefused, declaration
 from atoll.wire.channel import Failure, Submit
 from atoll.wire.model_control import IndexModels, LoadModel
 from tests.atoll.supervisor.test_dispatcher import PLANS, POLICY, StandInPool, Writer, row, settle
@@ -129,3 +129,20 @@ def test_a_refused_config_change_leaves_the_served_version_serving(tmp_path):
              "reason": "real-time model 'a' would miss its deadline: bound 11.000 ms > deadline 5.000 ms"}]
 
     asyncio.run(go())
+
+
+def test_the_shipped_cpu_profile_admits_the_zoos_image_models_declared_real_time(monkeypatch):
+    """batching/profiles/rt_cpu.json: a declared zoo model loads without `atoll rt profile` first;
+    its bound holds its preprocessing, the platform's stall and the front end's hops."""
+    monkeypatch.delenv(PROFILES_ENV, raising=False)
+    r = RealTime(["cpu"])
+    for name in ("mobilenet_v3_small", "squeezenet1_1"):
+        image = ModelSpec(name, "1", Path("m.onnx"), "onnxruntime_onnx", 32, [TensorSpec("input", "FP32", (3, 224, 224))],
+                          [TensorSpec("logits", "FP32", (1000,))], "image", "image",
+                          parameters={"atoll.rt.rate_per_s": "1", "atoll.rt.deadline_ms": "100000"})  # fmt: skip
+        r.admit(image)
+    profile = r.profiles["cpu"]
+    assert set(r.bounds) == {"mobilenet_v3_small", "squeezenet1_1"}
+    for bound in r.bounds.values():
+        assert set(bound.stages_s) == {"preprocess", "cpu"} and bound.fixed_s == profile.front_end_s > 0
+        assert bound.stall_s == pytest.approx(2 * profile.stall_s) and 0 < bound.total_s < 100
