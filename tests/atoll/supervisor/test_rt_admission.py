@@ -20,6 +20,7 @@ from atoll.supervisor.model_control import ModelControl
 from atoll.supervisor.rt_admission import PROFILES_ENV, RealTime, RtRefused, declaration
 from atoll.wire.channel import Failure, Submit
 from atoll.wire.model_control import IndexModels, LoadModel
+from atoll.wire.rt_bounds import BOUND_PARAM, RtBounds
 from tests.atoll.supervisor.test_dispatcher import PLANS, POLICY, StandInPool, Writer, row, settle
 from tests.atoll.supervisor.test_model_control import Supervisor as StubSupervisor
 from tests.atoll.supervisor.test_model_control import write
@@ -146,3 +147,12 @@ def test_the_shipped_cpu_profile_admits_the_zoos_image_models_declared_real_time
     for bound in r.bounds.values():
         assert set(bound.stages_s) == {"preprocess", "cpu"} and bound.fixed_s == profile.front_end_s > 0
         assert bound.stall_s == pytest.approx(2 * profile.stall_s) and 0 < bound.total_s < 100
+
+
+def test_bounds_reach_the_specs_parameters_and_leave_them_with_the_declaration():
+    declared, plain = rt("a", 100, 5), spec("p", **{"atoll.max_dim": "8"})
+    shown = RtBounds({"a": 3.0}).applied(declared)
+    assert shown.parameters[BOUND_PARAM] == "3.000" and BOUND_PARAM not in declared.parameters
+    assert RtBounds({"a": 3.0}).applied(plain) is plain  # nothing to show: the same spec
+    moved = RtBounds({"a": 11.5}).applied(shown)
+    assert moved.parameters[BOUND_PARAM] == "11.500" and RtBounds({}).applied(moved).parameters == declared.parameters
