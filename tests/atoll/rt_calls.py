@@ -32,8 +32,8 @@ def bound(transport):
 
 
 out["bound"] = {t: bound(t) for t in ("http", "grpc")}
-# Best-effort load beside a real-time client sending far faster than its envelope (burst 2, 1 a
-# second): every request is answered, the rows beyond the envelope run as best-effort work.
+# Best-effort load beside a real-time client sending far faster than its envelope (burst 2, one
+# each 10 s): every request is answered, the rows beyond the envelope run as best-effort work.
 be = [http.async_infer("be-load", request()) for _ in range(20)]
 out["rt_answers"] = [http.infer("rt-fast", request(), priority=1).as_numpy("y").tolist() for _ in range(8)]
 out["be_answers"] = [r.get_result().as_numpy("y").tolist() for r in be]
