@@ -3,6 +3,7 @@ written here (the timed phases run in the benchmark itself)."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -11,6 +12,7 @@ from scheduler.rt_profile import ModelWcet, WcetProfile
 from scheduler.task import TaskResult
 
 from atoll.bench.rt import Candidate, Tally, admit, summarise
+from atoll.bench.rt_wcet import StallProbe
 
 PROFILE = WcetProfile("cpu", 1.0, 1e-3, {"s": ModelWcet({1: 1e-3}, {}, 0.0), "m": ModelWcet({1: 2e-3}, {}, 0.0),
                                          "xl": ModelWcet({1: 9e-3}, {}, 0.0)})  # fmt: skip
@@ -47,3 +49,17 @@ def test_the_platforms_stall_is_a_term_of_the_bound():
     assert bounds["s"].total_s == pytest.approx(4e-3)  # 1 blocking + 2 stall + 1 WCET
     assert bounds["s"].terms_ms() == {"fixed": 0.0, "blocking": 1.0, "platform_stall": 2.0,
                                       "execution_and_queueing": 1.0}  # fmt: skip
+
+
+def test_the_stall_probe_runs_only_inside_its_blocks_and_keeps_what_each_saw():
+    probe = StallProbe(period_s=0.001)
+    with probe:
+        while not probe.late_s:  # its first wake-up, however long the machine takes
+            time.sleep(0.001)
+    first = len(probe.late_s)
+    time.sleep(0.01)
+    assert len(probe.late_s) == first  # stopped between blocks
+    with probe:
+        while len(probe.late_s) == first:
+            time.sleep(0.001)
+    assert probe.max_late_s == max(probe.late_s) >= 0 and probe.summary()["wake_ups"] == len(probe.late_s)
