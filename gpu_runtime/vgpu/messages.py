@@ -106,6 +106,7 @@ class Load:
     max_batch: int | None  # the largest batch that will be sent; shapes are built up to it
     batch: BatchSpec | None = None  # given: every shape is built and run once before Loaded
     lengths: tuple[int, ...] = ()  # the sizes batches pad their variable dimension to
+    instances: int | None = None  # its config's instance_group count on this vGPU (None: the engine's default)
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,11 @@ class WorkerPool(Restarts):
         timeout: float | None = 300.0,
         batch: BatchSpec | None = None,
         lengths: tuple[int, ...] = (),
+        instances: dict[str, int] | None = None,
     ) -> dict[str, dict]:
-        """Load a model on every worker; returns {vgpu_id: executor description}. Raises the first
-        worker's error if any worker failed to load it. With `batch` (needed by `submit_rows`),
+        """Load a model on every worker (with `instances`, {vgpu_id: executor instances}, on those
+        vGPUs only); returns {vgpu_id: executor description}. Raises the first worker's error if any
+        worker failed to load it. With `batch` (needed by `submit_rows`),
         every batch size up to `max_batch` times every padded length in `lengths` is built and run
         once before this returns, and the description says how many bytes one row's outputs take
         at most (`out_row_bytes`)."""
@@ -113,8 +115,10 @@ class WorkerPool(Restarts):
         with self._lock:
             self._check_open()
             for vid, worker in self._workers.items():
+                if instances is not None and vid not in instances:
+                    continue
                 message = Load(next(self._ids), name, os.fspath(onnx_path), executor or self.executor,
-                               max_batch, batch, tuple(lengths))
+                               max_batch, batch, tuple(lengths), instances and instances[vid])
                 worker.models[name] = message
                 futures[vid] = self._dispatch(worker, Request(message.req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}

@@ -176,7 +176,7 @@ class _Worker:
 
     def _load(self, message: Load) -> dict:
         description = self.runner.load(message.model, message.onnx_path, message.executor,
-                                       message.max_batch, message.lengths)
+                                       message.max_batch, message.lengths, message.instances)
         spec = message.batch
         if spec is None:
             return description
