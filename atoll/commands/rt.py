@@ -79,7 +79,6 @@ def run_profile(args: argparse.Namespace) -> int:
         models, blocking = {}, 0.0
         with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
             for name in args.models:
-                pool.load_model(name, specs[name].path, max_batch=batches[-1])
                 print(f"rt profile: {name} on {info.id}", file=sys.stderr)
                 models[name], seen = on_worker(pool, info.id, specs[name], batches, args.runs, args.margin,
                                                args.probes)  # fmt: skip

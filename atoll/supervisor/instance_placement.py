@@ -37,8 +37,8 @@ def place_instances(spec: ModelSpec, vgpus: list[VGpuInfo]) -> dict[str, int] | 
                 raise InstancePlacementError(f"{where} needs a GPU; this server has CPU vGPUs only")
             beyond = [n for n in group.gpus if n >= len(gpus)]
             if beyond:
-                raise InstancePlacementError(f"{where}: gpus {beyond} beyond this server's GPU vGPUs 0..{len(gpus) - 1} "
-                                             f"({', '.join(v.id for v in gpus)})")  # fmt: skip
+                raise InstancePlacementError(f"{where}: gpus {beyond} beyond this server's GPU vGPUs "
+                                             f"0..{len(gpus) - 1} ({', '.join(v.id for v in gpus)})")  # fmt: skip
             for vgpu in [gpus[n] for n in group.gpus] or gpus:
                 counts[vgpu.id] += group.count
             continue
@@ -49,7 +49,8 @@ def place_instances(spec: ModelSpec, vgpus: list[VGpuInfo]) -> dict[str, int] | 
     return dict(counts)
 
 
-def restricted_vgpus(model: str, instances: dict[str, int] | None, every: list[str], batcher: str) -> tuple[str, ...] | None:
+def restricted_vgpus(model: str, instances: dict[str, int] | None, every: list[str],
+                     batcher: str) -> tuple[str, ...] | None:
     """The vGPUs the model's batches may go to when its instances leave some vGPU out (None: every
     one). Only PREBA places per model; the baseline batchers place every model on every vGPU."""
     if instances is None or set(instances) == set(every):
