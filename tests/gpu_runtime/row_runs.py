@@ -20,13 +20,15 @@ from gpu_runtime.vgpu.slots import SlotArena, row_layout
 
 @dataclass(frozen=True)
 class RowModel:
-    """A model's inputs and outputs per row: name -> (dims, numpy dtype), fixed dims only."""
+    """A model's inputs and outputs per row: name -> (dims, numpy dtype); a -1 dimension takes up
+    to `bound` in a slot (rows of equal shapes batch together)."""
 
     inputs: dict[str, tuple[tuple[int, ...], type]]
     outputs: dict[str, tuple[tuple[int, ...], type]]
+    bound: int = 1
 
     def spec(self) -> BatchSpec:
-        fields, _ = row_layout([(n, dims, dtype) for n, (dims, dtype) in self.inputs.items()], 1)
+        fields, _ = row_layout([(n, dims, dtype) for n, (dims, dtype) in self.inputs.items()], self.bound)
         first = fields[0]
         return BatchSpec(first.name, first.dims, {n: dims for n, (dims, _) in self.outputs.items()},
                          first.dtype.name, fields, True)  # fmt: skip
@@ -45,8 +47,8 @@ class Batches:
 
     def __init__(self, pool, name: str, model: RowModel, capacity: int):
         self.pool, self.name, self.spec = pool, name, model.spec()
-        in_bytes = row_layout([(n, d, t) for n, (d, t) in model.inputs.items()], 1)[1]
-        out_bytes = row_layout([(n, d, t) for n, (d, t) in model.outputs.items()], 1)[1]
+        in_bytes = row_layout([(n, d, t) for n, (d, t) in model.inputs.items()], model.bound)[1]
+        out_bytes = row_layout([(n, d, t) for n, (d, t) in model.outputs.items()], model.bound)[1]
         self.arena = SlotArena.create(f"atoll-test-{secrets.token_hex(4)}", capacity, in_bytes, out_bytes)
         self._next = 0
         self._lock = threading.Lock()
