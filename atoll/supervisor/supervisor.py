@@ -267,6 +267,8 @@ class Supervisor:
                                             plan.max_batch, None, batch_spec(spec), plan.padded_frames,
                                             instances)  # fmt: skip
         log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
+        if instances is not None:  # as each worker built them
+            log.info("%s: executor instances %s", spec.key, {v: d.get("instances") for v, d in described.items()})
         if self._residency is not None:
             self._residency.add(spec.key, described)
         return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))

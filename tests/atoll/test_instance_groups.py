@@ -54,6 +54,7 @@ def served(tmp_path_factory):
 def test_a_count_of_two_loads_two_instances_and_answers_concurrent_requests(served):
     answers, log = served
     assert any("loading pair/1 on vGPU instances {'cpu0': 2}" in line for line in log), log[-20:]
+    assert any("pair/1: executor instances {'cpu0': 2}" in line for line in log)  # the worker built two
     for t in ("http", "grpc"):
         assert answers[f"{t}/pair"] == [[row] for row in ROWS]
         assert answers[f"{t}/pair/config"] == [{"name": "pair_0", "kind": "KIND_CPU", "count": 2, "gpus": []}] \
@@ -64,9 +65,9 @@ def test_a_count_of_two_loads_two_instances_and_answers_concurrent_requests(serv
 def test_kind_cpu_without_a_count_has_two_and_kind_auto_takes_the_cpu(served):
     answers, log = served
     assert answers["http/cpu_default/config"][0]["count"] == 2
-    assert any("loading cpu_default/1 on vGPU instances {'cpu0': 2}" in line for line in log)
+    assert any("cpu_default/1: executor instances {'cpu0': 2}" in line for line in log)
     assert answers["http/auto/config"][0]["kind"] == "KIND_AUTO"
-    assert any("loading auto/1 on vGPU instances {'cpu0': 1}" in line for line in log)
+    assert any("auto/1: executor instances {'cpu0': 1}" in line for line in log)
     assert answers["http/auto"] == [[row] for row in ROWS]
 
 
