@@ -61,11 +61,13 @@ class ReefEngine:
             self._scheduler(executor)
 
     def load(self, model: str, onnx_path: str, executor: str, max_batch: int | None,
-             lengths: tuple[int, ...] = ()) -> dict:
+             lengths: tuple[int, ...] = (), instances: int | None = None) -> dict:
         if self._runs_serially(executor):
-            described = self._serial_engine().load(model, onnx_path, executor, max_batch, lengths)
+            described = self._serial_engine().load(model, onnx_path, executor, max_batch, lengths, instances)
             self._serial_models.add(model)
             self._shapes.pop(model, None)
+        elif (instances or 1) > 1:  # the executor choice gives such a model to onnxruntime
+            raise ValueError(f"{model}: REEF runs one instance of a model per vGPU, not {instances}")
         else:
             described = self._load_clients(model, onnx_path, executor, max_batch, lengths)
         return described

@@ -1,10 +1,12 @@
 """A served model's WCETs for the real-time admission test, through the real worker path of one vGPU
-(`atoll rt profile`): real-time batches alone, then beside a best-effort closed loop of the same
-model (the blocking), and, for image models, the CPU path's preprocessing of a web-sized JPEG. The
+(`atoll rt profile`; rows in a slot arena, run as the server runs them: `slot_runs`): real-time
+batches alone, then beside a best-effort closed loop of the same model (the blocking), and, for
+image models, the CPU path's preprocessing of a web-sized JPEG. The
 pacing and thread priorities are rt_wcet's."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -16,11 +18,13 @@ from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
 from atoll.bench.rt_wcet import StallProbe, on_thread
+from atoll.bench.slot_runs import BatchRows, load_for_rows
+from atoll.supervisor.model_batching import batch_spec
 
 
 def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: float, probes: int,
               probe: StallProbe, rng=None) -> tuple[ModelWcet, float]:
-    """A served model's WCETs through the real worker path (`pool` has it loaded on `vgpu_id`):
+    """A served model's WCETs through the real worker path (loaded here on `pool`, run on `vgpu_id`):
     real-time batches alone, then batch-1 probes while a best-effort closed loop of the same model
     keeps the vGPU busy; returns its ModelWcet and the blocking seen (margin included); `probe`
     runs while they are timed (the platform's stall, a term of its own in the analysis). Image
@@ -31,14 +35,21 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
         raise ValueError(f"{spec.name}: only models of one fixed-shape input are profiled for real time "
                          "(a variable length's WCET would be its longest bucket's)")  # fmt: skip
     dims = list(tensor.dims)
+    out_row_bytes = load_for_rows(pool, spec, max(batches), ())
+    in_bytes = 4 * int(np.prod(dims))
+    with contextlib.ExitStack() as arenas:  # the RT batches' rows, and the best-effort loop's own
+        rt_rows, be_rows = (arenas.enter_context(contextlib.closing(
+            BatchRows(pool, vgpu_id, spec.name, batch_spec(spec), count, in_bytes, out_row_bytes)))
+            for count in (max(batches), 1))  # fmt: skip
+        return _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, tensor.name, dims)
 
-    def batch_of(b):
-        return {tensor.name: rng.standard_normal((b, *dims)).astype(np.float32)}
 
+def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, name, dims) -> tuple[ModelWcet, float]:
     def timed(b, priority=Priority.RT) -> float:
-        x = batch_of(b)
+        rows = rt_rows if priority is Priority.RT else be_rows
+        rows.write({name: rng.standard_normal((b, *dims)).astype(np.float32)})  # as a front end writes them
         start = time.perf_counter()
-        pool.submit(vgpu_id, spec.name, x, priority).result()
+        rows.run(priority)
         return time.perf_counter() - start
 
     def alone() -> dict[int, list[float]]:

@@ -85,7 +85,6 @@ def run_profile(args: argparse.Namespace) -> int:
         probe = StallProbe()  # runs while the real-time batches are timed
         with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
             for name in args.models:
-                pool.load_model(name, specs[name].path, max_batch=batches[-1])
                 print(f"rt profile: {name} on {info.id}", file=sys.stderr)
                 models[name], seen = on_worker(pool, info.id, specs[name], batches, args.runs, args.margin,
                                                args.probes, probe)  # fmt: skip

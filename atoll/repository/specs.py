@@ -13,8 +13,8 @@ differ from the request's, a scalar's `dims: [1]` completed as `reshape: { shape
 `default_priority_level` (for requests that name none; level 1 runs as real-time work, see
 `atoll.front_end.rows.priority_of`), `priority_levels` and the queue policies
 (`batching.queue_policy`), and `sequence_batching` (`batching.sequence`: its control and state
-inputs and state outputs are the server's to fill and keep, not the requests'). What each means
-here: docs/models.md.
+inputs and state outputs are the server's to fill and keep, not the requests'), and an ONNX
+model's `instance_group` (`instances.py`). What each means here: docs/models.md.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from atoll.kserve.datatypes import DTYPES
 from atoll.repository import pbtxt, versions
 from atoll.repository.completion import Completed, GraphError, complete, graph_tensors
 from atoll.repository.ensembles import Ensemble, EnsembleError, is_ensemble, read_ensemble
+from atoll.repository.instances import InstanceGroup, InstanceGroupError, read_instance_groups
 from atoll.repository.python_models import (MODEL_FILE, PythonModel, PythonModelError, is_python,
                                             read_python_model)  # fmt: skip
 from atoll.repository.warmup import WarmupError, WarmupSample, read_warmups
@@ -87,6 +88,7 @@ class ModelSpec:
     python: PythonModel | None = None  # a Python-backend model (python_models.py), run by atoll.pybackend
     ensemble: Ensemble | None = None  # an ensemble (ensembles.py): its steps run by atoll.front_end.ensembles
     sequence: SequenceSettings | None = None  # sequence_batching: a stateful model
+    instance_groups: tuple[InstanceGroup, ...] = ()  # an ONNX model's instance_group (none: the server's placement)
 
     @property
     def key(self) -> str:
@@ -169,7 +171,9 @@ class ModelSpec:
             "version_policy": self.version_policy.config(),
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
         } | ({"model_warmup": [w.config({t.name: _type_name(t) for t in self.inputs}) for w in self.warmups]}
-             if self.warmups else {})  # fmt: skip
+             if self.warmups else {}) | ({"instance_group": [g.config(i, self.name) for i, g in
+                                                            enumerate(self.instance_groups)]}
+                                         if self.instance_groups else {})  # fmt: skip
 
 
 def _type_name(t: TensorSpec) -> str:
@@ -319,8 +323,12 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         raise RepositoryError(f"{name}: default_priority_level must be a non-negative integer")
     try:
         queue_policies = read_policies(batching)
+        # a Python model's instances are its own processes (python_models.py); an ensemble has none
+        groups = () if python or ensemble else read_instance_groups(cfg.get("instance_group"), name)
     except QueuePolicyError as exc:
         raise RepositoryError(f"{name}: {exc}") from None
+    except InstanceGroupError as exc:
+        raise RepositoryError(str(exc)) from None
     return ModelSpec(
         name=name,
         version=(path if ensemble else path.parent).name,
@@ -343,6 +351,7 @@ def _load_version(directory: Path, cfg: dict, name: str, path: Path, policy: ver
         python=_python_model(name, path, cfg, params) if python else None,
         ensemble=_ensemble(name, cfg, inputs, outputs) if ensemble else None,
         sequence=sequence,
+        instance_groups=groups,
     )
 
 

@@ -54,6 +54,7 @@ class ModelPlan:
     equal_shapes: bool = False  # a batch holds rows of equal shapes only (models batched unpadded)
     queues: QueuePolicies = QueuePolicies()  # its config's priority levels and queue policies
     sequence: SequenceSettings | None = None  # a stateful model: batched by the sequence batcher
+    vgpus: tuple[str, ...] | None = None  # the vGPUs its instance_group places it on (None: every one)
 
     @property
     def key(self) -> str:
@@ -161,7 +162,7 @@ class Dispatcher:
         """Batch `plan.key` from now on (its vGPU workers have loaded it)."""
         self.batcher.add_model(plan.key, settings)
         if plan.sequence is not None:
-            vgpus = tuple(self.vgpu_kinds)
+            vgpus = plan.vgpus or tuple(self.vgpu_kinds)
             self._sequences[plan.key] = SequenceBatcher(plan.name, plan.sequence, vgpus, plan.max_batch)
         self.plans[plan.key] = plan
 
@@ -199,7 +200,7 @@ class Dispatcher:
         if message.priority == Priority.RT and verdict is Verdict.RT:
             for start in range(0, len(tickets), plan.max_batch):
                 load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
-                vgpu = self.rt_placement.place(load=load)
+                vgpu = self.rt_placement.place(plan.vgpus, load=load)
                 self._send(plan, vgpu, Priority.RT, tickets[start : start + plan.max_batch], "rt",
                            lambda v=vgpu: self.rt_placement.complete(v))  # fmt: skip
             return

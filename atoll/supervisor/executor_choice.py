@@ -23,9 +23,11 @@ class Choice:
     reason: str = ""  # why not the server's executor ("" when it is)
 
 
-def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str], variable: list[str] = ()) -> Choice:
+def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str], variable: list[str] = (),
+           instances: int = 1) -> Choice:
     """`datatypes`: those of the model's inputs and outputs; `variable`: its inputs with a -1
-    dimension whose sizes no load-time length fixes (beside the batch dimension)."""
+    dimension whose sizes no load-time length fixes (beside the batch dimension); `instances`: the
+    most executor instances its `instance_group` asks of one vGPU (REEF runs one per vGPU)."""
     if server_executor not in program_executors():
         return Choice(server_executor)
     missing = missing_operators(onnx.load(str(onnx_path), load_external_data=False))
@@ -34,6 +36,9 @@ def choose(server_executor: str | None, onnx_path: Path, datatypes: list[str], v
         return Choice(FALLBACK, missing, f"{server_executor} lacks operator(s) {', '.join(missing)}")
     if others:
         return Choice(FALLBACK, (), f"{server_executor} computes in {'/'.join(FLOATS)}, not {', '.join(others)}")
+    if instances > 1:
+        return Choice(FALLBACK, (), f"instance_group asks for {instances} instances on a vGPU, and {server_executor} "
+                                    "runs one (REEF interleaves its programs)")  # fmt: skip
     if variable:
         return Choice(FALLBACK, (), f"{server_executor} builds a program per shape at load, and input(s) "
                                     f"{', '.join(variable)} have variable dimensions")  # fmt: skip

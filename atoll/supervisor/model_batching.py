@@ -134,10 +134,13 @@ class Batching:
                                     static_timeout_s=b.max_queue_delay_microseconds * 1e-6, slots=slots,
                                     switch_time=switch_time)  # fmt: skip
 
-    def settings(self, spec: ModelSpec) -> tuple[ModelSettings, int]:
-        """How `spec` is batched, and its largest batch under the configured batcher."""
+    def settings(self, spec: ModelSpec, vgpus: tuple[str, ...] | None = None) -> tuple[ModelSettings, int]:
+        """How `spec` is batched, and its largest batch under the configured batcher; `vgpus`: the
+        only vGPUs it runs on (its `instance_group`), None for every one."""
         models = {spec.name: spec}
         policy = preba_policies(self.config, models, self.profile, self.batch_max)[spec.name]
+        if vgpus is not None:
+            policy = dataclasses.replace(policy, vgpus=vgpus)
         triton = triton_configs(self.config, models, self.batch_max)[spec.name]
         largest = batcher_kind(self.config.batching.batcher).largest_batch(
             ModelSettings(policy, triton), BatcherSettings(static_batch=self.batch_max))
@@ -159,14 +162,15 @@ def batcher_for(config: Config, models: dict[str, ModelSpec], vgpus: dict[str, s
 def plan_for(spec: ModelSpec, policy: ModelBatching, max_batch: int) -> ModelPlan:
     if spec.sequence is not None:  # its batches are the sequence batcher's, up to max_batch_size
         return ModelPlan(spec.name, spec.version, max(spec.max_batch_size, 1), None, equal_shapes=not spec.pad_dynamic,
-                         sequence=spec.sequence)  # fmt: skip
+                         sequence=spec.sequence, vgpus=policy.vgpus)  # fmt: skip
     if not spec.padded:
         return ModelPlan(spec.name, spec.version, max_batch if spec.max_batch_size > 0 else 1, None,
-                         equal_shapes=not spec.pad_dynamic, queues=spec.queue_policies)  # fmt: skip
+                         equal_shapes=not spec.pad_dynamic, queues=spec.queue_policies, vgpus=policy.vgpus)  # fmt: skip
     dims = spec.inputs[0].dims
     frame_axis = dims.index(-1) if -1 in dims else None
     padded_frames = tuple(lengths.frames(b.max_length) for b in policy.buckets) if frame_axis is not None else ()
-    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames, queues=spec.queue_policies)
+    return ModelPlan(spec.name, spec.version, max_batch, frame_axis, padded_frames, queues=spec.queue_policies,
+                     vgpus=policy.vgpus)  # fmt: skip
 
 
 def batch_spec(spec: ModelSpec) -> BatchSpec:

@@ -45,6 +45,7 @@ from atoll.repository.specs import ModelSpec
 from atoll.supervisor.checks import Checked, StartError, check
 from atoll.supervisor.dispatcher import Dispatcher
 from atoll.supervisor.executor_choice import choose
+from atoll.supervisor.instance_placement import place_instances, restricted_vgpus
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.lifecycle import shielded
@@ -204,7 +205,9 @@ class Supervisor:
                 raise
             self._workers_changed()
             return
-        settings, largest = self._batching.settings(spec)
+        instances = place_instances(spec, self._checked.vgpus)
+        vgpus = restricted_vgpus(spec.name, instances, list(self.pool.workers), self.config.batching.batcher)
+        settings, largest = self._batching.settings(spec, vgpus)
         plan = plan_for(spec, settings.batching, largest)
         undo = []  # what to take back, latest first, should a later step fail
         self.rt.admit(spec)  # refused (RtRefused) before anything is loaded
@@ -215,7 +218,7 @@ class Supervisor:
                 await asyncio.to_thread(self.python.load, spec)
                 out_row_bytes = self.python.out_row_bytes(spec)
             else:
-                out_row_bytes = await self._load_on_vgpus(spec, plan, undo)
+                out_row_bytes = await self._load_on_vgpus(spec, plan, undo, instances)
             in_bytes = row_bytes(spec, plan)
             # at least the front end's admission share (`pending_share`): an admitted request never waits for slots
             share = self.config.server.pending_share(self._front_end_count)
@@ -248,20 +251,26 @@ class Supervisor:
         if spec.python is not None:  # ready now, and the ensembles it completes (the vGPU pool says so itself)
             self._workers_changed()
 
-    async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list) -> int:
-        """Build `spec` on every vGPU worker; the bytes a row's outputs take at most."""
+    async def _load_on_vgpus(self, spec: ModelSpec, plan, undo: list, instances: dict[str, int] | None) -> int:
+        """Build `spec` on every vGPU worker (`instances`: on those, with that many executor
+        instances each); the bytes a row's outputs take at most."""
         datatypes = [t.datatype for t in spec.inputs + spec.outputs]
         datatypes += spec.sequence.datatypes if spec.sequence else ()  # the controls and states it is given
         variable = [t.name for t in spec.inputs if -1 in t.model_dims] if not spec.padded else []
-        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable)
+        executor = await asyncio.to_thread(choose, self._executor, spec.path, datatypes, variable,
+                                           max((instances or {}).values(), default=1))  # fmt: skip
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
-        log.info("loading %s on %d vGPU(s): batches up to %d%s", spec.key, len(self.pool.workers), plan.max_batch,
-                 f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
+        log.info("loading %s on %s: batches up to %d%s", spec.key,
+                 f"{len(self.pool.workers)} vGPU(s)" if instances is None else f"vGPU instances {instances}",
+                 plan.max_batch, f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
         undo.append(lambda: asyncio.to_thread(self.pool.unload_model, spec.key))  # workers that did load
         described = await asyncio.to_thread(self.pool.load_model, spec.key, spec.path, executor.executor,
-                                            plan.max_batch, None, batch_spec(spec), plan.padded_frames)  # fmt: skip
+                                            plan.max_batch, None, batch_spec(spec), plan.padded_frames,
+                                            instances)  # fmt: skip
         log.info("%s: device memory %s", spec.key, {v: d.get("device_memory") for v, d in described.items()})
+        if instances is not None:  # as each worker built them
+            log.info("%s: executor instances %s", spec.key, {v: d.get("instances") for v, d in described.items()})
         if self._residency is not None:
             self._residency.add(spec.key, described)
         return output_row_bytes(spec, max(d["out_row_bytes"] for d in described.values()))

@@ -1,6 +1,6 @@
 """What the WorkerPool and its worker processes say to each other: frozen dataclasses, matched by
 type on arrival. Only these small descriptions cross the pipe (pickled); tensors never do: they stay
-in shared memory (`shm` segments of the pool, or `slots` arenas of the front ends).
+in shared memory (the front ends' `slots` arenas).
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ class Load:
     max_batch: int | None  # the largest batch that will be sent; shapes are built up to it
     batch: BatchSpec | None = None  # given: every shape is built and run once before Loaded
     lengths: tuple[int, ...] = ()  # the sizes batches pad their variable dimension to
+    instances: int | None = None  # its config's instance_group count on this vGPU (None: the engine's default)
 
 
 @dataclass(frozen=True)
@@ -114,19 +115,6 @@ class Unload:
 
     req: int
     model: str
-
-
-@dataclass(frozen=True)
-class Run:
-    """A batch the pool copied into one of its segments (`WorkerPool.submit`)."""
-
-    req: int
-    model: str
-    priority: Priority
-    in_segment: str
-    in_layout: Layout
-    out_segment: str
-    out_capacity: int
 
 
 @dataclass(frozen=True)
@@ -155,13 +143,6 @@ class RunRows:
     length: int | None = None  # every row's variable dimension is zero-padded to this
     sequences: tuple[RowSequence, ...] = ()  # a stateful model: each row's sequence, in row order
     released: tuple[int | str, ...] = ()  # a stateful model: sequences whose state to drop first
-
-
-@dataclass(frozen=True)
-class Forget:
-    """The pool evicted these segments: unmap them."""
-
-    segments: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -196,21 +177,11 @@ class Unloaded:
 
 
 @dataclass(frozen=True)
-class Ran:
-    req: int
-    layout: Layout
-    out_bytes: int
-    overflowed: bool  # the outputs did not fit: they are in the one-off segment `<out_segment>x`
-    seconds: float  # compute time inside the worker
-    program_builds: int  # shapes built after their model's load, in this worker's lifetime
-
-
-@dataclass(frozen=True)
 class RanRows:
     req: int
     layouts: tuple[Layout, ...]  # each row's outputs, in its slot's output region
-    seconds: float
-    program_builds: int
+    seconds: float  # compute time inside the worker
+    program_builds: int  # shapes built after their model's load, in this worker's lifetime
 
 
 @dataclass(frozen=True)

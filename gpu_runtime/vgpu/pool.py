@@ -1,6 +1,6 @@
-"""WorkerPool: one worker process per vGPU, fed batches through shared memory.
+"""WorkerPool: one worker process per vGPU, fed batches of rows in shared-memory slot arenas.
 
-`submit` (arrays) and `submit_rows` (rows already in slot arenas) return concurrent Futures. One
+`submit_rows` returns a concurrent Future. One
 monitor thread waits on every worker's pipe and process sentinel: replies resolve futures, a
 sentinel firing means a death. A dead worker is restarted, its models reloaded and its in-flight
 requests re-sent, each at most `crash_retries` times (`restarts.py`), so every request ends in a
@@ -22,17 +22,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-import numpy as np
-
 from gpu_runtime.executors import DEFAULT_EXECUTOR
 from gpu_runtime.priority import Priority, relay_this_thread
 from gpu_runtime.thread_names import name_this_thread
-from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
 from gpu_runtime.vgpu.errors import PoolClosed, WorkerCrashed, WorkerError
-from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Forget, Load, Loaded, Ran, RanRows,
-                                       Ready, Row, RowSequence, Run, RunRows, Stop, Unload, Unloaded)
+from gpu_runtime.vgpu.messages import (BatchSpec, Failed, Fatal, Load, Loaded, RanRows, Ready, Row, RowSequence,
+                                       RunRows, Stop, Unload, Unloaded)
 from gpu_runtime.vgpu.restarts import Restarts
 from gpu_runtime.vgpu.stalls import STALL_FLOOR_S, note_stalls
 from gpu_runtime.vgpu.worker_handle import Request, WorkerHandle, WorkerState
@@ -67,16 +64,14 @@ class WorkerPool(Restarts):
         self.stall_s = stall_s
         self.clock = clock
         backoff = backoff or Backoff()
-        self._prefix = shm.segment_prefix()
         self._ids = itertools.count()
         self._lock = threading.RLock()
         self._closed = False
         self._stopping = False  # a stop is under way: a worker that dies now is not started again
         ctx = multiprocessing.get_context("spawn")
         self._wake_r, self._wake_w = ctx.Pipe(duplex=False)
-        self._workers = {info.id: WorkerHandle(info, ctx, self._prefix, engine, dataclasses.replace(backoff),
-                                          clock) for info in infos}  # fmt: skip
-        self._out_bytes: dict[tuple[str, int], int] = {}  # (model, input bytes) -> output bytes
+        self._workers = {info.id: WorkerHandle(info, ctx, engine, dataclasses.replace(backoff), clock)
+                         for info in infos}  # fmt: skip
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="hop-monitor", daemon=True
         )
@@ -103,9 +98,11 @@ class WorkerPool(Restarts):
         timeout: float | None = 300.0,
         batch: BatchSpec | None = None,
         lengths: tuple[int, ...] = (),
+        instances: dict[str, int] | None = None,
     ) -> dict[str, dict]:
-        """Load a model on every worker; returns {vgpu_id: executor description}. Raises the first
-        worker's error if any worker failed to load it. With `batch` (needed by `submit_rows`),
+        """Load a model on every worker (with `instances`, {vgpu_id: executor instances}, on those
+        vGPUs only); returns {vgpu_id: executor description}. Raises the first worker's error if any
+        worker failed to load it. With `batch` (needed by `submit_rows`),
         every batch size up to `max_batch` times every padded length in `lengths` is built and run
         once before this returns, and the description says how many bytes one row's outputs take
         at most (`out_row_bytes`)."""
@@ -113,8 +110,10 @@ class WorkerPool(Restarts):
         with self._lock:
             self._check_open()
             for vid, worker in self._workers.items():
+                if instances is not None and vid not in instances:
+                    continue
                 message = Load(next(self._ids), name, os.fspath(onnx_path), executor or self.executor,
-                               max_batch, batch, tuple(lengths))
+                               max_batch, batch, tuple(lengths), instances and instances[vid])
                 worker.models[name] = message
                 futures[vid] = self._dispatch(worker, Request(message.req, Future(), message))
         return {vid: future.result(timeout) for vid, future in futures.items()}
@@ -132,28 +131,6 @@ class WorkerPool(Restarts):
                 futures.append(self._dispatch(worker, Request(message.req, Future(), message)))
         for future in futures:
             future.result(timeout)
-
-    def submit(self, vgpu_id: str, model: str, inputs: dict[str, np.ndarray],
-               priority: str = Priority.BE) -> Future:
-        """Run one batch of `model` on vGPU `vgpu_id`, as real-time ("rt") or best-effort ("be")
-        work; the future yields its outputs by name."""
-        priority = Priority.of(priority)
-        worker = self._live_worker(vgpu_id)
-        arrays = {name: np.asarray(array) for name, array in inputs.items()}
-        _, in_bytes = shm.plan(arrays)
-        in_seg = worker.segments.acquire(in_bytes)
-        # Until a model's output size is known for this input size, guess the input size.
-        out_seg = worker.segments.acquire(self._out_bytes.get((model, in_bytes), in_bytes))
-        try:
-            layout = shm.store(in_seg.buf, arrays)
-        except Exception:  # e.g. object arrays: give the segments back before refusing
-            worker.segments.release(in_seg)
-            worker.segments.release(out_seg)
-            raise
-        message = Run(next(self._ids), model, priority, shm.segment_name(in_seg), layout,
-                      shm.segment_name(out_seg), out_seg.size)
-        return self._start(worker, Request(message.req, Future(), message, (in_seg, out_seg),
-                                            out_key=(model, in_bytes)))
 
     def submit_rows(self, vgpu_id: str, model: str, rows: tuple[Row, ...], length: int | None = None,
                     priority: str = Priority.BE, sequences: tuple[RowSequence, ...] = (),
@@ -189,7 +166,7 @@ class WorkerPool(Restarts):
             return self._dispatch(worker, request)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop every worker, fail what is still in flight, and unlink every segment."""
+        """Stop every worker and fail what is still in flight."""
         with self._lock:
             if self._closed:
                 return
@@ -206,7 +183,6 @@ class WorkerPool(Restarts):
                 worker.process.join()
             worker.sender.join(timeout)  # its worker is gone: its last send fails at once
             self._fail_all(worker, PoolClosed("pool closed before the request finished"))
-            worker.segments.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -335,36 +311,18 @@ class WorkerPool(Restarts):
             case Unloaded():
                 self._finish(worker, request)
                 self.on_change()
-            case Ran():
-                self._ran(worker, reply)
-                self._finish(worker, request, result=self._outputs(request, reply))
             case RanRows(layouts=layouts):
                 self._ran(worker, reply)
                 self._finish(worker, request, result=layouts)
 
-    def _ran(self, worker: WorkerHandle, reply: Ran | RanRows) -> None:
+    def _ran(self, worker: WorkerHandle, reply: RanRows) -> None:
         worker.state.last_batch_seconds = reply.seconds
         worker.slowest_batch = max(worker.slowest_batch, reply.seconds)
         worker.state.program_builds = worker.builds_before + reply.program_builds
 
-    def _outputs(self, request: Request, reply: Ran) -> dict:
-        out_name = request.message.out_segment
-        self._out_bytes[request.out_key] = reply.out_bytes
-        if reply.overflowed:
-            try:
-                return shm.read(out_name + "x", reply.layout)
-            finally:
-                shm.unlink(out_name + "x")
-        views = shm.views(request.segments[1].buf, reply.layout)
-        return {name: view.copy() for name, view in views.items()}
-
     def _finish(
         self, worker: WorkerHandle, request: Request, result=None, exception: BaseException | None = None
     ) -> None:
-        evicted = [name for seg in request.segments for name in worker.segments.release(seg)]
-        request.segments = ()
-        if evicted and not self._closed:
-            worker.send(Forget(tuple(evicted)))
         if request.future.done():
             return
         if exception is not None:

@@ -11,9 +11,8 @@ import logging
 import signal
 from concurrent.futures import Future
 
-from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.errors import WorkerCrashed
-from gpu_runtime.vgpu.messages import Load, Run
+from gpu_runtime.vgpu.messages import Load
 from gpu_runtime.vgpu.worker_handle import Request, WorkerHandle
 
 log = logging.getLogger(__name__)
@@ -60,8 +59,6 @@ class Restarts:
                 self._fail_all(worker, WorkerCrashed(f"{vgpu}: worker died ({how}) while the server stops"))
                 return
             for req, request in list(worker.inflight.items()):
-                if isinstance(request.message, Run):
-                    shm.unlink(request.message.out_segment + "x")  # an overflow output of the dead worker
                 request.crashes += 1
                 if request.crashes > self.crash_retries:
                     del worker.inflight[req]

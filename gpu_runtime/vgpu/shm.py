@@ -1,11 +1,8 @@
 """Tensors across processes through POSIX shared memory.
 
 Only a small layout (name, dtype, shape, offset per tensor) travels through the control pipe; the
-bytes are written once into a segment and read once out of it. Segments are reused: touching fresh
-shared pages costs a page fault per 4 KiB in each process (tens of milliseconds for one batch of
-images), so the pool keeps a cache of mapped segments per worker and the worker keeps its mappings
-open until the pool tells it to forget one. Segment names are chosen by the pool, so it can unlink
-every segment, including one a worker created just before dying.
+bytes are written once into a region (a slot arena's row, `slots.py`, or a one-off segment) and
+read once out of it.
 """
 
 from __future__ import annotations
@@ -13,16 +10,13 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import threading
-from collections import OrderedDict
 from multiprocessing import shared_memory
 
 import ml_dtypes  # noqa: F401 - registers bfloat16, so a layout's "bfloat16" names its dtype
 import numpy as np
 
 ALIGN = 64  # cache-line alignment for every tensor in a segment
-MIN_SEGMENT = 64 << 10
-# Every segment a server makes (worker-pool segments, slot arenas) starts so; clients may name
+# Every segment a server makes (slot arenas, one-off outputs) starts so; clients may name
 # none of them as a shared-memory region (atoll/kserve/shm_registry.py).
 SEGMENT_PREFIX = "atoll-"
 
@@ -138,83 +132,3 @@ def unlink(segment: str) -> bool:
     shm.close()
     shm.unlink()
     return True
-
-
-class SegmentCache:
-    """The pool's reusable segments for one worker. `acquire` hands out a free segment at least as
-    large as asked (or creates one, sized to a power of two); `release` returns it and evicts the
-    least recently used free segments beyond `max_free_bytes`, returning their names so the worker
-    can unmap them too."""
-
-    def __init__(self, prefix: str, max_free_bytes: int = 256 << 20):
-        self.prefix = prefix
-        self.max_free_bytes = max_free_bytes
-        self._lock = threading.Lock()
-        self._count = 0
-        self._free: OrderedDict[str, shared_memory.SharedMemory] = OrderedDict()
-        self._used: dict[str, shared_memory.SharedMemory] = {}
-
-    def acquire(self, nbytes: int) -> shared_memory.SharedMemory:
-        with self._lock:
-            fits = [s for s in self._free.values() if s.size >= nbytes]
-            if fits:
-                shm = min(fits, key=lambda s: s.size)
-                del self._free[segment_name(shm)]
-            else:
-                size = max(MIN_SEGMENT, 1 << max(0, nbytes - 1).bit_length())
-                self._count += 1
-                shm = shared_memory.SharedMemory(f"{self.prefix}-{self._count}", create=True, size=size)
-            self._used[segment_name(shm)] = shm
-            return shm
-
-    def release(self, shm: shared_memory.SharedMemory) -> list[str]:
-        with self._lock:
-            self._free[segment_name(shm)] = self._used.pop(segment_name(shm))
-            evicted = []
-            while sum(s.size for s in self._free.values()) > self.max_free_bytes:
-                name, old = self._free.popitem(last=False)
-                _drop(old)
-                evicted.append(name)
-            return evicted
-
-    def close(self) -> None:
-        with self._lock:
-            for shm in [*self._free.values(), *self._used.values()]:
-                _drop(shm)
-            self._free.clear()
-            self._used.clear()
-
-
-class Attachments:
-    """A worker's open mappings of the pool's segments, kept until the pool says to forget one."""
-
-    def __init__(self):
-        self._open: dict[str, shared_memory.SharedMemory] = {}
-        self._lock = threading.Lock()  # inputs are mapped by one thread, outputs by another
-
-    def buf(self, name: str):
-        with self._lock:
-            if name not in self._open:
-                self._open[name] = shared_memory.SharedMemory(name=name)
-            return self._open[name].buf
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            shm = self._open.pop(name, None)
-        if shm is not None:
-            try:
-                shm.close()
-            except BufferError:  # a view still exists somewhere; the GC unmaps it later
-                pass
-
-
-def segment_name(shm: shared_memory.SharedMemory) -> str:
-    return shm.name.lstrip("/")
-
-
-def _drop(shm: shared_memory.SharedMemory) -> None:
-    shm.close()
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass

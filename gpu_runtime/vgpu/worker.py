@@ -1,8 +1,8 @@
 """The vGPU worker process: one per vGPU, the same code for MIG, green contexts, GPUs and CPU.
 
 Messages (`messages.py`) come through a pipe from the pool; tensors through shared memory (the
-pool's segments for `Run`, the front ends' slot arenas for `RunRows`, stacked by
-`batches.BatchBuilder` with one copy at most). Batches run on an engine (`SerialEngine`, or the
+front ends' slot arenas named in `RunRows`, stacked by `batches.BatchBuilder` with one copy at
+most). Batches run on an engine (`SerialEngine`, or the
 REEF scheduler's `scheduler.vgpu_engine`), several in flight; one reply thread stores outputs and
 answers, so engine threads never wait on the pipe. Loads run on a loader thread of the lowest OS
 priority and build and warm every shape the model will be asked for before they are answered (on
@@ -30,13 +30,10 @@ from gpu_runtime.vgpu.batches import BatchBuilder, full_shape
 from gpu_runtime.vgpu.messages import (
     Failed,
     Fatal,
-    Forget,
     Load,
     Loaded,
-    Ran,
     RanRows,
     Ready,
-    Run,
     RunRows,
     Stop,
     Unload,
@@ -78,7 +75,6 @@ class _Worker:
     def __init__(self, conn, runner):
         self.conn = conn
         self.runner = runner
-        self.segments = shm.Attachments()
         self.batches = BatchBuilder()
         self.specs: dict[str, object] = {}  # model -> BatchSpec, for models loaded with one
         self.sizes: dict[str, tuple[int, ...]] = {}  # model -> static batch sizes (empty: any)
@@ -105,9 +101,6 @@ class _Worker:
             match message:
                 case Stop():
                     return
-                case Forget(segments=names):
-                    for name in names:
-                        self.segments.forget(name)
                 case Load() | Unload():
                     try:
                         if isinstance(message, Load):
@@ -152,11 +145,6 @@ class _Worker:
 
     def _start(self, message) -> None:
         match message:
-            case Run():
-                inputs = shm.views(self.segments.buf(message.in_segment), message.in_layout)
-                self._note_shape(message.model, inputs)
-                future = self.runner.run(message.model, inputs, message.priority)
-                future.add_done_callback(lambda f: self._reply(lambda: self._ran(f, message)))
             case RunRows():
                 spec = self.specs.get(message.model)
                 if spec is None:
@@ -176,7 +164,7 @@ class _Worker:
 
     def _load(self, message: Load) -> dict:
         description = self.runner.load(message.model, message.onnx_path, message.executor,
-                                       message.max_batch, message.lengths)
+                                       message.max_batch, message.lengths, message.instances)
         spec = message.batch
         if spec is None:
             return description
@@ -215,21 +203,6 @@ class _Worker:
         if key not in warm:
             warm.add(key)
             self.program_builds += 1
-
-    def _ran(self, future: Future, message: Run) -> Ran | Failed:
-        """Store a finished batch's outputs in the output segment, or in a one-off overflow segment
-        `<out_segment>x` when they do not fit, and say where they are."""
-        try:
-            outputs, seconds = future.result()
-            outputs = {name: np.asarray(array) for name, array in outputs.items()}
-            _, size = shm.plan(outputs)
-            if size <= message.out_capacity:
-                layout = shm.store(self.segments.buf(message.out_segment), outputs)
-                return Ran(message.req, layout, size, False, seconds, self.program_builds)
-            layout = shm.write(message.out_segment + "x", outputs)
-            return Ran(message.req, layout, size, True, seconds, self.program_builds)
-        except Exception as exc:
-            return Failed(message.req, type(exc).__name__, str(exc))
 
     def _ran_rows(self, future: Future, message: RunRows, spec) -> RanRows | Failed:
         try:

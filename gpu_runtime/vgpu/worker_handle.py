@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 
 from gpu_runtime.priority import relay_this_thread
 from gpu_runtime.thread_names import name_this_thread
-from gpu_runtime.vgpu import shm
 from gpu_runtime.vgpu.backoff import Backoff
 from gpu_runtime.vgpu.discovery import VGpuInfo
-from gpu_runtime.vgpu.messages import Load, Run, RunRows, Unload
+from gpu_runtime.vgpu.messages import Load, RunRows, Unload
 from gpu_runtime.vgpu.worker import worker_main
 
 
@@ -22,9 +21,7 @@ from gpu_runtime.vgpu.worker import worker_main
 class Request:
     req: int
     future: Future
-    message: Load | Unload | Run | RunRows
-    segments: tuple = ()  # (input, output) SharedMemory from the worker's cache, for Run
-    out_key: tuple[str, int] | None = None  # (model, input bytes): learns the output size
+    message: Load | Unload | RunRows
     crashes: int = 0
 
 
@@ -58,14 +55,12 @@ class WorkerHandle:
     """The pool's side of one vGPU's worker process, across its incarnations."""
 
 
-    def __init__(self, info: VGpuInfo, ctx, prefix: str, engine, backoff: Backoff,
-                 clock: Callable[[], float]):
+    def __init__(self, info: VGpuInfo, ctx, engine, backoff: Backoff, clock: Callable[[], float]):
         self.state = WorkerState(info)
         self.clock = clock
         self.ctx = ctx
         self.engine = engine
         self.backoff = backoff
-        self.segments = shm.SegmentCache(f"{prefix}-{info.id}")
         self.inflight: dict[int, Request] = {}
         self.models: dict[str, Load] = {}  # model -> its load message, replayed after a restart
         self.builds_before = 0  # program builds of the incarnations before this one

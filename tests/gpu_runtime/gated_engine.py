@@ -10,8 +10,8 @@ from gpu_runtime.vgpu.serial_engine import SerialEngine
 
 
 class GatedEngine(SerialEngine):
-    def load(self, model, onnx_path, executor, max_batch, lengths=()):
+    def load(self, model, onnx_path, executor, max_batch, lengths=(), instances=None):
         gate = Path(onnx_path).with_suffix(".gate")
         while model.startswith("gated") and not gate.exists():
             time.sleep(0.01)
-        return super().load(model, onnx_path, executor, max_batch, lengths)
+        return super().load(model, onnx_path, executor, max_batch, lengths, instances)

@@ -1,5 +1,6 @@
-"""The executor registry behind vGPU workers: the NumPy kernel-program executor through the pool,
-with programs planned per (batch, length), against onnxruntime as the reference."""
+"""The executor registry behind vGPU workers: the NumPy kernel-program executor through the pool
+(rows in slot arenas, `row_runs`), with programs planned per (batch, length), against onnxruntime as
+the reference."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from gpu_runtime.executors.probes import CUPY_WHEELS, cupy_stack
 from gpu_runtime.executors.numpy_executor import NumpyExecutor
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerError, WorkerPool
+from tests.gpu_runtime.row_runs import RowModel
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,16 +60,17 @@ def test_registry_names_every_executor():
 def test_numpy_executor_through_the_pool(conv1d):
     session = onnxruntime.InferenceSession(conv1d, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
-    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool:
-        described = pool.load_model("conv1d", conv1d)
+    model = RowModel({"x": ((8, -1), np.float32)}, {"y": ((4, -1), np.float32)}, bound=17)
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy") as pool, model.rows(pool, "conv1d") as rows:
+        described = model.load(pool, "conv1d", conv1d)
         assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": "serial",
-                                     "batch_sizes": []}
+                                     "instances": 1, "batch_sizes": [], "out_row_bytes": 0}
         for batch, length in [(1, 10), (3, 10), (3, 17), (1, 10)]:
             x = rng.standard_normal((batch, 8, length)).astype(np.float32)
-            out = pool.submit("cpu0", "conv1d", {"x": x}).result(60)
+            out = rows.submit("cpu0", {"x": x}).result(60)
             np.testing.assert_allclose(out["y"], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
-        with pytest.raises(WorkerError, match="missing model inputs"):
-            pool.submit("cpu0", "conv1d", {"z": x}).result(60)
+        with pytest.raises(WorkerError):  # 7 channels where the weights take 8
+            rows.submit("cpu0", {"x": x[:, :7]}).result(60)
 
 
 def test_program_runner_plans_once_per_shape(conv1d):

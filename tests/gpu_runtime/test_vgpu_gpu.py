@@ -1,5 +1,6 @@
 """vGPUs on a real NVIDIA GPU (@pytest.mark.gpu, skipped elsewhere): NVML discovery, green-context
-partitions, and the cupy executor in worker processes against onnxruntime on CPU (the reference)."""
+partitions, and the cupy executor in worker processes (rows in slot arenas, `row_runs`) against
+onnxruntime on CPU (the reference)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu_runtime.vgpu.discovery import discover
 from gpu_runtime.vgpu.pool import WorkerPool
+from tests.gpu_runtime.row_runs import RowModel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -62,10 +64,11 @@ def test_green_context_partitions_split_the_sms():
 def test_cupy_executor_in_workers_matches_onnxruntime(conv, green):
     vgpus = discover("gpu", green_context_sms=16 if green else None).vgpus[:2]
     session = onnxruntime.InferenceSession(conv, providers=["CPUExecutionProvider"])
-    with WorkerPool(vgpus, executor="cupy") as pool:
-        assert all(d["executor"] == "cupy" for d in pool.load_model("conv", conv).values())
+    model = RowModel({"x": ((3, 16, 16), np.float32)}, {"y": ((8, 16, 16), np.float32)})
+    with WorkerPool(vgpus, executor="cupy") as pool, model.rows(pool, "conv") as rows:
+        assert all(d["executor"] == "cupy" for d in model.load(pool, "conv", conv).values())
         for vgpu in pool.workers:
             for batch in (1, 4):
                 x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
-                out = pool.submit(vgpu, "conv", {"x": x}).result(120)
+                out = rows.submit(vgpu, {"x": x}).result(120)
                 np.testing.assert_allclose(out["y"], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)

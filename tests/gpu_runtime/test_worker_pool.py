@@ -1,10 +1,11 @@
-"""WorkerPool on CPU vGPUs: results equal direct onnxruntime (the reference), concurrency, errors,
-a worker killed with SIGKILL mid-batch (and again and again), and no leaked processes or shared
-memory after close."""
+"""WorkerPool on CPU vGPUs, batches of rows in slot arenas as the server sends them (`row_runs`):
+results equal direct onnxruntime (the reference), concurrency, errors, a worker killed with SIGKILL
+mid-batch (and again and again), and no leaked processes after close."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import selectors
@@ -28,6 +29,7 @@ from gpu_runtime.vgpu.pool import PoolClosed, WorkerPool, WorkerCrashed, WorkerE
 from gpu_runtime.vgpu.worker_handle import send_loop
 from tests.gpu_runtime.chain_model import matmul_chain, save
 from tests.gpu_runtime.gated_engine import GatedEngine
+from tests.gpu_runtime.row_runs import RowModel
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,7 +55,7 @@ def models(tmp_path_factory):
         ],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
-    # Output 64x the input: more than the pool's first guess of the output size.
+    # Output 64x the input: its slot's output region is sized from its dims, not the input's.
     grow = helper.make_graph(
         [helper.make_node("Tile", ["x", "reps"], ["y"])],
         "grow",
@@ -76,27 +78,43 @@ def reference(path, inputs):
     return dict(zip(names, session.run(names, inputs)))
 
 
-def shm_segments(pool) -> list[str]:
-    return [name for name in os.listdir("/dev/shm") if name.startswith(pool._prefix)]
-
-
-def overflow_segments(pool) -> list[str]:
-    return [name for name in shm_segments(pool) if name.endswith("x")]
+MLP = RowModel({"x": ((16,), np.float32)}, {"relu": ((8,), np.float32), "label": ((), np.int64)})
+SLOW = RowModel({"x": ((768,), np.float32)}, {"h24": ((768,), np.float32)})
+GROW = RowModel({"x": ((16,), np.float32)}, {"y": ((1024,), np.float32)})
 
 
 @pytest.fixture(scope="module")
 def pool(models):
     pool = WorkerPool(discover_vgpus("cpu", cpu_vgpus=2))
-    pool.load_model("mlp", models["mlp"])
+    MLP.load(pool, "mlp", models["mlp"])
     yield pool
     pool.close()
 
 
-def test_round_trip_equals_onnxruntime(pool, models):
+@pytest.fixture
+def mlp(pool):
+    with MLP.rows(pool, "mlp") as batches:
+        yield batches
+
+
+@pytest.fixture
+def arenas():
+    """The test's slot arenas, closed at its end."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+def load(arenas, model: RowModel, pool, name: str, path):
+    """`model` loaded on `pool` as `name`; its batches' arena closed with the test's."""
+    model.load(pool, name, path)
+    return arenas.enter_context(model.rows(pool, name))
+
+
+def test_round_trip_equals_onnxruntime(pool, mlp, models):
     x = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
     expected = reference(models["mlp"], {"x": x})
     for vgpu in pool.workers:
-        out = pool.submit(vgpu, "mlp", {"x": x}).result(30)
+        out = mlp.submit(vgpu, {"x": x}).result(30)
         assert set(out) == {"relu", "label"}
         np.testing.assert_array_equal(out["relu"], expected["relu"])
         np.testing.assert_array_equal(out["label"], expected["label"])
@@ -106,37 +124,35 @@ def test_round_trip_equals_onnxruntime(pool, models):
     assert state.last_batch_seconds > 0 and not state.busy and state.queue_length == 0
 
 
-def test_concurrent_submitters_get_their_own_results(pool, models):
+def test_concurrent_submitters_get_their_own_results(pool, mlp, models):
     rng = np.random.default_rng(2)
     batches = [rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32) for _ in range(60)]
     ids = list(pool.workers)
 
     def one(i):
-        return pool.submit(ids[i % len(ids)], "mlp", {"x": batches[i]}).result(30)
+        return mlp.submit(ids[i % len(ids)], {"x": batches[i]}).result(30)
 
     with ThreadPoolExecutor(6) as threads:
         results = list(threads.map(one, range(len(batches))))
     for x, out in zip(batches, results):
         np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x})["relu"])
-    assert overflow_segments(pool) == []
-    assert len(shm_segments(pool)) <= 2 * 6 * len(ids)  # reused: at most one pair per request in flight
 
 
-def test_hundreds_in_flight_never_stall(pool, models):
+def test_hundreds_in_flight_never_stall(pool, mlp, models):
     """Far more requests than the pipes buffer: submit never blocks, every future completes."""
     x = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32)
-    futures = [pool.submit("cpu0", "mlp", {"x": x}) for _ in range(800)]
+    futures = [mlp.submit("cpu0", {"x": x}) for _ in range(800)]
     expected = reference(models["mlp"], {"x": x})["relu"]
     for future in futures:
         np.testing.assert_array_equal(future.result(60)["relu"], expected)
     assert pool.workers["cpu0"].inflight_runs == 0
 
 
-def test_asyncio_wrap_future(pool, models):
+def test_asyncio_wrap_future(pool, mlp, models):
     x = np.ones((3, 16), np.float32)
 
     async def main():
-        futures = [asyncio.wrap_future(pool.submit("cpu1", "mlp", {"x": x * i})) for i in range(8)]
+        futures = [asyncio.wrap_future(mlp.submit("cpu1", {"x": x * i})) for i in range(8)]
         return await asyncio.gather(*futures)
 
     results = asyncio.run(main())
@@ -144,34 +160,30 @@ def test_asyncio_wrap_future(pool, models):
         np.testing.assert_array_equal(out["relu"], reference(models["mlp"], {"x": x * i})["relu"])
 
 
-def test_errors_are_explicit(pool, models):
-    with pytest.raises(WorkerError, match="not loaded"):
-        pool.submit("cpu0", "nope", {"x": np.zeros((1, 16), np.float32)}).result(30)
-    with pytest.raises(WorkerError, match="missing model inputs"):
-        pool.submit("cpu0", "mlp", {"y": np.zeros((1, 16), np.float32)}).result(30)
+def test_errors_are_explicit(pool, mlp, models):
+    with MLP.rows(pool, "nope") as nope, pytest.raises(WorkerError, match="not loaded"):
+        nope.submit("cpu0", {"x": np.zeros((1, 16), np.float32)}).result(30)
     with pytest.raises(WorkerError):  # wrong width: onnxruntime refuses the shape
-        pool.submit("cpu0", "mlp", {"x": np.zeros((1, 15), np.float32)}).result(30)
+        mlp.submit("cpu0", {"x": np.zeros((1, 15), np.float32)}).result(30)
     with pytest.raises(KeyError):
-        pool.submit("gpu7", "mlp", {"x": np.zeros((1, 16), np.float32)})
-    with pytest.raises(ValueError):  # object arrays cannot live in shared memory
-        pool.submit("cpu0", "mlp", {"x": np.array([object()])})
+        mlp.submit("gpu7", {"x": np.zeros((1, 16), np.float32)})
+    with pytest.raises(ValueError, match="at least one row"):
+        pool.submit_rows("cpu0", "mlp", ())
     with pytest.raises(WorkerError, match="unknown executor"):
-        pool.load_model("m2", models["mlp"], executor="tensorrt")
+        MLP.load(pool, "m2", models["mlp"], executor="tensorrt")
     # the worker survived all of that
-    assert pool.submit("cpu0", "mlp", {"x": np.zeros((1, 16), np.float32)}).result(30)["relu"].shape == (1, 8)
-    assert overflow_segments(pool) == []
+    assert mlp.submit("cpu0", {"x": np.zeros((1, 16), np.float32)}).result(30)["relu"].shape == (1, 8)
 
 
 def test_outputs_larger_than_inputs(models):
-    """The first batch overflows the guessed output segment, later ones reuse a large enough one."""
+    """Each slot's output region holds its row's outputs, whatever their size beside its input's."""
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
-        pool.load_model("grow", models["grow"])
-        for n in (1, 1, 300, 300):
-            x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
-            out = pool.submit("cpu0", "grow", {"x": x}).result(30)
-            np.testing.assert_array_equal(out["y"], reference(models["grow"], {"x": x})["y"])
-            assert overflow_segments(pool) == []
-    assert shm_segments(pool) == []
+        GROW.load(pool, "grow", models["grow"])
+        with GROW.rows(pool, "grow") as grow:
+            for n in (1, 1, 300, 300):
+                x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+                out = grow.submit("cpu0", {"x": x}).result(30)
+                np.testing.assert_array_equal(out["y"], reference(models["grow"], {"x": x})["y"])
 
 
 def wait_for(predicate, timeout=30.0):
@@ -182,14 +194,14 @@ def wait_for(predicate, timeout=30.0):
         time.sleep(0.01)
 
 
-def test_killed_worker_restarts_and_reruns_the_batch(models):
+def test_killed_worker_restarts_and_reruns_the_batch(models, arenas):
     # ~30 GFLOP (hundreds of ms even on an idle machine), so the kill lands mid-batch
     x = np.random.default_rng(3).standard_normal((1024, 768)).astype(np.float32)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
-        pool.load_model("slow", models["slow"])
-        pool.load_model("mlp", models["mlp"])
+        slow = load(arenas, SLOW, pool, "slow", models["slow"])
+        mlp = load(arenas, MLP, pool, "mlp", models["mlp"])
         first_pid = pool.workers["cpu0"].pid
-        future = pool.submit("cpu0", "slow", {"x": x})
+        future = slow.submit("cpu0", {"x": x})
         wait_for(lambda: pool.workers["cpu0"].busy)
         assert not future.done()
         os.kill(first_pid, signal.SIGKILL)
@@ -198,16 +210,15 @@ def test_killed_worker_restarts_and_reruns_the_batch(models):
         state = pool.workers["cpu0"]
         assert state.restarts == 1 and state.pid != first_pid
         # models were reloaded on the new worker
-        assert pool.submit("cpu0", "mlp", {"x": np.ones((2, 16), np.float32)}).result(30)["relu"].shape == (2, 8)
+        assert mlp.submit("cpu0", {"x": np.ones((2, 16), np.float32)}).result(30)["relu"].shape == (2, 8)
         assert not os.path.exists(f"/proc/{first_pid}")  # reaped, no zombie
-    assert shm_segments(pool) == []
 
 
-def test_a_worker_dying_once_the_stop_began_is_not_restarted(models, caplog):
+def test_a_worker_dying_once_the_stop_began_is_not_restarted(models, arenas, caplog):
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
-        pool.load_model("slow", models["slow"])
+        slow = load(arenas, SLOW, pool, "slow", models["slow"])
         pid = pool.workers["cpu0"].pid
-        future = pool.submit("cpu0", "slow", {"x": np.ones((1024, 768), np.float32)})
+        future = slow.submit("cpu0", {"x": np.ones((1024, 768), np.float32)})
         pool.stop_restarts()
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(WorkerCrashed, match="while the server stops"):
@@ -215,15 +226,14 @@ def test_a_worker_dying_once_the_stop_began_is_not_restarted(models, caplog):
         state = pool.workers["cpu0"]
         assert state.restarts == 0 and not state.alive
     assert "restarting it" not in caplog.text
-    assert shm_segments(pool) == []
 
 
-def test_second_crash_fails_the_batch_explicitly(models):
+def test_second_crash_fails_the_batch_explicitly(models, arenas):
     x = np.random.default_rng(4).standard_normal((64, 768)).astype(np.float32)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
-        pool.load_model("slow", models["slow"])
+        slow = load(arenas, SLOW, pool, "slow", models["slow"])
         pid = pool.workers["cpu0"].pid
-        future = pool.submit("cpu0", "slow", {"x": x})
+        future = slow.submit("cpu0", {"x": x})
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: pool.workers["cpu0"].pid != pid)
         os.kill(pool.workers["cpu0"].pid, signal.SIGKILL)  # the re-run is queued on it
@@ -231,22 +241,21 @@ def test_second_crash_fails_the_batch_explicitly(models):
             future.result(60)
         # the vGPU itself keeps serving after its second restart
         wait_for(lambda: pool.workers["cpu0"].restarts == 2)
-        assert pool.submit("cpu0", "slow", {"x": x[:1]}).result(60)["h24"].shape == (1, 768)
-    assert shm_segments(pool) == []
+        assert slow.submit("cpu0", {"x": x[:1]}).result(60)["h24"].shape == (1, 768)
 
 
-def test_no_retry_budget_fails_at_first_crash_and_the_worker_still_restarts(models):
+def test_no_retry_budget_fails_at_first_crash_and_the_worker_still_restarts(models, arenas):
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), crash_retries=0) as pool:
-        pool.load_model("slow", models["slow"])
+        slow = load(arenas, SLOW, pool, "slow", models["slow"])
         pid = pool.workers["cpu0"].pid
-        future = pool.submit("cpu0", "slow", {"x": np.ones((64, 768), np.float32)})
+        future = slow.submit("cpu0", {"x": np.ones((64, 768), np.float32)})
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(WorkerCrashed, match="killed by SIGKILL"):
             future.result(30)
-        assert pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)}).result(60)["h24"].shape == (1, 768)
+        assert slow.submit("cpu0", {"x": np.ones((1, 768), np.float32)}).result(60)["h24"].shape == (1, 768)
 
 
-def test_restarts_have_no_lifetime_budget_and_back_off_when_deaths_come_quickly(models, caplog):
+def test_restarts_have_no_lifetime_budget_and_back_off_when_deaths_come_quickly(models, arenas, caplog):
     """More deaths than the old budget of five: the worker comes back every time, the deaths in
     quick succession after a delay; each death is a WARNING; models are ready once a live worker
     has them loaded again, and every change is reported."""
@@ -254,7 +263,7 @@ def test_restarts_have_no_lifetime_budget_and_back_off_when_deaths_come_quickly(
     backoff = Backoff(first_s=0.05, max_s=0.2, settle_s=3600)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), backoff=backoff,
                     on_change=lambda: changes.append(1)) as pool:  # fmt: skip
-        pool.load_model("mlp", models["mlp"])
+        mlp = load(arenas, MLP, pool, "mlp", models["mlp"])
         assert pool.ready_models() == {"mlp"} and changes
         for kill in range(7):
             pid = pool.workers["cpu0"].pid
@@ -264,7 +273,7 @@ def test_restarts_have_no_lifetime_budget_and_back_off_when_deaths_come_quickly(
             assert len(changes) > seen  # the death and the start
             wait_for(lambda: pool.ready_models() == {"mlp"})
         assert pool.workers["cpu0"].restarts == 7 and pool.workers["cpu0"].alive
-        assert pool.submit("cpu0", "mlp", {"x": np.ones((2, 16), np.float32)}).result(30)["relu"].shape == (2, 8)
+        assert mlp.submit("cpu0", {"x": np.ones((2, 16), np.float32)}).result(30)["relu"].shape == (2, 8)
     deaths = [r.getMessage() for r in caplog.records if "died" in r.getMessage() and r.levelname == "WARNING"]
     assert len(deaths) == 7
     assert deaths[0].endswith("restarting it") and all("restarting it in " in d for d in deaths[1:])
@@ -285,7 +294,7 @@ def test_backoff_doubles_while_deaths_come_quickly_and_resets_after_a_settled_li
 
 def test_ready_models_is_empty_while_the_only_worker_is_dead(models):
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), backoff=Backoff(first_s=30, settle_s=3600)) as pool:
-        pool.load_model("mlp", models["mlp"])
+        MLP.load(pool, "mlp", models["mlp"])
         pid = pool.workers["cpu0"].pid
         os.kill(pid, signal.SIGKILL)  # first death: restarted at once
         wait_for(lambda: pool.workers["cpu0"].pid != pid and pool.ready_models() == {"mlp"})
@@ -303,7 +312,7 @@ class ManualClock:
         return self.now
 
 
-def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, monkeypatch):
+def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, arenas, caplog, monkeypatch):
     """SIGSTOP stands for a worker hung in a driver or starved: readiness said 200 while every
     infer timed out. With batches in flight and no word for `stall_s` (on the pool's clock, moved
     by hand here), its models count as not ready (and `on_change` says so); once it answers, they
@@ -322,12 +331,12 @@ def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, mo
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), stall_s=0.5, on_change=lambda: changes.append(1),
                     clock=clock) as pool:  # fmt: skip
         pools.append(pool)
-        pool.load_model("mlp", models["mlp"])
+        mlp = load(arenas, MLP, pool, "mlp", models["mlp"])
         pid = pool.workers["cpu0"].pid
         x = np.random.default_rng(4).standard_normal((3, 16)).astype(np.float32)
         os.kill(pid, signal.SIGSTOP)
         try:
-            future = pool.submit("cpu0", "mlp", {"x": x})
+            future = mlp.submit("cpu0", {"x": x})
             before = len(changes)
             clock.now += 10.0  # silent for far longer than stall_s
             wait_for(lambda: pool.ready_models() == set())  # the monitor looks within a second
@@ -342,7 +351,7 @@ def test_a_stopped_worker_is_not_ready_until_it_answers_again(models, caplog, mo
     assert any("no word for" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
 
 
-def test_a_send_held_up_across_a_restart_never_reaches_the_successor(models, monkeypatch):
+def test_a_send_held_up_across_a_restart_never_reaches_the_successor(models, arenas, monkeypatch):
     """The dead worker's sender thread may have read its pipe's descriptor and not yet written when
     the pool starts the successor, whose pipe can reuse that descriptor number. Here that thread is
     held at exactly that point (and the successor's sender until it has written): the held batch
@@ -374,10 +383,10 @@ def test_a_send_held_up_across_a_restart_never_reaches_the_successor(models, mon
     monkeypatch.setattr(connection.Connection, "_send", send)
     x = np.random.default_rng(3).standard_normal((64, 768)).astype(np.float32)
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1)) as pool:
-        pool.load_model("slow", models["slow"])
+        slow = load(arenas, SLOW, pool, "slow", models["slow"])
         first = pool.workers["cpu0"].pid
         armed.set()
-        future = pool.submit("cpu0", "slow", {"x": x})
+        future = slow.submit("cpu0", {"x": x})
         assert held.wait(30)
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: pool.workers["cpu0"].pid != first)
@@ -404,7 +413,7 @@ def test_a_failed_send_leaves_the_pipe_open_until_the_pool_retires_it():
     pipe, outbox = DeadPipe(), queue.SimpleQueue()
     sender = threading.Thread(target=send_loop, args=(pipe, outbox))
     sender.start()
-    for message in ("run", "forget"):
+    for message in ("a batch", "another"):
         outbox.put(message)
     wait_for(outbox.empty)
     assert pipe.sends == 1 and not pipe.closed
@@ -413,36 +422,35 @@ def test_a_failed_send_leaves_the_pipe_open_until_the_pool_retires_it():
     assert pipe.closed
 
 
-def test_close_leaves_no_processes_or_segments(models):
+def test_close_leaves_no_processes(models, arenas):
     pool = WorkerPool(discover_vgpus("cpu", cpu_vgpus=2))
-    pool.load_model("slow", models["slow"])
+    slow = load(arenas, SLOW, pool, "slow", models["slow"])
     pids = [s.pid for s in pool.workers.values()]
-    futures = [pool.submit(v, "slow", {"x": np.ones((64, 768), np.float32)}) for v in pool.workers]
+    futures = [slow.submit(v, {"x": np.ones((64, 768), np.float32)}) for v in pool.workers]
     pool.close(timeout=0.2)  # workers still computing: they are killed, futures fail
     for future in futures:
         assert future.done()
         if future.exception() is not None:
             assert isinstance(future.exception(), PoolClosed)
-    assert shm_segments(pool) == []
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}")
     with pytest.raises(PoolClosed):
-        pool.submit("cpu0", "slow", {"x": np.ones((1, 768), np.float32)})
+        slow.submit("cpu0", {"x": np.ones((1, 768), np.float32)})
 
 
-def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models):
+def test_a_vgpu_that_cannot_start_fails_fast_with_its_reason(models, arenas):
     """A green-context vGPU on a machine without cuda-python/CUDA: no restart loop, no hang."""
     broken = VGpuInfo("gpu0.gc0", "green_context", "fake", "GPU-0", "fake-16sm", 16, None,
                       green_context=(0, 16))  # fmt: skip
     with WorkerPool([broken]) as pool:
         with pytest.raises(WorkerError, match="gpu0.gc0"):
-            pool.load_model("mlp", models["mlp"])
+            MLP.load(pool, "mlp", models["mlp"])
         wait_for(lambda: not pool.workers["gpu0.gc0"].alive)
         assert pool.workers["gpu0.gc0"].restarts == 0
         with pytest.raises(PoolClosed, match="dead"):
-            pool.submit("gpu0.gc0", "mlp", {"x": np.ones((1, 16), np.float32)})
+            arenas.enter_context(MLP.rows(pool, "mlp")).submit("gpu0.gc0", {"x": np.ones((1, 16), np.float32)})
         with pytest.raises(WorkerError, match="dead"):
-            pool.load_model("mlp", models["mlp"])
+            MLP.load(pool, "mlp", models["mlp"])
 
 
 STDIN_SCRIPT = """
@@ -467,7 +475,7 @@ def test_a_worker_that_cannot_start_under_spawn_is_not_restarted(models):
     assert done.stdout.strip().endswith("restarts 0")
 
 
-def test_a_load_never_holds_up_batches_of_other_models(models, tmp_path):
+def test_a_load_never_holds_up_batches_of_other_models(models, arenas, tmp_path):
     """The load of `gated` cannot finish before its gate file exists: batches of the loaded model
     still come back meanwhile, and once unloaded a model is refused (and can be loaded again)."""
     gated = tmp_path / "gated.onnx"
@@ -476,17 +484,18 @@ def test_a_load_never_holds_up_batches_of_other_models(models, tmp_path):
     expected = reference(models["mlp"], {"x": x})["relu"]
     with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=GatedEngine) as pool, \
             ThreadPoolExecutor(1) as threads:  # fmt: skip
-        pool.load_model("mlp", models["mlp"])
-        loading = threads.submit(pool.load_model, "gated", gated)
+        mlp = load(arenas, MLP, pool, "mlp", models["mlp"])
+        gated_rows = arenas.enter_context(MLP.rows(pool, "gated"))
+        loading = threads.submit(MLP.load, pool, "gated", gated)
         for _ in range(3):
-            np.testing.assert_array_equal(pool.submit("cpu0", "mlp", {"x": x}).result(30)["relu"], expected)
+            np.testing.assert_array_equal(mlp.submit("cpu0", {"x": x}).result(30)["relu"], expected)
         assert not loading.done()
         gated.with_suffix(".gate").touch()
         assert loading.result(30)["cpu0"]["providers"] == ["CPUExecutionProvider"]
-        np.testing.assert_array_equal(pool.submit("cpu0", "gated", {"x": x}).result(30)["relu"], expected)
+        np.testing.assert_array_equal(gated_rows.submit("cpu0", {"x": x}).result(30)["relu"], expected)
         pool.unload_model("gated")
         assert "gated" not in pool.workers["cpu0"].loaded
         with pytest.raises(WorkerError, match="not loaded"):
-            pool.submit("cpu0", "gated", {"x": x}).result(30)
-        pool.load_model("gated", gated)
-        np.testing.assert_array_equal(pool.submit("cpu0", "gated", {"x": x}).result(30)["relu"], expected)
+            gated_rows.submit("cpu0", {"x": x}).result(30)
+        MLP.load(pool, "gated", gated)
+        np.testing.assert_array_equal(gated_rows.submit("cpu0", {"x": x}).result(30)["relu"], expected)

@@ -19,9 +19,9 @@ class HeldReefEngine(ReefEngine):
         self._be_running, self._rt_submitted = threading.Event(), threading.Event()
         self._launch = None
 
-    def load(self, model, onnx_path, executor, max_batch, lengths=()):
+    def load(self, model, onnx_path, executor, max_batch, lengths=(), instances=None):
         self._holds[model] = Path(onnx_path).with_suffix(".hold")
-        return super().load(model, onnx_path, executor, max_batch, lengths)
+        return super().load(model, onnx_path, executor, max_batch, lengths, instances)
 
     def run(self, model, inputs, priority=Priority.BE):
         if Priority.of(priority) is not Priority.RT or not self._holds[model].exists():

@@ -1,4 +1,5 @@
-"""REEF inside the vGPU workers (scheduler.vgpu_engine) through the real WorkerPool on a CPU vGPU:
+"""REEF inside the vGPU workers (scheduler.vgpu_engine) through the real WorkerPool on a CPU vGPU
+(batches of rows in slot arenas, `tests/gpu_runtime/row_runs.py`):
 an RT batch preempts a running BE batch under `reset`/`reef` and waits for it under `seq`; results
 equal onnxruntime (the reference), and a preempted BE batch equals the same batch run alone bit for
 bit."""
@@ -17,9 +18,11 @@ from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.pool import WorkerPool, WorkerError
 from scheduler.vgpu_engine import ReefEngine, engine_for
 from tests.gpu_runtime.chain_model import matmul_chain
+from tests.gpu_runtime.row_runs import RowModel
 from tests.scheduler.held_engine import HeldReefEngine
 
 pytestmark = pytest.mark.timeout(180)
+SLOW = RowModel({"x": ((768,), np.float32)}, {"h24": ((768,), np.float32)})
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +44,17 @@ def test_rt_batch_and_a_running_be_batch(slow, policy, tmp_path):
     be = rng.standard_normal((2048, 768)).astype(np.float32)
     rt = rng.standard_normal((1, 768)).astype(np.float32)
     engine = functools.partial(HeldReefEngine, policy=policy)
-    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy", engine=engine) as pool:
-        described = pool.load_model("slow", model, max_batch=2)
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), executor="numpy", engine=engine) as pool, \
+            SLOW.rows(pool, "slow", capacity=2 * len(be) + 1) as rows:  # fmt: skip
+        described = SLOW.load(pool, "slow", model, max_batch=2)
         assert described["cpu0"] == {"executor": "numpy", "preemptible": True, "scheduler": policy,
-                                     "batch_sizes": [1, 2]}
-        alone = pool.submit("cpu0", "slow", {"x": be}).result(60)["h24"]  # also plans that shape
+                                     "batch_sizes": [1, 2], "out_row_bytes": 768 * 4}
+        alone = rows.submit("cpu0", {"x": be}).result(60)["h24"]  # also plans that shape
         Path(model).with_suffix(".hold").touch()
         answered = []
-        be_future = pool.submit("cpu0", "slow", {"x": be})
+        be_future = rows.submit("cpu0", {"x": be})
         be_future.add_done_callback(lambda _: answered.append("be"))
-        rt_future = pool.submit("cpu0", "slow", {"x": rt}, priority="rt")
+        rt_future = rows.submit("cpu0", {"x": rt}, priority="rt")
         rt_future.add_done_callback(lambda _: answered.append("rt"))
         rt_out = rt_future.result(60)["h24"]
         preempted = be_future.result(60)["h24"]
@@ -63,10 +67,11 @@ def test_rt_batch_and_a_running_be_batch(slow, policy, tmp_path):
 
 def test_onnxruntime_models_run_beside_the_scheduler(slow):
     x = np.random.default_rng(9).standard_normal((3, 768)).astype(np.float32)
-    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("reset")) as pool:
-        assert pool.load_model("slow", slow)["cpu0"]["scheduler"] == "serial"
+    with WorkerPool(discover_vgpus("cpu", cpu_vgpus=1), engine=engine_for("reset")) as pool, \
+            SLOW.rows(pool, "slow") as rows:  # fmt: skip
+        assert SLOW.load(pool, "slow", slow)["cpu0"]["scheduler"] == "serial"
         for priority in ("be", "rt"):
-            out = pool.submit("cpu0", "slow", {"x": x}, priority=priority).result(60)["h24"]
+            out = rows.submit("cpu0", {"x": x}, priority=priority).result(60)["h24"]
             np.testing.assert_allclose(out, reference(slow, x), rtol=1e-5, atol=1e-5)
 
 
@@ -98,12 +103,13 @@ def test_cupy_worker_schedules_rt_and_be_batches(slow, policy):
     rng = np.random.default_rng(10)
     be = rng.standard_normal((8192, 768)).astype(np.float32)
     rt = rng.standard_normal((1, 768)).astype(np.float32)
-    with WorkerPool(discover_vgpus("gpu")[:1], executor="cupy", engine=engine_for(policy)) as pool:
+    with WorkerPool(discover_vgpus("gpu")[:1], executor="cupy", engine=engine_for(policy)) as pool, \
+            SLOW.rows(pool, "slow", capacity=3 * 8192) as rows:  # fmt: skip
         vgpu = next(iter(pool.workers))
-        assert pool.load_model("slow", slow, max_batch=2)[vgpu]["scheduler"] == policy
-        alone = pool.submit(vgpu, "slow", {"x": be}).result(120)["h24"]
-        be_future = pool.submit(vgpu, "slow", {"x": be})
-        rt_out = pool.submit(vgpu, "slow", {"x": rt}, priority="rt").result(120)["h24"]
+        assert SLOW.load(pool, "slow", slow, max_batch=2)[vgpu]["scheduler"] == policy
+        alone = rows.submit(vgpu, {"x": be}).result(120)["h24"]
+        be_future = rows.submit(vgpu, {"x": be})
+        rt_out = rows.submit(vgpu, {"x": rt}, priority="rt").result(120)["h24"]
         preempted = be_future.result(120)["h24"]
     np.testing.assert_allclose(rt_out, reference(slow, rt), rtol=1e-3, atol=1e-4)
     np.testing.assert_array_equal(preempted, alone)

@@ -25,6 +25,11 @@ def test_the_kernel_runtime_where_it_can_onnxruntime_where_it_cannot(tmp_path):
     assert lookup.reason == "numpy lacks operator(s) ai.onnx.ml.CategoryMapper"
     assert choose("onnxruntime", pair, ["FP32"]).executor == "onnxruntime"  # not a kernel runtime: as set
     assert choose(None, pair, ["FP32"]).executor is None  # the pool's own
+    counted = choose("numpy", pair, ["FP32"] * 3, instances=2)  # instance_group count 2 on a vGPU
+    assert counted.executor == "onnxruntime"
+    assert counted.reason == ("instance_group asks for 2 instances on a vGPU, and numpy runs one "
+                              "(REEF interleaves its programs)")
+    assert choose("numpy", pair, ["FP32"] * 3, instances=1).executor == "numpy"
 
 
 def test_operators_the_importer_folds_are_not_counted_and_variable_shapes_go_to_onnxruntime(tmp_path):
