@@ -171,7 +171,8 @@ genvar g;
 generate
     for (g = 0; g < 6; g = g + 1) begin : bank
         localparam C = g / 2, B = g % 2;
-        reg [63:0] mem [0:DEPTH-1];
+        // UltraRAM: 6 banks of 24 K x 64 at MAX_WIDTH 8192, 6 URAM288 (4 K x 72) each.
+        (* ram_style = "ultra" *) reg [63:0] mem [0:DEPTH-1];
         reg [63:0] rdata_reg = 64'd0;
         wire       h2 = mode_reg[2 * C];
         wire [WB-1:0] word = h2 ? p_reg[WB+2:3] : p_reg[WB+1:2];

@@ -2,7 +2,7 @@
 
 `frame_store_columns` is what image_cu feeds upsample_color today (decode_scan, then
 emit_upsample_columns); `chain` is jpeg_decode_core's C model followed by jpeg_mcu_strip's, with
-the rows between them (the RTL unit's input). `meaningful` masks the lane bytes upsample_color
+the rows between them (the RTL unit's input); `datapath` all four units' C models in a chain. `meaningful` masks the lane bytes upsample_color
 never reads (the frame-store path leaves them stale).
 """
 
@@ -19,7 +19,8 @@ from sim_tb.c_model import HLS, build_shared_library
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parents[1] / "build" / "sim_tb" / "jpeg_mcu_strip"
 STRIP_SOURCES = [HLS / "image" / "jpeg_mcu_strip.cpp", HLS / "image" / "jpeg_decode_core.cpp",
-                 HLS / "image" / "idct8x8_islow.cpp"]
+                 HLS / "image" / "idct8x8_islow.cpp", HLS / "image" / "upsample_color.cpp",
+                 HLS / "image" / "image_postdecode.cpp"]
 
 
 @dataclass
@@ -72,6 +73,18 @@ def chain(jpeg: bytes, args: StripArgs) -> tuple[int, np.ndarray, np.ndarray]:
                                         ctypes.c_uint64(args.rows), _pointer(out), ctypes.c_uint64(args.beats),
                                         ctypes.byref(n))
     return status, rows[:args.rows], out[:n.value]
+
+
+def datapath(jpeg: bytes, post: tuple[int, int, int, int, int]) -> tuple[int, np.ndarray]:
+    """The core's status and the four chained C models' output beats (n, 3) uint32 for the
+    post-decode arguments (dst_h, dst_w, crop_h, crop_w, format)."""
+    post_args = np.array(post, np.uint32)
+    max_beats = post[2] * post[3]
+    out = np.zeros((max(max_beats, 1), 3), np.uint32)
+    n = ctypes.c_uint64()
+    status = _library().strip_ref_datapath(jpeg, ctypes.c_uint32(len(jpeg)), _pointer(post_args), _pointer(out),
+                                           ctypes.c_uint64(max_beats), ctypes.byref(n))
+    return status, out[:n.value]
 
 
 def lane_masks(args: StripArgs) -> np.ndarray:
