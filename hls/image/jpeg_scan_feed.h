@@ -24,6 +24,7 @@ inline void feed_scan(const Beat* jpeg, uint32_t len, uint32_t scan_start, hls::
     return;
   }
   Beat port;
+  // Trip count: 8-byte groups of a 500x375 file of up to ~94 KB.
 scan_beats:
   for (uint32_t g = first; g < end; ++g) {
 #pragma HLS LOOP_TRIPCOUNT max = kTypicalPixels / 16
@@ -32,12 +33,13 @@ scan_beats:
     const uint32_t base = g * kScanBeatBytes;
     const uint32_t lo = g == first ? scan_start - base : 0;
     const uint32_t hi = g + 1 == end ? len - base : kScanBeatBytes;
+    uint8_t group[kScanBeatBytes];  // the port beat's 8-byte group g (an 8-way select), then shifted
+#pragma HLS ARRAY_PARTITION variable = group complete
+  scan_group_bytes:
+    for (uint32_t k = 0; k < kScanBeatBytes; ++k) group[k] = port[(g % kScanBeatsPerPort) * kScanBeatBytes + k];
     JpegScanBeat beat;
   scan_beat_bytes:
-    for (uint32_t k = 0; k < kScanBeatBytes; ++k) {
-      const uint32_t at = lo + k;  // the group's bytes shifted down to byte 0
-      beat.byte[k] = at < kScanBeatBytes ? port[(g % kScanBeatsPerPort) * kScanBeatBytes + at] : uint8_t{0};
-    }
+    for (uint32_t k = 0; k < kScanBeatBytes; ++k) beat.byte[k] = lo + k < kScanBeatBytes ? group[lo + k] : uint8_t{0};
     beat.count = static_cast<uint8_t>(hi - lo);
     beat.last = g + 1 == end;
     out.write(beat);
