@@ -55,14 +55,22 @@ def lanes(beats: np.ndarray) -> np.ndarray:
                     np.uint32).reshape(-1, 3)
 
 
-def run(jobs: list[Job], work: Path, simulator: str = "icarus", stalls: int = 0,
-        cycle_limit: int | None = None) -> list[entropy_sim.SimResult]:
-    """Runs the files one after another on one datapath (stalls: idle input and output backpressure in
-    that many of 256 cycles); asserts every file's status and beats equal the C models' (a CORRUPT
-    file: its status and its beat count, since the RTL core may stop a block earlier). Returns the results."""
+def harness_params(jobs: list[Job], stalls: int = 0) -> dict[str, int]:
+    """The harness's parameters for these files (memory sizes, stalls, a cycle limit per file of 64
+    a scan byte and 8 a pixel): one build serves every subset of them."""
+    limit = max(64 * len(j.jpeg) + 8 * j.frame[0] * j.frame[1] for j in jobs) + 20000
+    return entropy_sim.harness_sizes([(j.jpeg, j.scan) for j in jobs]) | {
+        "IDLE_256": stalls, "STALL_256": stalls, "CYCLE_LIMIT": limit}
+
+
+def run(jobs: list[Job], work: Path, simulator: str = "icarus", params: dict[str, int] | None = None
+        ) -> list[entropy_sim.SimResult]:
+    """Runs the files one after another on one datapath (params: harness_params, by default these
+    files' at full rate); asserts every file's status and beats equal the C models' (a CORRUPT file:
+    its status and its beat count, since the RTL core may stop a block earlier). Returns the results."""
     pairs = [(j.jpeg, j.scan) for j in jobs]
-    limit = cycle_limit or max(64 * len(j.jpeg) + 8 * j.frame[0] * j.frame[1] for j in jobs) + 20000
-    params = entropy_sim.harness_sizes(pairs) | {"IDLE_256": stalls, "STALL_256": stalls, "CYCLE_LIMIT": limit}
+    params = params or harness_params(jobs)
+    limit = params["CYCLE_LIMIT"]
     results = entropy_sim.run_jobs(pairs, work, simulator, params=params, frames=[j.frame for j in jobs])
     assert len(results) == len(jobs), f"{jobs[len(results) - 1].name}: hung (the harness's cycle limit, {limit})"
     for j, got in zip(jobs, results):

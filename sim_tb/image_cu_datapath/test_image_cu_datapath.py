@@ -29,5 +29,5 @@ CASES = [("cv2-420-q90-48x64", 32, 28, ds.F32), ("cv2-444-q75-33x31", None, None
 def test_image_cu_datapath(stalls, tmp_path):
     files = scan_files.files()
     jobs = [ds.job(name, files[name], r, crop, fmt) for name, r, crop, fmt in CASES]
-    results = ds.run(jobs, tmp_path, stalls=stalls)
+    results = ds.run(jobs, tmp_path, params=ds.harness_params(jobs, stalls))
     assert [r.status for r in results] == [0, 0, ds.CORRUPT, 0, 0]

@@ -216,6 +216,8 @@ def _simulator_build(simulator: str, core: bool, params: dict[str, int], datapat
         subprocess.run([verilator_executable(), "--binary", "-O3", "-j", "2", "--top-module", "jpeg_entropy_tb",
                         # GCC 12 needs -fcoroutines for Verilator's --timing runtime (the harness's clock).
                         "-CFLAGS", "-fcoroutines -O2", "-Wno-fatal", "-Wno-WIDTH", "--Mdir", str(out),
+                        # The PyPI wheel's verilated.mk leaves its precompiled-header flag empty.
+                        "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
                         *defines, *(f"-G{k}={v}" for k, v in params.items()),
                         *map(str, sources)], check=True, capture_output=True, text=True)
     return [str(binary)]
