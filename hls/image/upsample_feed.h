@@ -1,27 +1,15 @@
-// upsample_feed.h: the frame store's plane rows to the upsample_color unit: per output row, the
-// plane rows each component needs are loaded a beat per cycle (load_component_rows), then one
-// pipelined pass sends a column beat per output pixel pair (two pixels a cycle downstream).
+// upsample_feed.h: the frame store's plane rows to the upsample_color unit's column beats: per
+// output row, the plane rows each component needs (load_component_rows), then a column beat per
+// output pixel pair. What the kernel fed the unit before jpeg_mcu_strip; now the reference of the
+// strip unit's tests (frame_store.h).
 #pragma once
 #include <cstdint>
 
 #include "hls_compat.h"
-#include "jpeg_decode.h"
+#include "frame_store.h"
 #include "upsample_color.h"
 
 namespace atoll_image {
-
-// The unit's mode word for frame f (upsample_color.h).
-inline uint32_t upsample_mode(const JpegFrame& f) {
-  uint32_t mode = f.n_components == 1 ? kModeGray : (f.rgb ? kModeRgb : 0u);
-upsample_mode_components:
-  for (uint32_t ci = 0; ci < kMaxComponents; ++ci) {
-    if (ci < f.n_components) {
-      mode |= (f.comp[ci].h < f.hmax ? 1u : 0u) << (2 * ci);
-      mode |= (f.comp[ci].v < f.vmax ? 1u : 0u) << (2 * ci + 1);
-    }
-  }
-  return mode;
-}
 
 inline uint32_t column_lane(const uint8_t* near, const uint8_t* far, uint32_t a, uint32_t b) {
   return uint32_t{near[a]} | uint32_t{near[b]} << 8 | uint32_t{far[a]} << 16 | uint32_t{far[b]} << 24;

@@ -17,6 +17,13 @@
 // decoder consumed, F those to the first scan beat taken (the core reads its tables first, from a
 // stream that starts at ap_start; the entropy unit has them written before). S is 3 where the
 // cycle limit ran out (the run stops there). `finished` rises when the file is complete.
+//
+// With DATAPATH defined (implies CORE) the unit is image_cu_datapath, the whole CU datapath: each
+// job has 9 more words (width, height, sampling, mode, dst_h, dst_w, crop_h, crop_w, format) and
+// the output beats are the post-decode unit's (96 bits).
+`ifdef DATAPATH
+`define CORE
+`endif
 module jpeg_entropy_tb #(
     // Lines the job, table and scan memories hold.
     parameter MAX_JOBS = 64,
@@ -34,13 +41,19 @@ reg clk = 1'b0;
 reg rst = 1'b1;
 reg finished = 1'b0;
 
-reg [31:0] jobs [0:8*MAX_JOBS-1];
+`ifdef DATAPATH
+localparam JOB_WORDS = 17;
+`else
+localparam JOB_WORDS = 8;
+`endif
+reg [31:0] jobs [0:JOB_WORDS*MAX_JOBS-1];
 reg [38:0] tables [0:MAX_TABLES-1];
 reg [79:0] scan [0:MAX_SCAN-1];
 reg [1023:0] job_file, table_file, scan_file, coef_file;
 integer n_jobs = 0, n_tables = 0, n_scan = 0, job = 0;
 // The current scan's arguments and its spans of the table and scan memories.
 integer n_mcus = 0, interval = 0, ncomp = 0, comps = 0, table_first = 0, table_end = 0, scan_first = 0, scan_end = 0;
+reg [31:0] frame [0:8];  // DATAPATH: the job's frame and post-decode arguments
 integer fd, fed = 0, cycle = 0, last_beat = 0, symbols = 0, first_scan = -1, loaded = 0;
 reg        job_start = 1'b0;  // the initial block's pulse: the counters take the new scan's spans
 reg        hung = 1'b0;
@@ -58,7 +71,10 @@ reg        running = 1'b0;
 wire       ap_ready, ap_idle, ap_done;
 wire [1:0] status;
 wire       in_ready, out_valid;
-`ifdef CORE
+`ifdef DATAPATH
+localparam OUT_WIDTH = 96;
+`define DECODER dut.core.entropy.decoder
+`elsif CORE
 localparam OUT_WIDTH = 64;
 `define DECODER dut.entropy.decoder
 `else
@@ -69,7 +85,34 @@ wire [OUT_WIDTH-1:0] out_data;
 wire       in_valid = running && fed < scan_end && !(idle_lfsr[7:0] < IDLE_256);
 wire       out_ready = !(stall_lfsr[7:0] < STALL_256);
 
-`ifdef CORE
+`ifdef DATAPATH
+wire [31:0] status_word;
+assign status = status_word[1:0];
+image_cu_datapath dut (
+    .ap_clk(clk),
+    .ap_rst(rst),
+    .ap_start(ap_start),
+    .ap_ready(ap_ready),
+    .ap_idle(ap_idle),
+    .ap_done(ap_done),
+    .n_mcus(n_mcus),
+    .restart_interval(interval),
+    .n_components(ncomp),
+    .components(comps),
+    .width(frame[0]),
+    .height(frame[1]),
+    .sampling(frame[2]),
+    .mode(frame[3]),
+    .dst_h(frame[4]),
+    .dst_w(frame[5]),
+    .crop_h(frame[6]),
+    .crop_w(frame[7]),
+    .format(frame[8]),
+    .status(status_word),
+    .s_tbl_tdata(tbl_beat),
+    .s_tbl_tvalid(running && loaded <= table_end),
+    .s_tbl_tready(tbl_ready),
+`elsif CORE
 wire [31:0] status_word;
 wire        status_vld;
 assign status = status_word[1:0];
@@ -127,21 +170,22 @@ initial begin
     if ($value$plusargs("n_jobs=%d", n_jobs)) begin end
     if ($value$plusargs("n_tables=%d", n_tables)) begin end
     if ($value$plusargs("n_scan=%d", n_scan)) begin end
-    if (n_jobs > 0) $readmemh(job_file, jobs, 0, 8 * n_jobs - 1);
+    if (n_jobs > 0) $readmemh(job_file, jobs, 0, JOB_WORDS * n_jobs - 1);
     if (n_tables > 0) $readmemh(table_file, tables, 0, n_tables - 1);
     if (n_scan > 0) $readmemh(scan_file, scan, 0, n_scan - 1);
     fd = $fopen(coef_file, "w");
     repeat (4) @(posedge clk);
     rst <= 1'b0;
     for (job = 0; job < n_jobs && !hung; job = job + 1) begin
-        n_mcus = jobs[8 * job];
-        interval = jobs[8 * job + 1];
-        ncomp = jobs[8 * job + 2];
-        comps = jobs[8 * job + 3];
-        table_first = jobs[8 * job + 4];
-        table_end = table_first + jobs[8 * job + 5];
-        scan_first = jobs[8 * job + 6];
-        scan_end = scan_first + jobs[8 * job + 7];
+        n_mcus = jobs[JOB_WORDS * job];
+        interval = jobs[JOB_WORDS * job + 1];
+        ncomp = jobs[JOB_WORDS * job + 2];
+        comps = jobs[JOB_WORDS * job + 3];
+        table_first = jobs[JOB_WORDS * job + 4];
+        table_end = table_first + jobs[JOB_WORDS * job + 5];
+        scan_first = jobs[JOB_WORDS * job + 6];
+        scan_end = scan_first + jobs[JOB_WORDS * job + 7];
+        for (i = 8; i < JOB_WORDS; i = i + 1) frame[i - 8] = jobs[JOB_WORDS * job + i];
 `ifndef CORE
         for (i = table_first; i < table_end; i = i + 1) begin
             @(posedge clk);

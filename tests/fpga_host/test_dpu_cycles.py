@@ -26,10 +26,12 @@ def test_model_terms():
     c = model.coefficients
     data = jpeg_bytes(500, 375)
     frame = jpeg_header.frame(data)
-    decode = (c["scan_byte"] + c["symbol"] * c["symbols_per_scan_byte"]) * len(data) + c["block"] * frame.blocks()
-    # downscaled to a crop: the source pixels set the pixel stages' pace; upscaled: the output
-    assert model.image_cycles(data, 224, 224) == round(c["image"] + decode + 0.5 * 500 * 375 + 375)
-    assert model.image_cycles(data, 1000, 1000) == round(c["image"] + decode + 1e6)
+    decode = max(c["symbol"] * c["symbols_per_scan_byte"] * len(data), c["block"] * frame.blocks())
+    pixels = c["source_pixel"] * 500 * 375 + c["source_row"] * 375
+    # one DATAFLOW region: the slower of decode and the pixel stages, whose pace the source
+    # pixels set when downscaling to a crop and the output pixels when upscaling
+    assert model.image_cycles(data, 224, 224) == round(c["image"] + c["tables"] + max(decode, pixels))
+    assert model.image_cycles(data, 1000, 1000) == round(c["image"] + c["tables"] + max(decode, 1e6))
     assert model.image_cycles(b"not a jpeg", 224, 224) is None
 
 

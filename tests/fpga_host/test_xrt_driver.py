@@ -30,7 +30,7 @@ def expected_crop(data: bytes, crop: int = 224) -> np.ndarray:
 
 def test_concurrent_images_across_cus(fake_library):
     files = [jpeg_bytes(64 + i, 48, seed=i) for i in range(12)]
-    driver = fake_driver(fake_library, cu_timeout_s=5)
+    driver = fake_driver(fake_library, cu_timeout_s=5, cu_counts={"image_cu": 4})  # 14 requests keep 4 busy
     try:
         futures = [driver.submit_image(f, "normalize") for f in files]
         crops = [driver.submit_image(f, "crop") for f in files[:2]]

@@ -47,6 +47,8 @@ test_upsample_color_full_rate = _testbench("upsample_color").test_full_rate_two_
 test_jpeg_bit_reader = _testbench("jpeg_bit_reader").test_jpeg_bit_reader
 test_jpeg_entropy_decode = _testbench("jpeg_entropy_decode").test_jpeg_entropy_decode
 test_jpeg_decode_core = _testbench("jpeg_decode_core").test_jpeg_decode_core
+test_jpeg_mcu_strip = _testbench("jpeg_mcu_strip").test_jpeg_mcu_strip
+test_image_cu_datapath = _testbench("image_cu_datapath").test_image_cu_datapath
 
 
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)
