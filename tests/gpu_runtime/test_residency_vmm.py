@@ -1,0 +1,124 @@
+"""Residency with stable addresses (docs/residency.md, "GPUs"): the virtual pool maps its chunks made
+once under each model's reserved ranges, never over a mapped range, never a chunk still under a
+victim, and allocates nothing at a switch; on the CUDA emulator (the same path over host memory,
+`vmm_host`) REEF's engine serves models beyond its budget right, their weights and arenas in the
+pool, each launch waiting only for its own group."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from gpu_runtime.priority import Priority
+from gpu_runtime.residency import settings as residency_settings
+from gpu_runtime.residency.settings import ResidencySettings
+from gpu_runtime.residency.vmm import VirtualPool
+from gpu_runtime.residency.vmm_host import HostVmm
+from gpu_runtime.vgpu.discovery import discover_vgpus
+from scheduler.vgpu_engine import ReefEngine
+from tests.gpu_runtime.test_residency import _StagedCopier
+
+from atoll.bench.switch_models import mlp
+
+
+class RecordingDriver:
+    """A `vmm` driver (host memory underneath) that records every call and asserts CUDA's rules and
+    the pool's promises as they happen."""
+
+    def __init__(self, granularity: int = 64 << 10):
+        self.inner = HostVmm(granularity)
+        self.calls: list[tuple] = []
+        self.frozen = False  # set once loads are done: from then on nothing may be created
+        self.ranges: dict[int, int] = {}  # reserved address -> bytes
+        self.mapped: dict[int, int] = {}  # chunk address -> handle
+        self.live: set[int] = set()  # handles created and not released
+
+    def granularity(self) -> int:
+        return self.inner.granularity()
+
+    def create(self, nbytes):
+        assert not self.frozen, "memory created at switch time"
+        handle = self.inner.create(nbytes)
+        self.live.add(handle)
+        self.calls.append(("create", handle))
+        return handle
+
+    def release(self, handle):
+        assert handle in self.live and handle not in self.mapped.values()
+        self.live.discard(handle)
+        self.calls.append(("release", handle))
+        self.inner.release(handle)
+
+    def reserve(self, nbytes):
+        assert not self.frozen, "a range reserved at switch time"
+        address = self.inner.reserve(nbytes)
+        self.ranges[address] = nbytes
+        self.calls.append(("reserve", address, nbytes))
+        return address
+
+    def free(self, address, nbytes):
+        assert self.ranges.pop(address) == nbytes
+        assert not any(address <= a < address + nbytes for a in self.mapped), "a mapped range freed"
+        self.calls.append(("free", address))
+        self.inner.free(address, nbytes)
+
+    def map(self, address, nbytes, handle):
+        assert nbytes == self.granularity() and address % self.granularity() == 0
+        assert any(a <= address and address + nbytes <= a + n for a, n in self.ranges.items()), "outside a range"
+        assert address not in self.mapped, "mapped over a mapped range"
+        assert handle in self.live and handle not in self.mapped.values(), "a chunk still mapped elsewhere"
+        self.mapped[address] = handle
+        self.calls.append(("map", address, handle))
+        self.inner.map(address, nbytes, handle)
+
+    def unmap(self, address, nbytes):
+        assert nbytes == self.granularity() and address in self.mapped, "unmapping what is not one mapping"
+        del self.mapped[address]
+        self.calls.append(("unmap", address))
+        self.inner.unmap(address, nbytes)
+
+    def set_access(self, address, nbytes):
+        chunk = self.granularity()
+        assert all(a in self.mapped for a in range(address, address + nbytes, chunk)), "access on unmapped"
+        self.inner.set_access(address, nbytes)
+
+    def array(self, address, nbytes):
+        return self.inner.array(address, nbytes)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_virtual_pool_maps_chunks_made_once_under_stable_ranges():
+    driver = RecordingDriver()
+    chunk = driver.granularity()
+    pool = VirtualPool(driver, 4 * chunk)
+    views = {}
+    for model, nbytes in (("a", 2 * chunk), ("b", chunk + 1), ("c", 3 * chunk)):
+        views[model] = pool.reserve(model, nbytes)
+        views[model][:] = ord(model)  # backed by its own chunks while it loads
+        pool.unback(model)
+    assert pool.footprint("b") == 2 * chunk and pool.footprint("c") == 3 * chunk
+    driver.frozen = True
+    addresses = {m: v.ctypes.data for m, v in views.items()}
+    pool.map("a", 0)
+    pool.map("b", 2 * chunk)
+    views["a"][:] = 1
+    views["b"][:] = 2
+    with pytest.raises(RuntimeError):
+        pool.map("c", 0)  # a's chunks are still under a: a chunk is never under two ranges
+    pool.unmap("a")
+    with pytest.raises(RuntimeError):
+        pool.map("c", 0)  # chunks 0-2, but chunk 2 is b's
+    pool.unmap("b")
+    pool.map("c", chunk)
+    views["c"][:] = 3
+    pool.unmap("c")
+    pool.map("a", 2 * chunk)  # a elsewhere in the pool, at the same address
+    views["a"][:] = 4
+    assert {m: v.ctypes.data for m, v in views.items()} == addresses
+    maps = [c for c in driver.calls if c[0] == "map"]
+    assert maps[-2:] == [("map", addresses["a"], pool._handles[2]), ("map", addresses["a"] + chunk, pool._handles[3])]
+    pool.close()
+    assert not driver.live and not driver.ranges and not driver.mapped
