@@ -10,10 +10,11 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.priority import Priority
 from gpu_runtime.residency import settings as residency_settings
 from gpu_runtime.residency.settings import ResidencySettings
-from gpu_runtime.residency.vmm import VirtualPool
+from gpu_runtime.residency.vmm import VirtualPool, round_up
 from gpu_runtime.residency.vmm_host import HostVmm
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
@@ -122,3 +123,50 @@ def test_virtual_pool_maps_chunks_made_once_under_stable_ranges():
     assert maps[-2:] == [("map", addresses["a"], pool._handles[2]), ("map", addresses["a"] + chunk, pool._handles[3])]
     pool.close()
     assert not driver.live and not driver.ranges and not driver.mapped
+
+
+def _session(path):
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.timeout(300)
+def test_emulated_engine_switches_in_place_under_stable_addresses(tmp_path, monkeypatch):
+    driver = RecordingDriver()
+    monkeypatch.setattr(residency_settings, "HostVmm", lambda: driver)
+    paths = [mlp(tmp_path / f"m{i}.onnx", i) for i in range(3)]
+    shapes = ModelShapes(paths[0])
+    chunk = driver.granularity()
+    # weights and one arena per priority (the largest batch's), each range whole chunks
+    footprint = round_up(shapes.program((1, None)).weight_bytes, chunk) + len(Priority) * round_up(
+        shapes.program((2, None)).arena_bytes, chunk)
+    settings = ResidencySettings(budget_bytes=2 * footprint + 1000, bandwidth=20e6)  # two models fit
+    engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0], policy="reset", residency=settings)
+    try:
+        described = [engine.load(f"m{i}", p, "cuda-emu", max_batch=2) for i, p in enumerate(paths)]
+        assert [d["residency"]["resident"] for d in described] == [True, True, False]
+        assert all(d["residency"]["footprint"] == footprint for d in described)
+        residency = engine.residency
+        residency.copier.close()
+        residency.copier = _StagedCopier()
+        states = {m: residency._models[m].states for m in ("m0", "m1", "m2")}
+        args_before = {m: [list(map(id, s.args[0])) for s in st] for m, st in states.items()}
+        addresses = {m: [v.ctypes.data for v in st[0].views] for m, st in states.items()}
+        driver.frozen = True  # a switch creates and reserves nothing
+        rng = np.random.default_rng(5)
+        order = ["m2", "m0", "m1", "m2", "m0", "m0"]
+        for model in order:  # one at a time: each batch finds the others idle
+            x = rng.standard_normal((1, 128)).astype(np.float32)
+            outputs, _ = engine.run(model, {"x": x}, Priority.BE).result(60)
+            expected = _session(paths[int(model[1])]).run(None, {"x": x})[0]
+            np.testing.assert_allclose(outputs["r6"], expected, rtol=1e-4, atol=1e-5)
+        assert [s.model for s in residency.stats.switches] == ["m2", "m0", "m1", "m2", "m0"]
+        # every state kept its buffers' addresses and its launch arguments: what a graph captured
+        assert {m: [v.ctypes.data for v in st[0].views] for m, st in states.items()} == addresses
+        assert {m: [list(map(id, s.args[0])) for s in st] for m, st in states.items()} == args_before
+        # each victim's chunks were unmapped before the incoming model mapped them (the driver
+        # asserts it at every map); the first launch ran before the last group had arrived
+        assert sum(c[0] == "unmap" for c in driver.calls) >= 5 * footprint // chunk
+        assert all(s.first_launch_s < s.arrived_s for s in residency.stats.switches)
+        assert len(driver.mapped) == 2 * footprint // chunk  # two models' ranges, all of the pool they take
+    finally:
+        engine.close()
