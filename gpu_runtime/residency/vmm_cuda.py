@@ -16,7 +16,8 @@ Driver API guide, "Virtual Memory Management"
   chunk by chunk); the range is a reservation again, to be mapped anew;
 - cuMemRelease(handle), cuMemAddressFree(address, size).
 
-The calls act on the current context (CuPy's, made current on this thread before any call here).
+Every call first makes the device's primary context (CuPy's) current on the calling thread
+(cudaSetDevice): a switch is made on whichever worker thread admits the batch.
 """
 
 from __future__ import annotations
@@ -54,10 +55,12 @@ class CudaVmmError(RuntimeError):
 
 
 class CudaVmm:
-    def __init__(self, device: int = 0):
-        import cupy  # optional: CuPy, GPU only (the arrays over mapped ranges)
+    def __init__(self, device: int | None = None):
+        import cupy  # optional: CuPy, GPU only (the arrays over mapped ranges, the context)
 
         self._cp = cupy
+        device = cupy.cuda.Device().id if device is None else device
+        self._device = device
         self._cu = ctypes.CDLL("libcuda.so.1")
         u64, size_t = ctypes.c_uint64, ctypes.c_size_t
         self._cu.cuMemGetAllocationGranularity.argtypes = (ctypes.POINTER(size_t), ctypes.POINTER(CUmemAllocationProp), ctypes.c_int)
@@ -77,6 +80,7 @@ class CudaVmm:
         self._granularity = granularity.value
 
     def _check(self, name: str, *args) -> None:
+        self._cp.cuda.runtime.setDevice(self._device)
         result = getattr(self._cu, name)(*args)
         if result != 0:
             raise CudaVmmError(f"{name} failed: CUresult {result}")
