@@ -27,8 +27,8 @@ class RecordingDriver:
     """A `vmm` driver (host memory underneath) that records every call and asserts CUDA's rules and
     the pool's promises as they happen."""
 
-    def __init__(self, granularity: int = 64 << 10):
-        self.inner = HostVmm(granularity)
+    def __init__(self, granularity: int = 64 << 10, inner=None):
+        self.inner = inner or HostVmm(granularity)
         self.calls: list[tuple] = []
         self.frozen = False  # set once loads are done: from then on nothing may be created
         self.ranges: dict[int, int] = {}  # reserved address -> bytes
@@ -86,6 +86,9 @@ class RecordingDriver:
 
     def array(self, address, nbytes):
         return self.inner.array(address, nbytes)
+
+    def data_ptr(self, view) -> int:
+        return view.ctypes.data if isinstance(view, np.ndarray) else view.data.ptr
 
     def close(self):
         self.inner.close()
@@ -168,5 +171,50 @@ def test_emulated_engine_switches_in_place_under_stable_addresses(tmp_path, monk
         assert sum(c[0] == "unmap" for c in driver.calls) >= 5 * footprint // chunk
         assert all(s.first_launch_s < s.arrived_s for s in residency.stats.switches)
         assert len(driver.mapped) == 2 * footprint // chunk  # two models' ranges, all of the pool they take
+    finally:
+        engine.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_cupy_engine_switches_under_captured_graphs(tmp_path, monkeypatch):
+    """On a GPU: REEF's engine on the cupy executor (CUDA graphs, chunk graphs, the native RT
+    launcher) with a budget for two of three models; answers right, graphs and addresses unchanged,
+    CUDA's virtual memory calls obeying the recording driver's rules, nothing made at a switch."""
+    from gpu_runtime.residency.vmm_cuda import CudaVmm
+
+    driver = None
+
+    def recording():
+        nonlocal driver
+        driver = RecordingDriver(inner=CudaVmm())
+        return driver
+
+    monkeypatch.setattr(residency_settings, "CudaVmm", recording)
+    paths = [mlp(tmp_path / f"m{i}.onnx", i, 6, 512) for i in range(3)]
+    program = ModelShapes(paths[0]).program((2, None))
+    chunk = 2 << 20
+    # weights and arenas per priority, each whole chunks, a chunked re-plan's arena besides
+    footprint = round_up(program.weight_bytes, chunk) + 3 * round_up(program.arena_bytes, chunk)
+    settings = ResidencySettings(budget_bytes=2 * footprint)
+    engine = ReefEngine(discover_vgpus("gpu")[0], policy="reef", residency=settings)
+    try:
+        described = [engine.load(f"m{i}", p, "cupy", max_batch=2)["residency"] for i, p in enumerate(paths)]
+        assert not all(d["resident"] for d in described)
+        residency = engine.residency
+        states = {m: residency._models[m].states for m in ("m0", "m1", "m2")}
+        graphs = {m: [(id(s.graph), tuple(map(id, s.chunk_graphs))) for s in st] for m, st in states.items()}
+        addresses = {m: [driver.data_ptr(v) for v in st[0].views] for m, st in states.items()}
+        driver.frozen = True
+        rng = np.random.default_rng(7)
+        for model in ["m2", "m0", "m1", "m2", "m0", "m1"]:
+            x = rng.standard_normal((2, 512)).astype(np.float32)
+            priority = Priority.RT if model == "m1" else Priority.BE
+            outputs, _ = engine.run(model, {"x": x}, priority).result(60)
+            expected = _session(paths[int(model[1])]).run(None, {"x": x})[0]
+            np.testing.assert_allclose(outputs["r6"], expected, rtol=1e-3, atol=1e-4)
+        assert len(residency.stats.switches) >= 3
+        assert {m: [(id(s.graph), tuple(map(id, s.chunk_graphs))) for s in st] for m, st in states.items()} == graphs
+        assert {m: [driver.data_ptr(v) for v in st[0].views] for m, st in states.items()} == addresses
     finally:
         engine.close()
