@@ -82,15 +82,20 @@ class ReefEngine:
         clients = []
         # a reload drops the model's earlier states; a virtual pool places its new ranges
         loading = self.residency.loading(model) if self.residency is not None else contextlib.nullcontext()
-        with loading:
-            for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
-                for priority in Priority:
-                    with memory.sharing(model, priority) if memory else contextlib.nullcontext():
-                        clients.append(self._add_client(model, shapes, priority, key))
-            if self.residency is not None:
-                smallest = clients[-1].state  # the grouping is planned on the batch a switch most often serves
-                exec_s = measure_launches(reef.executor, smallest)
-                residency = self.residency.add(model, [c.state for c in clients], exec_s)
+        try:
+            with loading:
+                for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
+                    for priority in Priority:
+                        with memory.sharing(model, priority) if memory else contextlib.nullcontext():
+                            clients.append(self._add_client(model, shapes, priority, key))
+                if self.residency is not None:
+                    smallest = clients[-1].state  # the grouping is planned on the batch a switch most often serves
+                    exec_s = measure_launches(reef.executor, smallest)
+                    residency = self.residency.add(model, [c.state for c in clients], exec_s)
+        except BaseException:
+            if self.residency is not None:  # its memory went with the failed load: it must not run
+                self._shapes.pop(model, None)
+            raise
         for priority in Priority:
             if memory:
                 self._turns[model, priority] = _Turns(self.reef.submit, self._handoff)

@@ -13,7 +13,7 @@ import pytest
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.priority import Priority
 from gpu_runtime.residency import settings as residency_settings
-from gpu_runtime.residency.settings import ResidencySettings
+from gpu_runtime.residency.settings import GROUP_OVERHEAD_S, ResidencySettings
 from gpu_runtime.residency.vmm import VirtualPool, round_up
 from gpu_runtime.residency.vmm_host import HostVmm
 from gpu_runtime.vgpu.discovery import discover_vgpus
@@ -145,9 +145,14 @@ def test_emulated_engine_switches_in_place_under_stable_addresses(tmp_path, monk
     settings = ResidencySettings(budget_bytes=2 * footprint + 1000, bandwidth=20e6)  # two models fit
     engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0], policy="reset", residency=settings)
     try:
+        engine.prepare("cuda-emu")
+        # plan with a copy's own overhead, not the thread hand-off measured on this busy host (which
+        # may make one group the best plan): the test is about launches waiting for their group
+        engine.residency.overhead_s = GROUP_OVERHEAD_S
         described = [engine.load(f"m{i}", p, "cuda-emu", max_batch=2) for i, p in enumerate(paths)]
         assert [d["residency"]["resident"] for d in described] == [True, True, False]
         assert all(d["residency"]["footprint"] == footprint for d in described)
+        assert described[2]["residency"]["groups"] > 1
         residency = engine.residency
         residency.copier.close()
         residency.copier = _StagedCopier()
