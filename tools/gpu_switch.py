@@ -240,7 +240,8 @@ def serve(dry: bool, rounds: int) -> dict:
                 onnx.save(model, path)
             paths[name] = str(path)
         programs = {name: import_model(onnx.load(path), batch=1, name=name) for name, path in paths.items()}
-        # weights and an arena per priority, each range whole chunks (a chunked re-plan may add one)
+        # weights and an arena per priority, each range whole chunks, and one more arena as margin
+        # (REEF's chunked re-plan may need a larger one than the program's)
         footprint = {name: round_up(p.weight_bytes, chunk) + 3 * round_up(p.arena_bytes, chunk)
                      for name, p in programs.items()}
         budget = max(sum(footprint.values()) // 2, max(footprint.values()))

@@ -55,6 +55,7 @@ class _Loading:
 
     weights: Region | None = None
     arenas: dict = field(default_factory=dict)  # arena group -> Region
+    ranges: list = field(default_factory=list)  # (Region, its range's address), every one reserved
 
 
 @dataclass
@@ -121,23 +122,38 @@ class Residency:
             fresh = False
             if weights is None:
                 if loading.weights is None:
-                    nbytes = max(program.weight_bytes, 1)
-                    loading.weights = Region(self.space.reserve(model, nbytes), nbytes, model, "weights")
+                    loading.weights = self._reserve(loading, model, max(program.weight_bytes, 1), "weights")
                     fresh = True
                 weights = loading.weights
             arena = loading.arenas.get(group)
             if arena is None or arena.nbytes < arena_bytes:
-                nbytes = max(arena_bytes, 1)
-                arena = Region(self.space.reserve(model, nbytes), nbytes, model, "arena")
+                arena = self._reserve(loading, model, max(arena_bytes, 1), "arena")
                 if group is not None:
                     loading.arenas[group] = arena
             return weights, arena, fresh
+
+    def _reserve(self, loading: _Loading, model: str, nbytes: int, kind: str) -> Region:
+        address, array = self.space.reserve(model, nbytes)
+        region = Region(array, nbytes, model, kind)
+        loading.ranges.append((region, address))
+        return region
+
+    def _drop_unused(self, model: str, states: list) -> None:
+        """Ranges of the load that no state kept (a probe's arena a larger one superseded) go."""
+        used = {id(r) for state in states for r in (state.weights, state.arena)}
+        for region, address in self._loading[model].ranges:
+            if id(region) not in used:
+                self.space.drop(model, address)
+        self._loading[model].ranges = []
 
     def add(self, model: str, states: list, exec_s: list[float]) -> dict:
         """Take `model`'s loaded program states under residency (`exec_s`: per launch of the first
         state's program, measured). Resident at once if the pool has room without evicting;
         ValueError naming the sizes if it could never fit."""
         program = states[0].program
+        if self.space is not None:
+            with self._lock:
+                self._drop_unused(model, states)
         footprint = self.space.footprint(model) if self.space else program.weight_bytes
         if footprint > self.holdings.places.nbytes:
             what = "weights and arenas" if self.space else "weights"

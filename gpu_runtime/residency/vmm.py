@@ -31,7 +31,7 @@ def round_up(nbytes: int, unit: int) -> int:
 class _Ranges:
     spans: list[tuple[int, int]] = field(default_factory=list)  # (address, bytes), in reserve order
     mapped: bool = False  # pool chunks under every span
-    backing: list = field(default_factory=list)  # a load's own chunks (handles), until `unback`
+    backing: dict = field(default_factory=dict)  # address -> a load's own chunks (handles), until `unback`
 
 
 class VirtualPool:
@@ -47,21 +47,30 @@ class VirtualPool:
     def nbytes(self) -> int:
         return self.count * self.chunk
 
-    def reserve(self, model: str, nbytes: int):
+    def reserve(self, model: str, nbytes: int) -> tuple[int, object]:
         """A new range of `model` for `nbytes` (a whole number of chunks), backed by chunks of its
-        own until `unback`; returns a byte array over it (its address never changes)."""
+        own until `unback`: (its address, which never changes, and a byte array over it)."""
         size = round_up(nbytes, self.chunk)
         entry = self._models.setdefault(model, _Ranges())
         if entry.mapped:
             raise RuntimeError(f"{model}: a range reserved while the model holds pool chunks")
         address = self.driver.reserve(size)
         entry.spans.append((address, size))
+        entry.backing[address] = handles = []
         for at in range(address, address + size, self.chunk):
-            handle = self.driver.create(self.chunk)
-            entry.backing.append(handle)
-            self.driver.map(at, self.chunk, handle)
+            handles.append(self.driver.create(self.chunk))
+            self.driver.map(at, self.chunk, handles[-1])
         self.driver.set_access(address, size)
-        return self.driver.array(address, size)
+        return address, self.driver.array(address, size)
+
+    def drop(self, model: str, address: int) -> None:
+        """A range of `model` no state uses any more (an arena a larger one superseded while the
+        model loaded): it goes before it would count in the footprint."""
+        entry = self._models[model]
+        size = dict(entry.spans)[address]
+        self._unback_span(address, size, entry.backing.pop(address))
+        entry.spans.remove((address, size))
+        self.driver.free(address, size)
 
     def footprint(self, model: str) -> int:
         """Bytes of pool `model` needs to be resident: all its ranges."""
@@ -71,12 +80,15 @@ class VirtualPool:
     def unback(self, model: str) -> None:
         """The load is over: its own chunks go (the model is READY until `map`)."""
         entry = self._models[model]
-        if not entry.backing:
-            return
-        self._unmap_spans(entry)
-        for handle in entry.backing:
+        for address, size in entry.spans:
+            if address in entry.backing:
+                self._unback_span(address, size, entry.backing.pop(address))
+
+    def _unback_span(self, address: int, size: int, handles: list) -> None:
+        for at in range(address, address + size, self.chunk):
+            self.driver.unmap(at, self.chunk)
+        for handle in handles:
             self.driver.release(handle)
-        entry.backing = []
 
     def map(self, model: str, at: int) -> None:
         """Map the pool's chunks from byte `at` (a place `Holdings` gave the model's footprint)

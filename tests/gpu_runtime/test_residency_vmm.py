@@ -100,10 +100,15 @@ def test_virtual_pool_maps_chunks_made_once_under_stable_ranges():
     pool = VirtualPool(driver, 4 * chunk)
     views = {}
     for model, nbytes in (("a", 2 * chunk), ("b", chunk + 1), ("c", 3 * chunk)):
-        views[model] = pool.reserve(model, nbytes)
+        _, views[model] = pool.reserve(model, nbytes)
         views[model][:] = ord(model)  # backed by its own chunks while it loads
         pool.unback(model)
     assert pool.footprint("b") == 2 * chunk and pool.footprint("c") == 3 * chunk
+    superseded, _ = pool.reserve("d", chunk)  # an arena a larger one replaced while "d" loaded
+    pool.reserve("d", 2 * chunk)
+    pool.drop("d", superseded)
+    pool.unback("d")
+    assert pool.footprint("d") == 2 * chunk and superseded not in driver.ranges
     driver.frozen = True
     addresses = {m: v.ctypes.data for m, v in views.items()}
     pool.map("a", 0)
@@ -199,7 +204,7 @@ def test_cupy_engine_switches_under_captured_graphs(tmp_path, monkeypatch):
     paths = [mlp(tmp_path / f"m{i}.onnx", i, 6, 512) for i in range(3)]
     program = ModelShapes(paths[0]).program((2, None))
     chunk = 2 << 20
-    # weights and arenas per priority, each whole chunks, a chunked re-plan's arena besides
+    # weights and arenas per priority, each whole chunks, one more as margin (a chunked re-plan's)
     footprint = round_up(program.weight_bytes, chunk) + 3 * round_up(program.arena_bytes, chunk)
     settings = ResidencySettings(budget_bytes=2 * footprint)
     engine = ReefEngine(discover_vgpus("gpu")[0], policy="reef", residency=settings)
