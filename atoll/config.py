@@ -129,8 +129,9 @@ class VGpuConfig:
 
 @dataclass
 class ResidencyConfig:
-    budget_mb: float = _num(0.0, 0, "model weights each CPU vGPU holds at once; the others wait in host "
-                                    "memory and are switched in on demand (0 = off: docs/residency.md)")
+    budget_mb: float = _num(0.0, 0, "model memory each vGPU holds at once (numpy: weights; cuda-emu and "
+                                    "cupy: weights and arenas, a GPU's at most its memory); the others wait "
+                                    "in host memory and are switched in on demand (0 = off: docs/residency.md)")
     bandwidth_gb_s: float = _num(12.0, 0, "the host-to-vGPU link a switch on a CPU vGPU is timed at "
                                           "(12 = PCIe 3 x16 as measured; 0 = the memcpy as it runs)")
     pinned_models: list[str] = field(default_factory=list, metadata={"doc": "models never evicted"})

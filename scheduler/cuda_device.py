@@ -132,6 +132,8 @@ class CudaDevice:
         self.limits = device_limits(cupy)
         self._rt: dict[int, tuple] = {}  # id(RT state) -> (native program, flag event, done event)
         self._flag_events: list = []  # events behind stream-ordered flag writes not yet waited for
+        # residency's gate (gpu_runtime/residency/manager.py): the native RT launch bypasses `execute`
+        self._await_weights = getattr(executor, "await_weights", None)
         self.launcher = None
         if native:
             try:
@@ -185,6 +187,8 @@ class CudaDevice:
         program, flag_event, done = self._rt[id(state)]
         state.started.reset()
         if program is not None:
+            if self._await_weights is not None:
+                self._await_weights(state, stream)  # a model switching in: the graph waits on the device
             program.stream = stream.ptr
             task.launched_s, started = self.launcher.fire(
                 program, preempt, START_WAIT_S if self.measure_start else 0.0)

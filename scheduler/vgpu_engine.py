@@ -6,9 +6,9 @@ completed kernel. A Reef client is one loaded program state, one per (model, pri
 length), all built at load so no batch pays for an import or NVRTC. With device memory a model's
 programs share one weight copy and one arena per priority, so its batches of one priority go to the
 scheduler one at a time (`_Turns`). onnxruntime models and green-context vGPUs run on a
-`SerialEngine` beside the scheduler. With a residency budget (CPU vGPUs), a batch is first admitted
-by `gpu_runtime.residency`, which may switch its model in while its launches wait for their layer
-groups (docs/residency.md). Details: docs/scheduling.md.
+`SerialEngine` beside the scheduler. With a residency budget, a batch is first admitted by
+`gpu_runtime.residency`, which may switch its model in while its launches (on GPUs its graphs) wait
+for their layer groups (docs/residency.md). Details: docs/scheduling.md.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class ReefEngine:
         make_policy(policy)  # an unknown policy fails the worker's start-up, with the choices
         self.info = info
         self._residency_settings = residency
-        self.residency = None  # CPU vGPUs with a budget: gpu_runtime.residency (docs/residency.md)
+        self.residency = None  # with a budget: gpu_runtime.residency (docs/residency.md)
         self.policy = policy
         self.capacity = capacity
         self.reef: Reef | None = None
@@ -82,10 +82,22 @@ class ReefEngine:
         keys = [(batch, length) for batch in sizes for length in lengths or (None,)]
         memory = reef.executor.memory if EXECUTORS[executor].device_memory else None
         clients = []
-        for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
-            for priority in Priority:
-                with memory.sharing(model, priority) if memory else contextlib.nullcontext():
-                    clients.append(self._add_client(model, shapes, priority, key))
+        # a reload drops the model's earlier states; a virtual pool places its new ranges
+        loading = self.residency.loading(model) if self.residency is not None else contextlib.nullcontext()
+        try:
+            with loading:
+                for key in sorted(keys, key=lambda k: k[0] * (k[1] or 1), reverse=True):  # largest arena first
+                    for priority in Priority:
+                        with memory.sharing(model, priority) if memory else contextlib.nullcontext():
+                            clients.append(self._add_client(model, shapes, priority, key))
+                if self.residency is not None:
+                    smallest = clients[-1].state  # the grouping is planned on the batch a switch most often serves
+                    exec_s = measure_launches(reef.executor, smallest)
+                    residency = self.residency.add(model, [c.state for c in clients], exec_s)
+        except BaseException:
+            if self.residency is not None:  # its memory went with the failed load: it must not run
+                self._shapes.pop(model, None)
+            raise
         for priority in Priority:
             if memory:
                 self._turns[model, priority] = _Turns(self.reef.submit, self._handoff)
@@ -97,10 +109,7 @@ class ReefEngine:
         if memory:
             described["device_memory"] = memory.held().get(model, {})
         if self.residency is not None:
-            self.residency.remove(model)  # a reload: its earlier states are gone
-            smallest = clients[-1].state  # the grouping is planned on the batch a switch most often serves
-            exec_s = measure_launches(reef.executor, smallest)
-            described["residency"] = self.residency.add(model, [c.state for c in clients], exec_s)
+            described["residency"] = residency
         return described
 
     def warm_up(self, model: str, inputs: dict):
@@ -164,7 +173,7 @@ class ReefEngine:
             self.reef.stop()
             self.reef.device.close()
         if self.residency is not None:
-            self.residency.copier.close()
+            self.residency.close()
         if self._serial is not None:
             self._serial.close()
 
@@ -187,6 +196,10 @@ class ReefEngine:
             return self.reef
         if EXECUTORS[executor].gpu:
             ex = program_executor(executor)()
+            if self._residency_settings is not None:
+                self.residency = self._residency_settings.gpu_residency(self.info.id, ex, self.info.memory_bytes)
+            if self.residency is not None:  # graphs wait for their layer groups' events
+                ex = GatedExecutor(ex)
             device, streams = CudaDevice(ex), 4
         else:
             # A stream is a CPU vGPU's unit of parallelism: one BLAS thread each, and as many BE
@@ -195,7 +208,7 @@ class ReefEngine:
             memory = {"memory_bytes": self.info.memory_bytes} if EXECUTORS[executor].device_memory else {}
             ex = program_executor(executor)(blas_threads=1, **memory)
             if self._residency_settings is not None:
-                self.residency = self._residency_settings.cpu_residency(self.info.id)
+                self.residency = self._residency_settings.cpu_residency(self.info.id, ex)
             if self.residency is not None:  # launches wait for their layer group (docs/residency.md)
                 ex = GatedExecutor(ex)
             device, streams = CpuDevice(ex), max(1, self.info.threads or len(self.info.cpus) or 1)

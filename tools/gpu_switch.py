@@ -13,9 +13,17 @@ switched request over the same request resident), the weights' transfer time at 
 measured here (pinned host -> device, one large copy), and the targets: start-up <= 3.6 ms (the low
 end of PipeSwitch's 3.6-6.6 ms on V100/T4 over PCIe 3) and total overhead <= 1.5x the transfer time.
 
+Then the serving path (`serve` in the JSON): the same models loaded by REEF's engine as `atoll
+serve` loads them (the cupy executor's CUDA graphs, REEF's chunk graphs, the virtual pool: each
+model at its own addresses, the pool's chunks mapped under them at a switch, each graph waiting on
+the events of its own groups), taking turns in a pool of about half their footprint. Per model: the
+host's start-up (request to the first graph launched), request to the last group, and the total
+overhead over the same request resident; every answer checked against the first resident one.
+
     python tools/gpu_switch.py --out DIR          # on a GPU, about a minute (<= 3 minutes)
-    python tools/gpu_switch.py --dry-run          # the same path on the CPU (NumPy executor, the
-                                                  # copy thread at a simulated 12 GB/s), small models
+    python tools/gpu_switch.py --dry-run          # the same paths on the CPU (NumPy executor, the
+                                                  # copy thread at a simulated 12 GB/s; the serving
+                                                  # path on the CUDA emulator), small models
 Writes DIR/switch.json (default: $OUT, else bench/results/switch_gpu.json or switch_gpu_dry.json).
 """
 
@@ -41,14 +49,20 @@ from gpu_runtime import zoo  # noqa: E402
 from gpu_runtime.compiler.importer import import_model  # noqa: E402
 from gpu_runtime.executors.cupy_executor import CupyExecutor  # noqa: E402
 from gpu_runtime.executors.numpy_executor import NumpyExecutor  # noqa: E402
+from gpu_runtime.priority import Priority  # noqa: E402
 from gpu_runtime.residency.manager import Residency, measure_launches  # noqa: E402
-from gpu_runtime.residency.settings import GROUP_OVERHEAD_S  # noqa: E402
+from gpu_runtime.residency.settings import GROUP_OVERHEAD_S, ResidencySettings  # noqa: E402
 from gpu_runtime.residency.transfer import CupyCopier, HostCopier  # noqa: E402
+from gpu_runtime.residency.vmm import round_up  # noqa: E402
+from gpu_runtime.residency.vmm_host import GRANULARITY  # noqa: E402
+from gpu_runtime.vgpu.discovery import discover_vgpus  # noqa: E402
+from scheduler.vgpu_engine import ReefEngine  # noqa: E402
 
 STARTUP_TARGET_MS = 3.6
 TOTAL_OVER_TRANSFER_TARGET = 1.5
 RESNET50_BYTES = 97.5e6  # ResNet-50's 25.6 M fp32 parameters
 DRY_BANDWIDTH = 12e9  # the simulated link of the dry run (PCIe 3 x16)
+GPU_CHUNK = 2 << 20  # the virtual pool's chunk on current GPUs (cuMemGetAllocationGranularity)
 
 
 def models(dry: bool) -> dict[str, onnx.ModelProto]:
@@ -212,19 +226,102 @@ def run(dry: bool, rounds: int) -> dict:
             "models": out}
 
 
+def serve(dry: bool, rounds: int) -> dict:
+    """The serving path: REEF's engine with a residency budget, the models taking turns."""
+    chosen = {"chain_a": None, "chain_b": None} if dry else models(False)
+    chunk = GRANULARITY if dry else GPU_CHUNK
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for i, (name, model) in enumerate(chosen.items()):
+            path = Path(tmp) / f"{name}.onnx"
+            if model is None:  # the emulator runs kernels as plain C++: small chains
+                mlp(path, i, 4, 256)
+            else:
+                onnx.save(model, path)
+            paths[name] = str(path)
+        programs = {name: import_model(onnx.load(path), batch=1, name=name) for name, path in paths.items()}
+        # weights and an arena per priority, each range whole chunks, and one more arena as margin
+        # (REEF's chunked re-plan may need a larger one than the program's)
+        footprint = {name: round_up(p.weight_bytes, chunk) + 3 * round_up(p.arena_bytes, chunk)
+                     for name, p in programs.items()}
+        budget = max(sum(footprint.values()) // 2, max(footprint.values()))
+        settings = ResidencySettings(budget_bytes=budget, bandwidth=DRY_BANDWIDTH if dry else 0.0)
+        vgpu = discover_vgpus("cpu", cpu_vgpus=1)[0] if dry else next(v for v in discover_vgpus() if v.kind != "cpu")
+        engine = ReefEngine(vgpu, residency=settings)
+        try:
+            described = {name: engine.load(name, path, "cuda-emu" if dry else "cupy", max_batch=1)["residency"]
+                         for name, path in paths.items()}
+            return _serve_turns(engine, paths, described, budget, rounds)
+        finally:
+            engine.close()
+
+
+def _serve_turns(engine: ReefEngine, paths: dict, described: dict, budget: int, rounds: int) -> dict:
+    inputs = {name: _inputs(onnx.load(path)) for name, path in paths.items()}
+    residency = engine.residency
+
+    def request(name: str) -> tuple[float, dict]:
+        start = time.perf_counter()
+        outputs, _ = engine.run(name, inputs[name], Priority.BE).result(120)
+        return time.perf_counter() - start, outputs
+
+    expected = {name: request(name)[1] for name in paths}  # one unmeasured turn each
+    rows: dict[str, list[dict]] = {name: [] for name in paths}
+    wrong = 0
+    for _ in range(rounds):
+        for name in paths:
+            switches = len(residency.stats.switches)
+            cold, out = request(name)
+            warm, again = request(name)
+            wrong += sum(not np.allclose(o, expected[name][k], rtol=1e-3, atol=1e-4)
+                         for result in (out, again) for k, o in result.items())
+            new = residency.stats.switches[switches:]
+            if len(new) == 1 and new[0].model == name:
+                switch = new[0]
+                rows[name].append({"startup_ms": (switch.first_launch_s - switch.requested_s) * 1e3,
+                                   "duration_ms": (switch.arrived_s - switch.requested_s) * 1e3,
+                                   "total_overhead_ms": (cold - warm) * 1e3, "resident_ms": warm * 1e3})
+    out = {}
+    for name, measured in rows.items():
+        out[name] = {"footprint_mb": round(described[name]["footprint"] / 2**20, 2),
+                     "weights_mb": round(described[name]["weight_bytes"] / 2**20, 2),
+                     "groups": described[name]["groups"], "switches": len(measured),
+                     **({k: round(statistics.median(r[k] for r in measured), 3) for k in measured[0]}
+                        if measured else {})}
+    return {"executor": "cuda-emu" if engine.info.kind == "cpu" else "cupy", "budget_mb": round(budget / 2**20, 2),
+            "evictions": residency.stats.evictions, "wrong_answers": wrong, "models": out}
+
+
+def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Random batch-1 inputs for the graph's inputs (dynamic dimensions taken as 1)."""
+    rng = np.random.default_rng(0)
+    initializers = {i.name for i in model.graph.initializer}
+    out = {}
+    for value in model.graph.input:
+        if value.name not in initializers:
+            dims = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
+            out[value.name] = rng.standard_normal(dims).astype(np.float32)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="the same path on the CPU, small models")
     p.add_argument("--rounds", type=int, default=None, help="turns per model (default 10; dry run 1)")
+    p.add_argument("--serve-rounds", type=int, default=None,
+                   help="turns per model on the serving path (default 3; dry run 1; 0 skips it)")
     p.add_argument("--out", type=Path, default=None, help="directory for switch.json (default $OUT)")
     args = p.parse_args(argv)
     doc = run(args.dry_run, args.rounds or (1 if args.dry_run else 10))
+    serve_rounds = args.serve_rounds if args.serve_rounds is not None else (1 if args.dry_run else 3)
+    if serve_rounds:
+        doc["serve"] = serve(args.dry_run, serve_rounds)
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     path = out / "switch.json" if out else Path("bench/results") / ("switch_gpu_dry.json" if args.dry_run
                                                                     else "switch_gpu.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps(doc["models"], indent=2))
+    print(json.dumps({"models": doc["models"], "serve": doc.get("serve")}, indent=2))
     print(f"wrote {path}")
     return 0
 

@@ -2,7 +2,8 @@
 docs/residency.md), against the same models all resident and against a Triton user's explicit
 unload/load through the model-control API.
 
-N generated models (`switch_models`) whose weights total `--ratio` times the budget are served by
+N generated models (`switch_models`) whose sizes in the pool (weights; with the CUDA emulator's
+virtual pool, weights and arenas) total `--ratio` times the budget are served by
 `atoll serve` on one CPU vGPU; requests arrive as a Poisson process, each for a model drawn with Zipf
 popularity (the same sequence in every run). Runs:
 
@@ -41,8 +42,12 @@ from types import SimpleNamespace
 
 import numpy as np
 from gpu_runtime.compiler.shapes import ModelShapes
+from gpu_runtime.priority import Priority
 from gpu_runtime.residency.manager import OPEN, GatedExecutor
 from gpu_runtime.residency.settings import ResidencySettings
+from gpu_runtime.residency.vmm import round_up
+from gpu_runtime.residency.vmm_host import GRANULARITY
+from gpu_runtime.vgpu.batches import batch_sizes
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
 
@@ -53,6 +58,7 @@ from atoll.bench.loadgen import Workload, run_load
 from atoll.bench.switch_models import repository
 
 MB = 1 << 20
+MAX_BATCH = 4  # the generated models' max_batch_size
 RUNS = ("resident", "whole", "switch", "explicit", "fit-cost", "engine-switch")
 FIT_ROUNDS, FIT_REQUESTS = 10, 40  # fit-cost: interleaved rounds, sequential batch-1 requests per round
 SHORT = {"models": 4, "layers": 4, "width": 256, "requests": 40, "rate": 20.0, "probes": 2}
@@ -64,7 +70,8 @@ def register(subparsers) -> None:
     p.add_argument("--models", type=int, default=8, help="models served (N)")
     p.add_argument("--layers", type=int, default=8, help="MatMul + Relu layers per model")
     p.add_argument("--width", type=int, default=768, help="layer width (weights: layers x width^2 x 4 bytes)")
-    p.add_argument("--ratio", type=float, default=3.0, help="the models' weights over the budget (2-4)")
+    p.add_argument("--ratio", type=float, default=3.0, help="the models' size in the pool over the budget (2-4; "
+                                                           "weights, and arenas on the emulator's virtual pool)")
     p.add_argument("--requests", type=int, default=400, help="requests per run")
     p.add_argument("--rate", type=float, default=25.0, help="Poisson arrivals per second")
     p.add_argument("--zipf", type=float, default=1.1, help="popularity of the k-th model ~ 1 / k^zipf")
@@ -92,10 +99,11 @@ def run(args) -> None:
         raise SystemExit("atoll bench switch: --ratio must be within 2-4 (the models' weights over the budget)")
     names = [f"m{i}" for i in range(args.models)]
     with tempfile.TemporaryDirectory(prefix="atoll-switch-") as tmp:
-        paths = repository(Path(tmp), names, args.layers, args.width, max_batch=4)
-        sizes = {m: ModelShapes(p).program((1, None)).weight_bytes for m, p in paths.items()}
-        total = sum(sizes.values())
-        budget = total / args.ratio
+        paths = repository(Path(tmp), names, args.layers, args.width, max_batch=MAX_BATCH)
+        weights = {m: ModelShapes(p).program((1, None)).weight_bytes for m, p in paths.items()}
+        sizes = {m: _pool_bytes(args.executor, ModelShapes(p)) for m, p in paths.items()}
+        total = sum(weights.values())
+        budget = sum(sizes.values()) / args.ratio
         if budget < max(sizes.values()):
             raise SystemExit("atoll bench switch: the budget would not hold the largest model; lower --ratio")
         rng = np.random.default_rng(args.seed)
@@ -108,20 +116,31 @@ def run(args) -> None:
             if name == "fit-cost":
                 results[name] = _fit_cost(args, paths, sizes, x)
             elif name == "engine-switch":
-                results[name] = {"per_switch": _engine_probe(args, paths, sizes, budget, x)}
+                results[name] = {"per_switch": _engine_probe(args, paths, weights, budget, x)}
             else:
-                results[name] = _run(name, args, tmp, names, sizes, budget, workloads, body)
+                results[name] = _run(name, args, tmp, names, sizes, budget, workloads, body, weights)
     doc = {
         "bench": "switch",
         "setup": {"models": args.models, "layers": args.layers, "width": args.width,
                   "weights_mb": round(total / MB, 2), "budget_mb": round(budget / MB, 2), "ratio": args.ratio,
-                  "model_mb": round(max(sizes.values()) / MB, 2), "requests": args.requests, "rate": args.rate,
+                  "model_mb": round(max(weights.values()) / MB, 2),
+                  "model_pool_mb": round(max(sizes.values()) / MB, 2), "requests": args.requests, "rate": args.rate,
                   "arrivals": "poisson", "zipf": args.zipf, "executor": args.executor,
                   "bandwidth_gb_s": args.bandwidth_gb_s or "memcpy", "vgpus": "1 CPU vGPU", "seed": args.seed},
         "runs": results,
     }
     device = "cpu" if args.executor == "numpy" else args.executor
     emit(doc, args.out or Path("bench/results") / f"switch_{device}.json", args.json, _summary(results))
+
+
+def _pool_bytes(executor: str, shapes: ModelShapes) -> int:
+    """What a model takes in the vGPU's pool: its weights (numpy); on the emulator's virtual pool its
+    weights and one arena per priority (the largest batch's), each range whole chunks."""
+    weights = shapes.program((1, None)).weight_bytes
+    if executor == "numpy":
+        return weights
+    arena = max(shapes.program((b, None)).arena_bytes for b in batch_sizes(MAX_BATCH))
+    return round_up(weights, GRANULARITY) + len(Priority) * round_up(arena, GRANULARITY)
 
 
 def _serve_args(run: str, args, repo: str, names: list[str], sizes: dict, budget: float) -> list[str]:
@@ -146,13 +165,14 @@ def _fitting(names: list[str], sizes: dict, budget: float) -> list[str]:
     return out
 
 
-def _run(name: str, args, repo: str, names: list[str], sizes: dict, budget: float, workloads, body) -> dict:
+def _run(name: str, args, repo: str, names: list[str], sizes: dict, budget: float, workloads, body,
+         weights: dict) -> dict:
     with servers.atoll(_serve_args(name, args, repo, names, sizes, budget), ()) as system:
         url = system.url
         loads = ExplicitLoads(url, sizes, budget, _fitting(names, sizes, budget)) if name == "explicit" else None
         out: dict = {}
         if name in ("switch", "explicit"):
-            out["per_switch"] = _probe(url, names[: args.probes or len(names)], body, sizes, args, loads)
+            out["per_switch"] = _probe(url, names[: args.probes or len(names)], body, weights, args, loads)
         before = _switches(url)
         summary = asyncio.run(run_load(url, workloads, args.requests, args.rate, seed=args.seed, progress=False,
                                        timeout_s=300.0, guard=loads.guard if loads else None))
@@ -171,7 +191,7 @@ def _fit_cost(args, paths: dict[str, str], sizes: dict, x: np.ndarray) -> dict:
     for name, residency in settings.items():
         engines[name] = ReefEngine(vgpu, residency=residency)
         for model, path in paths.items():
-            engines[name].load(model, path, args.executor, max_batch=4)
+            engines[name].load(model, path, args.executor, max_batch=MAX_BATCH)
     wall: dict[str, list[float]] = {name: [] for name in engines}
     cpu: dict[str, list[float]] = {name: [] for name in engines}
     try:
@@ -206,7 +226,7 @@ def _engine_probe(args, paths: dict[str, str], sizes: dict, budget: float, x: np
     rows = []
     try:
         for model, path in paths.items():
-            engine.load(model, path, args.executor, max_batch=4)
+            engine.load(model, path, args.executor, max_batch=MAX_BATCH)
         models = list(paths)[: args.probes or len(paths)]
         engine.run(models[-1], {"x": x}).result()  # the first probed model is out by its turn
         for model in models:
@@ -275,7 +295,7 @@ def _infer_s(url: str, model: str, body) -> float:
     return time.perf_counter() - start
 
 
-def _probe(url: str, models: list[str], body, sizes: dict, args, loads: "ExplicitLoads | None") -> dict:
+def _probe(url: str, models: list[str], body, weights: dict, args, loads: "ExplicitLoads | None") -> dict:
     """Each model switched in once on the idle server (models in order: under LRU each is gone by
     its turn), then the same request again, resident. Figures in ms, medians over the probes."""
     rows = []
@@ -297,7 +317,7 @@ def _probe(url: str, models: list[str], body, sizes: dict, args, loads: "Explici
         rows.append(row)
     keys = rows[0].keys()
     out = {k: round(statistics.median(r[k] for r in rows), 3) for k in keys}
-    nbytes = statistics.median(sizes[m] for m in models)
+    nbytes = statistics.median(weights[m] for m in models)
     if args.bandwidth_gb_s:
         out["transfer_ms"] = round(nbytes / (args.bandwidth_gb_s * 1e9) * 1e3, 3)
     out["switches"] = len(rows)

@@ -21,7 +21,7 @@ class ResidencyView:
         self._settings = settings
         self._holdings = {v: Holdings(settings.budget_bytes, settings.pinned, settings.evict_real_time)
                           for v in vgpus}  # fmt: skip
-        self._models: dict[str, tuple[int, float]] = {}  # model -> (weight bytes, switch seconds)
+        self._models: dict[str, tuple[int, float]] = {}  # model -> (bytes of pool, switch seconds)
 
     def add(self, model: str, described: dict[str, dict]) -> None:
         """A model loaded; `described`: what each vGPU's worker said of it (its "residency")."""
@@ -29,9 +29,11 @@ class ResidencyView:
             r = description.get("residency")
             if r is None or vgpu not in self._holdings:
                 continue
-            self._models[model] = (r["weight_bytes"], self._settings.switch_s(r["weight_bytes"], r["groups"]))
+            # a virtual pool holds arenas too: the model takes its footprint there
+            footprint = r.get("footprint", r["weight_bytes"])
+            self._models[model] = (footprint, self._settings.switch_s(r["weight_bytes"], r["groups"]))
             if r["resident"]:
-                self._holdings[vgpu].load(model, r["weight_bytes"])
+                self._holdings[vgpu].load(model, footprint)
 
     def remove(self, model: str) -> None:
         self._models.pop(model, None)

@@ -55,6 +55,9 @@ class DeviceMemory:
         self._held: dict[tuple[str, str], int] = {}  # (model, kind) -> live bytes
         self._lock = threading.RLock()  # `available` may ask for held_bytes under it
         self._scope = threading.local()
+        # residency's virtual pool (gpu_runtime/residency/manager.py `Residency.place`): regions of
+        # the models it is loading, (model, group, program, arena_bytes, weights) -> regions or None
+        self.placer: Callable | None = None
 
     def sharing(self, model: str, group: Hashable | None = None) -> "Sharing":
         """Loads in this thread inside `with` are charged to `model`; with a `group`, they share
@@ -67,6 +70,9 @@ class DeviceMemory:
         arena needs `arena_bytes`; `weights` given are used as they are. DeviceMemoryError, with
         nothing allocated, if the new regions would not fit."""
         model, group = getattr(self._scope, "value", None) or (program.model, None)
+        placed = self.placer(model, group, program, arena_bytes, weights) if self.placer else None
+        if placed is not None:
+            return placed
         key = (model, group) if group is not None else None
         with self._lock:
             weights = weights or self._find_weights(program)

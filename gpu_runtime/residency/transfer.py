@@ -32,6 +32,7 @@ class Gate:
     def __init__(self):
         self.arrived = ALL
         self.watch: Switch | None = None  # the switch whose first launch is still to come
+        self.switch: Switch | None = None  # GPU: the switch whose copies may still run (its events)
         self._cond = threading.Condition()
 
     def close(self) -> None:
@@ -151,6 +152,18 @@ class CupyCopier:
 
         return cupyx.empty_pinned((nbytes,), self._cp.uint8)
 
+    def bandwidth(self, nbytes: int = 64 << 20) -> float:
+        """Bytes/s of one pinned host-to-device copy on this stream (the grouping plans with it)."""
+        cp = self._cp
+        source, destination = self.pinned(nbytes), cp.empty(nbytes, cp.uint8)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        destination.set(source, stream=self.stream)  # the first copy pays for setting up
+        start.record(self.stream)
+        destination.set(source, stream=self.stream)
+        end.record(self.stream)
+        end.synchronize()
+        return nbytes / (cp.cuda.get_elapsed_time(start, end) * 1e-3)
+
     def transmit(self, switch: Switch) -> None:
         switch.events = []
         for ranges in switch.ranges:
@@ -159,7 +172,8 @@ class CupyCopier:
             event = self._cp.cuda.Event(disable_timing=True)
             event.record(self.stream)
             switch.events.append(event)
-        switch.gate.arrive(ALL)  # launches wait on the events, on their streams
+        switch.gate.switch = switch  # graphs wait on the events, on their streams
+        switch.gate.arrive(ALL)
         self._jobs.put(switch)
 
     def close(self) -> None:
@@ -171,4 +185,6 @@ class CupyCopier:
         while (switch := self._jobs.get()) is not None:
             switch.events[-1].synchronize()
             switch.arrived_s = time.perf_counter()
+            if switch.gate.switch is switch:
+                switch.gate.switch = None  # every event has completed: nothing left to wait on
             switch.done(switch)

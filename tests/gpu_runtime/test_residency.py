@@ -17,7 +17,7 @@ from gpu_runtime.priority import Priority
 from gpu_runtime.residency.grouping import pipelined_end_s, plan_groups
 from gpu_runtime.residency.policy import ResidencySet
 from gpu_runtime.residency.pool import WeightPool, aligned
-from gpu_runtime.residency.settings import ResidencySettings
+from gpu_runtime.residency.settings import GROUP_OVERHEAD_S, ResidencySettings
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
 
@@ -110,7 +110,7 @@ def _session(path):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("executor", ["numpy", "cuda-emu"])
+@pytest.mark.parametrize("executor", ["numpy"])  # cuda-emu: test_residency_vmm.py (its virtual pool)
 def test_engine_switches_models_beyond_its_budget(tmp_path, executor):
     paths = [mlp(tmp_path / f"m{i}.onnx", i) for i in range(3)]
     weights = ModelShapes(paths[0]).program((1, None)).weight_bytes  # 6 x 64 KB, aligned
@@ -118,6 +118,10 @@ def test_engine_switches_models_beyond_its_budget(tmp_path, executor):
     settings = ResidencySettings(budget_bytes=2 * aligned(weights) + 1000, bandwidth=20e6)
     engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0], policy="reset", residency=settings)
     try:
+        engine.prepare(executor)
+        # plan with a copy's own overhead, not the thread hand-off measured on this busy host (which
+        # may make one group the best plan): the test is about launches waiting for their group
+        engine.residency.overhead_s = GROUP_OVERHEAD_S
         described = [engine.load(f"m{i}", p, executor, max_batch=2) for i, p in enumerate(paths)]
         assert [d["residency"]["resident"] for d in described] == [True, True, False]
         assert all(d["residency"]["weight_bytes"] == weights for d in described)

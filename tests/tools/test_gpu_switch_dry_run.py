@@ -1,6 +1,7 @@
 """The GPU step of residency (`tools/gpu_switch.py`) runs its whole path on the CPU with --dry-run:
 models switched into a pool half their size, each launch waiting for its layer group, the figures
-written. Figures are not checked (timing); that each model switched and was answered is."""
+written; then the serving path (REEF's engine, the virtual pool) on the CUDA emulator. Figures are
+not checked (timing); that each model switched and was answered right is."""
 
 from __future__ import annotations
 
@@ -24,3 +25,8 @@ def test_gpu_switch_dry_run(tmp_path):
     for figures in doc["models"].values():
         assert figures["switches"] == 1 and figures["groups"] >= 1
         assert {"startup_ms", "total_overhead_ms", "transfer_ms", "total_over_transfer"} <= figures.keys()
+    serve = doc["serve"]
+    assert serve["executor"] == "cuda-emu" and serve["wrong_answers"] == 0 and serve["evictions"] >= 2
+    for figures in serve["models"].values():
+        assert figures["switches"] == 1 and figures["footprint_mb"] > figures["weights_mb"]
+        assert {"startup_ms", "duration_ms", "total_overhead_ms"} <= figures.keys()

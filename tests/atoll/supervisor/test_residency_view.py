@@ -30,3 +30,15 @@ def test_the_view_follows_loads_dispatches_and_completions():
     assert view.switch_time("m1", "cpu0") > 0 and view.switch_time("m2", "cpu0") == 0.0
     view.remove("m1")
     assert view.switch_time("m1", "cpu0") == 0.0
+
+
+def test_the_view_counts_a_virtual_pools_footprint():
+    """With a virtual pool (GPUs, the CUDA emulator) a model takes its weights and arenas: two
+    models of 1 MB weights but 1.5 MB footprints do not share a 2 MB budget."""
+    view = ResidencyView(ResidencySettings(budget_bytes=2 * MB, bandwidth=1e9), ["gpu0"])
+    for i, resident in enumerate((True, False)):
+        view.add(f"m{i}", {"gpu0": {"residency": {"weight_bytes": MB, "footprint": 3 * MB // 2, "groups": 2,
+                                                  "resident": resident}}})
+    assert view.switch_time("m1", "gpu0") == pytest.approx(MB / 1e9 + 2 * 10e-6)  # the weights move
+    view.dispatched("m1", "gpu0", real_time=False)  # m0 must leave for it
+    assert view.switch_time("m0", "gpu0") > 0 and view.switch_time("m1", "gpu0") == 0.0
