@@ -56,7 +56,7 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     c = setup.config
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     metrics = Metrics(setup.gpu_uuids)
-    front_end = FrontEnd(setup, writer, metrics)
+    front_end = FrontEnd(setup, channel.Outbox(writer), metrics)
     regions = Regions(CudaIpc() if setup.gpu_uuids else None)
     for region in setup.regions:  # registered before this process started (it replaces one that died)
         try:
@@ -153,21 +153,23 @@ async def _drained(endpoints: Endpoints, deadline: float) -> int:
 async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: Endpoints,
                   supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event,
                   health: asyncio.Event) -> None:
-    while (message := await channel.receive(reader)) is not None:
-        match message:
-            case Done():
-                front_end.on_done(message)
-            case Response():
-                front_end.on_response(message)
-            case Health(ready_models=models):
-                endpoints.ready_models = models
-                health.set()
-            case Reply():
-                supervisor.answered(message)
-            case Apply():
-                changes.start(message)
-            case Stop():
-                stopping.set()
+    inbox = channel.Inbox(reader)
+    while (messages := await inbox.receive()) is not None:
+        for message in messages:  # the dispatcher's answers of one loop round come as one frame
+            match message:
+                case Done():
+                    front_end.on_done(message)
+                case Response():
+                    front_end.on_response(message)
+                case Health(ready_models=models):
+                    endpoints.ready_models = models
+                    health.set()
+                case Reply():
+                    supervisor.answered(message)
+                case Apply():
+                    changes.start(message)
+                case Stop():
+                    stopping.set()
     supervisor.gone()
     health.set()  # none will come
     stopping.set()  # the supervisor is gone

@@ -103,7 +103,7 @@ class FrontEndSupervisor:
             held = self.dispatcher.forget(self.link)
             self.link.writer.close()
             self.link.writer = writer
-        writer.write(channel.encode(Health(self.ready_models())))
+        self.link.send(Health(self.ready_models()), urgent=True)
         return reader, theirs, held
 
     def _spawn(self, theirs: socket.socket, held: frozenset) -> None:
@@ -143,19 +143,33 @@ class FrontEndSupervisor:
             self._spawn(theirs, held)
 
     async def _serve(self, reader: asyncio.StreamReader) -> None:
-        """Its messages, until its end of the channel closes."""
-        while (message := await channel.receive(reader)) is not None:
-            match message:
-                case Submit():
-                    self.dispatcher.submit(self.link, message)
-                case Cancel():
-                    self.dispatcher.cancel(message)
-                case Hello(pid=pid):
-                    if not self._hello.done():
-                        self._hello.set_result(pid)
-                        log.info("front end %d listening (pid %d)", self.index, pid)
-                    else:
-                        log.info("front end %d is back (pid %d)", self.index, pid)
-                    self.on_message(self.index, self.link.writer, message)
-                case _:
-                    self.on_message(self.index, self.link.writer, message)
+        """Its messages, until its end of the channel closes: the requests that arrived together
+        handed to the dispatcher together (it polls its batcher once for them)."""
+        inbox = channel.Inbox(reader)
+        while (messages := await inbox.receive()) is not None:
+            submits = []
+            for message in messages:
+                if type(message) is Submit:
+                    submits.append(message)
+                    continue
+                if submits:  # in order: a Cancel may be for the rows just submitted
+                    self.dispatcher.submit_all(self.link, submits)
+                    submits = []
+                self._other(message)
+            if submits:
+                self.dispatcher.submit_all(self.link, submits)
+
+    def _other(self, message) -> None:
+        """Anything but a Submit."""
+        match message:
+            case Cancel():
+                self.dispatcher.cancel(message)
+            case Hello(pid=pid):
+                if not self._hello.done():
+                    self._hello.set_result(pid)
+                    log.info("front end %d listening (pid %d)", self.index, pid)
+                else:
+                    log.info("front end %d is back (pid %d)", self.index, pid)
+                self.on_message(self.index, self.link.writer, message)
+            case _:
+                self.on_message(self.index, self.link.writer, message)

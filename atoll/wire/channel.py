@@ -22,6 +22,7 @@ from gpu_runtime.vgpu.shm import Layout
 from atoll.kserve.errors import ApiError
 
 _LENGTH = struct.Struct("<I")
+_READ_BYTES = 1 << 18  # at most this much read per wake-up (frames are small: slot references)
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,71 @@ class Stop:
 
 
 def encode(message) -> bytes:
+    """One frame: a message, or a list of messages (`Outbox`), read back in order by `Inbox`."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(data)) + data
 
 
-async def receive(reader: asyncio.StreamReader):
-    """The next message, or None once the other side has closed the socket."""
-    try:
-        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-        return pickle.loads(await reader.readexactly(length))
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
+class Outbox:
+    """One end's messages, coalesced: those sent while the event loop runs one round of callbacks
+    go out as one frame when the round ends, so the other side wakes and unpickles once for them;
+    an `urgent` one (real-time work and its answers) goes at once, behind those already waiting,
+    never into a coalescing window. `writer` may be replaced (a restarted front end's channel): a
+    frame goes to the writer of the moment it is written."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self._pending: list = []
+
+    def send(self, message, urgent: bool = False) -> None:
+        self._pending.append(message)
+        if urgent:
+            self.flush()
+        elif len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        messages, self._pending = self._pending, []
+        if not self.writer.is_closing():
+            self.writer.write(encode(messages if len(messages) > 1 else messages[0]))
+
+
+class Inbox:
+    """The other end's messages, every whole frame a read brought at once: one wake-up and one read
+    for all of them, not two awaited reads each."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
+        self._buffer = bytearray()
+
+    async def receive(self) -> list | None:
+        """The messages that have arrived (at least one), in order; None once the other side has
+        closed the socket."""
+        while not (messages := self._whole()):
+            try:
+                data = await self.reader.read(_READ_BYTES)
+            except ConnectionError:
+                return None
+            if not data:
+                return None
+            self._buffer += data
+        return messages
+
+    def _whole(self) -> list:
+        messages, buffer, start = [], self._buffer, 0
+        while len(buffer) - start >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            end = start + _LENGTH.size + length
+            if end > len(buffer):
+                break
+            frame = pickle.loads(memoryview(buffer)[start + _LENGTH.size : end])
+            if type(frame) is list:
+                messages.extend(frame)
+            else:
+                messages.append(frame)
+            start = end
+        if start:
+            del buffer[:start]
+        return messages

@@ -1,0 +1,83 @@
+"""The channel between front ends and the dispatcher coalesces: messages sent in one round of the
+event loop travel as one frame, an urgent (real-time) one goes at once behind those waiting, and the
+reader hands over every whole frame a read brought, in order, whatever the reads' boundaries."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+
+from gpu_runtime.priority import Priority
+from gpu_runtime.vgpu.messages import Row
+
+from atoll.wire import channel
+from atoll.wire.channel import Cancel, Done, Outbox, Submit
+
+
+class Frames:
+    """A writer that keeps each frame written, unpickled."""
+
+    def __init__(self):
+        self.frames = []
+
+    def is_closing(self):
+        return False
+
+    def write(self, data: bytes):
+        self.frames.append(pickle.loads(data[4:]))
+
+
+def submit(index: int, priority: Priority = Priority.BE) -> Submit:
+    return Submit("m", priority, 1e9, (Row("a", index, (3,)),))
+
+
+def test_one_frame_per_loop_round_and_urgent_messages_at_once():
+    async def main():
+        writer = Frames()
+        outbox = Outbox(writer)
+        outbox.send(submit(0))
+        outbox.send(submit(1))
+        assert writer.frames == []  # not before the round ends
+        await asyncio.sleep(0)
+        assert writer.frames == [[submit(0), submit(1)]]
+        outbox.send(submit(2))
+        outbox.send(submit(3, Priority.RT), urgent=True)  # at once, behind the one waiting
+        assert writer.frames[1:] == [[submit(2), submit(3, Priority.RT)]]
+        outbox.send(Cancel((Row("a", 2, (3,)),)))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert writer.frames[2:] == [Cancel((Row("a", 2, (3,)),))]  # a lone message, unwrapped
+
+    asyncio.run(main())
+
+
+def test_a_new_writer_gets_what_waited_for_the_old_one():
+    async def main():
+        old, new = Frames(), Frames()
+        outbox = Outbox(old)
+        outbox.send(Done((Row("a", 0, (3,)),)))
+        outbox.writer = new  # a restarted front end took the channel over
+        await asyncio.sleep(0)
+        assert old.frames == [] and new.frames == [Done((Row("a", 0, (3,)),))]
+
+    asyncio.run(main())
+
+
+def test_the_inbox_reads_whole_frames_across_any_read_boundaries():
+    async def main():
+        ours, theirs = socket.socketpair()
+        reader, _ = await asyncio.open_unix_connection(sock=ours)
+        inbox = channel.Inbox(reader)
+        messages = [submit(i) for i in range(5)]
+        data = b"".join([channel.encode(messages[0]), channel.encode(messages[1:4]), channel.encode(messages[4])])
+        theirs.sendall(data[:3])  # not even a whole length
+        theirs.sendall(data[3:-7])  # the last frame cut short
+        received = await inbox.receive()
+        assert received == messages[:4]
+        theirs.sendall(data[-7:])
+        assert await inbox.receive() == messages[4:]
+        theirs.close()
+        assert await inbox.receive() is None
+
+    asyncio.run(main())
