@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -22,7 +23,6 @@ from gpu_runtime.vgpu.shm import Layout
 from atoll.kserve.errors import ApiError
 
 _LENGTH = struct.Struct("<I")
-_READ_BYTES = 1 << 18  # at most this much read per wake-up (frames are small: slot references)
 
 
 @dataclass(frozen=True)
@@ -149,40 +149,46 @@ class Outbox:
             self.writer.write(encode(messages if len(messages) > 1 else messages[0]))
 
 
-class Inbox:
-    """The other end's messages, every whole frame a read brought at once: one wake-up and one read
-    for all of them, not two awaited reads each."""
+class Frames(asyncio.Protocol):
+    """The other end's messages, handed to `on_messages` in order as they arrive: every whole frame
+    a read brought, at once, from the loop's read callback (no task, future or awaited read per
+    message). `closed` is done once the other side has closed the socket."""
 
-    def __init__(self, reader: asyncio.StreamReader):
-        self.reader = reader
+    def __init__(self, on_messages: Callable[[list], None]):
+        self.on_messages = on_messages
+        self.closed = asyncio.get_running_loop().create_future()
         self._buffer = bytearray()
 
-    async def receive(self) -> list | None:
-        """The messages that have arrived (at least one), in order; None once the other side has
-        closed the socket."""
-        while not (messages := self._whole()):
-            try:
-                data = await self.reader.read(_READ_BYTES)
-            except ConnectionError:
-                return None
-            if not data:
-                return None
-            self._buffer += data
-        return messages
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if messages := _whole_frames(self._buffer):
+            self.on_messages(messages)
 
-    def _whole(self) -> list:
-        messages, buffer, start = [], self._buffer, 0
-        while len(buffer) - start >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            end = start + _LENGTH.size + length
-            if end > len(buffer):
-                break
-            frame = pickle.loads(memoryview(buffer)[start + _LENGTH.size : end])
-            if type(frame) is list:
-                messages.extend(frame)
-            else:
-                messages.append(frame)
-            start = end
-        if start:
-            del buffer[:start]
-        return messages
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+async def connect(sock, on_messages: Callable[[list], None]) -> tuple[asyncio.Transport, Frames]:
+    """Our end of a channel over the connected socket `sock`: the transport to write to (as
+    `Outbox`'s writer, or directly) and the `Frames` protocol that reads it."""
+    return await asyncio.get_running_loop().create_unix_connection(lambda: Frames(on_messages), sock=sock)
+
+
+def _whole_frames(buffer: bytearray) -> list:
+    """The messages of the whole frames at the start of `buffer`, which loses them."""
+    messages, start = [], 0
+    while len(buffer) - start >= _LENGTH.size:
+        (length,) = _LENGTH.unpack_from(buffer, start)
+        end = start + _LENGTH.size + length
+        if end > len(buffer):
+            break
+        frame = pickle.loads(memoryview(buffer)[start + _LENGTH.size : end])
+        if type(frame) is list:
+            messages.extend(frame)
+        else:
+            messages.append(frame)
+        start = end
+    if start:
+        del buffer[:start]
+    return messages

@@ -64,20 +64,23 @@ def test_a_new_writer_gets_what_waited_for_the_old_one():
     asyncio.run(main())
 
 
-def test_the_inbox_reads_whole_frames_across_any_read_boundaries():
+def test_the_reader_hands_over_whole_frames_across_any_read_boundaries():
     async def main():
         ours, theirs = socket.socketpair()
-        reader, _ = await asyncio.open_unix_connection(sock=ours)
-        inbox = channel.Inbox(reader)
+        received = []
+        transport, frames = await channel.connect(ours, received.append)
         messages = [submit(i) for i in range(5)]
         data = b"".join([channel.encode(messages[0]), channel.encode(messages[1:4]), channel.encode(messages[4])])
         theirs.sendall(data[:3])  # not even a whole length
+        await asyncio.sleep(0.05)
         theirs.sendall(data[3:-7])  # the last frame cut short
-        received = await inbox.receive()
-        assert received == messages[:4]
+        await asyncio.sleep(0.05)
+        assert received == [messages[:4]]
         theirs.sendall(data[-7:])
-        assert await inbox.receive() == messages[4:]
+        await asyncio.sleep(0.05)
+        assert received == [messages[:4], messages[4:]]
         theirs.close()
-        assert await inbox.receive() is None
+        await asyncio.wait_for(frames.closed, 5)
+        transport.close()
 
     asyncio.run(main())
