@@ -97,7 +97,7 @@ class FrontEndLink(Outbox):
     outlives its process: a restarted front end takes it over (`writer`), so the answers for what
     its predecessor left here, queued ones too, tell the successor when those slots are free."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: asyncio.WriteTransport):
         super().__init__(writer)
         self.outstanding: set[tuple[str, int]] = set()
 

@@ -130,7 +130,7 @@ class Outbox:
     never into a coalescing window. `writer` may be replaced (a restarted front end's channel): a
     frame goes to the writer of the moment it is written."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: asyncio.WriteTransport):
         self.writer = writer
         self._pending: list = []
 
