@@ -1,6 +1,7 @@
 """The channel between front ends and the dispatcher coalesces: messages sent in one round of the
 event loop travel as one frame, an urgent (real-time) one goes at once behind those waiting, and the
-reader hands over every whole frame a read brought, in order, whatever the reads' boundaries."""
+reader hands over every whole frame a read brought, in order, whatever the reads' boundaries; the
+supervisor keeps a frame's Submits and Cancels in order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import socket
 
 from gpu_runtime.priority import Priority
 from gpu_runtime.vgpu.messages import Row
+from tests.atoll.supervisor.test_dispatcher import AUDIO, StandInPool, _patient_dispatcher, row
 
+from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.wire import channel
 from atoll.wire.channel import Cancel, Done, Outbox, Submit
 
@@ -82,5 +85,32 @@ def test_the_reader_hands_over_whole_frames_across_any_read_boundaries():
         theirs.close()
         await asyncio.wait_for(frames.closed, 5)
         transport.close()
+
+    asyncio.run(main())
+
+
+def test_a_cancel_in_the_same_frame_as_its_submit_drops_the_row():
+    """The supervisor hands a frame's Submits to the dispatcher together, but in order with the
+    Cancels between them, so a request that gave up right after submitting is still dropped."""
+
+    async def main():
+        pool = StandInPool()
+        dispatcher = _patient_dispatcher(pool)
+        front_end = FrontEndSupervisor(0, None, dispatcher, None, frozenset, lambda *a: None, lambda i: None)
+        frames, theirs, held = await front_end._connect()  # the channel a front end process would get
+        far = dispatcher.now() + 60
+        first = Submit(AUDIO.key, Priority.BE, far, (row(0, 100),))
+        then = Submit(AUDIO.key, Priority.BE, far, (row(1, 100), row(2, 100)))
+        theirs.sendall(channel.encode([first, Cancel((row(0, 100),)), then]))
+        for _ in range(50):
+            if pool.batches:
+                break
+            await asyncio.sleep(0.01)
+        [batch] = pool.batches  # rows 0 and 1 formed the batch; row 0 did not go
+        assert [r.index for r in batch[2]] == [1] and held == frozenset()
+        batch[5].set_result(([],))
+        theirs.close()
+        await asyncio.wait_for(frames.closed, 5)
+        await dispatcher.stop()
 
     asyncio.run(main())
