@@ -55,9 +55,10 @@ def front_end_main(setup: FrontEndSetup, sock) -> None:
 
 async def _serve(setup: FrontEndSetup, sock) -> None:
     c = setup.config
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    messages = _Messages()
+    writer, frames = await channel.connect(sock, messages.handle)
     metrics = Metrics(setup.gpu_uuids)
-    front_end = FrontEnd(setup, writer, metrics)
+    front_end = FrontEnd(setup, channel.Outbox(writer), metrics)
     regions = Regions(CudaIpc() if setup.gpu_uuids else None)
     for region in setup.regions:  # registered before this process started (it replaces one that died)
         try:
@@ -86,7 +87,8 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     relay_this_thread()  # this loop passes every request on, real-time ones among them
     stopping, health = asyncio.Event(), asyncio.Event()
     changes = _Changes(setup.index, writer, front_end, regions, c.server.request_timeout_s)
-    listener = asyncio.create_task(_listen(reader, front_end, endpoints, supervisor, changes, stopping, health))
+    messages.start(front_end, endpoints, supervisor, changes, stopping, health)
+    listener = asyncio.create_task(_listen(frames, supervisor, stopping, health))
     try:
         await health.wait()
         writer.write(channel.encode(Hello(setup.index, os.getpid())))
@@ -154,24 +156,45 @@ async def _drained(endpoints: Endpoints, deadline: float) -> int:
     return left
 
 
-async def _listen(reader: asyncio.StreamReader, front_end: FrontEnd, endpoints: Endpoints,
-                  supervisor: SupervisorLink, changes: _Changes, stopping: asyncio.Event,
+class _Messages:
+    """The supervisor's messages, as they arrive (`channel.Frames`); those that come before the
+    front end is set up wait for it."""
+
+    def __init__(self):
+        self._early: list = []
+        self._handle = self._early.extend
+
+    def handle(self, messages: list) -> None:
+        self._handle(messages)
+
+    def start(self, front_end: FrontEnd, endpoints: Endpoints, supervisor: SupervisorLink, changes: _Changes,
+              stopping: asyncio.Event, health: asyncio.Event) -> None:  # fmt: skip
+        def handle(messages: list) -> None:
+            for message in messages:  # the dispatcher's answers of one loop round come as one frame
+                match message:
+                    case Done():
+                        front_end.on_done(message)
+                    case Response():
+                        front_end.on_response(message)
+                    case Health(ready_models=models):
+                        endpoints.ready_models = models
+                        health.set()
+                    case Reply():
+                        supervisor.answered(message)
+                    case Apply():
+                        changes.start(message)
+                    case Stop():
+                        stopping.set()
+
+        self._handle = handle
+        handle(self._early)
+        self._early = []
+
+
+async def _listen(frames: channel.Frames, supervisor: SupervisorLink, stopping: asyncio.Event,
                   health: asyncio.Event) -> None:
-    while (message := await channel.receive(reader)) is not None:
-        match message:
-            case Done():
-                front_end.on_done(message)
-            case Response():
-                front_end.on_response(message)
-            case Health(ready_models=models):
-                endpoints.ready_models = models
-                health.set()
-            case Reply():
-                supervisor.answered(message)
-            case Apply():
-                changes.start(message)
-            case Stop():
-                stopping.set()
+    """Until the supervisor closes the channel."""
+    await frames.closed
     supervisor.gone()
     health.set()  # none will come
     stopping.set()  # the supervisor is gone

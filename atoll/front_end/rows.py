@@ -40,8 +40,7 @@ from atoll.kserve.datatypes import DTYPES
 from atoll.kserve.errors import ApiError, ErrorCode
 from atoll.kserve.protocol import InferRequest, ProtocolError, Tensor, described
 from atoll.repository.specs import ModelSpec, TensorSpec
-from atoll.wire import channel
-from atoll.wire.channel import Cancel, Done, Failure, Submit
+from atoll.wire.channel import Cancel, Done, Failure, Outbox, Submit
 from atoll.wire.responses import Response
 
 
@@ -119,13 +118,13 @@ class FrontEndSetup:
 class FrontEnd:
     """The protocol-independent core: `infer(spec, request)` for the HTTP and gRPC servers."""
 
-    def __init__(self, setup: FrontEndSetup, writer: asyncio.StreamWriter, metrics):
+    def __init__(self, setup: FrontEndSetup, outbox: Outbox, metrics):
         c = setup.config
         p = c.preprocessing
         self.metrics = metrics
         self.limits = MediaLimits.of(p)
         self.models = dict(setup.models)
-        self.writer = writer
+        self.outbox = outbox
         self.pre = Preprocessor(
             p.backend, cpu_workers=0, image_cus=p.image_cus, audio_mel_cus=p.audio_mel_cus,
             audio_norm_cus=p.audio_norm_cus, manifest=p.manifest, cu_timeout_s=p.cu_timeout_ms / 1000,
@@ -215,13 +214,14 @@ class FrontEnd:
             self._waiting[(row.arena, row.index)] = future
         if on_response is not None:
             self._streams[(rows[0].arena, rows[0].index)] = on_response
-        self.writer.write(channel.encode(Submit(spec.key, priority, deadline, rows, *queue, sequence)))
+        # a real-time request's rows go at once; best-effort ones with the loop round's others
+        self.outbox.send(Submit(spec.key, priority, deadline, rows, *queue, sequence), priority == Priority.RT)
         try:
             layouts = await _settled(futures, slots, indices)
         except BaseException:  # it gave up or a row failed: its rows still queued are not wanted
             dropped = tuple(row for row, future in zip(rows, futures) if future.cancelled())
             if dropped:
-                self.writer.write(channel.encode(Cancel(dropped)))
+                self.outbox.send(Cancel(dropped))
             raise
         finally:
             self._streams.pop((rows[0].arena, rows[0].index), None)

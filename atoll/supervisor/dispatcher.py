@@ -34,8 +34,7 @@ from scheduler.rt_envelope import Verdict
 
 from atoll.repository.versions import served_key
 from atoll.supervisor import lengths
-from atoll.wire import channel
-from atoll.wire.channel import Cancel, Done, Failure, Submit
+from atoll.wire.channel import Cancel, Done, Failure, Outbox, Submit
 from atoll.wire.responses import Response
 
 log = logging.getLogger(__name__)
@@ -93,18 +92,15 @@ def _key(row: Row) -> tuple[str, int]:
     return row.arena, row.index
 
 
-class FrontEndLink:
-    """The dispatcher's end of one front end's channel, with the rows it holds here (submitted, not
-    yet answered). It outlives its process: a restarted front end takes it over (`writer`), so the
-    answers for what its predecessor left here tell the successor when those slots are free."""
+class FrontEndLink(Outbox):
+    """The dispatcher's end of one front end's channel (its answers coalesced per loop round, a
+    real-time batch's at once), with the rows it holds here (submitted, not yet answered). It
+    outlives its process: a restarted front end takes it over (`writer`), so the answers for what
+    its predecessor left here, queued ones too, tell the successor when those slots are free."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
-        self.writer = writer
+    def __init__(self, writer: asyncio.WriteTransport):
+        super().__init__(writer)
         self.outstanding: set[tuple[str, int]] = set()
-
-    def send(self, message) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(channel.encode(message))
 
 
 class Dispatcher:
@@ -177,46 +173,55 @@ class Dispatcher:
     # -- front ends ---------------------------------------------------------------------------------
 
     def submit(self, link: FrontEndLink, message: Submit) -> None:
+        self.submit_all(link, (message,))
+
+    def submit_all(self, link: FrontEndLink, messages) -> None:
+        """Several requests that arrived together: each admitted (real-time rows sent at once), then
+        the batcher polled once for all of them."""
         now = self.now()
+        if any([self._admit(link, message, now) for message in messages]):
+            self._poll()
+
+    def _admit(self, link: FrontEndLink, message: Submit, now: float) -> bool:
+        """Admit one request's rows; True when some joined a batcher (which is then due a poll)."""
         tickets = [_Ticket(link, row, message.deadline, now) for row in message.rows]
         link.outstanding.update(_key(row) for row in message.rows)
         plan = self.plans.get(message.model)
         if plan is None:
             self._answer(tickets, None, Failure.REJECTED, f"unknown model {message.model!r}")
-            return
+            return False
         if self._is_python(plan):  # a request at a time: its model's instances batch what waits for them
             self._send(plan, PYTHON, message.priority, tickets, PYTHON, lambda: None)
-            return
+            return False
         if plan.sequence is not None:
-            self._sequenced(plan, tickets, message.sequence, now)
-            return
+            return self._sequenced(plan, tickets, message.sequence, now)
         verdict = Verdict.RT
         if message.priority == Priority.RT and self.rt is not None:  # beyond its envelope or budget?
             verdict = self.rt.route(plan.name, len(tickets), now)
             if verdict is Verdict.REFUSE:
                 self._answer(tickets, None, Failure.REJECTED, f"real-time model {plan.name!r}: beyond its "
-                             "declared envelope or its WCET (atoll.rt.on_violation: refuse)")  # fmt: skip
-                return
+                             "declared envelope or its WCET (atoll.rt.on_violation: refuse)", urgent=True)  # fmt: skip
+                return False
         if message.priority == Priority.RT and verdict is Verdict.RT:
             for start in range(0, len(tickets), plan.max_batch):
                 load = {vid: state.inflight_runs for vid, state in self.pool.workers.items()}
                 vgpu = self.rt_placement.place(plan.vgpus, load=load)
                 self._send(plan, vgpu, Priority.RT, tickets[start : start + plan.max_batch], "rt",
                            lambda v=vgpu: self.rt_placement.complete(v))  # fmt: skip
-            return
+            return False
         level = plan.queues.level(message.level)
         policy = plan.queues.of(level)
         if not policy.admits(self._levels[(plan.key, level)]):
             self._answer(tickets, None, Failure.QUEUE_FULL, QUEUE_FULL)
-            return
+            return False
         timed_out_at = policy.timed_out_at(now, message.timeout_us)
         delay, request = policy.timeout_action == "DELAY", next(self._ids)
         for ticket in tickets:
             self._queue(plan, _Ticket(link, ticket.row, message.deadline, now, level, timed_out_at, delay, request),
                         now)  # fmt: skip
-        self._poll()
+        return True
 
-    def _sequenced(self, plan: ModelPlan, tickets: list[_Ticket], sequence: RowSequence | None, now: float) -> None:
+    def _sequenced(self, plan: ModelPlan, tickets: list[_Ticket], sequence: RowSequence | None, now: float) -> bool:
         """A stateful model's request (one row: the front end checked it) joins its sequence batcher."""
         ticket = dataclasses.replace(tickets[0], sequence=sequence or RowSequence(0))
         try:
@@ -226,8 +231,8 @@ class Dispatcher:
                                                           ticket.sequence.end, now))  # fmt: skip
         except SequenceError as exc:
             self._answer(tickets, None, Failure.REJECTED, str(exc))
-            return
-        self._poll()
+            return False
+        return True
 
     def _queue(self, plan: ModelPlan, ticket: _Ticket, now: float) -> None:
         try:
@@ -395,9 +400,9 @@ class Dispatcher:
         try:
             layouts = future.result()
         except Exception as exc:  # the batch failed: every row's request gets the error
-            self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__)
+            self._answer(live, None, Failure.BACKEND, str(exc) or type(exc).__name__, priority == Priority.RT)
         else:
-            self._answer(live, layouts)
+            self._answer(live, layouts, urgent=priority == Priority.RT)
             now = self.now()
             self._account(plan, vgpu, len(live), now - start)
             if priority == Priority.RT and self.rt is not None:
@@ -420,8 +425,10 @@ class Dispatcher:
             self._builds[vgpu] = builds
 
     @staticmethod
-    def _answer(tickets: list[_Ticket], layouts, failure: Failure | None = None, reason: str = "") -> None:
-        """One Done per front end, for its rows of the batch."""
+    def _answer(tickets: list[_Ticket], layouts, failure: Failure | None = None, reason: str = "",
+                urgent: bool = False) -> None:
+        """One Done per front end, for its rows of the batch (`urgent`: a real-time batch's, sent at
+        once rather than with the loop round's others)."""
         by_link: dict[FrontEndLink, list[int]] = defaultdict(list)
         for i, ticket in enumerate(tickets):
             by_link[ticket.link].append(i)
@@ -429,6 +436,6 @@ class Dispatcher:
             rows = tuple(tickets[i].row for i in mine)
             link.outstanding.difference_update(map(_key, rows))
             if failure is None:
-                link.send(Done(rows, tuple(layouts[i] for i in mine)))
+                link.send(Done(rows, tuple(layouts[i] for i in mine)), urgent)
             else:
-                link.send(Done(rows, failure=failure, reason=reason))
+                link.send(Done(rows, failure=failure, reason=reason), urgent)

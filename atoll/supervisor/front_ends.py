@@ -59,9 +59,9 @@ class FrontEndSupervisor:
     async def start(self) -> None:
         """Start the front end and wait until it listens."""
         self._hello = asyncio.get_running_loop().create_future()
-        reader, theirs, _ = await self._connect()
+        frames, theirs, _ = await self._connect()
         self._spawn(theirs, frozenset())
-        self._task = asyncio.create_task(self._run(reader))
+        self._task = asyncio.create_task(self._run(frames))
         try:
             await asyncio.wait_for(asyncio.shield(self._hello), HELLO_TIMEOUT_S)
         except TimeoutError:
@@ -93,9 +93,9 @@ class FrontEndSupervisor:
     # -- internals ------------------------------------------------------------------------------
 
     async def _connect(self):
-        """A channel for the next incarnation: (our reader, its socket, the slots it must hold)."""
+        """A channel for the next incarnation: (our reading end, its socket, the slots it must hold)."""
         ours, theirs = socket.socketpair()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        writer, frames = await channel.connect(ours, self._received)
         held = frozenset()
         if self.link is None:
             self.link = FrontEndLink(writer)
@@ -103,8 +103,8 @@ class FrontEndSupervisor:
             held = self.dispatcher.forget(self.link)
             self.link.writer.close()
             self.link.writer = writer
-        writer.write(channel.encode(Health(self.ready_models())))
-        return reader, theirs, held
+        self.link.send(Health(self.ready_models()), urgent=True)
+        return frames, theirs, held
 
     def _spawn(self, theirs: socket.socket, held: frozenset) -> None:
         setup = self.make_setup(held)
@@ -115,10 +115,10 @@ class FrontEndSupervisor:
         theirs.close()
         self.backoff.started(time.monotonic())
 
-    async def _run(self, reader: asyncio.StreamReader) -> None:
+    async def _run(self, frames: channel.Frames) -> None:
         index = self.index
         while True:
-            await self._serve(reader)
+            await frames.closed
             self.on_gone(index)
             if self._stopping:
                 return
@@ -135,27 +135,39 @@ class FrontEndSupervisor:
             log.warning("front end %d (pid %d) died, %s; restarting it%s", index, pid, how,
                         f" in {delay:.1f} s (it died again soon after its last start)" if delay else "")
             self.metrics.worker_restarts.labels("front_end").inc()
-            reader, theirs, held = await self._connect()
+            frames, theirs, held = await self._connect()
             await asyncio.sleep(delay)
             if self._stopping:
                 theirs.close()
                 return
             self._spawn(theirs, held)
 
-    async def _serve(self, reader: asyncio.StreamReader) -> None:
-        """Its messages, until its end of the channel closes."""
-        while (message := await channel.receive(reader)) is not None:
-            match message:
-                case Submit():
-                    self.dispatcher.submit(self.link, message)
-                case Cancel():
-                    self.dispatcher.cancel(message)
-                case Hello(pid=pid):
-                    if not self._hello.done():
-                        self._hello.set_result(pid)
-                        log.info("front end %d listening (pid %d)", self.index, pid)
-                    else:
-                        log.info("front end %d is back (pid %d)", self.index, pid)
-                    self.on_message(self.index, self.link.writer, message)
-                case _:
-                    self.on_message(self.index, self.link.writer, message)
+    def _received(self, messages: list) -> None:
+        """Its messages that arrived together; its requests handed to the dispatcher together (it
+        polls its batcher once for them)."""
+        submits = []
+        for message in messages:
+            if type(message) is Submit:
+                submits.append(message)
+                continue
+            if submits:  # in order: a Cancel may be for the rows just submitted
+                self.dispatcher.submit_all(self.link, submits)
+                submits = []
+            self._other(message)
+        if submits:
+            self.dispatcher.submit_all(self.link, submits)
+
+    def _other(self, message) -> None:
+        """Anything but a Submit."""
+        match message:
+            case Cancel():
+                self.dispatcher.cancel(message)
+            case Hello(pid=pid):
+                if not self._hello.done():
+                    self._hello.set_result(pid)
+                    log.info("front end %d listening (pid %d)", self.index, pid)
+                else:
+                    log.info("front end %d is back (pid %d)", self.index, pid)
+                self.on_message(self.index, self.link.writer, message)
+            case _:
+                self.on_message(self.index, self.link.writer, message)

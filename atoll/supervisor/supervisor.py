@@ -7,7 +7,8 @@ starts the front ends on the reserved ports, and returns once every front end li
 takes it down in reverse, restarting nothing once it began: front ends answer what they hold (up
 to `server.drain_s`), then the dispatcher, workers and shared memory go. Children that die while
 serving are started again (the pool's workers, `front_ends.py`'s front ends). Which process runs
-what: docs/data-plane.md; signals and readiness: `lifecycle.py`.
+what: docs/data-plane.md; signals and readiness: `lifecycle.py`. Its parts (pool, dispatcher,
+batching, channels) are built through one factory, `parts.Parts`, which a test replaces.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ from pathlib import Path
 from batching.profile import ProfileError
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
 from gpu_runtime.thread_names import name_this_thread
-from gpu_runtime.vgpu.pool import WorkerPool
 from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
-from scheduler.vgpu_engine import engine_for
 
 from atoll.config import Config
 from atoll.front_end.rows import FrontEndSetup
@@ -48,19 +47,18 @@ from atoll.supervisor.executor_choice import choose
 from atoll.supervisor.instance_placement import place_instances, restricted_vgpus
 from atoll.supervisor.front_ends import FrontEndSupervisor
 from atoll.supervisor.latency_model import LatencyModel
-from atoll.supervisor.lifecycle import shielded
 from atoll.supervisor.model_batching import Batching, batch_spec, output_row_bytes, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
+from atoll.supervisor.parts import Parts
 from atoll.supervisor.residency import residency_settings
 from atoll.supervisor.residency_view import ResidencyView
 from atoll.supervisor.rt_admission import RealTime
 from atoll.wire.channel import Applied, Control, Health, Hello
-from atoll.wire.control import FrontEnds, reply
+from atoll.wire.control import reply
 from atoll.wire.model_control import AddModel, RetireModel
 from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
-CORES_PER_FRONT_END = 4
 # glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
 # heap pages instead of fresh mmaps and their page faults (measured: docs/data-plane.md).
 HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
@@ -87,8 +85,11 @@ def _shm_label(name: str) -> str:
 
 
 class Supervisor:
-    def __init__(self, config: Config, repository: Path | None = None, progress: bool = True):
+    def __init__(self, config: Config, repository: Path | None = None, progress: bool = True,
+                 parts: Parts | None = None):
+        """`parts`: the factory its parts are built through (`parts.py`; tests pass stand-ins)."""
         self.config = config
+        self.parts = parts or Parts()
         self.repository = repository
         self.progress = progress
         self.metrics: Metrics | None = None
@@ -105,7 +106,7 @@ class Supervisor:
         self._front_end_count = 0
         self._batching: Batching | None = None
         self._residency: ResidencyView | None = None  # what each vGPU's weight pool holds ([residency])
-        self._channels = FrontEnds()
+        self._channels = self.parts.channels()
         self._regions = RegionBook()
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
         self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
@@ -127,52 +128,22 @@ class Supervisor:
         # backend's probe may build the C simulation first)
         self._checked = checked = await asyncio.to_thread(check, c)
         vgpus = checked.vgpus
-        latency = LatencyModel()
-        kinds = {v.id: v.profile_kind for v in vgpus}
-        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
-        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
-        residency = residency_settings(c.residency, checked.executor)
-        self._residency = ResidencyView(residency, kinds) if residency else None
-        try:  # it reads the knee profile, the last setting to check
-            self._batching = Batching(c, kinds, latency, slots, self._residency and self._residency.switch_time)
-        except ProfileError as exc:
-            raise StartError(f"batching.profile: {exc}") from None
-
         os.environ[BE_NICE_ENV] = str(c.server.be_nice)  # for every process started from here
         os.environ[RT_FIFO_ENV] = str(c.server.rt_fifo)
         for key, value in HEAP_TUNING.items():
             os.environ.setdefault(key, value)
         favour_real_time_threads()  # the dispatcher shares this interpreter with the pool's threads
         raise_open_file_limit()  # children inherit it: pipes and shared memory for every worker and front end
-        if self.repository is None:
-            self.repository = checked.repository or await asyncio.to_thread(demo_repository, progress=self.progress)
         self._metrics_dir = tempfile.mkdtemp(prefix="atoll-metrics-")
         share_metrics(self._metrics_dir)
         self._gpu_uuids = tuple(v.uuid for v in vgpus if v.kind != "cpu" and v.uuid)
         self.metrics = Metrics(self._gpu_uuids)
-        # Every worker schedules its batches with REEF (`[scheduler]`) where the executor can be
-        # preempted (numpy, cupy); onnxruntime models run on per-priority lanes there.
-        s = c.scheduler
-        loop = asyncio.get_running_loop()
-        self._executor = checked.executor
-        self.python = PythonModels(_loopback(c.server.host, checked.ports["http"].getsockname()[1]),
-                                   lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
-        engine = engine_for(s.policy, s.outstanding_kernels, residency)
-        with shielded():  # workers, and the pool's threads that restart them, never see a stop signal
-            self.pool = WorkerPool(vgpus, executor=checked.executor, engine=engine,
-                                   on_change=lambda: loop.call_soon_threadsafe(self._workers_changed))  # fmt: skip
-        for vgpu in kinds:
-            self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
         for kind in ("vgpu", "front_end", "python"):
             self.metrics.worker_restarts.labels(kind).inc(0)
-        self.dispatcher = Dispatcher({}, self.pool, self._batching.batcher, self.metrics, latency, kinds,
-                                     python=self.python, residency=self._residency)  # fmt: skip
-        self.rt = RealTime(kinds.values(), self.metrics)  # declared real-time models: admission, enforcement
-        self.dispatcher.rt = self.rt
+        self.assemble(vgpus, checked.executor, _loopback(c.server.host, checked.ports["http"].getsockname()[1]))
         self.dispatcher.start()
-        # One front end per few cores, each with a preprocessing thread per core of its share: fewer
-        # processes to wake, and Done messages shared by more rows (measured: docs/data-plane.md).
-        self._front_end_count = c.server.front_ends or max(1, len(os.sched_getaffinity(0)) // CORES_PER_FRONT_END)
+        if self.repository is None:
+            self.repository = checked.repository or await asyncio.to_thread(demo_repository, progress=self.progress)
         self.model_control = ModelControl(Path(self.repository), c.server.model_control_mode,
                                           c.server.repository_poll_secs, self.add_model, self.remove_model,
                                           self.rt.check)  # fmt: skip
@@ -187,6 +158,38 @@ class Supervisor:
         if "metrics" in checked.ports:
             self.metrics_url = await self._serve_metrics(c.server.host, checked.ports.pop("metrics"))
         gc.freeze()  # start-up's objects live as long as the process: the collector's passes skip them
+
+    def assemble(self, vgpus: list, executor: str | None, url: str) -> None:
+        """Build the parts for `vgpus` through the factory (`start` calls it once every setting is
+        checked; a test calls it over stand-ins): batching, vGPU workers, Python models' instances
+        (which reach this server's HTTP port at `url`), dispatcher, real-time admission."""
+        c = self.config
+        latency = LatencyModel()
+        kinds = {v.id: v.profile_kind for v in vgpus}
+        # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
+        slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
+        residency = residency_settings(c.residency, executor)
+        self._residency = ResidencyView(residency, kinds) if residency else None
+        try:  # it reads the knee profile, the last setting to check
+            self._batching = self.parts.batching(c, kinds, latency, slots,
+                                                 self._residency and self._residency.switch_time)  # fmt: skip
+        except ProfileError as exc:
+            raise StartError(f"batching.profile: {exc}") from None
+        loop = asyncio.get_running_loop()
+        self._executor = executor
+
+        def changed() -> None:  # from the pool's threads
+            loop.call_soon_threadsafe(self._workers_changed)
+
+        self.python = self.parts.python(url, changed)
+        self.pool = self.parts.pool(c, vgpus, executor, residency, changed)
+        for vgpu in kinds:
+            self.metrics.program_builds.labels(vgpu).inc(0)  # exported from the start, at 0
+        self.dispatcher = self.parts.dispatcher(self.pool, self._batching.batcher, self.metrics, latency, kinds,
+                                                self.python, self._residency)  # fmt: skip
+        self.rt = RealTime(kinds.values(), self.metrics)  # declared real-time models: admission, enforcement
+        self.dispatcher.rt = self.rt
+        self._front_end_count = self.parts.front_end_count(c)
 
     # -- models (see model_control.py) --------------------------------------------------------------
 

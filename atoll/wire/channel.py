@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -117,14 +118,77 @@ class Stop:
 
 
 def encode(message) -> bytes:
+    """One frame: a message, or a list of messages (`Outbox`), read back in order by `Inbox`."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(data)) + data
 
 
-async def receive(reader: asyncio.StreamReader):
-    """The next message, or None once the other side has closed the socket."""
-    try:
-        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-        return pickle.loads(await reader.readexactly(length))
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
+class Outbox:
+    """One end's messages, coalesced: those sent while the event loop runs one round of callbacks
+    go out as one frame when the round ends, so the other side wakes and unpickles once for them;
+    an `urgent` one (real-time work and its answers) goes at once, behind those already waiting,
+    never into a coalescing window. `writer` may be replaced (a restarted front end's channel): a
+    frame goes to the writer of the moment it is written."""
+
+    def __init__(self, writer: asyncio.WriteTransport):
+        self.writer = writer
+        self._pending: list = []
+
+    def send(self, message, urgent: bool = False) -> None:
+        self._pending.append(message)
+        if urgent:
+            self.flush()
+        elif len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        messages, self._pending = self._pending, []
+        if not self.writer.is_closing():
+            self.writer.write(encode(messages if len(messages) > 1 else messages[0]))
+
+
+class Frames(asyncio.Protocol):
+    """The other end's messages, handed to `on_messages` in order as they arrive: every whole frame
+    a read brought, at once, from the loop's read callback (no task, future or awaited read per
+    message). `closed` is done once the other side has closed the socket."""
+
+    def __init__(self, on_messages: Callable[[list], None]):
+        self.on_messages = on_messages
+        self.closed = asyncio.get_running_loop().create_future()
+        self._buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if messages := _whole_frames(self._buffer):
+            self.on_messages(messages)
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+async def connect(sock, on_messages: Callable[[list], None]) -> tuple[asyncio.Transport, Frames]:
+    """Our end of a channel over the connected socket `sock`: the transport to write to (as
+    `Outbox`'s writer, or directly) and the `Frames` protocol that reads it."""
+    return await asyncio.get_running_loop().create_unix_connection(lambda: Frames(on_messages), sock=sock)
+
+
+def _whole_frames(buffer: bytearray) -> list:
+    """The messages of the whole frames at the start of `buffer`, which loses them."""
+    messages, start = [], 0
+    while len(buffer) - start >= _LENGTH.size:
+        (length,) = _LENGTH.unpack_from(buffer, start)
+        end = start + _LENGTH.size + length
+        if end > len(buffer):
+            break
+        frame = pickle.loads(memoryview(buffer)[start + _LENGTH.size : end])
+        if type(frame) is list:
+            messages.extend(frame)
+        else:
+            messages.append(frame)
+        start = end
+    if start:
+        del buffer[:start]
+    return messages

@@ -20,7 +20,7 @@ from atoll.wire.channel import Applied, Apply, Control, Reply
 class SupervisorLink:
     """A front end's side."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: asyncio.WriteTransport):
         self.writer = writer
         self._ids = itertools.count()
         self._waiting: dict[int, asyncio.Future] = {}
@@ -54,7 +54,7 @@ class FrontEnds:
     """The supervisor's side: every front end's channel, by front-end index."""
 
     def __init__(self):
-        self.writers: dict[int, asyncio.StreamWriter] = {}
+        self.writers: dict[int, asyncio.WriteTransport] = {}
         self._ids = itertools.count()
         self._waiting: dict[int, dict[int, asyncio.Future]] = {}  # Apply id -> front end -> its answer
 
@@ -87,6 +87,6 @@ class FrontEnds:
                 future.set_result(ApiError(ErrorCode.INTERNAL, f"front end {index} exited"))
 
 
-def reply(writer: asyncio.StreamWriter, message: Control, result=None, error: ApiError | None = None) -> None:
+def reply(writer: asyncio.WriteTransport, message: Control, result=None, error: ApiError | None = None) -> None:
     if not writer.is_closing():
         writer.write(channel.encode(Reply(message.id, result, error)))

@@ -15,7 +15,7 @@ from atoll.cli import build_parser
 from atoll.commands import serve
 from atoll.observe.log_format import LOG_FORMAT_ENV
 from atoll.supervisor.checks import reserve_port
-from atoll.supervisor import supervisor
+from atoll.supervisor import parts, supervisor
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def no_process_starts(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("a process was started before the settings were checked")
 
-    monkeypatch.setattr(supervisor, "WorkerPool", started)
+    monkeypatch.setattr(parts, "WorkerPool", started)
     monkeypatch.setattr(supervisor, "FrontEndSupervisor", started)
 
 

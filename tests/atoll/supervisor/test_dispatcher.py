@@ -56,7 +56,8 @@ class Writer:
         return False
 
     def write(self, data: bytes):
-        self.messages.append(pickle.loads(data[4:]))
+        frame = pickle.loads(data[4:])  # a message, or a list of them (channel.Outbox)
+        self.messages.extend(frame if type(frame) is list else [frame])
 
 
 def row(index: int, frames: int, arena: str = "fe0-asr") -> Row:

@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from gpu_runtime.vgpu.discovery import VGpuInfo
 from gpu_runtime.zoo import build
 from gpu_runtime.zoo.repository import write_model
 from tests.atoll.probes import PATIENCE_S, request, serving, until
@@ -26,8 +27,10 @@ from tritonclient.grpc import service_pb2_grpc
 from atoll.bench.bodies import infer_body
 from atoll.bench.corpus import jpeg_bytes
 from atoll.config import load_config
+from atoll.observe.metrics import Metrics
 from atoll.repository.specs import ModelSpec, TensorSpec
 from atoll.supervisor.model_batching import Batching
+from atoll.supervisor.parts import Parts
 from atoll.supervisor.supervisor import Supervisor
 from atoll.wire.model_control import AddModel, RetireModel
 
@@ -79,12 +82,36 @@ class FrontEnds:
             raise RuntimeError("front end 1 cannot attach")
 
 
+class StandIns(Parts):
+    """The supervisor's parts: stand-ins for the workers and the front ends, the real batching."""
+
+    def __init__(self, front_ends: FrontEnds):
+        self.front_ends = front_ends
+
+    def channels(self):
+        return self.front_ends
+
+    def front_end_count(self, config):
+        return len(self.front_ends.models)
+
+    def batching(self, config, kinds, latency, slots, switch_time):
+        return Batching(config, kinds, lambda *a: 1e-3)
+
+    def pool(self, config, vgpus, executor, residency, on_change):
+        return Pool()
+
+    def python(self, url, on_change):
+        return None
+
+    def dispatcher(self, pool, batcher, metrics, latency, kinds, python, residency):
+        return Dispatcher()
+
+
 def service(front_ends: FrontEnds) -> Supervisor:
-    config = load_config()
-    s = Supervisor(config, Path("."), progress=False)
-    s.pool, s.dispatcher, s._channels = Pool(), Dispatcher(), front_ends
-    s._batching = Batching(config, {"cpu0": "cpu"}, lambda *a: 1e-3)
-    s._front_end_count = 2
+    """A supervisor over stand-ins (run on an event loop: its parts call back on it)."""
+    s = Supervisor(load_config(), Path("."), progress=False, parts=StandIns(front_ends))
+    s.metrics = Metrics()
+    s.assemble([VGpuInfo("cpu0", "cpu", "cpu", None, "cpu", None, None)], None, "127.0.0.1:0")
     return s
 
 
@@ -103,19 +130,19 @@ def shm_names(s: Supervisor) -> set[str]:
 
 
 def test_a_load_that_fails_part_way_leaves_the_served_models_as_they_were():
-    s = service(FrontEnds())
-
     async def go():
+        front_ends = FrontEnds()
+        s = service(front_ends)
         await s.add_model(spec("a"))
         before, arenas = state(s), shm_names(s)
-        s._channels.fail = True
+        front_ends.fail = True
         with pytest.raises(RuntimeError, match="cannot attach"):
             await s.add_model(spec("b"))
         assert state(s) == before and shm_names(s) == arenas  # b's arenas are gone too
         with pytest.raises(ValueError, match="already served"):  # refused before any worker loads
             await s.add_model(spec("a"))
         assert state(s) == before
-        s._channels.fail = False
+        front_ends.fail = False
         await s.remove_model(spec("a").key)
         await s.add_model(spec("a"))  # loaded again: arenas of new names
         assert not arenas & shm_names(s) and len(shm_names(s)) == 2
