@@ -114,6 +114,7 @@ class Supervisor:
         self._arena_prefix = segment_prefix()
         self._gpu_uuids: tuple[str, ...] = ()
         self._checked: Checked | None = None  # what `check` found, the reserved ports among it
+        self._vgpus: list = []  # the served vGPUs (`assemble`)
         self._executor: str | None = None  # the server's executor (`auto` resolved); None: the pool's
         self._metrics_dir: str | None = None
         self._http: list[HttpServer] = []
@@ -164,6 +165,7 @@ class Supervisor:
         checked; a test calls it over stand-ins): batching, vGPU workers, Python models' instances
         (which reach this server's HTTP port at `url`), dispatcher, real-time admission."""
         c = self.config
+        self._vgpus = vgpus  # what instance groups are placed on
         latency = LatencyModel()
         kinds = {v.id: v.profile_kind for v in vgpus}
         # a CPU vGPU runs a best-effort batch per core at once (gpu_runtime.vgpu.serial_engine)
@@ -208,7 +210,7 @@ class Supervisor:
                 raise
             self._workers_changed()
             return
-        instances = place_instances(spec, self._checked.vgpus)
+        instances = place_instances(spec, self._vgpus)
         vgpus = restricted_vgpus(spec.name, instances, list(self.pool.workers), self.config.batching.batcher)
         settings, largest = self._batching.settings(spec, vgpus)
         plan = plan_for(spec, settings.batching, largest)
