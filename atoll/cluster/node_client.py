@@ -10,6 +10,8 @@ import asyncio
 
 import httptools
 
+from atoll.http.deadline import Deadline
+
 MAX_IDLE = 64  # kept-alive connections per node beyond which an answered one is closed
 
 
@@ -36,6 +38,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._headers: dict[str, str] = {}
         self._chunks: list[bytes] = []
+        self.deadline: Deadline | None = None  # of the request in hand: one timer, kept armed across requests
 
     @property
     def open(self) -> bool:
@@ -52,6 +55,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.deadline = Deadline(asyncio.get_running_loop())
+
+    def expire(self) -> None:
+        self._fail(TimeoutError())
 
     def data_received(self, data: bytes) -> None:
         self.received = True
@@ -63,6 +70,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.deadline.stop()
         self._fail(NodeGone(f"connection closed before the answer ({exc or 'end of stream'})"))
 
     def _fail(self, exc: Exception) -> None:
@@ -86,11 +94,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-def _expire(answer: asyncio.Future) -> None:
-    if not answer.done():
-        answer.set_exception(TimeoutError())
-
-
 class NodeHttp:
     """Requests to the node at `address` ("host:port")."""
 
@@ -109,7 +112,7 @@ class NodeHttp:
             head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         head = (head + "\r\n").encode("latin-1")
         loop = asyncio.get_running_loop()
-        # a timer on the answer's future rather than asyncio.timeout: no task bookkeeping per request
+        # the connection's Deadline rather than asyncio.timeout: no timer set and cancelled per request
         deadline = loop.time() + timeout_s
         while True:
             connection = self._kept()
@@ -117,7 +120,7 @@ class NodeHttp:
             if connection is None:
                 connection = await self._connect(deadline)
             answer = connection.send(head, body)
-            timer = loop.call_at(deadline, _expire, answer)
+            connection.deadline.set(deadline - loop.time(), connection.expire)
             try:
                 result = await answer
             except NodeGone:
@@ -129,7 +132,7 @@ class NodeHttp:
                     connection.transport.abort()
                 raise
             finally:
-                timer.cancel()
+                connection.deadline.clear()
             if connection.open:
                 if len(self._idle) < MAX_IDLE:
                     self._idle.append(connection)
