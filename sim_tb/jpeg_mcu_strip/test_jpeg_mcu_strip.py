@@ -129,6 +129,26 @@ async def strips_bit_exact_with_idle_and_backpressure(dut):
     assert dut.ap_idle.value == 1 and dut.s_axis_tready.value == 0
 
 
+@cocotb.test()
+async def reset_in_the_middle_of_a_frame(dut):
+    """A reset mid-frame leaves the unit idle; the next frame is exact."""
+    harness = Harness(dut)
+    await harness.reset()
+    args, rows = strip_model.synthetic(40, 33, [(2, 2), (1, 1), (1, 1)], 7)
+    dut.width.value, dut.height.value, dut.sampling.value = args.width, args.height, args.sampling
+    dut.n_components.value, dut.mode.value = args.n_components, args.mode
+    dut.ap_start.value = 1
+    await RisingEdge(dut.ap_clk)
+    dut.ap_start.value = 0
+    await harness.source.send(AxiStreamFrame(rows[: len(rows) // 2].tobytes()))
+    await harness.source.wait()
+    await ClockCycles(dut.ap_clk, 20)
+    await harness.reset()
+    harness.sink.clear()
+    assert dut.ap_idle.value == 1 and dut.m_axis_tvalid.value == 0
+    np.testing.assert_array_equal(await harness.run(args, rows), strip_model.strip_only(args, rows))
+
+
 def test_jpeg_mcu_strip(tmp_path):
     strip_model.strip_args(b"")  # the C model is built once here, not in the simulator's process
     run_testbench(UNIT, {"MAX_WIDTH": MAX_WIDTH}, tmp_path / "sim", {"TB_STALLS": "0.3"})
