@@ -21,7 +21,7 @@
 // and writes height * ceil(width / 2) beats; ap_done pulses after the last beat has left. Lane c
 // (bits 32c+31..32c) of a beat is {far b, far a, near b, near a} for output pixels 2p, 2p+1
 // (a = b = column p of a subsampled component; columns 2p, 2p+1 of a full-width one); `far` is 0
-// where the component is not vertically subsampled, absent components' lanes are 0. Per row: two
+// where the component is not vertically subsampled, absent components' lanes are 0. Per row: three
 // setup cycles, a wait for its MCU rows, then one beat a cycle; 2 cycles of pipeline.
 module jpeg_mcu_strip #(
     // Widest frame, in pixels (a multiple of 16; its strips are 6 banks of 3 * MAX_WIDTH words).
@@ -73,8 +73,8 @@ localparam AW = 2 + 3 + WB;                 // {slot, line pair, word}
 localparam DEPTH = 3 * 8 * (1 << WB);          // slots of 8 line pairs of 2^WB words
 localparam DW = DIM_WIDTH;
 
-localparam [2:0] R_IDLE = 3'd0, R_INIT = 3'd1, R_ROWS = 3'd2, R_SLOTS = 3'd3, R_WAIT = 3'd4, R_BEATS = 3'd5,
-                 R_DRAIN = 3'd6;
+localparam [2:0] R_IDLE = 3'd0, R_INIT = 3'd1, R_ROWS = 3'd2, R_SLOTS = 3'd3, R_SPAN = 3'd4, R_WAIT = 3'd5,
+                 R_BEATS = 3'd6, R_DRAIN = 3'd7;
 
 // x mod 3, a bit at a time from the top.
 function [1:0] mod3(input [DW-1:0] x);
@@ -91,7 +91,8 @@ function [1:0] mod3(input [DW-1:0] x);
 endfunction
 
 reg  [2:0]    state_reg = R_IDLE;
-reg  [DW-1:0] width_reg = 0, height_reg = 0, pairs_reg = 0, mcus_x_reg = 0, mcus_y_reg = 0;
+reg  [DW-1:0] width_reg = 0, height_reg = 0, mcus_x_reg = 0, mcus_y_reg = 0;
+reg  [DW-1:0] last_pair_reg = 0, last_row_reg = 0;  // a row's last pair, the last row (off the stall path)
 reg  [5:0]    sampling_reg = 6'd0;
 reg  [5:0]    mode_reg = 6'd0;
 reg  [1:0]    ncomp_reg = 2'd0;
@@ -134,7 +135,8 @@ assign s_axis_tready = writing;
 reg  [DW-1:0] y_reg = 0, p_reg = 0;
 reg  [DW-1:0] near_reg [0:2], far_reg [0:2];
 reg  [AW-1:0] near_base_reg [0:2], far_base_reg [0:2];  // {slot, line pair, 0}
-reg  [DW-1:0] hi_reg = 0, next_lo_reg = 0;
+reg  [DW-1:0] hi_reg = 0;
+reg  [DW-1:0] comp_lo_reg [0:2], comp_hi_reg [0:2];     // MCU rows each component's rows lie in
 wire          issuing = state_reg == R_BEATS;
 reg           s2_valid_reg = 1'b0, out_valid_reg = 1'b0;
 reg  [2:0]    s2_p_reg = 3'd0;
@@ -201,7 +203,7 @@ function [31:0] lane(input h2, input v2, input near_bank, input same, input [2:0
 endfunction
 
 integer c;
-reg [DW-1:0] lo_c, hi_c, row_lo, row_hi;
+reg [DW-1:0] row_lo, row_hi;
 reg [2*DW-1:0] rows_c;
 always @(posedge ap_clk) begin
     done_reg <= 1'b0;
@@ -256,7 +258,8 @@ always @(posedge ap_clk) begin
             end
         end
         R_INIT: begin  // the frame's geometry (parse_sof's)
-            pairs_reg <= (width_reg + 1'b1) >> 1;
+            last_pair_reg <= (width_reg - 1'b1) >> 1;
+            last_row_reg <= height_reg - 1'b1;
             mcus_x_reg <= hmax2 ? (width_reg + 5'd15) >> 4 : (width_reg + 4'd7) >> 3;
             mcus_y_reg <= vmax2 ? (height_reg + 5'd15) >> 4 : (height_reg + 4'd7) >> 3;
             for (c = 0; c < 3; c = c + 1)
@@ -280,16 +283,21 @@ always @(posedge ap_clk) begin
             end
             state_reg <= R_SLOTS;
         end
-        R_SLOTS: begin  // their slots and line pairs; the MCU rows they span
-            row_lo = {DW{1'b1}};
-            row_hi = 0;
+        R_SLOTS: begin  // their slots and line pairs; the MCU rows each component's rows lie in
             for (c = 0; c < 3; c = c + 1) begin
                 near_base_reg[c] <= line_base(sampling_reg[2 * c + 1], near_reg[c]);
                 far_base_reg[c] <= line_base(sampling_reg[2 * c + 1], far_reg[c]);
-                lo_c = mcu_row(sampling_reg[2 * c + 1], near_reg[c] < far_reg[c] ? near_reg[c] : far_reg[c]);
-                hi_c = mcu_row(sampling_reg[2 * c + 1], near_reg[c] < far_reg[c] ? far_reg[c] : near_reg[c]);
-                if (c < ncomp_reg && lo_c < row_lo) row_lo = lo_c;
-                if (c < ncomp_reg && hi_c > row_hi) row_hi = hi_c;
+                comp_lo_reg[c] <= mcu_row(sampling_reg[2 * c + 1], near_reg[c] < far_reg[c] ? near_reg[c] : far_reg[c]);
+                comp_hi_reg[c] <= mcu_row(sampling_reg[2 * c + 1], near_reg[c] < far_reg[c] ? far_reg[c] : near_reg[c]);
+            end
+            state_reg <= R_SPAN;
+        end
+        R_SPAN: begin  // the MCU rows the output row spans (a cycle of its own: timing)
+            row_lo = {DW{1'b1}};
+            row_hi = 0;
+            for (c = 0; c < 3; c = c + 1) begin
+                if (c < ncomp_reg && comp_lo_reg[c] < row_lo) row_lo = comp_lo_reg[c];
+                if (c < ncomp_reg && comp_hi_reg[c] > row_hi) row_hi = comp_hi_reg[c];
             end
             hi_reg <= row_hi;
             lo_reg <= row_lo;
@@ -300,9 +308,9 @@ always @(posedge ap_clk) begin
             if (hi_reg < wmy_reg) state_reg <= R_BEATS;
         end
         R_BEATS: begin
-            if (advance && p_reg == pairs_reg - 1'b1) begin
+            if (advance && p_reg == last_pair_reg) begin
                 y_reg <= y_reg + 1'b1;
-                state_reg <= y_reg == height_reg - 1'b1 ? R_DRAIN : R_ROWS;
+                state_reg <= y_reg == last_row_reg ? R_DRAIN : R_ROWS;
             end
         end
         default: begin  // R_DRAIN: the last beats leave, every row has been read

@@ -87,6 +87,30 @@ def datapath(jpeg: bytes, post: tuple[int, int, int, int, int]) -> tuple[int, np
     return status, out[:n.value]
 
 
+def synthetic(width: int, height: int, factors: list[tuple[int, int]], seed: int) -> tuple[StripArgs, np.ndarray]:
+    """Arguments and random sample rows for a frame of any sampling factors ((h, v) per component),
+    including those no encoder here writes (e.g. luma 1x2 with chroma 2x1)."""
+    hmax, vmax = max(h for h, _ in factors), max(v for _, v in factors)
+    sampling = sum(((h == 2) | (v == 2) << 1) << (2 * c) for c, (h, v) in enumerate(factors))
+    mode = sum(((h < hmax) | (v < vmax) << 1) << (2 * c) for c, (h, v) in enumerate(factors))
+    mode |= 1 << 6 if len(factors) == 1 else 0
+    mcus = -(-width // (8 * hmax)) * -(-height // (8 * vmax))
+    n_rows = mcus * sum(h * v for h, v in factors) * 8
+    rows = np.random.default_rng(seed).integers(0, 256, (n_rows, 8), dtype=np.uint8)
+    return StripArgs(width, height, sampling, len(factors), mode, n_rows), rows
+
+
+def strip_only(args: StripArgs, rows: np.ndarray) -> np.ndarray:
+    """jpeg_mcu_strip's C model alone on the rows: column beats (n, 3) uint32."""
+    rows = np.ascontiguousarray(rows, np.uint8)
+    out = np.zeros((max(args.beats, 1), 3), np.uint32)
+    n = ctypes.c_uint64()
+    _library().strip_ref_rows(_pointer(rows), ctypes.c_uint64(len(rows)), *map(ctypes.c_uint32, (
+        args.width, args.height, args.sampling, args.n_components, args.mode)), _pointer(out),
+        ctypes.c_uint64(args.beats), ctypes.byref(n))
+    return out[:n.value]
+
+
 def lane_masks(args: StripArgs) -> np.ndarray:
     """Per lane, the bytes upsample_color reads: near a and b, far only where vertically subsampled."""
     masks = np.zeros(3, np.uint32)

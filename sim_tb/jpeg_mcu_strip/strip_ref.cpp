@@ -67,6 +67,20 @@ uint32_t strip_ref_frame_store(const uint8_t* file, uint32_t len, uint32_t* out,
   return kOk;
 }
 
+// jpeg_mcu_strip's C model alone on n_rows sample rows (8 bytes each): its column beats.
+void strip_ref_rows(const uint8_t* rows_in, uint64_t n_rows, uint32_t width, uint32_t height, uint32_t sampling,
+                    uint32_t n_components, uint32_t mode, uint32_t* out, uint64_t max_beats, uint64_t* n) {
+  hls::stream<IdctSampleRow> rows;
+  hls::stream<UpsampleBeat> columns;
+  for (uint64_t i = 0; i < n_rows; ++i) {
+    IdctSampleRow row;
+    std::memcpy(row.sample, rows_in + 8 * i, 8);
+    rows.write(row);
+  }
+  jpeg_mcu_strip(rows, columns, width, height, sampling, n_components, mode);
+  copy_out(columns, out, max_beats, n);
+}
+
 // The four C models chained (decode core, strip, upsample_color, image_postdecode with post[] =
 // dst_h, dst_w, crop_h, crop_w, format): the output beats (3 lanes each) and the core's status.
 uint32_t strip_ref_datapath(const uint8_t* file, uint32_t len, const uint32_t* post, uint32_t* out,
