@@ -225,7 +225,8 @@ class Endpoints:
             else:
                 running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
                            else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
-            outputs = await asyncio.wait_for(running, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # this task's own timer: no task of its own per request
+                outputs = await running
             answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
                                                          for out, params in wanted]  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
