@@ -13,16 +13,20 @@ import pytest
 # listed only loses its head start; a new slow file earns a line here.
 COSTLIEST_FILES = [
     "tests/sim_tb/test_rtl_operators.py",
+    "tests/atoll/test_server_e2e.py",
     "tests/sim_tb/test_rtl_units.py",
-    "tests/sim_tb/test_rtl_jpeg.py",
     "tests/sim_tb/test_rtl_synthesis.py",
-    "tests/atoll/cluster/test_cluster_stop.py",
+    "tests/atoll/bench/test_bench_serve.py",
     "tests/atoll/test_sequences.py",
+    "tests/gpu_runtime/test_worker_pool.py",
+    "tests/atoll/cluster/test_cluster_stop.py",
     "tests/fpga_host/test_audio_mel_cu.py",
     "tests/fpga_host/test_audio_norm_cu.py",
+    "tests/gpu_runtime/test_cuda_emulator_kernels.py",
     "tests/fpga_host/test_cpu_backend.py",
     "tests/fpga_host/test_image_decode.py",
     "tests/gpu_runtime/test_cupy_executor.py",
+    "tests/sim_tb/test_rtl_jpeg.py",
 ]
 
 
