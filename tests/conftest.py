@@ -8,9 +8,10 @@ import functools
 import pytest
 
 # The files that cost most, costliest first (`pytest -n 2 --dist loadfile`, per-file sums on the
-# 2-core VM; test_rtl_synthesis.py as on a clean machine, its Yosys runs uncached). loadfile hands each worker a whole file at a time, in collection order: started
-# first, a long file cannot be the last one running while the other worker sits idle. A file not
-# listed only loses its head start; a new slow file earns a line here.
+# 2-core VM; test_rtl_synthesis.py as on a clean machine, its Yosys runs uncached). loadfile hands
+# each worker a whole file at a time, in collection order: started first, a long file cannot be
+# the last one running while the other worker sits idle. A file not listed only loses its head
+# start; a new slow file earns a line here.
 COSTLIEST_FILES = [
     "tests/atoll/cluster/test_cluster_stop.py",
     "tests/sim_tb/test_rtl_operators.py",
