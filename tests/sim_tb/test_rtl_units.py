@@ -1,9 +1,10 @@
-"""RTL blackbox units (hls/rtl) against their C models, on Icarus Verilog through cocotb.
+"""RTL blackbox units (hls/rtl) against their C models, on Icarus Verilog through cocotb: the IDCT
+and the pixel units here (the float operators in test_rtl_operators.py, the JPEG decode units in
+test_rtl_jpeg.py), and every unit's blackbox descriptor and generated ROMs.
 
 Each unit's testbench lives in sim_tb/<unit>/test_<unit>.py with its own pytest runner function;
-this file only collects those functions so `make test` (testpaths = tests) runs them. The
-references are the HLS kernels' own C++ (compiled with g++, called through ctypes), named in
-each testbench.
+these files only collect those functions (tests/sim_tb/testbenches.py). The references are the
+HLS kernels' own C++ (compiled with g++, called through ctypes), named in each testbench.
 """
 
 from __future__ import annotations
@@ -11,44 +12,22 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-SIM_TB = Path(__file__).resolve().parents[2] / "sim_tb"
+from tests.sim_tb.testbenches import SIM_TB, load_testbench, needs_simulators
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("iverilog") is None or shutil.which("g++") is None,
-    reason="needs Icarus Verilog (make sysdeps) and g++",
-)
+pytestmark = needs_simulators
 
-
-def _testbench(unit: str):
-    path = SIM_TB / unit / f"test_{unit}.py"
-    spec = importlib.util.spec_from_file_location(f"sim_tb_{unit}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-test_idct8x8_islow = _testbench("idct8x8_islow").test_idct8x8_islow
-test_fp32_add = _testbench("fp32_add").test_fp32_add
-test_fp32_mul = _testbench("fp32_mul").test_fp32_mul
-test_mel_mac = _testbench("mel_mac").test_mel_mac
-test_fft_butterfly = _testbench("fft_butterfly").test_fft_butterfly
-test_fp32_log = _testbench("fp32_log").test_fp32_log
-test_resize_tap_gen = _testbench("resize_tap_gen").test_resize_tap_gen
-test_image_postdecode = _testbench("image_postdecode").test_image_postdecode
-test_image_postdecode_full_rate = _testbench("image_postdecode").test_full_rate_two_pixels_a_cycle
-test_image_post_cu = _testbench("image_post_cu").test_image_post_cu
-test_upsample_color = _testbench("upsample_color").test_upsample_color
-test_upsample_color_full_rate = _testbench("upsample_color").test_full_rate_two_pixels_a_cycle
-test_jpeg_bit_reader = _testbench("jpeg_bit_reader").test_jpeg_bit_reader
-test_jpeg_entropy_decode = _testbench("jpeg_entropy_decode").test_jpeg_entropy_decode
-test_jpeg_decode_core = _testbench("jpeg_decode_core").test_jpeg_decode_core
-test_jpeg_mcu_strip = _testbench("jpeg_mcu_strip").test_jpeg_mcu_strip
-test_image_cu_datapath = _testbench("image_cu_datapath").test_image_cu_datapath
+test_idct8x8_islow = load_testbench("idct8x8_islow").test_idct8x8_islow
+test_resize_tap_gen = load_testbench("resize_tap_gen").test_resize_tap_gen
+test_image_postdecode = load_testbench("image_postdecode").test_image_postdecode
+test_image_postdecode_full_rate = load_testbench("image_postdecode").test_full_rate_two_pixels_a_cycle
+test_image_post_cu = load_testbench("image_post_cu").test_image_post_cu
+test_upsample_color = load_testbench("upsample_color").test_upsample_color
+test_upsample_color_full_rate = load_testbench("upsample_color").test_full_rate_two_pixels_a_cycle
+test_jpeg_mcu_strip = load_testbench("jpeg_mcu_strip").test_jpeg_mcu_strip
 
 
 @pytest.mark.parametrize("descriptor", sorted((SIM_TB.parent / "hls" / "rtl").glob("*.json")), ids=lambda p: p.stem)
