@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import logging
 import os
 import re
 import subprocess
@@ -24,12 +23,12 @@ import cocotb
 import cv2
 import numpy as np
 import pytest
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
 
 from sim_tb.c_model import HLS, build_shared_library
 from sim_tb.cocotb_run import descriptor_sources, random_pauses, run_testbench
+from sim_tb.stream_harness import StreamHarness
 
 UNIT = "image_postdecode"
 HERE = Path(__file__).resolve().parent
@@ -127,41 +126,20 @@ def pixel_beats(image: np.ndarray) -> bytes:
     return padded.tobytes()
 
 
-class Harness:
+class Harness(StreamHarness):
     """The unit's clock, streams and block-level handshake."""
 
-    def __init__(self, dut):
-        self.dut = dut
-        cocotb.start_soon(Clock(dut.ap_clk, 4, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.ap_clk, dut.ap_rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.ap_clk, dut.ap_rst)
-        # Their per-beat INFO lines would cost more simulation time than the design itself.
-        self.source.log.setLevel(logging.WARNING)
-        self.sink.log.setLevel(logging.WARNING)
-        dut.ap_start.value = 0
-
-    async def reset(self) -> None:
-        self.dut.ap_rst.value = 1
-        await ClockCycles(self.dut.ap_clk, 3)
-        self.dut.ap_rst.value = 0
-        await RisingEdge(self.dut.ap_clk)
-
-    async def start(self, args) -> None:
+    async def start_frame(self, args) -> None:
         for name, value in zip(("src_h", "src_w", "dst_h", "dst_w", "crop_h", "crop_w", "format"), args):
             getattr(self.dut, name).value = value
-        self.dut.ap_start.value = 1
-        await RisingEdge(self.dut.ap_clk)
-        while self.dut.ap_ready.value != 1:
-            await RisingEdge(self.dut.ap_clk)
-        self.dut.ap_start.value = 0
+        await self.start()
 
     async def run(self, image: np.ndarray, args) -> np.ndarray:
         """One frame: (crop_h * crop_w, 3) uint32 beats, after ap_done."""
-        await self.start(args)
+        await self.start_frame(args)
         await self.source.send(AxiStreamFrame(pixel_beats(image)))
         beats = [bytes((await self.sink.recv()).tdata) for _ in range(args[4] * args[5])]
-        while self.dut.ap_done.value != 1:
-            await RisingEdge(self.dut.ap_clk)
+        await self.done()
         return np.frombuffer(b"".join(beats), np.uint32).reshape(-1, 3)
 
 
@@ -194,7 +172,7 @@ async def reset_in_the_middle_of_a_frame(dut):
     await harness.reset()
     args = frame_arguments(CASES[1])
     image = natural_image(CASES[1][0], CASES[1][1], seed=99)
-    await harness.start(args)
+    await harness.start_frame(args)
     half = pixel_beats(image)
     await harness.source.send(AxiStreamFrame(half[: len(half) // 16 * 8]))
     await harness.source.wait()

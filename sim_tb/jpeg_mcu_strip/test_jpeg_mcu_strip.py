@@ -16,17 +16,15 @@ resources).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.utils import get_sim_time
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -39,6 +37,7 @@ import jpeg_corpus as jc  # noqa: E402  (the image-CU tests' corpus)
 from sim_tb.cocotb_run import random_pauses, run_testbench  # noqa: E402
 from sim_tb.jpeg_entropy_decode import scan_files  # noqa: E402
 from sim_tb.jpeg_mcu_strip import strip_model  # noqa: E402
+from sim_tb.stream_harness import StreamHarness  # noqa: E402
 
 UNIT = "jpeg_mcu_strip"
 MAX_WIDTH = 512
@@ -60,38 +59,18 @@ def files() -> dict[str, bytes]:
     return chosen
 
 
-class Harness:
-    def __init__(self, dut):
-        self.dut = dut
-        cocotb.start_soon(Clock(dut.ap_clk, 4, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.ap_clk, dut.ap_rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.ap_clk, dut.ap_rst)
-        self.source.log.setLevel(logging.WARNING)
-        self.sink.log.setLevel(logging.WARNING)
-        dut.ap_start.value = 0
-
-    async def reset(self) -> None:
-        self.dut.ap_rst.value = 1
-        await ClockCycles(self.dut.ap_clk, 3)
-        self.dut.ap_rst.value = 0
-        await RisingEdge(self.dut.ap_clk)
-
+class Harness(StreamHarness):
     async def run(self, args: strip_model.StripArgs, rows: np.ndarray) -> np.ndarray:
         dut = self.dut
         dut.width.value, dut.height.value, dut.sampling.value = args.width, args.height, args.sampling
         dut.n_components.value, dut.mode.value = args.n_components, args.mode
-        dut.ap_start.value = 1
-        await RisingEdge(dut.ap_clk)
-        while dut.ap_ready.value != 1:
-            await RisingEdge(dut.ap_clk)
+        await self.start()
         start = get_sim_time("ns")
-        dut.ap_start.value = 0
         await self.source.send(AxiStreamFrame(np.ascontiguousarray(rows, np.uint8).tobytes()))
         out = []
         for _ in range(args.beats):
             out.append(bytes((await self.sink.recv()).tdata))
-        while dut.ap_done.value != 1:
-            await RisingEdge(dut.ap_clk)
+        await self.done()
         self.cycles = int(get_sim_time("ns") - start) // 4 + 1
         return np.frombuffer(b"".join(out), np.uint32).reshape(-1, 3)
 

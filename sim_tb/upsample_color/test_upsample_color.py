@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import logging
 import re
 import subprocess
 import sys
@@ -24,12 +23,12 @@ from pathlib import Path
 import cocotb
 import cv2
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import RisingEdge
+from cocotbext.axi import AxiStreamFrame
 
 from sim_tb.c_model import HLS, build_shared_library
 from sim_tb.cocotb_run import RTL, random_pauses, run_testbench
+from sim_tb.stream_harness import StreamHarness
 
 UNIT = "upsample_color"
 HERE = Path(__file__).resolve().parent
@@ -123,33 +122,13 @@ def case_data(case, seed: int):
     return beats, width, height, mode
 
 
-class Harness:
-    def __init__(self, dut):
-        self.dut = dut
-        cocotb.start_soon(Clock(dut.ap_clk, 4, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.ap_clk, dut.ap_rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.ap_clk, dut.ap_rst)
-        self.source.log.setLevel(logging.WARNING)
-        self.sink.log.setLevel(logging.WARNING)
-        dut.ap_start.value = 0
-
-    async def reset(self) -> None:
-        self.dut.ap_rst.value = 1
-        await ClockCycles(self.dut.ap_clk, 3)
-        self.dut.ap_rst.value = 0
-        await RisingEdge(self.dut.ap_clk)
-
+class Harness(StreamHarness):
     async def run(self, beats: np.ndarray, width: int, height: int, mode: int) -> np.ndarray:
         self.dut.width.value, self.dut.height.value, self.dut.mode.value = width, height, mode
-        self.dut.ap_start.value = 1
-        await RisingEdge(self.dut.ap_clk)
-        while self.dut.ap_ready.value != 1:
-            await RisingEdge(self.dut.ap_clk)
-        self.dut.ap_start.value = 0
+        await self.start()
         await self.source.send(AxiStreamFrame(np.ascontiguousarray(beats, np.uint32).tobytes()))
         out = [bytes((await self.sink.recv()).tdata) for _ in range(len(beats))]
-        while self.dut.ap_done.value != 1:
-            await RisingEdge(self.dut.ap_clk)
+        await self.done()
         return np.frombuffer(b"".join(out), np.uint64)
 
 

@@ -116,6 +116,8 @@ def test_grpc_refusals_past_the_pace_wait_their_turn_as_http_503s_do():
             body = grpc_request(SPEC.name, "x", "FP32", [1, 2], np.ones(2, "<f4").tobytes())
             stuck = asyncio.ensure_future(call(body))  # admitted, then never answered
             while not endpoints.admission[Priority.BE].in_flight:
+                if stuck.done():  # answered or failed before its admission: say how, rather than wait forever
+                    pytest.fail(f"the first call ended before it was admitted: {stuck.exception() or stuck.result()}")
                 await asyncio.sleep(0.01)
             codes = []
             for _ in range(3):
