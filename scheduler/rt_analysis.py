@@ -29,6 +29,13 @@ batcher's wait, the framework's hops); the jitter of a model at a stage is the s
 the stages before. Bounds grow with jitter, so the iteration from zero jitter is monotone and stops
 at the least fixed point, or when a bound passes `horizon_s` (unschedulable).
 
+Platform stalls: a stage may also lose its core to the platform (the hypervisor, the kernel's
+real-time throttling, another process's higher-priority threads) for up to S at a time, which no
+measurement of this process's work sees; the stall probe measures S (the largest lateness of a
+top-priority thread waking every few ms, times the margin) and each stage counts it once per busy
+period, beside the blocking: R = B + S + ... (an assumption, stated: at most one such stall per
+busy period, which is what the probe's largest lateness can vouch for).
+
 Multi-lane stages (m lanes pulling from one FIFO queue) are analysed as one lane: with equal
 per-row times a row starts no later on m lanes than on one (by induction over the FIFO order).
 """
@@ -122,6 +129,7 @@ class Stage:
     name: str
     blocking_s: float
     wcet_s: dict[str, float]
+    stall_s: float = 0.0  # the platform's longest stall of the stage's core (see above)
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,16 @@ class Bound:
     deadline_s: float
     stages_s: dict[str, float] = field(default_factory=dict)
     fixed_s: float = 0.0
+    blocking_s: float = 0.0  # of the stages' bounds, what the blocking terms are
+    stall_s: float = 0.0  # ... and the platform's stalls
+
+    def terms_ms(self) -> dict[str, float]:
+        """How much of the bound each term is: the fixed delays, the blocking, the platform's stalls,
+        and the rest (real-time rows' WCETs and their queueing)."""
+        rest = self.total_s - self.fixed_s - self.blocking_s - self.stall_s
+        return {k: round(v * 1e3, 3) for k, v in (("fixed", self.fixed_s), ("blocking", self.blocking_s),
+                                                   ("platform_stall", self.stall_s),
+                                                   ("execution_and_queueing", rest))}  # fmt: skip
 
     @property
     def total_s(self) -> float:
@@ -164,10 +182,11 @@ def analyse(models: list[RtModel], stages: list[Stage], horizon_s: float = 60.0)
             demands = [Demand(m.name, m.envelope, stage.wcet_s[m.name], jitter[m.name, stage.name])
                        for m in models if stage.name in m.path]  # fmt: skip
             try:
-                per_stage[stage.name] = fifo_bound(demands, stage.blocking_s, horizon_s)
+                per_stage[stage.name] = fifo_bound(demands, stage.blocking_s + stage.stall_s, horizon_s)
             except Unschedulable:
                 per_stage[stage.name] = math.inf
-        bounds = {m.name: Bound(m.name, m.deadline_s, {s: per_stage[s] for s in m.path}, m.fixed_s)
+        bounds = {m.name: Bound(m.name, m.deadline_s, {s: per_stage[s] for s in m.path}, m.fixed_s,
+                                sum(by_name[s].blocking_s for s in m.path), sum(by_name[s].stall_s for s in m.path))
                   for m in models}  # fmt: skip
         changed = False
         for m in models:

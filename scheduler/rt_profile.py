@@ -12,8 +12,16 @@ What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) 
   times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
   (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
   by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
-  Plus, where real-time threads run at SCHED_FIFO, Linux's real-time throttling: the period minus
-  the runtime (50 ms by default), the longest the kernel may stop them.
+  A probe's excess may hold a platform stall (below) as well: counted in both terms, the safe
+  side (a BE kernel holding the core and a stall may come together);
+- the platform's `stall_s`: the largest lateness of a stall probe (a top-priority thread asking to
+  wake every few ms) over the whole measurement, times the margin: the core taken away by the
+  hypervisor, the kernel's real-time throttling or another process's higher-priority threads,
+  which nothing this process runs can cause or see; a term of its own in the analysis;
+- `front_end_s`: the server's hops outside the dispatcher, per request: its front end receiving
+  the request and handing it to the dispatcher, then answering it once done (over loopback), the
+  largest of the requests timed, times the margin (0: not measured, the bound starts at the
+  dispatcher).
 """
 
 from __future__ import annotations
@@ -42,10 +50,13 @@ class WcetProfile:
     blocking_s: float  # the most best-effort work delays a real-time row (margin included)
     models: dict[str, ModelWcet] = field(default_factory=dict)
     source: str = ""
+    stall_s: float = 0.0  # the platform's longest stall (margin included)
+    front_end_s: float = 0.0  # the front end's hops per request (margin included)
 
     def to_json(self) -> dict:
         return {
-            "kind": self.kind, "margin": self.margin, "blocking_ms": self.blocking_s * 1e3, "source": self.source,
+            "kind": self.kind, "margin": self.margin, "blocking_ms": self.blocking_s * 1e3,
+            "stall_ms": self.stall_s * 1e3, "front_end_ms": self.front_end_s * 1e3, "source": self.source,
             "models": {name: {
                 "execution_ms": {str(b): w * 1e3 for b, w in m.execution_s.items()},
                 "observed_max_ms": {str(b): w * 1e3 for b, w in m.observed_max_s.items()},
@@ -62,11 +73,13 @@ class WcetProfile:
                             m.get("runs", 0))
             for name, m in doc["models"].items()
         }  # fmt: skip
-        return cls(doc["kind"], doc["margin"], doc["blocking_ms"] * 1e-3, models, doc.get("source", ""))
+        return cls(doc["kind"], doc["margin"], doc["blocking_ms"] * 1e-3, models, doc.get("source", ""),
+                   doc.get("stall_ms", 0.0) * 1e-3, doc.get("front_end_ms", 0.0) * 1e-3)
 
     def merged(self, other: "WcetProfile") -> "WcetProfile":
         """This profile with `other`'s models added or replaced (same vGPU kind)."""
         if other.kind != self.kind:
             raise ValueError(f"cannot merge a {other.kind!r} WCET profile into a {self.kind!r} one")
         return WcetProfile(self.kind, other.margin, max(self.blocking_s, other.blocking_s),
-                           {**self.models, **other.models}, other.source)  # fmt: skip
+                           {**self.models, **other.models}, other.source, max(self.stall_s, other.stall_s),
+                           other.front_end_s or self.front_end_s)  # fmt: skip

@@ -35,7 +35,7 @@ from gpu_runtime.executors.quiet import freeze_after_load
 from gpu_runtime.priority import RT_FIFO_ENV, Priority, favour_real_time_threads, prioritise_this_thread
 from gpu_runtime.zoo.builder import GraphBuilder
 from scheduler.reef import Reef
-from scheduler.rt_analysis import Envelope, RtModel, Stage, analyse, refusal
+from scheduler.rt_analysis import Bound, Envelope, RtModel, Stage, analyse, refusal
 from scheduler.rt_envelope import RtGuard, Verdict
 from scheduler.rt_profile import WcetProfile
 
@@ -47,7 +47,7 @@ from atoll.bench.harness import (
     pin_cpu_vgpu,
     random_inputs,
 )
-from atoll.bench.rt_wcet import be_loop, measure
+from atoll.bench.rt_wcet import StallProbe, be_loop, measure
 
 # Real-time models: small CNNs (width, depth, input side), from a few hundred us to a few ms on a
 # CPU vGPU, so that 100,000 requests fit in minutes.
@@ -120,22 +120,23 @@ def small_cnn(name: str, width: int, depth: int, side: int, seed: int):
     return g.model(name, [("input", ["N", 3, side, side])], [(x, "logits", ["N", 10])])
 
 
-def admit(candidates, profile: WcetProfile, blocking_s: float):
+def admit(candidates, profile: WcetProfile, blocking_s: float, stall_s: float = 0.0):
     """(admitted, refused {model: reason}, bounds of the admitted set) in the candidates' order."""
     admitted, refused = [], {}
     for c in candidates:
-        line = refusal(bounds_of([*admitted, c], profile, blocking_s))
+        line = refusal(bounds_of([*admitted, c], profile, blocking_s, stall_s))
         if line is None:
             admitted.append(c)
         else:
             refused[c.model] = line
-    return admitted, refused, bounds_of(admitted, profile, blocking_s)
+    return admitted, refused, bounds_of(admitted, profile, blocking_s, stall_s)
 
 
-def bounds_of(candidates, profile: WcetProfile, blocking_s: float, declared: dict | None = None):
+def bounds_of(candidates, profile: WcetProfile, blocking_s: float, stall_s: float = 0.0,
+              declared: dict | None = None) -> dict[str, Bound]:
     declared = declared or {}
     stage = Stage(STAGE, blocking_s, {c.model: profile.models[declared.get(c.model, c.model)].per_row_s()
-                                      for c in candidates})  # fmt: skip
+                                      for c in candidates}, stall_s)  # fmt: skip
     models = [RtModel(c.model, Envelope(c.rate_per_s, c.burst), c.deadline_ms * 1e-3, (STAGE,)) for c in candidates]
     return analyse(models, [stage])
 
@@ -176,38 +177,6 @@ class Tally:
             self.done.wait_for(lambda: self.outstanding == 0)
 
 
-class StallProbe:
-    """A SCHED_FIFO thread of this process that asks to wake every `period_s`: how late it woke
-    (the core taken by the kernel, a throttle, another process's higher-priority thread, the
-    interpreter lock) is what no analysis of this process's work can see; reported per phase."""
-
-    def __init__(self, period_s: float = 0.005):
-        self.period_s = period_s
-        self.late_s: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-stall-probe", daemon=True)
-
-    def __enter__(self) -> "StallProbe":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        prioritise_this_thread(Priority.RT)
-        while not self._stop.is_set():
-            due = time.perf_counter() + self.period_s
-            time.sleep(self.period_s)
-            self.late_s.append(time.perf_counter() - due)
-
-    def summary(self) -> dict:
-        late = self.late_s
-        return {"wake_ups": len(late), "max_late_ms": round(max(late, default=0.0) * 1e3, 3),
-                "over_50ms": sum(1 for v in late if v > 0.05)}
-
-
 def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, inputs: dict, be: dict,
               guard: RtGuard | None, duration: float, seed: int, over_rate: dict | None = None) -> dict:
     """One phase on a fresh scheduler: a Tally per model, BE completions, seconds."""
@@ -241,7 +210,7 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
             tally.wait()  # every answer before the scheduler stops
     dev.close()
     return {"tallies": tallies, "be_done": sum(be_done.values()), "seconds": duration, "guard": guard,
-            "stalls": probe.summary()}
+            "stalls": probe.summary(), "max_stall_s": probe.max_late_s}
 
 
 def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, start: float, stop_at: float,
@@ -269,13 +238,13 @@ def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, s
         t = max(t, now) + period
 
 
-def summarise(phase: dict, deadlines: dict, bounds: dict) -> dict:
+def summarise(phase: dict, deadlines: dict, bounds: dict[str, Bound]) -> dict:
     out = {}
     for model, tally in phase["tallies"].items():
         response = tally.response_s
         lat = percentiles(response, qs=(50, 99, 99.9))
         bound = bounds.get(model)
-        bound_ms = None if bound is None or math.isinf(bound) else round(bound * 1e3, 3)
+        bound_ms = None if bound is None or math.isinf(bound.total_s) else round(bound.total_s * 1e3, 3)
         out[model] = {
             "sent": tally.sent,
             "real_time": len(response),
@@ -288,6 +257,7 @@ def summarise(phase: dict, deadlines: dict, bounds: dict) -> dict:
             "misses": sum(1 for s in response if s * 1e3 > deadlines[model]),
             "over_bound": None if bound_ms is None else sum(1 for s in response if s * 1e3 > bound_ms),
             "bound_over_max": round(bound_ms / lat["max"], 3) if bound_ms and lat["max"] else None,
+            "bound_terms_ms": bound.terms_ms() if bound_ms is not None else None,
         }
         g = phase["guard"].models.get(model) if phase["guard"] is not None else None
         if g is not None:
@@ -314,21 +284,26 @@ def run(args) -> int:
                       {**{m: {1: inputs[m]} for m in programs}, **{n: inputs[n] for n in be}}, args.runs,
                       args.margin, args.probes,
                       source=f"atoll bench rt, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
-    probed = profile.blocking_s
-    admitted, _, _ = admit(candidates, profile, probed)
+    probed, stall_seen = profile.blocking_s, profile.stall_s / args.margin
+    admitted, _, _ = admit(candidates, profile, probed, profile.stall_s)
     # Calibration: the probes above preempt the BE load one request at a time, but the platform's
     # stalls (throttling, the interpreter lock held by a preempted BE thread) peak with the
-    # real-time load: the set admitted so far runs at its envelopes for --calibrate-s, and the
-    # blocking is at least the most any response exceeded every model's measured run by together.
+    # real-time load: the set admitted so far runs at its envelopes for --calibrate-s, with the
+    # stall probe; the platform's stall is the largest it saw in either, and the blocking at least
+    # the most any response exceeded every model's measured run by together (which may hold a
+    # stall as well: counted in both, the safe side).
     calibration = run_phase(kind, args.policy, admitted, programs, inputs, be, None, args.calibrate_s,
                             args.seed + 3) if admitted and args.calibrate_s > 0 else None  # fmt: skip
     together = sum(m.observed_max_s[1] for n, m in profile.models.items() if n in programs)
-    calibrated = max([0.0, *(max(t.response_s, default=0.0) - together for t in calibration["tallies"].values())]
-                     ) * args.margin if calibration else 0.0  # fmt: skip
-    blocking = max(probed, calibrated)
-    admitted, refused, bounds = admit(candidates, profile, blocking)
+    if calibration:
+        stall_seen = max(stall_seen, calibration["max_stall_s"])
+        worst = max(max(t.response_s, default=0.0) for t in calibration["tallies"].values())
+        calibrated = max(0.0, worst - together) * args.margin
+    else:
+        calibrated = 0.0
+    blocking, stall = max(probed, calibrated), stall_seen * args.margin
+    admitted, refused, bounds = admit(candidates, profile, blocking, stall)
     deadlines = {c.model: c.deadline_ms for c in candidates}
-    totals = {m: b.total_s for m, b in bounds.items()}
     phases = {}
 
     def guard_for(clients, declared=None):
@@ -338,7 +313,8 @@ def run(args) -> int:
         g = RtGuard(strikes=3)
         for c in clients:
             w = profile.models[(declared or {}).get(c.model, c.model)].execution_s
-            g.declare(c.model, Envelope(c.rate_per_s, c.burst), w, bound_s=totals.get(c.model))
+            g.declare(c.model, Envelope(c.rate_per_s, c.burst), w,
+                      bound_s=bounds[c.model].total_s if c.model in bounds else None)
         return g
 
     rate = sum(c.rate_per_s for c in admitted)
@@ -349,7 +325,7 @@ def run(args) -> int:
           f"{args.requests} requests take {duration:.0f} s", file=sys.stderr)
     if admitted:
         phases["admitted"] = summarise(run_phase(kind, args.policy, admitted, programs, inputs, be,
-                                                 guard_for(admitted), duration, args.seed), deadlines, totals)
+                                                 guard_for(admitted), duration, args.seed), deadlines, bounds)
         # Enforcement: the first admitted model's client at OVER_RATE x its envelope, and a model
         # declared with OVERRUN[0]'s WCET that runs OVERRUN[1]'s program.
         liar_as, liar_runs, liar_rate = OVERRUN
@@ -360,21 +336,31 @@ def run(args) -> int:
         programs_e = {**programs, liar.model: programs[liar_runs]}
         inputs_e = {**inputs, liar.model: inputs[liar_runs]}
         deadlines_e = {**deadlines, liar.model: liar.deadline_ms}
-        bounds_e = bounds_of(clients, profile, blocking, declared)
+        bounds_e = bounds_of(clients, profile, blocking, stall, declared)
         line = refusal(bounds_e)
         if line is None:  # admitted on its declared WCET, as an outdated profile would have it
             phases["enforcement"] = summarise(run_phase(
                 kind, args.policy, clients, programs_e, inputs_e, be, guard_for(clients, declared),
                 args.enforce_s, args.seed + 1, over_rate={admitted[0].model: OVER_RATE}),
-                deadlines_e, {m: b.total_s for m, b in bounds_e.items()})  # fmt: skip
+                deadlines_e, bounds_e)  # fmt: skip
             phases["enforcement"]["over_rate"] = {"model": admitted[0].model, "factor": OVER_RATE}
             phases["enforcement"]["overrun"] = {"model": liar.model, "declared_as": liar_as, "runs": liar_runs}
         else:
             phases["enforcement"] = {"skipped": f"the overrunning model was refused at admission: {line}"}
-    forced = bounds_of(list(candidates), profile, blocking)
+    forced = bounds_of(list(candidates), profile, blocking, stall)
     phases["admission_off"] = summarise(run_phase(kind, args.policy, list(candidates), programs, inputs, be, None,
                                                   args.contrast_s, args.seed + 2),
-                                        deadlines, {m: b.total_s for m, b in forced.items()})  # fmt: skip
+                                        deadlines, forced)  # fmt: skip
+    admitted_phase = phases.get("admitted", {}).get("models", {})
+    acceptance = {  # the analysis safe (every response within its bound) and useful (bound <= 2x the maximum)
+        "responses_over_bound": sum(r["over_bound"] or 0 for r in admitted_phase.values()),
+        "bound_over_max": {m: r["bound_over_max"] for m, r in admitted_phase.items()},
+        "misses": sum(r["misses"] for r in admitted_phase.values()),
+        "real_time_requests": sum(r["real_time"] for r in admitted_phase.values()),
+        # the analysis' premise: no platform stall longer than the one measured before the run
+        "platform_stall_term_ms": round(stall * 1e3, 3),
+        "largest_stall_in_run_ms": phases.get("admitted", {}).get("platform_stalls", {}).get("max_late_ms"),
+    }
     _, dev, description = make_device(kind)
     dev.close()
     if cores is not None:
@@ -382,9 +368,11 @@ def run(args) -> int:
     out = {
         "device": description,
         "policy": args.policy,
-        "analysis": "FIFO stage with blocking, scheduler/rt_analysis.py; blocking measured beside the "
-                    "BE load (scheduler/rt_profile.py)",
+        "analysis": "FIFO stage with blocking and the platform's stall, scheduler/rt_analysis.py; blocking "
+                    "measured beside the BE load, stall by a stall probe (scheduler/rt_profile.py)",
         "blocking_ms": round(blocking * 1e3, 3),
+        "platform_stall_ms": round(stall * 1e3, 3),
+        "platform_stall_calibration": calibration["stalls"] if calibration else None,
         "blocking_probed_ms": round(probed * 1e3, 3),
         "blocking_calibrated_ms": round(calibrated * 1e3, 3),
         "calibration_s": args.calibrate_s,
@@ -395,13 +383,19 @@ def run(args) -> int:
         "be_clients": [{"model": m, "batch": b} for m, b in BE_LOAD[kind]],
         "rt_fifo": os.environ.get(RT_FIFO_ENV),
         "phases": phases,
+        "acceptance": acceptance,
     }
     path = Path(args.out or Path("bench/results") / f"rt_{kind}.json")
     lines = []
     for name, phase in phases.items():
         for model, r in phase.get("models", {}).items():
             lines.append(f"{name:>14} {model:>16}: {r['real_time']} RT ({r['demoted']} demoted), bound "
-                         f"{r['bound_ms']} ms, max {r['response_ms']['max']} ms, p99.9 "
-                         f"{r['response_ms']['p99.9']} ms, deadline {r['deadline_ms']} ms, misses {r['misses']}")
+                         f"{r['bound_ms']} ms {r['bound_terms_ms']}, max {r['response_ms']['max']} ms, p99.9 "
+                         f"{r['response_ms']['p99.9']} ms, deadline {r['deadline_ms']} ms, misses {r['misses']}, "
+                         f"over the bound {r['over_bound']}")
+    lines.append(f"admitted phase: {acceptance['real_time_requests']} real-time requests, {acceptance['misses']} "
+                 f"misses, {acceptance['responses_over_bound']} over the bound, bound / max "
+                 f"{acceptance['bound_over_max']}; platform stall term {acceptance['platform_stall_term_ms']} ms, "
+                 f"largest stall in the run {acceptance['largest_stall_in_run_ms']} ms")
     emit(out, path, args.json, lines)
     return 0

@@ -7,7 +7,8 @@ the worker path: atoll/bench/rt_worker.py).
 - the longest kernel of every model run as best-effort work: each launch timed `reps` times;
 - the blocking: real-time rows of each model preempting saturating best-effort work (every BE
   model on a stream of its own, closed loops): the largest response over the model's median
-  alone, times the margin.
+  alone, times the margin;
+- the platform's stall: a `StallProbe` runs while the runs alone and the probes are timed.
 
 The measuring threads take the OS priorities of served work (`gpu_runtime.priority`): real-time
 rows are sent from a SCHED_FIFO thread where the OS permits, as the benchmark's clients are. Each
@@ -19,16 +20,14 @@ for the rest, a 50 ms stall no served load at the envelopes meets.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import Future
 
 import numpy as np
 from gpu_runtime.executors.quiet import freeze_after_load
-from gpu_runtime.priority import RT_FIFO, RT_FIFO_ENV, Priority, prioritise_this_thread
+from gpu_runtime.priority import Priority, prioritise_this_thread
 from scheduler.reef import Reef
 from scheduler.rt_profile import ModelWcet, WcetProfile
 
@@ -52,20 +51,48 @@ def on_thread(priority: Priority, fn, *args):
     return result.result()
 
 
-def rt_throttle_s() -> float:
-    """The longest Linux's real-time throttling may stop a SCHED_FIFO thread: when a core's
-    real-time threads (this process's and every other's) have run `sched_rt_runtime_us` of a
-    `sched_rt_period_us` period, they wait for the next one. A platform's blocking, read from the
-    kernel, not measured: a probe sees it only when the core's real-time load happens to peak.
-    0 where real-time threads are ordinary here or throttling is off."""
-    if int(os.environ.get(RT_FIFO_ENV, RT_FIFO)) <= 0:
-        return 0.0
-    try:
-        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
-        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
-    except (OSError, ValueError):
-        return 0.0
-    return 0.0 if runtime < 0 else max(0, period - runtime) * 1e-6
+class StallProbe:
+    """A top-priority thread of this process (SCHED_FIFO where the OS permits) that asks to wake
+    every `period_s`: how late it woke is the core taken away by the platform (the hypervisor, the
+    kernel's real-time throttling, another process's higher-priority threads), which no analysis of
+    this process's work can see; its largest lateness, times the margin, is the analysis' stall term
+    (scheduler/rt_profile.py). Linux's throttling (`sched_rt_period_us - sched_rt_runtime_us`,
+    50 ms by default) is one such stall: measured when it happens, not assumed. It also waits for
+    the interpreter lock, held by this process's other threads: it runs only while real-time work is
+    timed (`with probe:`, any number of times), not while programs are built or loaded, which hold
+    the lock for long and never run beside served work."""
+
+    def __init__(self, period_s: float = 0.005):
+        self.period_s = period_s
+        self.late_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "StallProbe":
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="bench-stall-probe", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self, stop: threading.Event) -> None:
+        prioritise_this_thread(Priority.RT)
+        while not stop.is_set():
+            due = time.perf_counter() + self.period_s
+            time.sleep(self.period_s)
+            self.late_s.append(time.perf_counter() - due)
+
+    @property
+    def max_late_s(self) -> float:
+        return max(self.late_s, default=0.0)
+
+    def summary(self) -> dict:
+        late = self.late_s
+        return {"wake_ups": len(late), "max_late_ms": round(self.max_late_s * 1e3, 3),
+                "over_50ms": sum(1 for v in late if v > 0.05)}
 
 
 def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: threading.Event | None = None) -> None:
@@ -82,24 +109,29 @@ def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: thr
         done[name] += end <= stop_at  # one key per thread: no lock
 
 
-def execution_runs(kind: str, program, inputs: dict, runs: int, warmup: int = 5) -> list[float]:
-    """Arrival-to-answer times of `runs` real-time requests, one at a time on an idle vGPU."""
+def execution_runs(kind: str, program, inputs: dict, runs: int, probe: StallProbe, warmup: int = 5) -> list[float]:
+    """Arrival-to-answer times of `runs` real-time requests, one at a time on an idle vGPU (`probe`
+    running while they are timed)."""
     ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, "reset", be_streams=1)
     reef.add_client("rt", program, "rt")
-    times = []
     rng = np.random.default_rng(0)
     with reef:
         freeze_after_load()  # as a server does after a load: collections walk only what runs allocate
         last = 0.0
-        for k in range(warmup + runs):
-            time.sleep(rng.uniform(1.0, 3.0) * last)
-            r = reef.submit("rt", inputs).result()
-            last = r.end_s - r.arrival_s
-            if k >= warmup:
-                times.append(last)
+        for _ in range(warmup):
+            last = _paced(reef, inputs, rng, last)
+        with probe:
+            times = [last := _paced(reef, inputs, rng, last) for _ in range(runs)]
     dev.close()
     return times
+
+
+def _paced(reef, inputs: dict, rng, last: float) -> float:
+    """One real-time request's response, sent one to three times the last one after it (see above)."""
+    time.sleep(rng.uniform(1.0, 3.0) * last)
+    r = reef.submit("rt", inputs).result()
+    return r.end_s - r.arrival_s
 
 
 def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
@@ -112,7 +144,7 @@ def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
 
 
 def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_inputs: dict, n: int,
-                        policy: str = "reset") -> dict[str, list[float]]:
+                        probe: StallProbe, policy: str = "reset") -> dict[str, list[float]]:
     """Responses of `n` real-time requests per model of `rt` {model: program}, one at a time,
     each a random while after the last, preempting closed-loop BE clients `be` {model: program}."""
     ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
@@ -142,7 +174,8 @@ def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_input
                     last = r.end_s - r.arrival_s
                     out[name].append(last)
 
-        on_thread(Priority.RT, send)
+        with probe:
+            on_thread(Priority.RT, send)
         stop.set()
         for t in loops:
             t.join()
@@ -155,9 +188,18 @@ def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: floa
     """A WCET profile: `rt` {model: {batch: program}} measured as real-time work, `be` {model:
     program} as the best-effort load (their longest kernels and the blocking); `inputs` holds
     {model: {batch: inputs}} for `rt` and {model: inputs} for `be`."""
+    probe = StallProbe()
+    models, excess = _measured(kind, rt, be, inputs, runs, margin, blocking_requests, probe)
+    stall = probe.max_late_s
+    return WcetProfile(kind, margin, excess * margin, models, source, stall * margin)
+
+
+def _measured(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: float, blocking_requests: int,
+              probe: StallProbe):
+    """(models' WCETs, the largest excess of a response beside the BE load)."""
     models, medians = {}, {}
     for name, by_batch in rt.items():
-        alone = {b: on_thread(Priority.RT, execution_runs, kind, p, inputs[name][b], runs)
+        alone = {b: on_thread(Priority.RT, execution_runs, kind, p, inputs[name][b], runs, probe)
                  for b, p in by_batch.items()}  # fmt: skip
         medians[name] = statistics.median(alone[min(by_batch)])
         observed = {b: max(v) for b, v in alone.items()}
@@ -170,7 +212,6 @@ def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: floa
     smallest = {name: min(by_batch) for name, by_batch in rt.items()}
     beside = responses_beside_be(kind, {n: rt[n][b] for n, b in smallest.items()},
                                  {n: inputs[n][b] for n, b in smallest.items()}, be, {n: inputs[n] for n in be},
-                                 blocking_requests)  # fmt: skip
-    blocking = max(max(v) - medians[n] for n, v in beside.items()) * margin + rt_throttle_s()
-    return WcetProfile(kind, margin, blocking, models, source)
+                                 blocking_requests, probe)  # fmt: skip
+    return models, max(max(v) - medians[n] for n, v in beside.items())
 

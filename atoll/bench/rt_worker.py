@@ -15,14 +15,15 @@ from gpu_runtime.priority import Priority
 from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
-from atoll.bench.rt_wcet import on_thread, rt_throttle_s
+from atoll.bench.rt_wcet import StallProbe, on_thread
 
 
 def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: float, probes: int,
-              rng=None) -> tuple[ModelWcet, float]:
+              probe: StallProbe, rng=None) -> tuple[ModelWcet, float]:
     """A served model's WCETs through the real worker path (`pool` has it loaded on `vgpu_id`):
     real-time batches alone, then batch-1 probes while a best-effort closed loop of the same model
-    keeps the vGPU busy; returns its ModelWcet and the blocking seen (margin included). Image
+    keeps the vGPU busy; returns its ModelWcet and the blocking seen (margin included); `probe`
+    runs while they are timed (the platform's stall, a term of its own in the analysis). Image
     models' preprocessing (the CPU path, one web-sized JPEG) is timed too."""
     rng = rng or np.random.default_rng(0)
     tensor = spec.inputs[0]
@@ -52,7 +53,8 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
 
     for b in batches:
         timed(b)  # warm-up
-    times = on_thread(Priority.RT, alone)
+    with probe:
+        times = on_thread(Priority.RT, alone)
     stop = threading.Event()
 
     def best_effort():
@@ -62,12 +64,13 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
     loop = threading.Thread(target=on_thread, args=(Priority.BE, best_effort))
     loop.start()
     try:
-        beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or timed(1)
-                                                 for _ in range(probes)])  # fmt: skip
+        with probe:
+            beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or timed(1)
+                                                     for _ in range(probes)])  # fmt: skip
     finally:
         stop.set()
         loop.join()
-    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin + rt_throttle_s()
+    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin
     preprocess = preprocess_s(spec) * margin
     observed = {b: max(v) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking

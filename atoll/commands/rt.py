@@ -21,6 +21,8 @@ from gpu_runtime.vgpu.discovery import discover
 from gpu_runtime.vgpu.pool import WorkerPool
 from scheduler.rt_profile import WcetProfile
 
+from atoll.bench.rt_hops import round_trips
+from atoll.bench.rt_wcet import StallProbe
 from atoll.bench.rt_worker import on_worker
 from atoll.commands.profile import parse_batches
 from atoll.repository.demo import demo_repository
@@ -52,6 +54,9 @@ def register(subparsers) -> None:
     p.add_argument("--probes", type=int, default=200,
                    help="real-time batches sent while best-effort batches keep the vGPU busy (the blocking)")
     p.add_argument("--margin", type=float, default=1.25, help="WCET = measured maximum x margin")
+    p.add_argument("--hop-requests", type=int, default=200,
+                   help="real-time requests through a served near-empty model over HTTP, for the front end's "
+                        "hops around the dispatcher (0: not measured, the bound starts at the dispatcher)")
     p.add_argument("--out", type=Path, help="profile JSON (default batching/profiles/rt_<kind>.json); "
                                             "models already in it are kept unless measured again")
     p.set_defaults(func=run_profile)
@@ -77,18 +82,26 @@ def run_profile(args: argparse.Namespace) -> int:
             raise ValueError(f"no vGPU {args.vgpu!r}; found {', '.join(v.id for v in vgpus)}")
         out = args.out or profile_path(info.profile_kind)
         models, blocking = {}, 0.0
+        probe = StallProbe()  # runs while the real-time batches are timed
         with WorkerPool([info], executor=resolve_executor(args.executor, [info])) as pool:
             for name in args.models:
                 pool.load_model(name, specs[name].path, max_batch=batches[-1])
                 print(f"rt profile: {name} on {info.id}", file=sys.stderr)
                 models[name], seen = on_worker(pool, info.id, specs[name], batches, args.runs, args.margin,
-                                               args.probes)  # fmt: skip
+                                               args.probes, probe)  # fmt: skip
                 blocking = max(blocking, seen)
+        if args.hop_requests > 0:
+            print(f"rt profile: the front end's hops ({args.hop_requests} requests)", file=sys.stderr)
+        hops = round_trips(args.vgpu_mode, args.hop_requests) if args.hop_requests > 0 else []
         source = (f"measured by `atoll rt profile` {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
                   f"{info.name} vGPU {info.id}, executor {pool.executor}: largest of {args.runs} real-time "
                   f"batches alone x {args.margin}; blocking: largest of {args.probes} beside a best-effort "
-                  "closed loop of the same model, over its median alone, x the margin")  # fmt: skip
-        profile = WcetProfile(info.profile_kind, args.margin, blocking, models, source)
+                  "closed loop of the same model, over its median alone, x the margin; "
+                  "stall: a stall probe's largest lateness while they ran, x the margin; front end: largest "
+                  f"round trip of {args.hop_requests} real-time requests of a near-empty model over HTTP on this "
+                  "machine, x the margin")  # fmt: skip
+        profile = WcetProfile(info.profile_kind, args.margin, blocking, models, source, probe.max_late_s * args.margin,
+                              max(hops, default=0.0) * args.margin)  # fmt: skip
         if out.is_file():
             profile = load_wcet_profile(out).merged(profile)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +113,8 @@ def run_profile(args: argparse.Namespace) -> int:
         m = profile.models[name]
         print(f"{name}: WCET {', '.join(f'b{b} {w * 1e3:.2f} ms' for b, w in sorted(m.execution_s.items()))}; "
               f"preprocess {m.preprocess_s * 1e3:.2f} ms")
-    print(f"blocking {profile.blocking_s * 1e3:.2f} ms; wrote {out}")
+    print(f"blocking {profile.blocking_s * 1e3:.2f} ms; platform stall {profile.stall_s * 1e3:.2f} ms; front end "
+          f"{profile.front_end_s * 1e3:.2f} ms; wrote {out}")
     return 0
 
 

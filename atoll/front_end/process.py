@@ -34,6 +34,7 @@ from atoll.wire.channel import Applied, Apply, Done, Health, Hello, Reply, Stop
 from atoll.wire.control import SupervisorLink
 from atoll.wire.model_control import AddModel, RetireModel
 from atoll.wire.responses import Response
+from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 4096
@@ -131,6 +132,9 @@ class _Changes:
                     self.front_end.add_model(spec, arenas.get(self.index))  # none for an ensemble
                 case RetireModel(name=name):
                     await self.front_end.retire_model(name, self.timeout_s)
+                case RtBounds():  # config answers show the real-time bounds (wire/rt_bounds.py)
+                    models = self.front_end.models
+                    models.update({key: message.change.applied(spec) for key, spec in models.items()})
                 case change:
                     self.regions.apply(change)
         except ApiError as exc:

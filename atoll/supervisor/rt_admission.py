@@ -5,18 +5,23 @@ deadline (its requests are real-time by their Triton priority, or its `default_p
 
     atoll.rt.rate_per_s    rows a second it may send, sustained (required)
     atoll.rt.burst         rows it may send at once (default 1)
-    atoll.rt.deadline_ms   relative deadline of one request, arrival at the dispatcher to answer (required)
+    atoll.rt.deadline_ms   relative deadline of one request, arrival at the front end to its answer
+                           (required; the bound adds the profile's measured front-end hops to the
+                           dispatcher's part: the network to a remote client is not in it)
     atoll.rt.on_violation  `demote` (default: run as best-effort) or `refuse` rows beyond the
                            envelope, and every row of a model that overran its budget
 
 Admission (`check`, before a load or a config change replaces anything): the response-time
 analysis (scheduler/rt_analysis.py) over every declared model with the WCETs of the profile of
-each vGPU kind served (`batching/profiles/rt_<kind>.json`, `atoll rt profile`); a model's row may
-run on any vGPU (real-time rows go to the one with the fewest in flight), so every vGPU's stage
-counts every declared model, and a model's bound is the largest over the kinds. A media model's
-rows also cross the preprocessing stage (its profiled `preprocess_ms`). Real-time rows skip the
-batcher, so its wait is 0. A load that would make any admitted model miss its deadline is refused,
-naming the model, its bound and its deadline.
+each vGPU kind served (`batching/profiles/rt_<kind>.json`, or the folder `$ATOLL_RT_PROFILES`
+names; `atoll rt profile`); a model's row may run on any vGPU (real-time rows go to the one with
+the fewest in flight), so every vGPU's stage counts every declared model, and a model's bound is
+the largest over the kinds. A media model's rows also cross the preprocessing stage (its profiled
+`preprocess_ms`). Every stage counts the platform's measured stall (`stall_ms`); the front end's
+hops (`front_end_ms`) are a fixed delay. Real-time rows skip the batcher, so its wait is 0. A load
+that would make any admitted model miss its deadline is refused, naming the model, its bound and
+its deadline; the bounds go to the front ends, whose config answers show them
+(`atoll.rt.bound_ms`, atoll/wire/rt_bounds.py).
 
 Enforcement (`route`, `ran`): `scheduler.rt_envelope.RtGuard` per declared model; a real-time
 batch's budget is the vGPU stage's bound (its run, the rows ahead of it and the blocking), from
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +81,11 @@ def declaration(spec: ModelSpec) -> Declaration | None:
     return Declaration(envelope, deadline_ms * 1e-3, on_violation)
 
 
+PROFILES_ENV = "ATOLL_RT_PROFILES"  # a folder of rt_<kind>.json to read instead of the shipped ones
+
+
 def profile_path(kind: str) -> Path:
-    return SHIPPED / f"rt_{kind}.json"
+    return Path(os.environ.get(PROFILES_ENV) or SHIPPED) / f"rt_{kind}.json"
 
 
 def load_wcet_profile(path: Path) -> WcetProfile:
@@ -92,16 +101,17 @@ def bounds_for(declared: dict[str, tuple[ModelSpec, Declaration]], profiles: dic
         if missing:
             raise RtRefused(f"no WCET of real-time model(s) {', '.join(map(repr, missing))} on {kind!r} vGPUs in "
                             f"{profile_path(kind)} (measure it: atoll rt profile)")  # fmt: skip
-        stages = [Stage(kind, profile.blocking_s, {n: profile.models[n].per_row_s() for n in declared})]
+        stages = [Stage(kind, profile.blocking_s, {n: profile.models[n].per_row_s() for n in declared},
+                        profile.stall_s)]  # fmt: skip
         media = {n: profile.models[n].preprocess_s for n, (spec, _) in declared.items() if spec.padded}
         if media:
             unmeasured = [n for n, v in media.items() if v <= 0]
             if unmeasured:
                 raise RtRefused(f"no preprocessing WCET of real-time model(s) {', '.join(map(repr, unmeasured))} "
                                 f"in {profile_path(kind)}")  # fmt: skip
-            stages.append(Stage(PREPROCESS, 0.0, media))
-        models = [RtModel(n, d.envelope, d.deadline_s, ((PREPROCESS,) if n in media else ()) + (kind,))
-                  for n, (_, d) in declared.items()]  # fmt: skip
+            stages.append(Stage(PREPROCESS, 0.0, media, profile.stall_s))
+        models = [RtModel(n, d.envelope, d.deadline_s, ((PREPROCESS,) if n in media else ()) + (kind,),
+                          profile.front_end_s) for n, (_, d) in declared.items()]  # fmt: skip
         for name, bound in analyse(models, stages).items():
             if name not in worst or bound.total_s > worst[name].total_s:
                 worst[name] = bound
@@ -158,6 +168,10 @@ class RealTime:
             del self.declared[name]
             self.guard.forget(name)
             self.bounds = bounds_for(self.declared, self.profiles) if self.declared else {}
+
+    def bounds_ms(self) -> dict[str, float]:
+        """Each declared model's bound now, in ms (its config answer's `atoll.rt.bound_ms`)."""
+        return {name: b.total_s * 1e3 for name, b in self.bounds.items()}
 
     def route(self, model: str, rows: int, now: float) -> Verdict:
         verdict, reason = self.guard.classify(model, rows, now)

@@ -56,6 +56,7 @@ from atoll.supervisor.rt_admission import RealTime
 from atoll.wire.channel import Applied, Control, Health, Hello
 from atoll.wire.control import FrontEnds, reply
 from atoll.wire.model_control import AddModel, RetireModel
+from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
 CORES_PER_FRONT_END = 4
@@ -235,6 +236,7 @@ class Supervisor:
             undo.append(lambda: self.models.pop(spec.key))
             undo.append(lambda: self._channels.apply(RetireModel(spec.key)))  # the front ends that added it
             await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
+            await self._publish_rt_bounds()
         except Exception:
             for step in reversed(undo):
                 try:
@@ -269,12 +271,21 @@ class Supervisor:
         if not any(s.name == name for s in self.models.values()):
             self.rt.forget(name)
 
+    async def _publish_rt_bounds(self) -> None:
+        """Every served spec, here (for front ends started later) and in every front end, with its
+        real-time bound in its parameters, where an admission or a removal moved any."""
+        change = RtBounds(self.rt.bounds_ms())
+        if any(change.applied(spec) is not spec for spec in self.models.values()):
+            self.models.update({key: change.applied(spec) for key, spec in self.models.items()})
+            await self._channels.apply(change)
+
     async def remove_model(self, name: str) -> None:
         """Retire the served version `name` (`ModelSpec.key`) in every front end (they answer its
         requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
         spec = self.models.pop(name)
         self._forget_real_time(spec.name)
+        await self._publish_rt_bounds()
         if spec.ensemble is not None:
             self._workers_changed()
             return

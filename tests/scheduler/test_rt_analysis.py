@@ -68,6 +68,17 @@ def test_pipeline_sums_its_stages_with_jitter():
     assert refusal({"a": b}) is None
 
 
+def test_a_platform_stall_counts_once_per_stage_and_is_reported_apart():
+    # as above, each stage losing its core for up to 0.5 ms more: pre 1 + 0.5 + 0.5 = 2 ms; exec
+    # (jitter 2): B + S = 1.5, L = 1.5 + 2 = 3.5 -> 1.5 + 2*2 = 5.5 -> 5.5; points 0 and 4 - 2 = 2:
+    # 2 - 0 = 2, 4 - 2 = 2 -> R = 1.5 + 2 = 3.5 ms. Total 2 + 3.5 + 0.25.
+    stages = [Stage("pre", ms(0.5), {"a": ms(1)}, ms(0.5)), Stage("exec", ms(1), {"a": ms(2)}, ms(0.5))]
+    b = analyse([RtModel("a", Envelope(250), ms(6), ("pre", "exec"), fixed_s=ms(0.25))], stages)["a"]
+    assert b.stages_s == pytest.approx({"pre": ms(2), "exec": ms(3.5)})
+    assert b.terms_ms() == pytest.approx({"fixed": 0.25, "blocking": 1.5, "platform_stall": 1.0,
+                                          "execution_and_queueing": 3.0})  # fmt: skip
+
+
 def test_refusal_names_model_bound_and_deadline():
     stages = [Stage("exec", 0.0, {"a": ms(2), "b": ms(8)})]
     models = [RtModel("a", Envelope(100), ms(5), ("exec",)), RtModel("b", Envelope(10), ms(50), ("exec",))]
@@ -122,9 +133,10 @@ def test_guard_demotes_an_overrunning_model_from_then_on_or_refuses():
 def test_profile_round_trips():
     p = WcetProfile("cpu", 1.5, ms(0.3), {
         "a": ModelWcet({1: ms(3), 4: ms(8)}, {1: ms(2), 4: ms(5.3)}, ms(1.2), runs=100),
-        "be": ModelWcet({1: ms(30)}, {1: ms(20)}, ms(1.8), runs=100)})
+        "be": ModelWcet({1: ms(30)}, {1: ms(20)}, ms(1.8), runs=100)}, stall_s=ms(7), front_end_s=ms(2))
     q = WcetProfile.from_json(p.to_json())
     assert (q.kind, q.margin, q.blocking_s, set(q.models)) == (p.kind, p.margin, pytest.approx(p.blocking_s), {"a", "be"})
+    assert (q.stall_s, q.front_end_s) == pytest.approx((ms(7), ms(2)))
     assert q.models["a"].execution_s == pytest.approx(p.models["a"].execution_s)
     assert q.models["be"].longest_kernel_s == pytest.approx(ms(1.8))
     assert p.models["a"].per_row_s() == pytest.approx(ms(3))

@@ -3,13 +3,16 @@ written here (the timed phases run in the benchmark itself)."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import pytest
+from scheduler.rt_analysis import Bound
 from scheduler.rt_profile import ModelWcet, WcetProfile
 from scheduler.task import TaskResult
 
 from atoll.bench.rt import Candidate, Tally, admit, summarise
+from atoll.bench.rt_wcet import StallProbe
 
 PROFILE = WcetProfile("cpu", 1.0, 1e-3, {"s": ModelWcet({1: 1e-3}, {}, 0.0), "m": ModelWcet({1: 2e-3}, {}, 0.0),
                                          "xl": ModelWcet({1: 9e-3}, {}, 0.0)})  # fmt: skip
@@ -33,7 +36,30 @@ def test_summary_counts_misses_and_compares_bound_and_maximum():
         tally.outstanding += 1
         tally.answered(f, None, "s", real_time=True)
     tally.sent, tally.demoted = 4, 1
-    out = summarise({"tallies": {"s": tally}, "be_done": 30, "seconds": 10.0, "guard": None}, {"s": 5.0}, {"s": 0.008})
+    bound = Bound("s", 5e-3, {"vgpu": 0.007}, 0.001, blocking_s=0.002, stall_s=0.003)
+    out = summarise({"tallies": {"s": tally}, "be_done": 30, "seconds": 10.0, "guard": None}, {"s": 5.0}, {"s": bound})
     r = out["models"]["s"]
     assert (r["real_time"], r["demoted"], r["misses"], r["over_bound"], r["bound_ms"]) == (3, 1, 1, 0, 8.0)
     assert r["bound_over_max"] == pytest.approx(8 / 7, abs=1e-3) and out["be_throughput_rps"] == 3.0
+    assert r["bound_terms_ms"] == {"fixed": 1.0, "blocking": 2.0, "platform_stall": 3.0, "execution_and_queueing": 2.0}
+
+
+def test_the_platforms_stall_is_a_term_of_the_bound():
+    admitted, _, bounds = admit((Candidate("s", 100, 6.0),), PROFILE, PROFILE.blocking_s, stall_s=2e-3)
+    assert bounds["s"].total_s == pytest.approx(4e-3)  # 1 blocking + 2 stall + 1 WCET
+    assert bounds["s"].terms_ms() == {"fixed": 0.0, "blocking": 1.0, "platform_stall": 2.0,
+                                      "execution_and_queueing": 1.0}  # fmt: skip
+
+
+def test_the_stall_probe_runs_only_inside_its_blocks_and_keeps_what_each_saw():
+    probe = StallProbe(period_s=0.001)
+    with probe:
+        while not probe.late_s:  # its first wake-up, however long the machine takes
+            time.sleep(0.001)
+    first = len(probe.late_s)
+    time.sleep(0.01)
+    assert len(probe.late_s) == first  # stopped between blocks
+    with probe:
+        while len(probe.late_s) == first:
+            time.sleep(0.001)
+    assert probe.max_late_s == max(probe.late_s) >= 0 and probe.summary()["wake_ups"] == len(probe.late_s)

@@ -17,9 +17,10 @@ from atoll.repository.specs import ModelSpec, TensorSpec
 from atoll.supervisor.dispatcher import Dispatcher, FrontEndLink
 from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.model_control import ModelControl
-from atoll.supervisor.rt_admission import RealTime, RtRefused, declaration
+from atoll.supervisor.rt_admission import PROFILES_ENV, RealTime, RtRefused, declaration
 from atoll.wire.channel import Failure, Submit
 from atoll.wire.model_control import IndexModels, LoadModel
+from atoll.wire.rt_bounds import BOUND_PARAM, RtBounds
 from tests.atoll.supervisor.test_dispatcher import PLANS, POLICY, StandInPool, Writer, row, settle
 from tests.atoll.supervisor.test_model_control import Supervisor as StubSupervisor
 from tests.atoll.supervisor.test_model_control import write
@@ -129,3 +130,29 @@ def test_a_refused_config_change_leaves_the_served_version_serving(tmp_path):
              "reason": "real-time model 'a' would miss its deadline: bound 11.000 ms > deadline 5.000 ms"}]
 
     asyncio.run(go())
+
+
+def test_the_shipped_cpu_profile_admits_the_zoos_image_models_declared_real_time(monkeypatch):
+    """batching/profiles/rt_cpu.json: a declared zoo model loads without `atoll rt profile` first;
+    its bound holds its preprocessing, the platform's stall and the front end's hops."""
+    monkeypatch.delenv(PROFILES_ENV, raising=False)
+    r = RealTime(["cpu"])
+    for name in ("mobilenet_v3_small", "squeezenet1_1"):
+        image = ModelSpec(name, "1", Path("m.onnx"), "onnxruntime_onnx", 32, [TensorSpec("input", "FP32", (3, 224, 224))],
+                          [TensorSpec("logits", "FP32", (1000,))], "image", "image",
+                          parameters={"atoll.rt.rate_per_s": "1", "atoll.rt.deadline_ms": "100000"})  # fmt: skip
+        r.admit(image)
+    profile = r.profiles["cpu"]
+    assert set(r.bounds) == {"mobilenet_v3_small", "squeezenet1_1"}
+    for bound in r.bounds.values():
+        assert set(bound.stages_s) == {"preprocess", "cpu"} and bound.fixed_s == profile.front_end_s > 0
+        assert bound.stall_s == pytest.approx(2 * profile.stall_s) and 0 < bound.total_s < 100
+
+
+def test_bounds_reach_the_specs_parameters_and_leave_them_with_the_declaration():
+    declared, plain = rt("a", 100, 5), spec("p", **{"atoll.max_dim": "8"})
+    shown = RtBounds({"a": 3.0}).applied(declared)
+    assert shown.parameters[BOUND_PARAM] == "3.000" and BOUND_PARAM not in declared.parameters
+    assert RtBounds({"a": 3.0}).applied(plain) is plain  # nothing to show: the same spec
+    moved = RtBounds({"a": 11.5}).applied(shown)
+    assert moved.parameters[BOUND_PARAM] == "11.500" and RtBounds({}).applied(moved).parameters == declared.parameters
