@@ -71,6 +71,14 @@ class EndpointMetrics:
                                  ["node", "priority"], registry=self.registry)  # fmt: skip
         self.node_ready = Gauge("atoll_cluster_node_ready", "1 where the node answers ready", ["node"],
                                 registry=self.registry)  # fmt: skip
+        self._forwarded: dict[str, Counter] = {}
+
+    def forwarded_to(self, node: str) -> Counter:
+        """`forwarded`'s series for `node`, looked up once (`labels` takes a lock and builds a key)."""
+        series = self._forwarded.get(node)
+        if series is None:
+            series = self._forwarded[node] = self.forwarded.labels(node)
+        return series
 
 
 class ClusterView:
@@ -177,7 +185,7 @@ class ClusterView:
             if tried:
                 self.metrics.retries.inc()
             tried.append(name)
-            self.metrics.forwarded.labels(name).inc()
+            self.metrics.forwarded_to(name).inc()
             self.router.sent(name, real_time)
             try:
                 result = await send(self.nodes[name])

@@ -16,6 +16,7 @@ import grpc
 from atoll.cluster.cluster_view import ClusterView
 from atoll.cluster.directory import Directory
 from atoll.cluster.grpc_proxy import GrpcProxy
+from atoll.cluster.heap import tune_heap
 from atoll.cluster.http_proxy import HttpProxy
 from atoll.config import Config
 from atoll.http.bodies import BodyBudget, BodyLimits, body_budget_bytes
@@ -30,7 +31,7 @@ from atoll.http.messages import Routes
 from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.lifecycle import serve_forever
-from atoll.supervisor.supervisor import METRICS_BODY_BYTES, METRICS_CONNECTIONS
+from atoll.supervisor.supervisor import HEAP_TUNING, METRICS_BODY_BYTES, METRICS_CONNECTIONS
 
 log = logging.getLogger(__name__)
 FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and this much more
@@ -60,6 +61,7 @@ class Endpoint:
 
     async def start(self) -> None:
         c = self.config.server
+        tune_heap(HEAP_TUNING)  # as `atoll serve`'s processes: each forwarded body reuses heap pages
         await self.view.refresh()
         self._refreshing = asyncio.get_running_loop().create_task(self.view.run())
         budget = BodyBudget(body_budget_bytes(c.body_memory_bytes, 1, c.max_request_bytes))

@@ -143,6 +143,9 @@ def _real_time(request: HttpRequest) -> bool:
     try:
         value = request.headers.get(_HEADER_LENGTH)
         length = int(value) if value else None
+        body = request.body
+        if body.find(b'"priority"', 0, len(body) if length is None else length) < 0:
+            return False  # most requests: no JSON read at all (an escaped key goes best-effort)
         skeleton = sliced_sync(request_skeleton(request.body, length))
         return real_time(request_parameters(skeleton.fields))
     except (ProtocolError, ValueError):

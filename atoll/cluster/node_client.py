@@ -10,6 +10,8 @@ import asyncio
 
 import httptools
 
+from atoll.http.deadline import Deadline
+
 MAX_IDLE = 64  # kept-alive connections per node beyond which an answered one is closed
 
 
@@ -36,6 +38,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._headers: dict[str, str] = {}
         self._chunks: list[bytes] = []
+        self.deadline: Deadline | None = None  # of the request in hand: one timer, kept armed across requests
 
     @property
     def open(self) -> bool:
@@ -52,6 +55,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.deadline = Deadline(asyncio.get_running_loop())
+
+    def expire(self) -> None:
+        self._fail(TimeoutError())
 
     def data_received(self, data: bytes) -> None:
         self.received = True
@@ -63,6 +70,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.deadline.stop()
         self._fail(NodeGone(f"connection closed before the answer ({exc or 'end of stream'})"))
 
     def _fail(self, exc: Exception) -> None:
@@ -99,43 +107,54 @@ class NodeHttp:
                       timeout_s: float = 30.0) -> Answer:  # fmt: skip
         """The node's answer to one request; NodeGone if there is none, TimeoutError after
         `timeout_s`. A kept-alive connection the node had closed meanwhile is replaced once."""
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.address}", f"Content-Length: {len(body)}"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        async with asyncio.timeout(timeout_s):
-            while True:
-                connection, reused = await self._connection()
-                try:
-                    answer = await self._exchange(connection, head, body)
-                except NodeGone:
-                    if reused and not connection.received:  # closed while idle: not the node's failure
-                        continue
-                    raise
-                if connection.open and len(self._idle) < MAX_IDLE:
-                    self._idle.append(connection)
-                elif connection.open:
-                    connection.transport.close()
-                return answer
-
-    async def _exchange(self, connection: _Connection, head: bytes, body) -> Answer:
-        try:
-            return await connection.send(head, body)
-        except BaseException:  # cancelled, timed out, gone: its answer, if any comes, is nobody's
+        head = f"{method} {target} HTTP/1.1\r\nHost: {self.address}\r\nContent-Length: {len(body)}\r\n"
+        if headers:
+            head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        head = (head + "\r\n").encode("latin-1")
+        loop = asyncio.get_running_loop()
+        # the connection's Deadline rather than asyncio.timeout: no timer set and cancelled per request
+        deadline = loop.time() + timeout_s
+        while True:
+            connection = self._kept()
+            reused = connection is not None
+            if connection is None:
+                connection = await self._connect(deadline)
+            answer = connection.send(head, body)
+            connection.deadline.set(deadline - loop.time(), connection.expire)
+            try:
+                result = await answer
+            except NodeGone:
+                if reused and not connection.received:  # closed while idle: not the node's failure
+                    continue
+                raise
+            except BaseException:  # cancelled, timed out: its answer, if any comes, is nobody's
+                if connection.open:
+                    connection.transport.abort()
+                raise
+            finally:
+                connection.deadline.clear()
             if connection.open:
-                connection.transport.abort()
-            raise
+                if len(self._idle) < MAX_IDLE:
+                    self._idle.append(connection)
+                else:
+                    connection.transport.close()
+            return result
 
-    async def _connection(self) -> tuple[_Connection, bool]:
+    def _kept(self) -> _Connection | None:
         while self._idle:
             connection = self._idle.pop()
             if connection.open:
-                return connection, True
-        loop = asyncio.get_running_loop()
-        try:
-            _, connection = await loop.create_connection(_Connection, self._host, self._port)
-        except OSError as exc:
-            raise NodeGone(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
-        return connection, False
+                return connection
+        return None
+
+    async def _connect(self, deadline: float) -> _Connection:
+        async with asyncio.timeout_at(deadline):  # (outside: TimeoutError is an OSError)
+            try:
+                _, connection = await asyncio.get_running_loop().create_connection(_Connection, self._host,
+                                                                                   self._port)  # fmt: skip
+            except OSError as exc:
+                raise NodeGone(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
+        return connection
 
     def close(self) -> None:
         for connection in self._idle:

@@ -28,16 +28,15 @@ class Router:
 
     def choose(self, candidates: Sequence[str], real_time: bool) -> str | None:
         """The node to send to among `candidates` (names), None when there is none."""
-        if not candidates:
-            return None
+        if len(candidates) < 2:
+            return candidates[0] if candidates else None
         empty = Outstanding()
-
-        def key(name: str) -> tuple[int, ...]:
+        keys = []
+        for name in candidates:
             o = self.outstanding.get(name, empty)
-            return (o.real_time, o.total) if real_time else (o.total,)
-
-        best = min(map(key, candidates))
-        tied = [name for name in candidates if key(name) == best]
+            keys.append((o.real_time, o.total) if real_time else o.total)
+        best = min(keys)
+        tied = [name for name, key in zip(candidates, keys) if key == best]
         self._turn += 1
         return tied[self._turn % len(tied)]
 
