@@ -105,6 +105,21 @@ class _StagedCopier:
         pass
 
 
+def load_three_staged(engine, paths, executor: str) -> list[dict]:
+    """Loads the three models of `paths` on a prepared `engine` whose budget holds two: the first two
+    resident, the third switched in later by several groups; each later copy staged by the test
+    (`_StagedCopier`). Returns what the loads described."""
+    # plan with a copy's own overhead, not the thread hand-off measured on this busy host (which
+    # may make one group the best plan): the tests are about launches waiting for their group
+    engine.residency.overhead_s = GROUP_OVERHEAD_S
+    described = [engine.load(f"m{i}", p, executor, max_batch=2) for i, p in enumerate(paths)]
+    assert [d["residency"]["resident"] for d in described] == [True, True, False]
+    assert described[2]["residency"]["groups"] > 1
+    engine.residency.copier.close()
+    engine.residency.copier = _StagedCopier()
+    return described
+
+
 def _session(path):
     return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
@@ -119,16 +134,9 @@ def test_engine_switches_models_beyond_its_budget(tmp_path, executor):
     engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0], policy="reset", residency=settings)
     try:
         engine.prepare(executor)
-        # plan with a copy's own overhead, not the thread hand-off measured on this busy host (which
-        # may make one group the best plan): the test is about launches waiting for their group
-        engine.residency.overhead_s = GROUP_OVERHEAD_S
-        described = [engine.load(f"m{i}", p, executor, max_batch=2) for i, p in enumerate(paths)]
-        assert [d["residency"]["resident"] for d in described] == [True, True, False]
+        described = load_three_staged(engine, paths, executor)
         assert all(d["residency"]["weight_bytes"] == weights for d in described)
-        assert described[2]["residency"]["groups"] > 1
         residency = engine.residency
-        residency.copier.close()
-        residency.copier = _StagedCopier()
         rng = np.random.default_rng(5)
         order = ["m2", "m0", "m1", "m2", "m2", "m0", "m1", "m1"]
         xs = [rng.standard_normal((1 + i % 2, 128)).astype(np.float32) for i in range(len(order))]

@@ -13,12 +13,12 @@ import pytest
 from gpu_runtime.compiler.shapes import ModelShapes
 from gpu_runtime.priority import Priority
 from gpu_runtime.residency import settings as residency_settings
-from gpu_runtime.residency.settings import GROUP_OVERHEAD_S, ResidencySettings
+from gpu_runtime.residency.settings import ResidencySettings
 from gpu_runtime.residency.vmm import VirtualPool, round_up
 from gpu_runtime.residency.vmm_host import HostVmm
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from scheduler.vgpu_engine import ReefEngine
-from tests.gpu_runtime.test_residency import _StagedCopier
+from tests.gpu_runtime.test_residency import load_three_staged
 
 from atoll.bench.switch_models import mlp
 
@@ -151,16 +151,9 @@ def test_emulated_engine_switches_in_place_under_stable_addresses(tmp_path, monk
     engine = ReefEngine(discover_vgpus("cpu", cpu_vgpus=1)[0], policy="reset", residency=settings)
     try:
         engine.prepare("cuda-emu")
-        # plan with a copy's own overhead, not the thread hand-off measured on this busy host (which
-        # may make one group the best plan): the test is about launches waiting for their group
-        engine.residency.overhead_s = GROUP_OVERHEAD_S
-        described = [engine.load(f"m{i}", p, "cuda-emu", max_batch=2) for i, p in enumerate(paths)]
-        assert [d["residency"]["resident"] for d in described] == [True, True, False]
+        described = load_three_staged(engine, paths, "cuda-emu")
         assert all(d["residency"]["footprint"] == footprint for d in described)
-        assert described[2]["residency"]["groups"] > 1
         residency = engine.residency
-        residency.copier.close()
-        residency.copier = _StagedCopier()
         states = {m: residency._models[m].states for m in ("m0", "m1", "m2")}
         args_before = {m: [list(map(id, s.args[0])) for s in st] for m, st in states.items()}
         addresses = {m: [v.ctypes.data for v in st[0].views] for m, st in states.items()}
