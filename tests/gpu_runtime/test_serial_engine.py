@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from gpu_runtime import executors
 from gpu_runtime.priority import BE_NICE, Priority
 from gpu_runtime.vgpu.discovery import discover_vgpus
 from gpu_runtime.vgpu.serial_engine import SerialEngine
@@ -47,37 +48,54 @@ def recorder():
 
 
 class Held:
-    """A model's runner whose batches (those `held(inputs)` picks; all by default) start, say so on
+    """A model's executor whose batches (those `held(inputs)` picks; all by default) start, say so on
     `started`, and wait for `go` before they run: a lane kept busy for as long as a test likes."""
 
-    def __init__(self, runner=None, held=lambda inputs: True):
+    def __init__(self, runner, held=lambda inputs: True):
         self.runner, self.held = runner, held
         self.started, self.go = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
 
     def run(self, inputs):
         if self.held(inputs):
             self.started.set()
             assert self.go.wait(30), "never let go"
-        return self.runner.run(inputs) if self.runner is not None else {}
+        return self.runner.run(inputs)
 
 
-def hold_lane(engine, slow, priority) -> Held:
+def load_wrapped(engine, monkeypatch, model, path, executor, max_batch, wrap):
+    """Load `model` with its executor wrapped by `wrap` (a test double), through the executor
+    loader the engine calls; returns (what load described, the double)."""
+    real, made = executors.loader, []
+
+    def loader(name):
+        load = real(name)
+        return lambda *args: made.append(wrap(load(*args))) or made[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(executors, "loader", loader)
+        described = engine.load(model, path, executor, max_batch)
+    return described, made[0]
+
+
+def hold_lane(engine, monkeypatch, slow, priority) -> Held:
     """Occupy `priority`'s lane (one of its threads) with a batch of a model that waits."""
-    engine.load("held", slow, "onnxruntime", None)
-    held = engine.models["held"] = Held()
-    engine.run("held", {}, priority)
+    _, held = load_wrapped(engine, monkeypatch, "held", slow, "onnxruntime", None, Held)
+    engine.run("held", {"x": np.zeros((1, 768), np.float32)}, priority)
     assert held.started.wait(30)
     return held
 
 
-def test_rt_batch_runs_beside_the_running_be_batch(slow):
+def test_rt_batch_runs_beside_the_running_be_batch(slow, monkeypatch):
     """The BE batch is running (held) until the RT batch's result is out: the RT lane must not
     wait for it (else the BE batch is let go after 30 s, and the order says so)."""
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
     try:
-        described = engine.load("slow", slow, "onnxruntime", None)
+        described, held = load_wrapped(engine, monkeypatch, "slow", slow, "onnxruntime", None,
+                                       lambda runner: Held(runner, lambda inputs: len(inputs["x"]) > 2))
         assert described["scheduler"] == "serial" and described["batch_sizes"] == []
-        held = engine.models["slow"] = Held(engine.models["slow"], lambda inputs: len(inputs["x"]) > 2)
         rng = np.random.default_rng(6)
         be = rng.standard_normal((64, 768)).astype(np.float32)
         rt = rng.standard_normal((2, 768)).astype(np.float32)
@@ -97,12 +115,12 @@ def test_rt_batch_runs_beside_the_running_be_batch(slow):
         engine.close()
 
 
-def test_kernel_programs_run_rt_before_queued_be_batches(slow):
+def test_kernel_programs_run_rt_before_queued_be_batches(slow, monkeypatch):
     engine = SerialEngine(one_core())
     try:
         assert engine.load("slow", slow, "numpy", 4)["batch_sizes"] == [1, 2, 4]
         rng = np.random.default_rng(7)
-        held = hold_lane(engine, slow, "be")  # the batches below queue behind it
+        held = hold_lane(engine, monkeypatch, slow, "be")  # the batches below queue behind it
         order, record = recorder()
         inputs = {tag: rng.standard_normal((n, 768)).astype(np.float32)
                   for tag, n in (("be1", 4), ("be2", 4), ("rt", 2))}  # fmt: skip
@@ -120,15 +138,15 @@ def test_kernel_programs_run_rt_before_queued_be_batches(slow):
         engine.close()
 
 
-def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow):
+def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow, monkeypatch):
     """Two cores: a second BE batch runs while the first is held, each session on one thread."""
     info = dataclasses.replace(discover_vgpus("cpu", cpu_vgpus=1)[0], threads=2)
     engine = SerialEngine(info)
     held = None
     try:
         engine.load("slow", slow, "onnxruntime", None)
-        assert engine.models["slow"].session.get_session_options().intra_op_num_threads == 1
-        held = hold_lane(engine, slow, "be")
+        assert engine.models["slow"].take().session.get_session_options().intra_op_num_threads == 1
+        held = hold_lane(engine, monkeypatch, slow, "be")
         x = np.random.default_rng(8).standard_normal((3, 768)).astype(np.float32)
         out, _ = engine.run("slow", {"x": x}, "be").result(60)  # would wait for the held one on one core
         np.testing.assert_allclose(out["h24"], reference(slow, x), rtol=1e-5, atol=1e-5)
@@ -139,31 +157,33 @@ def test_a_cpu_vgpu_runs_a_be_batch_per_core(slow):
 
 
 class NiceProbe:
+    def __init__(self, runner):
+        self.describe = runner.describe
+
     def run(self, inputs):
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-def test_be_lane_runs_at_a_lower_os_priority(slow):
+def test_be_lane_runs_at_a_lower_os_priority(slow, monkeypatch):
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priorities here")
     engine = SerialEngine(discover_vgpus("cpu", cpu_vgpus=1)[0])
     try:
-        engine.load("probe", slow, "onnxruntime", None)
-        engine.models["probe"] = NiceProbe()
+        load_wrapped(engine, monkeypatch, "probe", slow, "onnxruntime", None, NiceProbe)
         rt, be = (engine.run("probe", {}, p).result(10)[0] for p in (Priority.RT, Priority.BE))
         assert be == min(19, rt + BE_NICE)
     finally:
         engine.close()
 
 
-def test_errors_and_close(slow):
+def test_errors_and_close(slow, monkeypatch):
     """close() fails the queued batch at once (before the running one ends) and refuses new ones."""
     engine = SerialEngine(one_core())
     with pytest.raises(KeyError, match="not loaded"):
         engine.run("nope", {}, "be").result(10)
     with pytest.raises(ValueError, match="priority"):
         engine.run("nope", {}, "urgent")
-    held = hold_lane(engine, slow, "be")
+    held = hold_lane(engine, monkeypatch, slow, "be")
     queued = engine.run("nope", {}, "be")
     closer = threading.Thread(target=engine.close)
     closer.start()
