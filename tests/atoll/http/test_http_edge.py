@@ -57,6 +57,7 @@ async def _full(pace=None):
     async with http_served(server, pace=pace(server) if pace else None) as client:
         held = asyncio.ensure_future(client.post("/v2/models/m/infer", data=BODY))
         while not server.admission[Priority.BE].in_flight:
+            assert not held.done(), f"the first request ended before it was admitted: {held.result()}"
             await asyncio.sleep(0.01)
         try:
             yield server, client
