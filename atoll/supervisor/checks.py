@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from batching.profile import ProfileError, load_profile
 from fpga_host import BACKENDS
 from gpu_runtime.executors import EXECUTORS, resolve_executor
 from gpu_runtime.vgpu.discovery import VGpuInfo, VGpuUnavailable, discover_vgpus
@@ -66,8 +67,18 @@ def check(config: Config) -> Checked:
     vgpus = _vgpus(config)
     executor = _executor(config.vgpus.executor, vgpus)
     _backend(config.preprocessing.backend, Path(config.preprocessing.manifest))
+    _profile(config.batching.profile)
     ports = _ports(s.host, {"http": s.http_port, "grpc": s.grpc_port, "metrics": s.metrics_port})
     return Checked(repository, vgpus, executor, ports)
+
+
+def _profile(path: str) -> None:
+    """A configured knee profile must read (the batcher loads it once the checks have passed)."""
+    if path:
+        try:
+            load_profile(path)
+        except ProfileError as exc:
+            raise StartError(f"batching.profile: {exc}") from None
 
 
 def _repository(path: str) -> Path | None:

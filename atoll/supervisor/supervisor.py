@@ -23,7 +23,6 @@ import socket
 import tempfile
 from pathlib import Path
 
-from batching.profile import ProfileError
 from gpu_runtime.priority import BE_NICE_ENV, RT_FIFO_ENV, favour_real_time_threads
 from gpu_runtime.thread_names import name_this_thread
 from gpu_runtime.vgpu.shm import segment_prefix
@@ -172,11 +171,7 @@ class Supervisor:
         slots = {v.id: v.threads or 1 for v in vgpus if v.kind == "cpu"}
         residency = residency_settings(c.residency, executor)
         self._residency = ResidencyView(residency, kinds) if residency else None
-        try:  # it reads the knee profile, the last setting to check
-            self._batching = self.parts.batching(c, kinds, latency, slots,
-                                                 self._residency and self._residency.switch_time)  # fmt: skip
-        except ProfileError as exc:
-            raise StartError(f"batching.profile: {exc}") from None
+        self._batching = self.parts.batching(c, kinds, latency, slots, self._residency and self._residency.switch_time)
         loop = asyncio.get_running_loop()
         self._executor = executor
 

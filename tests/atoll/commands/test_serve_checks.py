@@ -3,6 +3,7 @@ worker or front end started (issue #35: the vGPU worker used to start first, the
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from tests.atoll.probes import PATIENCE_S, until
 from atoll.cli import build_parser
 from atoll.commands import serve
 from atoll.observe.log_format import LOG_FORMAT_ENV
+from atoll.observe.metrics import MULTIPROCESS_DIR
 from atoll.supervisor.checks import reserve_port
 from atoll.supervisor import parts, supervisor
 
@@ -29,6 +31,9 @@ def no_process_starts(monkeypatch):
 
     monkeypatch.setattr(parts, "WorkerPool", started)
     monkeypatch.setattr(supervisor, "FrontEndSupervisor", started)
+    yield
+    # nor was this process changed for the children it never started (their metrics' directory)
+    assert MULTIPROCESS_DIR not in os.environ
 
 
 @pytest.fixture
