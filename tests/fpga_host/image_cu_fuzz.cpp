@@ -5,8 +5,9 @@
 //   image_cu_fuzz replay <input.jpg>...
 //
 // Each iteration mutates a seed file (bit flips, random bytes, inserted or deleted runs,
-// truncation, header-field and frame-dimension patches), copies it into a buffer of exactly its
-// size (so any read past the end is reported by ASan), runs a random stage, and checks the status.
+// truncation, header-field, frame-dimension and sampling-factor patches), copies it into a buffer
+// of exactly its size (so any read past the end is reported by ASan), runs a random stage, and
+// checks the status.
 // The input under test is written to <crash file> first, so a crash or hang leaves it behind.
 // An input that runs longer than kInputSeconds raises SIGALRM, which aborts. Exit 0 when every
 // iteration ran cleanly; sanitizer reports abort the process (-fno-sanitize-recover).
@@ -99,7 +100,11 @@ void mutate(Bytes& d, std::mt19937_64& rng) {
       const size_t field = sof + 5 + 2 * pick(2);  // height or width
       d[field] = v >> 8;
       d[field + 1] = v & 0xFF;
-      if (rng() % 4 == 0 && sof + 11 < d.size()) d[sof + 11] = rng() % 2 ? 0x22 : rng();
+      if (rng() % 4 == 0) {  // one component's sampling factors: the CU's 1 and 2, then 3, 4 and 0
+        const uint8_t factors[] = {0x11, 0x12, 0x21, 0x22, 0x13, 0x31, 0x14, 0x41, 0x44, 0x10, 0x01};
+        const size_t at = sof + 11 + 3 * pick(3);
+        if (at < d.size()) d[at] = rng() % 4 ? factors[pick(sizeof factors)] : rng();
+      }
       if (rng() % 8 == 0) d[sof + 9] = rng() % 5;
       break;
     }
