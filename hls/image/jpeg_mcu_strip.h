@@ -33,7 +33,7 @@ inline uint32_t strip_sampling(const JpegFrame& f) {
 strip_sampling_pack:
   for (uint32_t c = 0; c < f.n_components; ++c) {
 #pragma HLS LOOP_TRIPCOUNT max = kMaxComponents
-    packed |= ((f.comp[c].h == 2 ? 1u : 0u) | (f.comp[c].v == 2 ? 2u : 0u)) << (2 * c);
+    packed |= ((f.comp[c].h == 2) | (f.comp[c].v == 2) << 1) << (2 * c);  // no ?: (hls/image/README.md)
   }
   return packed;
 }

@@ -32,8 +32,8 @@ inline uint32_t upsample_mode(const JpegFrame& f) {
 upsample_mode_components:
   for (uint32_t ci = 0; ci < kMaxComponents; ++ci) {
     if (ci < f.n_components) {
-      mode |= (f.comp[ci].h < f.hmax ? 1u : 0u) << (2 * ci);
-      mode |= (f.comp[ci].v < f.vmax ? 1u : 0u) << (2 * ci + 1);
+      // No ?: in a shifted operand (hls/image/README.md).
+      mode |= ((f.comp[ci].h < f.hmax) | (f.comp[ci].v < f.vmax) << 1) << (2 * ci);
     }
   }
   return mode;
