@@ -29,12 +29,26 @@ batcher's wait, the framework's hops); the jitter of a model at a stage is the s
 the stages before. Bounds grow with jitter, so the iteration from zero jitter is monotone and stops
 at the least fixed point, or when a bound passes `horizon_s` (unschedulable).
 
-Platform stalls: a stage may also lose its core to the platform (the hypervisor, the kernel's
-real-time throttling, another process's higher-priority threads) for up to S at a time, which no
-measurement of this process's work sees; the stall probe measures S (the largest lateness of a
-top-priority thread waking every few ms, times the margin) and each stage counts it once per busy
-period, beside the blocking: R = B + S + ... (an assumption, stated: at most one such stall per
-busy period, which is what the probe's largest lateness can vouch for).
+Platform stalls: a stage may also lose its core, or in a CPU vGPU's process the interpreter lock,
+to something other than real-time work for up to S at a time: the platform (the hypervisor, the
+kernel's real-time throttling, another process's higher-priority threads) or the process's other
+threads (a best-effort kernel holding the lock, its holder preempted by another process). The stall
+probe measures S: the largest lateness of a thread at the real-time lanes' priority, in the vGPU's
+process and on its cores, asking to wake every few ms, over the wake-ups whose wait no real-time
+task overlapped, times the margin. A wait beside a real-time task may hold that task's run (the
+probe shares the lanes' SCHED_FIFO level and the lock their threads hold), which the sum above
+counts already as C_j: counting it in S too would count a real-time row's run twice (it did: 8 ms
+of a 9 ms model's runs alone, against 0.7 ms outside them). The other wake-ups vouch for the stalls
+a real-time busy period may meet, assuming they are no longer while real-time work is in flight
+than while none is: best-effort streams are flushed then (less lock held, not more), the platform
+does not know; Linux's throttling, which does depend on it, stops SCHED_FIFO threads only once they
+used 95 % of a second, which an admitted load does not reach (an assumption for CPU vGPUs: its
+utilisation is under 1 with WCETs that hold the margin, so its runs take under 1 / margin of the
+core, and the relay threads little beside them). Each stage counts S
+once per busy period, beside the blocking: R = B + S + ... (an assumption, stated: at most one such
+stall per busy period, which is what the probe's largest lateness can vouch for). B, measured from
+real responses beside the best-effort load, may hold a stall too: a blocking and a stall may come in
+one busy period, so both count, the safe side.
 
 Multi-lane stages (m lanes pulling from one FIFO queue) are analysed as one lane: with equal
 per-row times a row starts no later on m lanes than on one (by induction over the FIFO order).

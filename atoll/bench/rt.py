@@ -154,6 +154,7 @@ class Tally:
     outstanding: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Condition = None
+    probe: StallProbe | None = None  # told of every real-time row in flight
 
     def __post_init__(self):
         self.done = threading.Condition(self.lock)
@@ -167,6 +168,8 @@ class Tally:
                     self.failed += 1
                 else:
                     self.response_s.append(r.end_s - r.arrival_s)
+                    if self.probe is not None:
+                        self.probe.busy(r.arrival_s, r.end_s)
             self.outstanding -= 1
             self.done.notify_all()
         if real_time and r is not None and guard is not None:
@@ -188,7 +191,8 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         reef.add_client(f"{c.model}~be", programs[c.model], "be")  # where its demoted rows run
     for name, program in be.items():
         reef.add_client(name, program, "be")
-    tallies = {c.model: Tally() for c in clients}
+    probe = StallProbe()
+    tallies = {c.model: Tally(probe=probe) for c in clients}
     be_done = dict.fromkeys(be, 0)
     rng = np.random.default_rng(seed)
     with reef:
@@ -201,7 +205,7 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         threads += [threading.Thread(target=_rt_client, args=(
             reef, guard, c, c.rate_per_s * over_rate.get(c.model, 1.0), inputs[c.model], start, stop_at,
             np.random.default_rng(rng.integers(1 << 30)), tallies[c.model])) for c in clients]  # fmt: skip
-        with StallProbe() as probe:
+        with probe:
             for t in threads:
                 t.start()
             for t in threads:

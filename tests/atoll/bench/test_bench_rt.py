@@ -63,3 +63,33 @@ def test_the_stall_probe_runs_only_inside_its_blocks_and_keeps_what_each_saw():
         while len(probe.late_s) == first:
             time.sleep(0.001)
     assert probe.max_late_s == max(probe.late_s) >= 0 and probe.summary()["wake_ups"] == len(probe.late_s)
+
+
+def test_the_stall_term_counts_no_wake_up_that_waited_beside_real_time_work():
+    """A wake-up whose wait overlapped a real-time task may have waited for that task's run, which
+    the analysis counts as execution: only the others make the stall term."""
+    probe = StallProbe()
+    # wake-ups due at 0, 10, 20, 30 ms, late by 8, 1, 6, 2 ms
+    probe.due_s, probe.late_s = [0.0, 0.010, 0.020, 0.030], [0.008, 0.001, 0.006, 0.002]
+    assert probe.max_late_s == 0.008  # nothing in flight: every wake-up counts
+    probe.busy(0.005, 0.009)  # a real-time task in flight while the first waited
+    probe.busy(0.015, 0.019)  # ... one between the second's and the third's waits: overlaps neither
+    probe.busy(0.0265, 0.027)  # ... one that arrived just after the third woke (at 26 ms)
+    assert probe.outside_real_time() == [0.001, 0.006, 0.002]
+    probe.busy(0.0255, 0.0258)  # one that ran inside the third's wait
+    assert probe.max_late_s == 0.002
+    summary = probe.summary()
+    assert (summary["wake_ups"], summary["outside_real_time"], summary["max_late_ms"], summary["max_late_any_ms"]) \
+        == (4, 2, 2.0, 8.0)
+
+
+def test_a_phases_tally_tells_the_probe_of_its_real_time_rows_only():
+    probe = StallProbe()
+    probe.due_s, probe.late_s = [0.001, 0.011], [0.002, 0.002]
+    tally = Tally(probe=probe)
+    for arrival, end, real_time in ((0.0, 0.002, True), (0.01, 0.014, False)):  # the second demoted
+        f = Future()
+        f.set_result(TaskResult({}, arrival, arrival, None, end, 0, 0))
+        tally.outstanding += 1
+        tally.answered(f, None, "s", real_time=real_time)
+    assert probe.outside_real_time() == [0.002]  # the first wake-up waited beside the real-time row
