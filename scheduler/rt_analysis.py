@@ -32,23 +32,17 @@ at the least fixed point, or when a bound passes `horizon_s` (unschedulable).
 Platform stalls: a stage may also lose its core, or in a CPU vGPU's process the interpreter lock,
 to something other than real-time work for up to S at a time: the platform (the hypervisor, the
 kernel's real-time throttling, another process's higher-priority threads) or the process's other
-threads (a best-effort kernel holding the lock, its holder preempted by another process). The stall
-probe measures S: the largest lateness of a thread at the real-time lanes' priority, in the vGPU's
-process and on its cores, asking to wake every few ms, over the wake-ups whose wait no real-time
-task overlapped, times the margin. A wait beside a real-time task may hold that task's run (the
-probe shares the lanes' SCHED_FIFO level and the lock their threads hold), which the sum above
-counts already as C_j: counting it in S too would count a real-time row's run twice (it did: 8 ms
-of a 9 ms model's runs alone, against 0.7 ms outside them). The other wake-ups vouch for the stalls
-a real-time busy period may meet, assuming they are no longer while real-time work is in flight
-than while none is: best-effort streams are flushed then (less lock held, not more), the platform
-does not know; Linux's throttling, which does depend on it, stops SCHED_FIFO threads only once they
-used 95 % of a second, which an admitted load does not reach (an assumption for CPU vGPUs: its
-utilisation is under 1 with WCETs that hold the margin, so its runs take under 1 / margin of the
-core, and the relay threads little beside them). Each stage counts S
-once per busy period, beside the blocking: R = B + S + ... (an assumption, stated: at most one such
-stall per busy period, which is what the probe's largest lateness can vouch for). B, measured from
-real responses beside the best-effort load, may hold a stall too: a blocking and a stall may come in
-one busy period, so both count, the safe side.
+threads (a best-effort kernel holding the lock, its holder kept off the core by another process).
+The stall probe measures S: the largest lateness of a thread of the vGPU's process, on its cores,
+one SCHED_FIFO level above the real-time lanes, asking to wake every few ms, times the margin. It
+waits as a ready real-time thread waits for the core and the lock, but not for the lanes' work,
+which it preempts: at their level it waited for whole real-time runs, which the sum above counts
+already as C_j (a row's run counted twice: 7.9 ms of a 7.6 ms model's runs alone, 1.3 ms above);
+what it still waits for of them, the lock held by the current call, is counted twice, the safe
+side. Each stage counts S once per busy period, beside the blocking: R = B + S + ... (an
+assumption, stated: at most one such stall per busy period, which is what the probe's largest
+lateness can vouch for). B, measured from real responses beside the best-effort load, may hold a
+stall too: a blocking and a stall may come in one busy period, so both count, the safe side.
 
 Multi-lane stages (m lanes pulling from one FIFO queue) are analysed as one lane: with equal
 per-row times a row starts no later on m lanes than on one (by induction over the FIFO order).

@@ -154,7 +154,6 @@ class Tally:
     outstanding: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Condition = None
-    probe: StallProbe | None = None  # told of every real-time row in flight
 
     def __post_init__(self):
         self.done = threading.Condition(self.lock)
@@ -168,8 +167,6 @@ class Tally:
                     self.failed += 1
                 else:
                     self.response_s.append(r.end_s - r.arrival_s)
-                    if self.probe is not None:
-                        self.probe.busy(r.arrival_s, r.end_s)
             self.outstanding -= 1
             self.done.notify_all()
         if real_time and r is not None and guard is not None:
@@ -191,8 +188,7 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         reef.add_client(f"{c.model}~be", programs[c.model], "be")  # where its demoted rows run
     for name, program in be.items():
         reef.add_client(name, program, "be")
-    probe = StallProbe()
-    tallies = {c.model: Tally(probe=probe) for c in clients}
+    tallies = {c.model: Tally() for c in clients}
     be_done = dict.fromkeys(be, 0)
     rng = np.random.default_rng(seed)
     with reef:
@@ -205,7 +201,7 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         threads += [threading.Thread(target=_rt_client, args=(
             reef, guard, c, c.rate_per_s * over_rate.get(c.model, 1.0), inputs[c.model], start, stop_at,
             np.random.default_rng(rng.integers(1 << 30)), tallies[c.model])) for c in clients]  # fmt: skip
-        with probe:
+        with StallProbe() as probe:
             for t in threads:
                 t.start()
             for t in threads:
@@ -284,10 +280,12 @@ def run(args) -> int:
     be = {f"be{k}-{m}": load_program(m, kind, args.seed + 100 + k, batch) for k, (m, batch) in enumerate(BE_LOAD[kind])}
     inputs = {n: random_inputs(p, args.seed + k) for k, (n, p) in enumerate([*programs.items(), *be.items()])}
     print("bench rt: measuring WCETs", file=sys.stderr)
+    profiling = StallProbe()
     profile = measure(kind, {m: {1: programs[m]} for m in programs}, be,
                       {**{m: {1: inputs[m]} for m in programs}, **{n: inputs[n] for n in be}}, args.runs,
                       args.margin, args.probes,
-                      source=f"atoll bench rt, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+                      source=f"atoll bench rt, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                      probe=profiling)  # fmt: skip
     probed, stall_seen = profile.blocking_s, profile.stall_s / args.margin
     admitted, _, _ = admit(candidates, profile, probed, profile.stall_s)
     # Calibration: the probes above preempt the BE load one request at a time, but the platform's
@@ -376,6 +374,7 @@ def run(args) -> int:
                     "measured beside the BE load, stall by a stall probe (scheduler/rt_profile.py)",
         "blocking_ms": round(blocking * 1e3, 3),
         "platform_stall_ms": round(stall * 1e3, 3),
+        "platform_stall_profiling": profiling.summary(),
         "platform_stall_calibration": calibration["stalls"] if calibration else None,
         "blocking_probed_ms": round(probed * 1e3, 3),
         "blocking_calibrated_ms": round(calibrated * 1e3, 3),
