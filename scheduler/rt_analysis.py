@@ -37,12 +37,14 @@ The stall probe measures S: the largest lateness of a thread of the vGPU's proce
 one SCHED_FIFO level above the real-time lanes, asking to wake every few ms, times the margin. It
 waits as a ready real-time thread waits for the core and the lock, but not for the lanes' work,
 which it preempts: at their level it waited for whole real-time runs, which the sum above counts
-already as C_j (a row's run counted twice: 7.9 ms of a 7.6 ms model's runs alone, 1.3 ms above);
-what it still waits for of them, the lock held by the current call, is counted twice, the safe
-side. Each stage counts S once per busy period, beside the blocking: R = B + S + ... (an
+already as C_j (a row's run counted twice: in one run, 7.9 ms beside a 7.6 ms model alone, 1.3 ms
+above); what it still waits for of them, the lock held by the current call, is counted twice, the
+safe side. Each stage counts S once per busy period, beside the blocking: R = B + S + ... (an
 assumption, stated: at most one such stall per busy period, which is what the probe's largest
-lateness can vouch for). B, measured from real responses beside the best-effort load, may hold a
-stall too: a blocking and a stall may come in one busy period, so both count, the safe side.
+lateness can vouch for; on a loaded machine a run, which takes the lock again at every kernel, may
+wait for it several times: then the bound is not kept, and `atoll bench rt` shows it). B, measured
+from real responses beside the best-effort load, may hold a stall too: a blocking and a stall may
+come in one busy period, so both count, the safe side.
 
 Multi-lane stages (m lanes pulling from one FIFO queue) are analysed as one lane: with equal
 per-row times a row starts no later on m lanes than on one (by induction over the FIFO order).
