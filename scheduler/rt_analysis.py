@@ -36,7 +36,7 @@ threads (a best-effort kernel holding the lock, its holder kept off the core by 
 The stall probe measures S: the largest lateness of a thread of the vGPU's process, on its cores,
 one SCHED_FIFO level above the real-time lanes, asking to wake every few ms, times the margin. It
 waits as a ready real-time thread waits for the core and the lock, but not for the lanes' work,
-which it preempts: at their level it waited for whole real-time runs, which the sum above counts
+which it preempts: at their level it could wait for whole real-time runs, which the sum above counts
 already as C_j (a row's run counted twice: in one run, 7.9 ms beside a 7.6 ms model alone, 1.3 ms
 above); what it still waits for of them, the lock held by the current call, is counted twice, the
 safe side. Each stage counts S once per busy period, beside the blocking: R = B + S + ... (an

@@ -64,7 +64,7 @@ class StallProbe:
 
     Above the lanes it preempts their threads, so of the real-time work in flight it waits only for
     the interpreter lock, which a holder gives up after its current call (or the switch interval);
-    at the lanes' level it waited for whole real-time runs, which the analysis counts already as
+    at the lanes' level it could wait for whole real-time runs, which the analysis counts already as
     execution (in one run, a 7.6 ms model's runs alone: 7.9 ms at their level, 1.3 ms above). It
     runs only while real-time work is timed (`with probe:`, any number of times), not while programs
     are built or loaded, which hold the lock for long and never run beside served work."""
