@@ -70,7 +70,7 @@ def test_the_stall_probe_runs_only_inside_its_blocks_and_keeps_what_each_saw():
 
 def test_the_stall_probe_runs_one_level_above_the_real_time_lanes(monkeypatch):
     """At the lanes' level the probe would wait for their runs, which the analysis counts already as
-    execution: above them it preempts them and waits only for what else holds the core or the lock."""
+    execution: above them it preempts them."""
     monkeypatch.setenv(RT_FIFO_ENV, "5")
     levels = {}
 
