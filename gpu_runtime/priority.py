@@ -78,6 +78,15 @@ def prioritise_this_thread(priority: Priority) -> None:
             pass
 
 
+def above_real_time_this_thread() -> None:
+    """SCHED_FIFO one level above the real-time lanes where permitted (ordinary where they are):
+    for a thread that measures how long a ready real-time thread may wait for its core and the
+    interpreter lock (the real-time analysis' stall probe, atoll/bench/rt_wcet.py) without waiting
+    for the real-time lanes' own runs, which it preempts."""
+    level = _rt_fifo()
+    _fifo(level + 2 if level > 0 else 0)
+
+
 def relay_this_thread() -> None:
     """For a thread that passes messages of every priority on between the data plane's processes
     (a front end's or the supervisor's event loop, a vGPU pipe's sender or receiver): SCHED_FIFO

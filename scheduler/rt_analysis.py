@@ -29,12 +29,22 @@ batcher's wait, the framework's hops); the jitter of a model at a stage is the s
 the stages before. Bounds grow with jitter, so the iteration from zero jitter is monotone and stops
 at the least fixed point, or when a bound passes `horizon_s` (unschedulable).
 
-Platform stalls: a stage may also lose its core to the platform (the hypervisor, the kernel's
-real-time throttling, another process's higher-priority threads) for up to S at a time, which no
-measurement of this process's work sees; the stall probe measures S (the largest lateness of a
-top-priority thread waking every few ms, times the margin) and each stage counts it once per busy
-period, beside the blocking: R = B + S + ... (an assumption, stated: at most one such stall per
-busy period, which is what the probe's largest lateness can vouch for).
+Platform stalls: a stage may also lose its core, or in a CPU vGPU's process the interpreter lock,
+to something other than real-time work for up to S at a time: the platform (the hypervisor, the
+kernel's real-time throttling, another process's higher-priority threads) or the process's other
+threads (a best-effort kernel holding the lock, its holder kept off the core by another process).
+The stall probe measures S: the largest lateness of a thread of the vGPU's process, on its cores,
+one SCHED_FIFO level above the real-time lanes, asking to wake every few ms, times the margin. It
+waits as a ready real-time thread waits for the core and the lock, but not for the lanes' work,
+which it preempts: at their level it could wait for whole real-time runs, which the sum above counts
+already as C_j (a row's run counted twice: in one run, 7.9 ms beside a 7.6 ms model alone, 1.3 ms
+above); what it still waits for of them, the lock held by the current call, is counted twice, the
+safe side. Each stage counts S once per busy period, beside the blocking: R = B + S + ... (an
+assumption, stated: at most one such stall per busy period, which is what the probe's largest
+lateness can vouch for; on a loaded machine a run, which takes the lock again at every kernel, may
+wait for it several times: then the bound is not kept, and `atoll bench rt` shows it). B, measured
+from real responses beside the best-effort load, may hold a stall too: a blocking and a stall may
+come in one busy period, so both count, the safe side.
 
 Multi-lane stages (m lanes pulling from one FIFO queue) are analysed as one lane: with equal
 per-row times a row starts no later on m lanes than on one (by induction over the FIFO order).

@@ -14,10 +14,13 @@ What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) 
   by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
   A probe's excess may hold a platform stall (below) as well: counted in both terms, the safe
   side (a BE kernel holding the core and a stall may come together);
-- the platform's `stall_s`: the largest lateness of a stall probe (a top-priority thread asking to
-  wake every few ms) over the whole measurement, times the margin: the core taken away by the
-  hypervisor, the kernel's real-time throttling or another process's higher-priority threads,
-  which nothing this process runs can cause or see; a term of its own in the analysis;
+- the platform's `stall_s`: the largest lateness of a stall probe (a thread one SCHED_FIFO level
+  above the real-time lanes asking to wake every few ms) over the whole measurement, times the
+  margin: the core or the interpreter lock taken from a ready real-time thread by anything but
+  real-time work (the hypervisor, the kernel's real-time throttling, another process's
+  higher-priority threads, a best-effort kernel holding the lock); a term of its own in the
+  analysis. Profiles measured while the probe ran at the lanes' level (the shipped rt_cpu.json)
+  hold the lanes' own runs in it as well: larger, still safe;
 - `front_end_s`: the server's hops outside the dispatcher, per request: its front end receiving
   the request and handing it to the dispatcher, then answering it once done (over loopback), the
   largest of the requests timed, times the margin (0: not measured, the bound starts at the

@@ -280,10 +280,12 @@ def run(args) -> int:
     be = {f"be{k}-{m}": load_program(m, kind, args.seed + 100 + k, batch) for k, (m, batch) in enumerate(BE_LOAD[kind])}
     inputs = {n: random_inputs(p, args.seed + k) for k, (n, p) in enumerate([*programs.items(), *be.items()])}
     print("bench rt: measuring WCETs", file=sys.stderr)
+    profiling = StallProbe()
     profile = measure(kind, {m: {1: programs[m]} for m in programs}, be,
                       {**{m: {1: inputs[m]} for m in programs}, **{n: inputs[n] for n in be}}, args.runs,
                       args.margin, args.probes,
-                      source=f"atoll bench rt, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+                      source=f"atoll bench rt, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                      probe=profiling)  # fmt: skip
     probed, stall_seen = profile.blocking_s, profile.stall_s / args.margin
     admitted, _, _ = admit(candidates, profile, probed, profile.stall_s)
     # Calibration: the probes above preempt the BE load one request at a time, but the platform's
@@ -372,6 +374,7 @@ def run(args) -> int:
                     "measured beside the BE load, stall by a stall probe (scheduler/rt_profile.py)",
         "blocking_ms": round(blocking * 1e3, 3),
         "platform_stall_ms": round(stall * 1e3, 3),
+        "platform_stall_profiling": profiling.summary(),
         "platform_stall_calibration": calibration["stalls"] if calibration else None,
         "blocking_probed_ms": round(probed * 1e3, 3),
         "blocking_calibrated_ms": round(calibrated * 1e3, 3),

@@ -96,7 +96,8 @@ def run_profile(args: argparse.Namespace) -> int:
                   f"{info.name} vGPU {info.id}, executor {pool.executor}: largest of {args.runs} real-time "
                   f"batches alone x {args.margin}; blocking: largest of {args.probes} beside a best-effort "
                   "closed loop of the same model, over its median alone, x the margin; "
-                  "stall: a stall probe's largest lateness while they ran, x the margin; front end: largest "
+                  "stall: the largest lateness of a stall probe above the real-time lanes while they ran, x the "
+                  "margin; front end: largest "
                   f"round trip of {args.hop_requests} real-time requests of a near-empty model over HTTP on this "
                   "machine, x the margin")  # fmt: skip
         profile = WcetProfile(info.profile_kind, args.margin, blocking, models, source, probe.max_late_s * args.margin,

@@ -3,10 +3,13 @@ written here (the timed phases run in the benchmark itself)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from concurrent.futures import Future
 
 import pytest
+from gpu_runtime.priority import RT_FIFO_ENV, Priority, prioritise_this_thread
 from scheduler.rt_analysis import Bound
 from scheduler.rt_profile import ModelWcet, WcetProfile
 from scheduler.task import TaskResult
@@ -63,3 +66,25 @@ def test_the_stall_probe_runs_only_inside_its_blocks_and_keeps_what_each_saw():
         while len(probe.late_s) == first:
             time.sleep(0.001)
     assert probe.max_late_s == max(probe.late_s) >= 0 and probe.summary()["wake_ups"] == len(probe.late_s)
+
+
+def test_the_stall_probe_runs_one_level_above_the_real_time_lanes(monkeypatch):
+    """At the lanes' level the probe would wait for their runs, which the analysis counts already as
+    execution: above them it preempts them."""
+    monkeypatch.setenv(RT_FIFO_ENV, "5")
+    levels = {}
+
+    def lane():
+        prioritise_this_thread(Priority.RT)
+        levels["lane"] = os.sched_getparam(0).sched_priority
+
+    t = threading.Thread(target=lane)
+    t.start()
+    t.join()
+    probe = StallProbe(period_s=0.001)
+    with probe:
+        while not probe.late_s:  # it has taken its priority by its first wake-up
+            time.sleep(0.001)
+        levels["probe"] = os.sched_getparam(probe._thread.native_id).sched_priority
+    # SCHED_FIFO where the OS permits it: lanes at RT_FIFO + 1, the probe one above; elsewhere ordinary
+    assert (levels["lane"], levels["probe"]) in ((6, 7), (0, 0))
