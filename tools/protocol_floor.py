@@ -4,7 +4,7 @@ code runs: one POST route answering a few bytes once the body is read, on Atoll'
 server's CPU-ms per request for a 110 KB body and a 602 KB tensor, driven in closed loop from a
 process of its own as `atoll bench serve` drives Atoll. `atoll-refusal` is Atoll's HTTP server
 refusing every request at admission: what Atoll adds to a refusal. Servers run with `atoll serve`'s
-glibc heap settings (`supervisor.HEAP_TUNING`), without which a body of 128 KB or more is a fresh
+glibc heap settings (`supervisor.process_settings.HEAP_TUNING`), without which a body of 128 KB or more is a fresh
 mmap whose page faults cost more than the protocol. Figures: docs/benchmarks.md, docs/http-edge.md.
 
 Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
@@ -43,7 +43,7 @@ from atoll.kserve.shm_registry import Regions
 from atoll.observe.metrics import Metrics
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import load_repository
-from atoll.supervisor.supervisor import HEAP_TUNING
+from atoll.supervisor.process_settings import HEAP_TUNING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -31,7 +31,7 @@ from atoll.http.messages import Routes
 from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.lifecycle import serve_forever
-from atoll.supervisor.supervisor import HEAP_TUNING, METRICS_BODY_BYTES, METRICS_CONNECTIONS
+from atoll.supervisor.process_settings import HEAP_TUNING, METRICS_BODY_BYTES, METRICS_CONNECTIONS
 
 log = logging.getLogger(__name__)
 FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and this much more

@@ -1,4 +1,4 @@
-"""The endpoint's heap settings: `atoll serve`'s (`supervisor.HEAP_TUNING`, which its processes get
+"""The endpoint's heap settings: `atoll serve`'s (`supervisor.process_settings.HEAP_TUNING`, which its processes get
 from the environment when they start) applied to the running endpoint process through glibc's
 `mallopt`. Without them every forwarded body (a 600 KB tensor request) is a fresh allocation that
 glibc gives back at once, then faults in again page by page (measured: docs/cluster.md, "What the

@@ -49,6 +49,7 @@ from atoll.supervisor.latency_model import LatencyModel
 from atoll.supervisor.model_batching import Batching, batch_spec, output_row_bytes, plan_for, row_bytes
 from atoll.supervisor.model_control import ModelControl
 from atoll.supervisor.parts import Parts
+from atoll.supervisor.process_settings import HEAP_TUNING, METRICS_BODY_BYTES, METRICS_CONNECTIONS
 from atoll.supervisor.residency import residency_settings
 from atoll.supervisor.residency_view import ResidencyView
 from atoll.supervisor.rt_admission import RealTime
@@ -58,16 +59,9 @@ from atoll.wire.model_control import AddModel, RetireModel
 from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
-# glibc settings for the processes started here: decoded images (~1 MB) and batch buffers reuse
-# heap pages instead of fresh mmaps and their page faults (measured: docs/data-plane.md).
-HEAP_TUNING = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
-               "MALLOC_TOP_PAD_": str(16 << 20)}  # fmt: skip
 # Rows of a model one front end can hold at once (in preprocessing, batching or running) when
 # server.max_pending_requests sets no bound: admission keeps far fewer in flight under overload.
 SLOTS_PER_FRONT_END = 1024
-# Connections to the metrics port: a few scrapers; idle ones past this make room as a front end's do.
-METRICS_CONNECTIONS = 64
-METRICS_BODY_BYTES = 64 * 1024  # a scrape sends none
 # After its drain (`server.drain_s`) a front end closes its connections and exits; past this it is killed.
 FRONT_END_EXIT_S = 10.0
 

@@ -26,7 +26,7 @@ from atoll.supervisor.server_process import ServerProcess
 from atoll.http.bodies import BodyBudget, BodyError
 from atoll.http.connections import connection_bound, grpc_limits
 from atoll.http.messages import HttpRequest
-from atoll.supervisor.supervisor import METRICS_CONNECTIONS
+from atoll.supervisor.process_settings import METRICS_CONNECTIONS
 
 MODEL = "mobilenet_v3_small"
 BOUND = 16
