@@ -22,6 +22,17 @@ std::vector<Beat> beats_of(const uint8_t* file, uint32_t len) {
   return beats;
 }
 
+// The scan's bytes [from, len) as the decode core's 8-byte beats, the last one flagged.
+void write_scan(const uint8_t* file, uint32_t from, uint32_t len, hls::stream<JpegScanBeat>& scan) {
+  for (uint32_t at = from; at < len; at += 8) {
+    JpegScanBeat b{};
+    b.count = static_cast<uint8_t>(len - at < 8 ? len - at : 8);
+    std::memcpy(b.byte, file + at, b.count);
+    b.last = at + 8 >= len;
+    scan.write(b);
+  }
+}
+
 void copy_out(hls::stream<UpsampleBeat>& columns, uint32_t* out, uint64_t max_beats, uint64_t* n) {
   for (*n = 0; !columns.empty() && *n < max_beats; ++*n) {
     const UpsampleBeat b = columns.read();
@@ -97,13 +108,7 @@ uint32_t strip_ref_datapath(const uint8_t* file, uint32_t len, const uint32_t* p
   hls::stream<uint64_t> pixels;
   hls::stream<PostBeat> processed;
   write_core_tables(f, tables);
-  for (uint32_t at = f.scan_start; at < len; at += 8) {
-    JpegScanBeat b{};
-    b.count = static_cast<uint8_t>(len - at < 8 ? len - at : 8);
-    std::memcpy(b.byte, file + at, b.count);
-    b.last = at + 8 >= len;
-    scan.write(b);
-  }
+  write_scan(file, f.scan_start, len, scan);
   uint32_t status = 0;
   jpeg_decode_core(tables, scan, rows, f.mcus_x * f.mcus_y, f.restart_interval, f.n_components,
                    core_components(f), status);
@@ -130,13 +135,7 @@ uint32_t strip_ref_chain(const uint8_t* file, uint32_t len, uint8_t* rows_out, u
   hls::stream<JpegScanBeat> scan;
   hls::stream<IdctSampleRow> rows, strip_in;
   write_core_tables(f, tables);
-  for (uint32_t at = f.scan_start; at < len; at += 8) {
-    JpegScanBeat b{};
-    b.count = static_cast<uint8_t>(len - at < 8 ? len - at : 8);
-    std::memcpy(b.byte, file + at, b.count);
-    b.last = at + 8 >= len;
-    scan.write(b);
-  }
+  write_scan(file, f.scan_start, len, scan);
   uint32_t status = 0;
   jpeg_decode_core(tables, scan, rows, f.mcus_x * f.mcus_y, f.restart_interval, f.n_components,
                    core_components(f), status);
