@@ -363,6 +363,28 @@ def test_launch_arguments_and_configuration_are_checked():
         kernel.launch((1, 70000), 8, (flag, x, y, 8, 1.0))
 
 
+SCALE = r"""
+extern "C" __global__ void t_scale(const float* x, float* y) { y[threadIdx.x] = 2.f * x[threadIdx.x]; }
+"""
+
+
+def mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def test_a_launch_gives_its_fiber_stacks_back():
+    """Each kernel library has its own runtime: stacks kept after a launch (a guard and a stack
+    mapping per thread) added up over a few dozen kernels past vm.max_map_count, where every mmap
+    of the process fails."""
+    x = RNG.standard_normal(1024).astype(np.float32)
+    y = np.zeros_like(x)
+    before = mappings()
+    emulated("t_scale", SCALE).launch(1, 1024, (x, y))  # its library's segments, and no stacks
+    assert mappings() - before < 100  # not 2 x 1024
+    np.testing.assert_array_equal(y, 2 * x)
+
+
 def test_compile_errors_name_the_kernel_line():
     with pytest.raises(KernelCompileError, match=r"t_broken\.cu:3"):
         emulated("t_broken", 'extern "C" __global__ void t_broken(float* y) {\n'

@@ -283,7 +283,7 @@ struct Fiber {
 
 // One launch at a time per library (the lock); zero-initialised.
 struct Runtime {
-  Fiber* fibers;  // kMaxThreads slots, allocated on the first launch and kept
+  Fiber* fibers;  // kMaxThreads slots; their stacks live for one launch (release_fibers)
   unsigned count, live;
   Fiber* current;
   Context scheduler;
@@ -515,6 +515,16 @@ inline bool allocate_fibers(unsigned count) {
   return true;
 }
 
+// Every kernel library holds its own runtime, so stacks kept between launches add up: two mappings
+// (guard and stack) per thread per library, and a process with a few dozen kernels loaded passed
+// the kernel's limit of mappings (vm.max_map_count, 65530), where any mmap fails, its own included.
+inline void release_fibers() {
+  for (unsigned i = 0; i < kMaxThreads && rt.fibers && rt.fibers[i].stack; ++i) {
+    munmap(rt.fibers[i].stack, kGuardBytes + kStackBytes);
+    rt.fibers[i].stack = nullptr;
+  }
+}
+
 // Launch status: 0 done, 1 invalid configuration (nothing ran), 2 the kernel failed.
 enum Status { kOk = 0, kBadLaunch = 1, kKernelError = 2 };
 
@@ -551,6 +561,7 @@ int launch(void (*kernel)(P...), const unsigned* grid, const unsigned* block,
   const unsigned threads = block[0] * block[1] * block[2];
   pthread_mutex_lock(&launch_lock);
   if (!allocate_fibers(threads)) {
+    release_fibers();
     pthread_mutex_unlock(&launch_lock);
     snprintf(error, error_size, "out of memory for %u fiber stacks", threads);
     return kBadLaunch;
@@ -574,6 +585,7 @@ int launch(void (*kernel)(P...), const unsigned* grid, const unsigned* block,
         if (dynamic_shared) memset(dynamic_shared, 0xff, shared);
         if (!run_block()) status = kKernelError;
       }
+  release_fibers();
   pthread_mutex_unlock(&launch_lock);
   return status;
 }
