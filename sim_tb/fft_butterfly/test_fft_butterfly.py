@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, random_count, uniform_bits, x86
 
 UNIT = "fft_butterfly"
-RANDOM_BUTTERFLIES = 200_000
+RANDOM_BUTTERFLIES = random_count(200_000)
 SPECIAL_MIXES = 20_000
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,9 +45,10 @@ def operands(rng: np.random.Generator) -> list[np.ndarray]:
 
 def reference(ar, ai, br, bi, wr, wi) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
-        tr = np.subtract(np.multiply(f32(br), f32(wr)), np.multiply(f32(bi), f32(wi)))
-        ti = np.add(np.multiply(f32(br), f32(wi)), np.multiply(f32(bi), f32(wr)))
-        outputs = [np.add(f32(ar), tr), np.add(f32(ai), ti), np.subtract(f32(ar), tr), np.subtract(f32(ai), ti)]
+        tr = x86(np.subtract, x86(np.multiply, f32(br), f32(wr)), x86(np.multiply, f32(bi), f32(wi)))
+        ti = x86(np.add, x86(np.multiply, f32(br), f32(wi)), x86(np.multiply, f32(bi), f32(wr)))
+        outputs = [x86(np.add, f32(ar), tr), x86(np.add, f32(ai), ti), x86(np.subtract, f32(ar), tr),
+                   x86(np.subtract, f32(ai), ti)]
     return [o.view(np.uint32) for o in outputs]
 
 

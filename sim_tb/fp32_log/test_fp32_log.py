@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sim_tb.op_bulk.op_bulk import SPECIALS, assert_same_bits, c_model, check_operator, f32, is_nan, uniform_bits
+from sim_tb.op_bulk.op_bulk import (SPECIALS, assert_same_bits, c_model, check_operator, f32, is_nan, random_count,
+                                    uniform_bits)
 
 UNIT = "fp32_log"
-RANDOM_OPERANDS = 1_000_000
+RANDOM_OPERANDS = random_count(1_000_000)
 # The only float32 inputs whose logarithm the C model rounds the other way from logl (an exhaustive
 # run over all 2^31 positive floats): just below 1, ln x sits within 2^-70 of a rounding tie and
 # the 62-bit fixed-point sum is 1 ulp off.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, random_count, uniform_bits, x86
 
 UNIT = "fp32_mul"
-RANDOM_PAIRS = 1_000_000
+RANDOM_PAIRS = random_count(1_000_000)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -41,5 +41,5 @@ def test_fp32_mul(tmp_path):
 
     a, b = operands(np.random.default_rng(2017))
     with np.errstate(all="ignore"):
-        want = np.multiply(f32(a), f32(b)).view(np.uint32)
+        want = x86(np.multiply, f32(a), f32(b)).view(np.uint32)
     check_against_reference(UNIT, [a, b], [want], tmp_path)

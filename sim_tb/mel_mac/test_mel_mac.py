@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, uniform_bits
+from sim_tb.op_bulk.op_bulk import SPECIALS, check_against_reference, f32, floats, random_count, uniform_bits, x86
 
 UNIT = "mel_mac"
-RANDOM_TRIPLES = 350_000
+RANDOM_TRIPLES = random_count(350_000)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -46,5 +46,5 @@ def test_mel_mac(tmp_path):
 
     acc, w, p = operands(np.random.default_rng(2018))
     with np.errstate(all="ignore"):
-        want = np.add(f32(acc), np.multiply(f32(w), f32(p))).view(np.uint32)
+        want = x86(np.add, f32(acc), x86(np.multiply, f32(w), f32(p))).view(np.uint32)
     check_against_reference(UNIT, [acc, w, p], [want], tmp_path)
