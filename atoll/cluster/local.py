@@ -26,7 +26,24 @@ def local_cluster(nodes: int):
 def stop_local_cluster(cluster) -> None:
     """End `cluster`'s processes at once (SIGKILL), once nothing of Atoll runs on them: started
     shielded from stop signals (`runtime.connected`), each would only make Ray's graceful stop wait a
-    second for its SIGTERM; a raylet's workers end with it."""
-    for node in [*cluster.worker_nodes, cluster.head_node]:
+    second for its SIGTERM; a raylet's workers end with it. So do its agents (dashboard, runtime
+    env), which Ray does not track: left to themselves, each found its raylet killed, then tried for
+    60 s to report that to the GCS, dead too, before it exited."""
+    import psutil  # Ray's own dependency, with it
+
+    nodes = [*cluster.worker_nodes, cluster.head_node]
+    raylets = [info.process.pid for node in nodes for info in node.all_processes.get("raylet", [])]
+    agents = []
+    for pid in raylets:
+        try:
+            agents += psutil.Process(pid).children(recursive=True)
+        except psutil.NoSuchProcess:  # ended already
+            continue
+    for node in nodes:
         cluster.remove_node(node, allow_graceful=False)
     cluster.shutdown()  # nothing left to remove: Ray's record of the cluster's address is cleared
+    for agent in agents:
+        try:
+            agent.kill()
+        except psutil.NoSuchProcess:
+            continue

@@ -4,7 +4,7 @@ alone. It logs `stopped`, exits 0, and leaves none of its processes behind (rayl
 the nodes' `atoll serve`); before, a signal to the group killed the raylets under it and it hung on
 Ray for 60 s, then exited 1.
 
-Each case starts its own cluster (about a minute on a loaded 2-core machine); every wait is bounded
+Each case starts its own cluster (about 20 s on a 2-core machine); every wait is bounded
 by probes.PATIENCE_S.
 """
 
