@@ -17,7 +17,7 @@ from fpga_host import cpu_backend, csim
 from fpga_host.status import PreprocessError, Status
 from jpeg_corpus import encode_cv2, encode_pillow, natural_image
 
-FUZZ_SECONDS = float(os.environ.get("ATOLL_FUZZ_SECONDS", "30"))
+FUZZ_SECONDS = float(os.environ.get("ATOLL_FUZZ_SECONDS", "15"))
 FUZZ_SEED = int(os.environ.get("ATOLL_FUZZ_SEED", "20261123"))
 SANITIZER_FLAGS = ("-O1", "-g", "-std=c++17", "-fsanitize=address,undefined",
                    "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-Wno-unknown-pragmas")
