@@ -39,13 +39,9 @@ sysdeps:
 demo: $(VENV)/.installed
 	$(VENV)/bin/atoll demo
 
-# One pytest worker more than this machine's cores: much of the suite waits on the processes it
-# starts (servers, simulators, compilers), and with a worker per core those waits left cores idle.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-
 test: $(VENV)/.installed $(CLIENT_VENV)/.installed sysdeps
 	$(VENV)/bin/lint-imports
-	ATOLL_CLIENT_PYTHON=$(abspath $(CLIENT_VENV))/bin/python $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	ATOLL_CLIENT_PYTHON=$(abspath $(CLIENT_VENV))/bin/python $(PY) -m pytest -q -n auto --dist loadfile
 
 clean:
 	rm -rf build .pytest_cache
