@@ -223,10 +223,11 @@ def timed(fn, *args) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - t0
 
 
-def init_worker() -> None:
+def init_worker(audio_too: bool = True) -> None:
     """Initializer of a CPU preprocessing process (the pool's workers, the server's front ends, the
     plain baseline server's):
-    one core per worker, and librosa's first-call caches built before any request.
+    one core per worker, and (`audio_too`) librosa's first-call caches built before any request:
+    ~4 s of imports, which a process serving no audio model leaves to `warm_audio` when one comes.
 
     One core means one thread in every native pool too. NumPy's OpenBLAS starts a thread per core in
     every process, and librosa's mel filterbank product (an `einsum` lowered to sgemm) wakes them:
@@ -234,6 +235,14 @@ def init_worker() -> None:
     workers (figures: docs/benchmarks.md, Preprocessing).
     """
     cv2.setNumThreads(1)
+    if audio_too:
+        warm_audio()
+    else:
+        threadpool_limits(limits=1)
+
+
+def warm_audio() -> None:
+    """librosa's first-call caches, then one thread in every native pool loaded so far."""
     audio(np.zeros(8000, dtype=np.float32), 8000)
     # after the warm-up call, which loads librosa's BLAS and OpenMP libraries: the cap applies
     # to the libraries loaded so far

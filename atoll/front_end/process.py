@@ -131,6 +131,7 @@ class _Changes:
         try:
             match message.change:
                 case AddModel(spec=spec, arenas=arenas):
+                    await self.front_end.warm_for(spec)
                     self.front_end.add_model(spec, arenas.get(self.index))  # none for an ensemble
                 case RetireModel(name=name):
                     await self.front_end.retire_model(name, self.timeout_s)

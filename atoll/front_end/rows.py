@@ -130,7 +130,10 @@ class FrontEnd:
             audio_norm_cus=p.audio_norm_cus, manifest=p.manifest, cu_timeout_s=p.cu_timeout_ms / 1000,
             max_image_dim=p.max_image_dim, max_jpeg_scans=p.max_jpeg_scans, resize_short=p.resize_short,
             crop=p.crop, fp16=p.fp16, max_audio_seconds=p.max_audio_seconds, cu_share=(setup.index, setup.count))  # fmt: skip
-        cpu_backend.init_worker()  # the first requests must not pay for librosa's caches
+        # the first requests must not pay for librosa's caches: built now if an audio model is
+        # served, else when one is added (`warm_for`)
+        self.audio_warm = any(spec.preprocess == "audio" for spec in self.models.values())
+        cpu_backend.init_worker(audio_too=self.audio_warm)
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
@@ -149,6 +152,12 @@ class FrontEnd:
         # slots kept for real-time rows: one real-time request of the model always fits
         slots = self.slots[spec.key] = SlotAllocator(SlotArena.attach(arena), max(spec.max_batch_size, 1))
         self._by_arena[slots.arena.name] = slots
+
+    async def warm_for(self, spec: ModelSpec) -> None:
+        """Before `spec` is added: librosa's caches if it is the first audio model here (off the loop)."""
+        if spec.preprocess == "audio" and not self.audio_warm:
+            await asyncio.to_thread(cpu_backend.warm_audio)
+            self.audio_warm = True
 
     def add_model(self, spec: ModelSpec, arena: str | None) -> None:
         if arena is not None:  # an ensemble has none: its steps' models make its rows
