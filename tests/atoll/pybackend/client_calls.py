@@ -119,13 +119,16 @@ out["broken"] = error_of(lambda: http.infer("broken", tensors(httpclient, {"MODE
 out["composing"] = {m: http.get_inference_statistics(m)["model_stats"][0]["inference_stats"]["success"]["count"]
                     for m in ("pipeline", "scale", "pair", "topk")}
 def killed(pid):
-    """Kill the idle instance `pid` and wait until it is gone (or a zombie its supervisor has not reaped)."""
+    """Kill the idle instance `pid` and wait until it is gone (or a zombie its supervisor has not
+    reaped). A zombie whose other threads are still exiting is not gone yet: its parent cannot reap
+    it and its pipes are still open, so a request sent then reaches it as it dies."""
     os.kill(pid, signal.SIGKILL)
     for _ in range(1000):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            if status["State"].split()[0] == "Z" and int(status["Threads"]) <= 1:
+                return
         except FileNotFoundError:
             return
         time.sleep(0.01)
