@@ -3,11 +3,14 @@ code runs: one POST route answering a few bytes once the body is read, on Atoll'
 (`edge.HttpServer`) and on aiohttp, and a grpc.aio unary method doing the same. The figure is the
 server's CPU-ms per request for a 110 KB body and a 602 KB tensor, driven in closed loop from a
 process of its own as `atoll bench serve` drives Atoll. `atoll-refusal` is Atoll's HTTP server
-refusing every request at admission: what Atoll adds to a refusal. Servers run with `atoll serve`'s
+refusing every request at admission: what Atoll adds to a refusal; `atoll-answer` the same server
+answering each request with the model's output from a front end that has it at once: what the
+front end's loop spends on a served request beside its rows (edge, routes, admission, timeout,
+metrics, the answer's encoding). Servers run with `atoll serve`'s
 glibc heap settings (`supervisor.process_settings.HEAP_TUNING`), without which a body of 128 KB or more is a fresh
 mmap whose page faults cost more than the protocol. Figures: docs/benchmarks.md, docs/http-edge.md.
 
-Usage: python tools/protocol_floor.py [--seconds 8] [--out bench/results/protocol_floor_cpu.json]
+Usage: python tools/protocol_floor.py [--seconds 8] [--case atoll-answer ...] [--out bench/results/protocol_floor_cpu.json]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import aiohttp
 import grpc
 import httptools
+import numpy as np
 from aiohttp import web
 
 from atoll.bench.bodies import infer_body
@@ -38,6 +42,7 @@ from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpResponse, Routes
+from atoll.kserve.datatypes import DTYPES
 from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.shm_registry import Regions
 from atoll.observe.metrics import Metrics
@@ -69,15 +74,20 @@ def _infer_request() -> tuple[bytes, dict[str, str]]:
     return infer_body("image", [jpeg_bytes(640, 480, seed=1)])
 
 
-def _refusing_server():
-    """Atoll's HTTP server whose admission refuses everything: each priority's one place is taken."""
+def _atoll_server(refusing: bool):
+    """Atoll's HTTP server over a front end that answers each request at once with the model's
+    output (zeros); `refusing`: its admission refuses everything (each priority's one place taken)."""
 
     class FrontEnd:
         models = {MODEL: load_repository(str(demo_repository()))[MODEL]}
+        outputs = {t.name: np.zeros((1, *t.dims), DTYPES[t.datatype]) for t in models[MODEL].outputs}
 
-    endpoints = Endpoints(FrontEnd(), Metrics(), Regions(), max_pending=1, timeout_s=2.0)
+        async def infer(self, spec, request, priority, deadline):
+            return self.outputs
+
+    endpoints = Endpoints(FrontEnd(), Metrics(), Regions(), max_pending=1 if refusing else 0, timeout_s=2.0)
     endpoints.ready = True
-    for admission in endpoints.admission.values():
+    for admission in endpoints.admission.values() if refusing else ():
         admission.started(time.monotonic())
     return InferenceServer(endpoints, endpoints.metrics).http(64 << 20, HttpConnections(CONNECTIONS * 4))
 
@@ -106,7 +116,7 @@ def _serve(protocol: str, port: int, ready) -> None:
             routes.add("POST", PATH, answer)
             server = HttpServer(routes, BodyLimits(1 << 30, 30.0), HttpConnections(CONNECTIONS * 4))
         else:
-            server = _refusing_server()
+            server = _atoll_server(refusing=protocol == "atoll-refusal")
 
         async def main() -> None:
             await server.listen("127.0.0.1", port)
@@ -138,7 +148,7 @@ async def _drive(protocol: str, port: int, size: int, seconds: float) -> int:
         if protocol in ("http", "aiohttp"):
             request, expected = client.request(PATH, body, {"Content-Type": "application/octet-stream"}), 200
         else:
-            request, expected = client.request(PATH, *_infer_request()), 503
+            request, expected = client.request(PATH, *_infer_request()), 503 if protocol == "atoll-refusal" else 200
 
         async def send() -> None:
             assert await client.send(request) == expected
@@ -202,16 +212,20 @@ def measure(protocol: str, size: int, seconds: float) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=8.0, help="closed-loop seconds per measurement (default 8)")
+    p.add_argument("--case", action="append", default=[], metavar="PROTOCOL",
+                   help="measure only these rows (http, aiohttp, grpc, atoll-refusal, atoll-answer; repeatable)")
     p.add_argument("--out", type=Path, default=Path("bench/results/protocol_floor_cpu.json"))
     args = p.parse_args()
 
     os.environ.update(HEAP_TUNING)  # the servers run with the glibc settings `atoll serve` gives its front ends
     rows = []
     cases = [*((name, protocol) for name in SIZES for protocol in ("http", "aiohttp", "grpc")),
-             ("infer_request", "atoll-refusal")]  # fmt: skip
+             ("infer_request", "atoll-refusal"), ("infer_request", "atoll-answer")]  # fmt: skip
     for name, protocol in cases:
+        if args.case and protocol not in args.case:
+            continue
         row = {"body": name, **measure(protocol, SIZES.get(name, 0), args.seconds)}
-        if protocol == "atoll-refusal":
+        if protocol.startswith("atoll-"):
             row["body_bytes"] = len(_infer_request()[0])
         print(f"{protocol:>13} {name:>13}: {row['requests_per_s']:8.1f} req/s, "
               f"{row['server_cpu_ms_per_request']:.3f} server CPU-ms a request", file=sys.stderr)

@@ -225,7 +225,8 @@ class Endpoints:
             else:
                 running = (self.front_end.infer(spec, request, priority, deadline) if streamed is None
                            else self.front_end.infer(spec, request, priority, deadline, streamed))  # fmt: skip
-            outputs = await asyncio.wait_for(running, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # this task's own timer: no task of its own per request
+                outputs = await running
             answer = [] if on_response is not None else [self._output(spec, out, params, outputs[out])
                                                          for out, params in wanted]  # fmt: skip
         except (ProtocolError, MediaError, PreprocessError, ValueError) as exc:
@@ -272,11 +273,10 @@ class Endpoints:
         rates = [rate for admission in self.admission.values() if (rate := admission.rate) is not None]
         return sum(rates) if rates else None
 
-    def refused_now(self, name: str, version: str | None, parameters: dict) -> Refused | None:
-        """The 503 a request of model `name` with these `parameters` gets at once under overload
-        (counted as `infer` counts its refusals), or None, when `infer` is to decide: it is
-        admitted, or it gets another error."""
-        spec = self.find(name, version)
+    def refused_now(self, spec: ModelSpec | None, parameters: dict) -> Refused | None:
+        """The 503 a request of `spec` (as `find` gives it) with these `parameters` gets at once
+        under overload (counted as `infer` counts its refusals), or None, when `infer` is to
+        decide: it is admitted, or it gets another error."""
         if spec is None or not self.ready:
             return None
         try:
@@ -287,10 +287,10 @@ class Endpoints:
             return exc
         return None
 
-    def refused_input(self, name: str, version: str | None, heads: list[InputHead]) -> ApiError | None:
-        """The 400 a request of model `name` gets from its inputs' fields alone, before their data
-        (counted as `infer` counts its refusals), or None, when `infer` is to decide."""
-        spec = self.find(name, version)
+    def refused_input(self, spec: ModelSpec | None, heads: list[InputHead]) -> ApiError | None:
+        """The 400 a request of `spec` (as `find` gives it) gets from its inputs' fields alone,
+        before their data (counted as `infer` counts its refusals), or None, when `infer` is to
+        decide."""
         if spec is None:
             return None
         try:

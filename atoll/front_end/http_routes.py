@@ -161,14 +161,17 @@ class InferenceServer:
         do not fit the model (400), or, where they hold the whole JSON header of a binary-extension
         request, an overload (503). The rest of the body is then dropped as it arrives, never
         gathered nor parsed (`edge.Connection`)."""
-        model, version = request.params["model"], request.params.get("version")
+        spec = self.endpoints.find(request.params["model"], request.params.get("version"))
         try:
             length = _header_length(request)
-            seen = _prefix_skeleton(bytes(prefix), length)
-            refusal = self.endpoints.refused_input(model, version, [
+            whole = length is not None and length <= len(prefix)
+            seen = _prefix_skeleton(bytes(prefix[:length] if whole else prefix), length)
+            if whole:  # the whole JSON header: `infer` reads its parameters from it, not again
+                request.seen = seen
+            refusal = self.endpoints.refused_input(spec, [
                 input_head(fields) for fields in seen.inputs or () if {"name", "datatype", "shape"} <= fields.keys()])
-            if refusal is None and length is not None and length <= len(prefix):
-                refusal = self.endpoints.refused_now(model, version, request_parameters(seen.fields))
+            if refusal is None and whole:
+                refusal = self.endpoints.refused_now(spec, request_parameters(seen.fields))
         except ProtocolError:
             return None  # `infer` answers it
         return None if refusal is None else api_error(refusal)
@@ -204,8 +207,9 @@ class _InferBody:
         self._skeleton: Skeleton | None = None
 
     async def parameters(self) -> dict:
-        steps = request_skeleton(self.request.body, _header_length(self.request))
-        self._skeleton = await self._run(steps)
+        self._skeleton = self.request.seen
+        if self._skeleton is None:
+            self._skeleton = await self._run(request_skeleton(self.request.body, _header_length(self.request)))
         return request_parameters(self._skeleton.fields)
 
     def _check(self, skeleton: Skeleton, heads) -> None:

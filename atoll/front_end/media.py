@@ -83,7 +83,9 @@ def read_wav(data: bytes, max_seconds: float = 30.0) -> tuple[np.ndarray, int]:
 
 def pad_stack(arrays: list[np.ndarray]) -> np.ndarray:
     """Stack rows along a new batch axis, zero-padding each axis to the longest row's (the audio
-    features or outputs of a request with clips of several lengths)."""
+    features or outputs of a request with clips of several lengths). Always a copy."""
+    if len(arrays) == 1:  # most requests: np.stack's checks cost more than the copy
+        return arrays[0][np.newaxis].copy()
     if all(a.shape == arrays[0].shape for a in arrays):
         return np.stack(arrays)
     out = np.zeros((len(arrays), *np.max([a.shape for a in arrays], axis=0)), dtype=arrays[0].dtype)

@@ -9,6 +9,7 @@ lookup and a few comparisons, not a scan of regular expressions.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -23,10 +24,11 @@ class HttpRequest:
     """A request whose head and body have arrived. `headers` are keyed in lower case; `params` are
     the route's captures (`match_info`); `handler` and `early` are its route's (`Routes.resolve`),
     or `handler` the 404 or 405 it gets; `held` is its share of the body budget; `keep_alive`:
-    the client keeps the connection open after it."""
+    the client keeps the connection open after it; `seen`: what `early` read of the body that its
+    handler may use instead of reading it again (None: nothing)."""
 
     __slots__ = ("method", "path", "query", "headers", "body", "connection", "params", "handler", "early", "held",
-                 "keep_alive")  # fmt: skip
+                 "keep_alive", "seen")  # fmt: skip
 
     def __init__(self, method: str, path: str, query: str, headers: dict[str, str], connection=None):
         self.method = method
@@ -40,6 +42,7 @@ class HttpRequest:
         self.early: Early | None = None
         self.held = 0
         self.keep_alive = True
+        self.seen = None
 
     @property
     def remote(self) -> str:
@@ -62,14 +65,17 @@ class HttpResponse:
 
     def encode(self, keep_alive: bool, with_body: bool = True) -> bytes:
         """The status line, the headers and (unless answering HEAD) the body."""
-        lines = [f"HTTP/1.1 {self.status} {_PHRASES.get(self.status, 'Unknown')}",
-                 f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}"]
+        head = _head_start(self.status, self.content_type) + f"Content-Length: {len(self.body)}\r\n".encode()
         if self.headers:
-            lines.extend(f"{name}: {value}" for name, value in self.headers.items())
-        if not keep_alive:
-            lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            head += "".join(f"{name}: {value}\r\n" for name, value in self.headers.items()).encode("latin-1")
+        head += b"\r\n" if keep_alive else b"Connection: close\r\n\r\n"
         return head + self.body if with_body and self.body else head
+
+
+@functools.lru_cache(maxsize=64)
+def _head_start(status: int, content_type: str) -> bytes:
+    """An answer's status line and Content-Type, made once per pair (every answer sends them)."""
+    return f"HTTP/1.1 {status} {_PHRASES.get(status, 'Unknown')}\r\nContent-Type: {content_type}\r\n".encode("latin-1")
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpResponse:

@@ -1,0 +1,53 @@
+"""When `atoll bench rt`'s real-time clients send: periodic at their envelopes' rates, and either all
+released together at the start of every cycle (`critical`, the default) or each from a random phase.
+
+An analysis' bound is useful only if some arrival pattern the envelopes allow comes near it. At one
+FIFO stage the worst case for burst-1 envelopes is every model's row arriving at once (the critical
+instant: Liu and Layland, JACM 1973, Theorem 1, for periodic tasks; the busy period from zero in
+`scheduler/rt_analysis.py`). With random phases the clients keep their relative offsets for the
+whole run and may never meet; released together, they meet at the start of every cycle.
+
+A cycle is the rates' hyperperiod (the least common multiple of the periods: 100 ms for 120, 80 and
+50 requests a second), in which each client sends `rate x hyperperiod` times at its period. A send
+is never closer to the client's previous one than a period, so a late wake-up delays the sends after
+it; each cycle is stretched by `SLACK` of it so that such a delay is absorbed before the next
+cycle's common start instead of carrying the clients apart. The clients thus send at
+1 / (1 + SLACK) of their rates: within their envelopes, 5 % below.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from itertools import count
+
+SLACK = 0.05
+RELEASES = ("critical", "random")
+
+
+def hyperperiod(rates) -> float:
+    """The least common multiple of the periods 1 / rate: 1 / gcd of the rates (as fractions)."""
+    fractions = [Fraction(r).limit_denominator(1000) for r in rates]
+    numerator = math.gcd(*(f.numerator for f in fractions))
+    denominator = math.lcm(*(f.denominator for f in fractions))
+    return float(Fraction(denominator, numerator))
+
+
+def grid(rate: float, cycle_s: float, start: float, slack: float):
+    """The times a client at `rate` is due: `round(rate x cycle_s)` sends at its period from each
+    cycle's start, cycles `cycle_s x (1 + slack)` apart."""
+    period, per_cycle = 1.0 / rate, max(1, round(rate * cycle_s))
+    for c in count():
+        base = start + c * cycle_s * (1.0 + slack)
+        for j in range(per_cycle):
+            yield base + j * period
+
+
+def sends(rate: float, cycle_s: float, start: float, release: str, phase: float):
+    """A client's grid: released at `start` with the others (`critical`), or from `start + phase`
+    with no slack (`random`, the phase drawn by the caller in [0, period))."""
+    if release == "critical":
+        return grid(rate, cycle_s, start, SLACK)
+    if release == "random":
+        return grid(rate, cycle_s, start + phase, 0.0)
+    raise ValueError(f"release must be one of {RELEASES}, not {release!r}")

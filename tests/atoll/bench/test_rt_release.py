@@ -1,0 +1,40 @@
+"""`atoll bench rt`'s release schedule: clients released together every cycle, within their envelopes."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import pytest
+
+from atoll.bench.rt_release import SLACK, hyperperiod, sends
+
+
+def test_the_cycle_is_the_periods_least_common_multiple():
+    assert hyperperiod([120, 80, 50]) == pytest.approx(0.1)
+    assert hyperperiod([360, 80, 50, 20]) == pytest.approx(0.1)  # the enforcement phase's rates
+    assert hyperperiod([500, 300, 200, 100]) == pytest.approx(0.01)
+    assert hyperperiod([2.5, 4]) == pytest.approx(2.0)
+
+
+def test_released_together_the_clients_meet_at_every_cycles_start():
+    rates, cycle = (120, 80, 50), hyperperiod([120, 80, 50])
+    due = {r: list(islice(sends(r, cycle, 10.0, "critical", phase=0.003), 3 * round(r * cycle))) for r in rates}
+    for c in range(3):
+        starts = [due[r][c * round(r * cycle)] for r in rates]
+        assert starts == pytest.approx([10.0 + c * cycle * (1 + SLACK)] * len(rates))
+    for r, times in due.items():
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert min(gaps) == pytest.approx(1 / r)  # never faster than the envelope
+        assert max(gaps) == pytest.approx(1 / r + cycle * SLACK)  # the slack between cycles
+        assert len(times) / (times[-1] + 1 / r + cycle * SLACK - times[0]) == pytest.approx(r / (1 + SLACK))
+
+
+def test_random_phases_keep_the_rate_and_have_no_slack():
+    times = list(islice(sends(80, 0.1, 0.0, "random", phase=0.004), 24))
+    assert times[0] == pytest.approx(0.004)
+    assert [b - a for a, b in zip(times, times[1:])] == pytest.approx([1 / 80] * 23)
+
+
+def test_an_unknown_release_is_refused():
+    with pytest.raises(ValueError, match="critical"):
+        sends(80, 0.1, 0.0, "sometimes", phase=0.0)
