@@ -7,8 +7,9 @@ beside best-effort load that saturates the vGPU.
    so admitted then runs `--calibrate-s` at its envelopes to calibrate the blocking, and the
    candidates are admitted again with it.
 3. `admitted`: the admitted models' clients send at their declared envelopes (periodic at the
-   declared rate, random phases, never faster) beside closed-loop best-effort clients on every BE
-   stream, until `--requests` real-time requests have been sent; per model: bound, observed max
+   declared rate, never faster, released together every cycle or from random phases:
+   atoll/bench/rt_release.py) beside closed-loop best-effort clients on every BE stream, until
+   `--requests` real-time requests have been sent; per model: bound, observed max
    and p99.9, deadline misses.
 4. `enforcement`: the same, plus a client sending at `OVER_RATE` times its envelope and a model
    whose program outgrew its profile (declared with a smaller model's WCET): their excess is
@@ -47,7 +48,8 @@ from atoll.bench.harness import (
     pin_cpu_vgpu,
     random_inputs,
 )
-from atoll.bench.rt_wcet import StallProbe, be_loop, measure
+from atoll.bench.rt_release import RELEASES, SLACK, hyperperiod, sends
+from atoll.bench.rt_wcet import StallProbe, be_loop, blocking_beyond_stalls, measure
 
 # Real-time models: small CNNs (width, depth, input side), from a few hundred us to a few ms on a
 # CPU vGPU, so that 100,000 requests fit in minutes.
@@ -100,6 +102,9 @@ def register(subparsers) -> None:
     p.add_argument("--probes", type=int, default=400,
                    help="real-time requests per model preempting the BE load, for the blocking")
     p.add_argument("--margin", type=float, default=1.25, help="WCET = measured maximum x margin")
+    p.add_argument("--release", choices=RELEASES, default="critical",
+                   help="real-time clients released together every cycle, the analysis' worst case "
+                        "(critical, default), or each from a random phase")
     p.add_argument("--policy", default="reset", choices=("reset", "reef"), help="scheduler policy")
     p.add_argument("--cpu-cores", type=int, default=1, help="cores the CPU vGPU owns (see disb)")
     p.add_argument("--rt-fifo", type=int, default=RT_FIFO,
@@ -151,6 +156,7 @@ class Tally:
     refused: int = 0
     failed: int = 0
     response_s: list = field(default_factory=list)  # real-time rows: arrival at the vGPU .. answer
+    arrival_s: list = field(default_factory=list)  # ... and when each arrived
     outstanding: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Condition = None
@@ -167,6 +173,7 @@ class Tally:
                     self.failed += 1
                 else:
                     self.response_s.append(r.end_s - r.arrival_s)
+                    self.arrival_s.append(r.arrival_s)
             self.outstanding -= 1
             self.done.notify_all()
         if real_time and r is not None and guard is not None:
@@ -178,9 +185,12 @@ class Tally:
 
 
 def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, inputs: dict, be: dict,
-              guard: RtGuard | None, duration: float, seed: int, over_rate: dict | None = None) -> dict:
+              guard: RtGuard | None, duration: float, seed: int, over_rate: dict | None = None,
+              release: str = "critical") -> dict:
     """One phase on a fresh scheduler: a Tally per model, BE completions, seconds."""
     over_rate = over_rate or {}
+    rates = {c.model: c.rate_per_s * over_rate.get(c.model, 1.0) for c in clients}
+    cycle_s = hyperperiod(rates.values()) if rates else 0.0
     ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, policy, be_streams=len(be))
     for c in clients:
@@ -199,8 +209,9 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         stop_at = start + duration
         threads = [threading.Thread(target=be_loop, args=(reef, n, inputs[n], stop_at, be_done)) for n in be]
         threads += [threading.Thread(target=_rt_client, args=(
-            reef, guard, c, c.rate_per_s * over_rate.get(c.model, 1.0), inputs[c.model], start, stop_at,
-            np.random.default_rng(rng.integers(1 << 30)), tallies[c.model])) for c in clients]  # fmt: skip
+            reef, guard, c, rates[c.model], inputs[c.model],
+            sends(rates[c.model], cycle_s, start, release, rng.uniform(0, 1.0 / rates[c.model])), stop_at,
+            tallies[c.model])) for c in clients]  # fmt: skip
         with StallProbe() as probe:
             for t in threads:
                 t.start()
@@ -210,17 +221,20 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
             tally.wait()  # every answer before the scheduler stops
     dev.close()
     return {"tallies": tallies, "be_done": sum(be_done.values()), "seconds": duration, "guard": guard,
-            "stalls": probe.summary(), "max_stall_s": probe.max_late_s}
+            "stalls": probe.summary(), "max_stall_s": probe.max_late_s, "probe": probe}
 
 
-def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, start: float, stop_at: float,
-               rng, tally: Tally) -> None:
-    """Periodic at `rate` from a random phase, never two sends closer than 1 / rate (a late
-    wake-up delays the next send rather than bunching them)."""
+def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, due, stop_at: float,
+               tally: Tally) -> None:
+    """Sends at the times `due` yields, never two closer than 1 / rate (a late wake-up delays the
+    sends after it rather than bunching them)."""
     prioritise_this_thread(Priority.RT)
     clock, period = reef.clock, 1.0 / rate
-    t = start + rng.uniform(0, period)
-    while t < stop_at:
+    last = -math.inf
+    for t in due:
+        t = max(t, last + period)
+        if t >= stop_at:
+            break
         delay = t - clock()
         if delay > 0:
             time.sleep(delay)
@@ -235,7 +249,7 @@ def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, s
             real_time = verdict is Verdict.RT
             future = reef.submit(c.model if real_time else f"{c.model}~be", inputs)
             future.add_done_callback(lambda f, rt=real_time: tally.answered(f, guard, c.model, rt))
-        t = max(t, now) + period
+        last = now
 
 
 def summarise(phase: dict, deadlines: dict, bounds: dict[str, Bound]) -> dict:
@@ -292,15 +306,15 @@ def run(args) -> int:
     # stalls (throttling, the interpreter lock held by a preempted BE thread) peak with the
     # real-time load: the set admitted so far runs at its envelopes for --calibrate-s, with the
     # stall probe; the platform's stall is the largest it saw in either, and the blocking at least
-    # the most any response exceeded every model's measured run by together (which may hold a
-    # stall as well: counted in both, the safe side).
+    # the most any response exceeded every model's measured run by together, less the stall seen
+    # during it (the analysis adds the largest stall: see rt_wcet.blocking_beyond_stalls).
     calibration = run_phase(kind, args.policy, admitted, programs, inputs, be, None, args.calibrate_s,
-                            args.seed + 3) if admitted and args.calibrate_s > 0 else None  # fmt: skip
+                            args.seed + 3, release=args.release) if admitted and args.calibrate_s > 0 else None  # fmt: skip
     together = sum(m.observed_max_s[1] for n, m in profile.models.items() if n in programs)
     if calibration:
         stall_seen = max(stall_seen, calibration["max_stall_s"])
-        worst = max(max(t.response_s, default=0.0) for t in calibration["tallies"].values())
-        calibrated = max(0.0, worst - together) * args.margin
+        windows = [(a, a + r) for t in calibration["tallies"].values() for a, r in zip(t.arrival_s, t.response_s)]
+        calibrated = blocking_beyond_stalls(windows, together, calibration["probe"]) * args.margin
     else:
         calibrated = 0.0
     blocking, stall = max(probed, calibrated), stall_seen * args.margin
@@ -320,14 +334,15 @@ def run(args) -> int:
         return g
 
     rate = sum(c.rate_per_s for c in admitted)
-    # Clients never send faster than their envelopes and a late wake-up delays the rest: 8 % more
-    # time than the rates alone need, so that --requests are sent.
-    duration = 1.08 * args.requests / rate if rate else 0.0
+    # Clients never send faster than their envelopes, a late wake-up delays the rest, and cycles have
+    # their slack: 8 % more time than the rates and the slack alone need, so that --requests are sent.
+    duration = 1.08 * (1 + SLACK) * args.requests / rate if rate else 0.0
     print(f"bench rt: admitted {[c.model for c in admitted]}, refused {list(refused)}; "
           f"{args.requests} requests take {duration:.0f} s", file=sys.stderr)
     if admitted:
         phases["admitted"] = summarise(run_phase(kind, args.policy, admitted, programs, inputs, be,
-                                                 guard_for(admitted), duration, args.seed), deadlines, bounds)
+                                                 guard_for(admitted), duration, args.seed, release=args.release),
+                                       deadlines, bounds)  # fmt: skip
         # Enforcement: the first admitted model's client at OVER_RATE x its envelope, and a model
         # declared with OVERRUN[0]'s WCET that runs OVERRUN[1]'s program.
         liar_as, liar_runs, liar_rate = OVERRUN
@@ -343,7 +358,7 @@ def run(args) -> int:
         if line is None:  # admitted on its declared WCET, as an outdated profile would have it
             phases["enforcement"] = summarise(run_phase(
                 kind, args.policy, clients, programs_e, inputs_e, be, guard_for(clients, declared),
-                args.enforce_s, args.seed + 1, over_rate={admitted[0].model: OVER_RATE}),
+                args.enforce_s, args.seed + 1, over_rate={admitted[0].model: OVER_RATE}, release=args.release),
                 deadlines_e, bounds_e)  # fmt: skip
             phases["enforcement"]["over_rate"] = {"model": admitted[0].model, "factor": OVER_RATE}
             phases["enforcement"]["overrun"] = {"model": liar.model, "declared_as": liar_as, "runs": liar_runs}
@@ -351,7 +366,7 @@ def run(args) -> int:
             phases["enforcement"] = {"skipped": f"the overrunning model was refused at admission: {line}"}
     forced = bounds_of(list(candidates), profile, blocking, stall)
     phases["admission_off"] = summarise(run_phase(kind, args.policy, list(candidates), programs, inputs, be, None,
-                                                  args.contrast_s, args.seed + 2),
+                                                  args.contrast_s, args.seed + 2, release=args.release),
                                         deadlines, forced)  # fmt: skip
     admitted_phase = phases.get("admitted", {}).get("models", {})
     acceptance = {  # the analysis safe (every response within its bound) and useful (bound <= 2x the maximum)
@@ -370,6 +385,7 @@ def run(args) -> int:
     out = {
         "device": description,
         "policy": args.policy,
+        "release": args.release,
         "analysis": "FIFO stage with blocking and the platform's stall, scheduler/rt_analysis.py; blocking "
                     "measured beside the BE load, stall by a stall probe (scheduler/rt_profile.py)",
         "blocking_ms": round(blocking * 1e3, 3),

@@ -17,7 +17,7 @@ from gpu_runtime.priority import Priority
 from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
-from atoll.bench.rt_wcet import StallProbe, on_thread
+from atoll.bench.rt_wcet import StallProbe, blocking_beyond_stalls, on_thread
 from atoll.bench.slot_runs import BatchRows, load_for_rows
 from atoll.supervisor.model_batching import batch_spec
 
@@ -45,12 +45,16 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
 
 
 def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, name, dims) -> tuple[ModelWcet, float]:
-    def timed(b, priority=Priority.RT) -> float:
+    def window(b, priority=Priority.RT) -> tuple[float, float]:
         rows = rt_rows if priority is Priority.RT else be_rows
         rows.write({name: rng.standard_normal((b, *dims)).astype(np.float32)})  # as a front end writes them
         start = time.perf_counter()
         rows.run(priority)
-        return time.perf_counter() - start
+        return start, time.perf_counter()
+
+    def timed(b, priority=Priority.RT) -> float:
+        start, end = window(b, priority)
+        return end - start
 
     def alone() -> dict[int, list[float]]:
         out = {b: [] for b in batches}
@@ -76,12 +80,12 @@ def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, 
     loop.start()
     try:
         with probe:
-            beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or timed(1)
+            beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or window(1)
                                                      for _ in range(probes)])  # fmt: skip
     finally:
         stop.set()
         loop.join()
-    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin
+    blocking = blocking_beyond_stalls(beside, statistics.median(times[min(batches)]), probe) * margin
     preprocess = preprocess_s(spec) * margin
     observed = {b: max(v) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking
