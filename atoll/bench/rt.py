@@ -210,8 +210,8 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
         threads = [threading.Thread(target=be_loop, args=(reef, n, inputs[n], stop_at, be_done)) for n in be]
         threads += [threading.Thread(target=_rt_client, args=(
             reef, guard, c, rates[c.model], inputs[c.model],
-            sends(rates[c.model], cycle_s, start, release, rng.uniform(0, 1.0 / rates[c.model])), stop_at,
-            tallies[c.model])) for c in clients]  # fmt: skip
+            sends(rates[c.model], cycle_s, start, release, rng.uniform(0, 1.0 / rates[c.model]), (k, len(clients))),
+            stop_at, tallies[c.model])) for k, c in enumerate(clients)]  # fmt: skip
         with StallProbe() as probe:
             for t in threads:
                 t.start()

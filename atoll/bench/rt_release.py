@@ -7,6 +7,12 @@ instant: Liu and Layland, JACM 1973, Theorem 1, for periodic tasks; the busy per
 `scheduler/rt_analysis.py`). With random phases the clients keep their relative offsets for the
 whole run and may never meet; released together, they meet at the start of every cycle.
 
+Which row is served last at such an instant decides whose response holds the others' runs: the
+analysis bounds each model's row as the last of them. Released at one time, the clients would wake
+in the order they went to sleep (the one with the longest period first, every cycle), so one model
+would always be last and another never. Each cycle one client, in turn, is released `LAST_BY`
+after the others, so every model is measured in the analysis' worst case a cycle in n.
+
 A cycle is the rates' hyperperiod (the least common multiple of the periods: 100 ms for 120, 80 and
 50 requests a second), in which each client sends `rate x hyperperiod` times at its period. A send
 is never closer to the client's previous one than a period, so a late wake-up delays the sends after
@@ -22,6 +28,7 @@ from fractions import Fraction
 from itertools import count
 
 SLACK = 0.05
+LAST_BY = 100e-6  # the cycle's last client behind the others: past a VM's wake-up jitter, short beside a run
 RELEASES = ("critical", "random")
 
 
@@ -33,21 +40,25 @@ def hyperperiod(rates) -> float:
     return float(Fraction(denominator, numerator))
 
 
-def grid(rate: float, cycle_s: float, start: float, slack: float):
+def grid(rate: float, cycle_s: float, start: float, slack: float, turn: tuple[int, int] = (0, 1),
+         last_by: float = 0.0):
     """The times a client at `rate` is due: `round(rate x cycle_s)` sends at its period from each
-    cycle's start, cycles `cycle_s x (1 + slack)` apart."""
+    cycle's start, cycles `cycle_s x (1 + slack)` apart; client `turn[0]` of `turn[1]` (> 1) starts
+    every `turn[1]`-th cycle (from its `turn[0]`-th) `last_by` late."""
     period, per_cycle = 1.0 / rate, max(1, round(rate * cycle_s))
+    k, n = turn
     for c in count():
-        base = start + c * cycle_s * (1.0 + slack)
+        base = start + c * cycle_s * (1.0 + slack) + (last_by if n > 1 and c % n == k else 0.0)
         for j in range(per_cycle):
             yield base + j * period
 
 
-def sends(rate: float, cycle_s: float, start: float, release: str, phase: float):
-    """A client's grid: released at `start` with the others (`critical`), or from `start + phase`
-    with no slack (`random`, the phase drawn by the caller in [0, period))."""
+def sends(rate: float, cycle_s: float, start: float, release: str, phase: float, turn: tuple[int, int] = (0, 1)):
+    """A client's grid: released at `start` with the others, client `turn[0]` of `turn[1]` last in
+    its cycles (`critical`), or from `start + phase` with no slack (`random`, the phase drawn by
+    the caller in [0, period))."""
     if release == "critical":
-        return grid(rate, cycle_s, start, SLACK)
+        return grid(rate, cycle_s, start, SLACK, turn, LAST_BY)
     if release == "random":
         return grid(rate, cycle_s, start + phase, 0.0)
     raise ValueError(f"release must be one of {RELEASES}, not {release!r}")

@@ -6,7 +6,7 @@ from itertools import islice
 
 import pytest
 
-from atoll.bench.rt_release import SLACK, hyperperiod, sends
+from atoll.bench.rt_release import LAST_BY, SLACK, hyperperiod, sends
 
 
 def test_the_cycle_is_the_periods_least_common_multiple():
@@ -38,3 +38,15 @@ def test_random_phases_keep_the_rate_and_have_no_slack():
 def test_an_unknown_release_is_refused():
     with pytest.raises(ValueError, match="critical"):
         sends(80, 0.1, 0.0, "sometimes", phase=0.0)
+
+
+def test_each_client_in_turn_is_released_last():
+    """Released at one time, the clients wake in the order they slept: the analysis' worst case
+    (a row served after every other) is given to each model a cycle in n instead."""
+    cycle, rates = 0.1, (120, 80, 50)
+    firsts = {k: list(islice(sends(r, cycle, 0.0, "critical", 0.0, (k, 3)), 0, 6 * round(r * cycle), round(r * cycle)))
+              for k, r in enumerate(rates)}  # fmt: skip
+    for c in range(6):
+        base = c * cycle * (1 + SLACK)
+        late = [k for k in firsts if firsts[k][c] > base + 1e-9]
+        assert late == [c % 3] and firsts[c % 3][c] == pytest.approx(base + LAST_BY)
