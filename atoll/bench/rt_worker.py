@@ -17,7 +17,7 @@ from gpu_runtime.priority import Priority
 from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
-from atoll.bench.rt_wcet import StallProbe, blocking_beyond_stalls, on_thread
+from atoll.bench.rt_wcet import StallProbe, beyond_stalls, blocking_beyond_stalls, on_thread
 from atoll.bench.slot_runs import BatchRows, load_for_rows
 from atoll.supervisor.model_batching import batch_spec
 
@@ -52,29 +52,26 @@ def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, 
         rows.run(priority)
         return start, time.perf_counter()
 
-    def timed(b, priority=Priority.RT) -> float:
-        start, end = window(b, priority)
-        return end - start
-
-    def alone() -> dict[int, list[float]]:
+    def alone() -> dict[int, list[tuple[float, float]]]:
         out = {b: [] for b in batches}
         last = 0.0
         for _ in range(runs):
             for b in batches:
                 time.sleep(rng.uniform(1.0, 3.0) * last)  # see the module docstring
-                last = timed(b)
-                out[b].append(last)
+                start, end = window(b)
+                last = end - start
+                out[b].append((start, end))
         return out
 
     for b in batches:
-        timed(b)  # warm-up
+        window(b)  # warm-up
     with probe:
         times = on_thread(Priority.RT, alone)
     stop = threading.Event()
 
     def best_effort():
         while not stop.is_set():
-            timed(1, Priority.BE)
+            window(1, Priority.BE)
 
     loop = threading.Thread(target=on_thread, args=(Priority.BE, best_effort))
     loop.start()
@@ -85,9 +82,10 @@ def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, 
     finally:
         stop.set()
         loop.join()
-    blocking = blocking_beyond_stalls(beside, statistics.median(times[min(batches)]), probe) * margin
+    median = statistics.median(end - start for start, end in times[min(batches)])
+    blocking = blocking_beyond_stalls(beside, median, probe) * margin
     preprocess = preprocess_s(spec) * margin
-    observed = {b: max(v) for b, v in times.items()}
+    observed = {b: max(beyond_stalls(v, probe)) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking
 
 
