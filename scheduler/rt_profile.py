@@ -10,7 +10,8 @@ What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) 
 - `preprocess_s`: one row's preprocessing on its backend (0 for ready tensors);
 - the vGPU's `blocking_s`: what saturating best-effort work adds to a lone real-time row that
   preempts it, the largest over the probes of (response - the model's median response alone -
-  the platform stall seen during it), times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
+  the platform stall seen during it), times the margin, on a CPU vGPU no less than the
+  best-effort models' longest kernel (times the margin). On a CPU vGPU the RT stream takes the core from best-effort threads at once
   (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
   by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
   A probe's excess may hold a platform stall (below) as well: what the stall probe saw during
