@@ -3,20 +3,20 @@ admission test reads them: the data and its JSON form, no clock, no files.
 
 What is measured (`atoll rt profile`, `atoll bench rt`: atoll/bench/rt_wcet.py) and why:
 - `execution_s[b]`: a real-time batch of b rows alone on the vGPU, arrival to answer through the
-  scheduler, the largest of `runs` runs (less the platform stall seen during it, which `stall_s`
-  counts) times `margin`;
+  scheduler, the largest of `runs` runs times `margin`;
 - `longest_kernel_s`: the model's longest launch, times `margin` (what a flushed best-effort
-  stream still finishes on a CPU vGPU; for information: see `blocking_s`);
+  stream still finishes on a CPU vGPU: a floor of `blocking_s` there, see below);
 - `preprocess_s`: one row's preprocessing on its backend (0 for ready tensors);
 - the vGPU's `blocking_s`: what saturating best-effort work adds to a lone real-time row that
-  preempts it, the largest over the probes of (response - the model's median response alone -
-  the platform stall seen during it), times the margin, on a CPU vGPU no less than the
-  best-effort models' longest kernel (times the margin). On a CPU vGPU the RT stream takes the core from best-effort threads at once
+  preempts it, the largest over the probes of (response - the model's median response alone),
+  times the margin. On a CPU vGPU the RT stream takes the core from best-effort threads at once
   (SCHED_FIFO against niced threads), so what is left is the interpreter lock and the cache held
-  by the best-effort kernels in flight, far less than their length; on a GPU the guard's exit.
-  A probe's excess may hold a platform stall (below) as well: what the stall probe saw during
-  that probe is taken off, so blocking + stall still covers every probe while a stall met while
-  profiling is counted once (in `stall_s`), as the analysis counts it once per busy period;
+  by the best-effort kernels in flight, usually far less than their length; on a GPU the guard's
+  exit. `atoll bench rt` takes no less than the best-effort models' longest kernel on a CPU vGPU:
+  its probes, a few hundred one at a time, meet the kernels' worst phase less often than a long
+  run's critical instants do.
+  A probe's excess may hold a platform stall (below) as well: counted in both terms, the safe
+  side (a BE kernel holding the core and a stall may come together);
 - the platform's `stall_s`: the largest lateness of a stall probe (a thread one SCHED_FIFO level
   above the real-time lanes asking to wake every few ms) over the whole measurement, times the
   margin: the core or the interpreter lock taken from a ready real-time thread by anything but
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class ModelWcet:
     execution_s: dict[int, float]  # batch size -> WCET (margin included)
-    observed_max_s: dict[int, float]  # batch size -> the largest run measured (beyond the stalls seen)
+    observed_max_s: dict[int, float]  # batch size -> the largest run measured
     longest_kernel_s: float  # margin included
     preprocess_s: float = 0.0
     runs: int = 0

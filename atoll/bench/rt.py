@@ -49,7 +49,7 @@ from atoll.bench.harness import (
     random_inputs,
 )
 from atoll.bench.rt_release import RELEASES, SLACK, hyperperiod, sends
-from atoll.bench.rt_wcet import StallProbe, be_loop, blocking_beyond_stalls, measure
+from atoll.bench.rt_wcet import StallProbe, be_loop, measure
 
 # Real-time models: small CNNs (width, depth, input side), from a few hundred us to a few ms on a
 # CPU vGPU, so that 100,000 requests fit in minutes.
@@ -156,7 +156,6 @@ class Tally:
     refused: int = 0
     failed: int = 0
     response_s: list = field(default_factory=list)  # real-time rows: arrival at the vGPU .. answer
-    arrival_s: list = field(default_factory=list)  # ... and when each arrived
     outstanding: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Condition = None
@@ -173,7 +172,6 @@ class Tally:
                     self.failed += 1
                 else:
                     self.response_s.append(r.end_s - r.arrival_s)
-                    self.arrival_s.append(r.arrival_s)
             self.outstanding -= 1
             self.done.notify_all()
         if real_time and r is not None and guard is not None:
@@ -221,7 +219,7 @@ def run_phase(kind: str, policy: str, clients: list[Candidate], programs: dict, 
             tally.wait()  # every answer before the scheduler stops
     dev.close()
     return {"tallies": tallies, "be_done": sum(be_done.values()), "seconds": duration, "guard": guard,
-            "stalls": probe.summary(), "max_stall_s": probe.max_late_s, "probe": probe}
+            "stalls": probe.summary(), "max_stall_s": probe.max_late_s}
 
 
 def _rt_client(reef, guard: RtGuard | None, c: Candidate, rate: float, inputs, due, stop_at: float,
@@ -306,15 +304,15 @@ def run(args) -> int:
     # stalls (throttling, the interpreter lock held by a preempted BE thread) peak with the
     # real-time load: the set admitted so far runs at its envelopes for --calibrate-s, with the
     # stall probe; the platform's stall is the largest it saw in either, and the blocking at least
-    # the most any response exceeded every model's measured run by together, less the stall seen
-    # during it (the analysis adds the largest stall: see rt_wcet.blocking_beyond_stalls).
+    # the most any response exceeded every model's measured run by together (which may hold a
+    # stall as well: counted in both, the safe side).
     calibration = run_phase(kind, args.policy, admitted, programs, inputs, be, None, args.calibrate_s,
                             args.seed + 3, release=args.release) if admitted and args.calibrate_s > 0 else None  # fmt: skip
     together = sum(m.observed_max_s[1] for n, m in profile.models.items() if n in programs)
     if calibration:
         stall_seen = max(stall_seen, calibration["max_stall_s"])
-        windows = [(a, a + r) for t in calibration["tallies"].values() for a, r in zip(t.arrival_s, t.response_s)]
-        calibrated = blocking_beyond_stalls(windows, together, calibration["probe"]) * args.margin
+        worst = max(max(t.response_s, default=0.0) for t in calibration["tallies"].values())
+        calibrated = max(0.0, worst - together) * args.margin
     else:
         calibrated = 0.0
     blocking, stall = max(probed, calibrated), stall_seen * args.margin

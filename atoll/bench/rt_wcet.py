@@ -3,15 +3,14 @@ through the REEF scheduler in this process, as `atoll bench rt` runs it (a serve
 the worker path: atoll/bench/rt_worker.py).
 
 - execution: a real-time batch alone on the vGPU, arrival to answer, `runs` times; its WCET is the
-  largest run, less the stall the probe saw during it (`beyond_stalls`), times the margin;
+  largest run times the margin;
 - the longest kernel of every model run as best-effort work: each launch timed `reps` times;
 - the blocking: real-time rows of each model preempting saturating best-effort work (every BE
   model on a stream of its own, closed loops): the largest response over the model's median
-  alone, less the stall the probe saw during that response (`blocking_beyond_stalls`), times the
-  margin; on a CPU vGPU no less than the BE models' longest kernel (times the margin), which a
-  real-time row arriving as it starts waits for: a few hundred probes, one at a time, met the BE
-  kernels' worst phase less often than a 100,000-request run's critical instants did (probed
-  0.53 ms against a 3.0 ms longest kernel; one response in that run passed its bound);
+  alone, times the margin; on a CPU vGPU no less than the BE models' longest kernel (times the
+  margin), which a real-time row arriving as it starts may wait for: a few hundred probes, one
+  at a time, meet the BE kernels' worst phase less often than a 100,000-request run's critical
+  instants do;
 - the platform's stall: a `StallProbe`, above the real-time lanes, runs while the runs alone and
   the probes are timed.
 
@@ -24,7 +23,6 @@ for the rest, a 50 ms stall no served load at the envelopes meets.
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 import threading
@@ -77,7 +75,6 @@ class StallProbe:
     def __init__(self, period_s: float = 0.005):
         self.period_s = period_s
         self.late_s: list[float] = []
-        self.due_s: list[float] = []  # when each wake-up was due (time.perf_counter), beside late_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -97,20 +94,10 @@ class StallProbe:
             due = time.perf_counter() + self.period_s
             time.sleep(self.period_s)
             self.late_s.append(time.perf_counter() - due)
-            self.due_s.append(due)
 
     @property
     def max_late_s(self) -> float:
         return max(self.late_s, default=0.0)
-
-    def late_within(self, start: float, end: float) -> float:
-        """The largest lateness of a wake-up that was late at some time in [start, end]
-        (time.perf_counter): the stall the probe saw during a response in that window (0 if it
-        saw none there)."""
-        due, late = self.due_s, self.late_s[:len(self.due_s)]
-        first = bisect.bisect_left(due, start - max(late, default=0.0))
-        return max((late[i] for i in range(first, bisect.bisect_right(due, end)) if due[i] + late[i] >= start),
-                   default=0.0)  # fmt: skip
 
     def summary(self) -> dict:
         late = self.late_s
@@ -132,9 +119,8 @@ def be_loop(reef, name: str, inputs: dict, stop_at: float, done: dict, stop: thr
         done[name] += end <= stop_at  # one key per thread: no lock
 
 
-def execution_runs(kind: str, program, inputs: dict, runs: int, probe: StallProbe,
-                   warmup: int = 5) -> list[tuple[float, float]]:
-    """(arrival, answer) of `runs` real-time requests, one at a time on an idle vGPU (`probe`
+def execution_runs(kind: str, program, inputs: dict, runs: int, probe: StallProbe, warmup: int = 5) -> list[float]:
+    """Arrival-to-answer times of `runs` real-time requests, one at a time on an idle vGPU (`probe`
     running while they are timed)."""
     ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, "reset", be_streams=1)
@@ -142,21 +128,20 @@ def execution_runs(kind: str, program, inputs: dict, runs: int, probe: StallProb
     rng = np.random.default_rng(0)
     with reef:
         freeze_after_load()  # as a server does after a load: collections walk only what runs allocate
-        last = (0.0, 0.0)
+        last = 0.0
         for _ in range(warmup):
             last = _paced(reef, inputs, rng, last)
         with probe:
-            windows = [last := _paced(reef, inputs, rng, last) for _ in range(runs)]
+            times = [last := _paced(reef, inputs, rng, last) for _ in range(runs)]
     dev.close()
-    return windows
+    return times
 
 
-def _paced(reef, inputs: dict, rng, last: tuple[float, float]) -> tuple[float, float]:
-    """One real-time request's (arrival, answer), sent one to three times the last one's response
-    after it (see above)."""
-    time.sleep(rng.uniform(1.0, 3.0) * (last[1] - last[0]))
+def _paced(reef, inputs: dict, rng, last: float) -> float:
+    """One real-time request's response, sent one to three times the last one after it (see above)."""
+    time.sleep(rng.uniform(1.0, 3.0) * last)
     r = reef.submit("rt", inputs).result()
-    return r.arrival_s, r.end_s
+    return r.end_s - r.arrival_s
 
 
 def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
@@ -168,26 +153,10 @@ def longest_kernel_s(kind: str, program, inputs: dict, reps: int = 5) -> float:
     return longest
 
 
-def beyond_stalls(windows, probe: StallProbe) -> list[float]:
-    """Each response in `windows` [(arrival, answer)] less the stall `probe` saw during it. The
-    analysis adds the probe's largest stall once per busy period beside the WCETs and the blocking,
-    so what they are measured from need not hold it again: for every response measured, the term
-    it gives plus the stall term still covers it (a VM's 14-19 ms stall, met while profiling, had
-    been counted in the WCET, the blocking and the stall term at once)."""
-    return [(end - arrival) - probe.late_within(arrival, end) for arrival, end in windows]
-
-
-def blocking_beyond_stalls(windows, alone_s: float, probe: StallProbe) -> float:
-    """The most a response in `windows` [(arrival, answer)] exceeded `alone_s` by, less the stall
-    `probe` saw during it (`beyond_stalls`)."""
-    return max(0.0, max((r - alone_s for r in beyond_stalls(windows, probe)), default=0.0))
-
-
 def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_inputs: dict, n: int,
-                        probe: StallProbe, policy: str = "reset") -> dict[str, list[tuple[float, float]]]:
-    """(arrival, answer) of `n` real-time requests per model of `rt` {model: program}, one at a
-    time, each a random while after the last, preempting closed-loop BE clients `be` {model:
-    program}."""
+                        probe: StallProbe, policy: str = "reset") -> dict[str, list[float]]:
+    """Responses of `n` real-time requests per model of `rt` {model: program}, one at a time,
+    each a random while after the last, preempting closed-loop BE clients `be` {model: program}."""
     ex, dev, _ = make_device(kind, measure_start=True, os_priorities=True)
     reef = Reef(ex, dev, policy, be_streams=max(1, len(be)))
     for name, program in rt.items():
@@ -195,7 +164,7 @@ def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_input
     for name, program in be.items():
         reef.add_client(name, program, "be")
     rng = np.random.default_rng(0)
-    out: dict[str, list[tuple[float, float]]] = {name: [] for name in rt}
+    out: dict[str, list[float]] = {name: [] for name in rt}
     with reef:
         for name in [*rt, *be]:
             reef.submit(name, rt_inputs[name] if name in rt else be_inputs[name]).result()
@@ -213,7 +182,7 @@ def responses_beside_be(kind: str, rt: dict, rt_inputs: dict, be: dict, be_input
                     time.sleep(0.002 + rng.uniform(1.0, 3.0) * last)  # BE work is running again by then
                     r = reef.submit(name, rt_inputs[name]).result()
                     last = r.end_s - r.arrival_s
-                    out[name].append((r.arrival_s, r.end_s))
+                    out[name].append(last)
 
         with probe:
             on_thread(Priority.RT, send)
@@ -241,13 +210,13 @@ def measure(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: floa
 
 def _measured(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: float, blocking_requests: int,
               probe: StallProbe):
-    """(models' WCETs, the largest excess of a response beside the BE load beyond the stalls seen)."""
+    """(models' WCETs, the largest excess of a response beside the BE load)."""
     models, medians = {}, {}
     for name, by_batch in rt.items():
         alone = {b: on_thread(Priority.RT, execution_runs, kind, p, inputs[name][b], runs, probe)
                  for b, p in by_batch.items()}  # fmt: skip
-        medians[name] = statistics.median(end - arrival for arrival, end in alone[min(by_batch)])
-        observed = {b: max(beyond_stalls(v, probe)) for b, v in alone.items()}
+        medians[name] = statistics.median(alone[min(by_batch)])
+        observed = {b: max(v) for b, v in alone.items()}
         longest = max(on_thread(Priority.RT, longest_kernel_s, kind, p, inputs[name][b]) for b, p in by_batch.items())
         models[name] = ModelWcet({b: v * margin for b, v in observed.items()}, observed, longest * margin,
                                  runs=runs)  # fmt: skip
@@ -258,5 +227,5 @@ def _measured(kind: str, rt: dict, be: dict, inputs: dict, runs: int, margin: fl
     beside = responses_beside_be(kind, {n: rt[n][b] for n, b in smallest.items()},
                                  {n: inputs[n][b] for n, b in smallest.items()}, be, {n: inputs[n] for n in be},
                                  blocking_requests, probe)  # fmt: skip
-    return models, max(blocking_beyond_stalls(v, medians[n], probe) for n, v in beside.items())
+    return models, max(max(v) - medians[n] for n, v in beside.items())
 

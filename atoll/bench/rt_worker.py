@@ -17,7 +17,7 @@ from gpu_runtime.priority import Priority
 from scheduler.rt_profile import ModelWcet
 
 from atoll.bench.corpus import JPEG_SETS, jpeg_bytes
-from atoll.bench.rt_wcet import StallProbe, beyond_stalls, blocking_beyond_stalls, on_thread
+from atoll.bench.rt_wcet import StallProbe, on_thread
 from atoll.bench.slot_runs import BatchRows, load_for_rows
 from atoll.supervisor.model_batching import batch_spec
 
@@ -45,47 +45,45 @@ def on_worker(pool, vgpu_id: str, spec, batches: list[int], runs: int, margin: f
 
 
 def _measure(rt_rows, be_rows, spec, batches, runs, margin, probes, probe, rng, name, dims) -> tuple[ModelWcet, float]:
-    def window(b, priority=Priority.RT) -> tuple[float, float]:
+    def timed(b, priority=Priority.RT) -> float:
         rows = rt_rows if priority is Priority.RT else be_rows
         rows.write({name: rng.standard_normal((b, *dims)).astype(np.float32)})  # as a front end writes them
         start = time.perf_counter()
         rows.run(priority)
-        return start, time.perf_counter()
+        return time.perf_counter() - start
 
-    def alone() -> dict[int, list[tuple[float, float]]]:
+    def alone() -> dict[int, list[float]]:
         out = {b: [] for b in batches}
         last = 0.0
         for _ in range(runs):
             for b in batches:
                 time.sleep(rng.uniform(1.0, 3.0) * last)  # see the module docstring
-                start, end = window(b)
-                last = end - start
-                out[b].append((start, end))
+                last = timed(b)
+                out[b].append(last)
         return out
 
     for b in batches:
-        window(b)  # warm-up
+        timed(b)  # warm-up
     with probe:
         times = on_thread(Priority.RT, alone)
     stop = threading.Event()
 
     def best_effort():
         while not stop.is_set():
-            window(1, Priority.BE)
+            timed(1, Priority.BE)
 
     loop = threading.Thread(target=on_thread, args=(Priority.BE, best_effort))
     loop.start()
     try:
         with probe:
-            beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or window(1)
+            beside = on_thread(Priority.RT, lambda: [time.sleep(0.002 + rng.uniform(0, 0.01)) or timed(1)
                                                      for _ in range(probes)])  # fmt: skip
     finally:
         stop.set()
         loop.join()
-    median = statistics.median(end - start for start, end in times[min(batches)])
-    blocking = blocking_beyond_stalls(beside, median, probe) * margin
+    blocking = max(0.0, max(beside) - statistics.median(times[min(batches)])) * margin
     preprocess = preprocess_s(spec) * margin
-    observed = {b: max(beyond_stalls(v, probe)) for b, v in times.items()}
+    observed = {b: max(v) for b, v in times.items()}
     return ModelWcet({b: v * margin for b, v in observed.items()}, observed, 0.0, preprocess, runs), blocking
 
 

@@ -15,7 +15,7 @@ from scheduler.rt_profile import ModelWcet, WcetProfile
 from scheduler.task import TaskResult
 
 from atoll.bench.rt import Candidate, Tally, admit, summarise
-from atoll.bench.rt_wcet import StallProbe, beyond_stalls, blocking_beyond_stalls
+from atoll.bench.rt_wcet import StallProbe
 
 PROFILE = WcetProfile("cpu", 1.0, 1e-3, {"s": ModelWcet({1: 1e-3}, {}, 0.0), "m": ModelWcet({1: 2e-3}, {}, 0.0),
                                          "xl": ModelWcet({1: 9e-3}, {}, 0.0)})  # fmt: skip
@@ -89,17 +89,3 @@ def test_the_stall_probe_runs_one_level_above_the_real_time_lanes(monkeypatch):
     # SCHED_FIFO where the OS permits it: lanes at RT_FIFO + 1, the probe one above; elsewhere ordinary
     assert (levels["lane"], levels["probe"]) in ((6, 7), (0, 0))
 
-
-def test_a_stall_seen_during_a_run_or_a_probe_is_not_counted_again():
-    """The analysis adds the probe's largest stall once per busy period: a probe's response that
-    held a stall gives the blocking only what exceeds the stall, so blocking + stall still covers it."""
-    probe = StallProbe()
-    probe.due_s, probe.late_s = [1.000, 1.005, 1.010, 1.020], [0.0001, 0.0102, 0.0001, 0.0001]  # 10.2 ms late at 1.005
-    assert probe.late_within(1.012, 1.016) == pytest.approx(0.0102)  # late until 1.0152: overlaps
-    assert probe.late_within(1.016, 1.019) == 0.0  # nothing late in there
-    assert probe.late_within(1.0201, 1.03) == pytest.approx(0.0001)
-    windows = [(1.003, 1.016), (1.030, 1.034)]  # 13 ms with the stall in it, 4 ms without
-    assert beyond_stalls(windows, probe) == pytest.approx([0.0028, 0.004])  # what a WCET is taken from
-    blocking = blocking_beyond_stalls(windows, 0.001, probe)
-    assert blocking == pytest.approx(0.003)  # 13 - 1 - 10.2 = 1.8 ms < 4 - 1 = 3 ms
-    assert all(blocking + probe.max_late_s >= (end - start) - 0.001 for start, end in windows)
