@@ -88,19 +88,6 @@ def test_corrupt_and_too_large():
     assert err.value.status == Status.UNSUPPORTED and "more than 64 scans" in err.value.reason
 
 
-def test_the_scan_limit_counts_scans_not_marker_bytes():
-    """The FF DA bytes of a file bound its scans from above (the quick test); where they are over
-    the limit, the marker walk decides: bytes inside a segment libjpeg skips are no scan, and a
-    limit of scans is still a limit of scans, not of bytes."""
-    plain = jpeg_bytes(64, 48)
-    app = b"\xff\xe1\x00\x12" + b"\xff\xda" * 7 + b"\x00\x00"  # an APP1 segment holding seven FF DA
-    assert cpu_backend.image_size(plain[:2] + app + plain[2:], 8192, 2) == (48, 64)  # 8 FF DA, 1 scan
-    with pytest.raises(PreprocessError) as err:
-        cpu_backend.image_size(jpeg_scan_bomb(64, 3), 8192, 2)
-    assert err.value.status == Status.UNSUPPORTED and "more than 2 scans" in err.value.reason
-    assert cpu_backend.image_size(jpeg_scan_bomb(64, 3), 8192, 3) == (64, 64)
-
-
 def _refusal(data: bytes) -> tuple[Status, str]:
     with pytest.raises(PreprocessError) as err:
         cpu_backend.image(data, "normalize")
