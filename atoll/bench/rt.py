@@ -48,7 +48,7 @@ from atoll.bench.harness import (
     pin_cpu_vgpu,
     random_inputs,
 )
-from atoll.bench.rt_release import RELEASES, SLACK, hyperperiod, sends
+from atoll.bench.rt_release import RELEASES, hyperperiod, sends, slack
 from atoll.bench.rt_wcet import StallProbe, be_loop, measure
 
 # Real-time models: small CNNs (width, depth, input side), from a few hundred us to a few ms on a
@@ -332,9 +332,9 @@ def run(args) -> int:
         return g
 
     rate = sum(c.rate_per_s for c in admitted)
-    # Clients never send faster than their envelopes, a late wake-up delays the rest, and cycles have
-    # their slack: 8 % more time than the rates and the slack alone need, so that --requests are sent.
-    duration = 1.08 * (1 + SLACK) * args.requests / rate if rate else 0.0
+    # Clients never send faster than their envelopes, a late wake-up delays the rest, and critical
+    # cycles have their slack: 8 % more time than the rates and the slack need, so that --requests are sent.
+    duration = 1.08 * (1 + slack(args.release)) * args.requests / rate if rate else 0.0
     print(f"bench rt: admitted {[c.model for c in admitted]}, refused {list(refused)}; "
           f"{args.requests} requests take {duration:.0f} s", file=sys.stderr)
     if admitted:

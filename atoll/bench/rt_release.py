@@ -40,6 +40,11 @@ def hyperperiod(rates) -> float:
     return float(Fraction(denominator, numerator))
 
 
+def slack(release: str) -> float:
+    """How much each cycle of `release` is stretched: its clients send at 1 / (1 + slack) of their rates."""
+    return SLACK if release == "critical" else 0.0
+
+
 def grid(rate: float, cycle_s: float, start: float, slack: float, turn: tuple[int, int] = (0, 1),
          last_by: float = 0.0):
     """The times a client at `rate` is due: `round(rate x cycle_s)` sends at its period from each
@@ -58,7 +63,7 @@ def sends(rate: float, cycle_s: float, start: float, release: str, phase: float,
     its cycles (`critical`), or from `start + phase` with no slack (`random`, the phase drawn by
     the caller in [0, period))."""
     if release == "critical":
-        return grid(rate, cycle_s, start, SLACK, turn, LAST_BY)
+        return grid(rate, cycle_s, start, slack(release), turn, LAST_BY)
     if release == "random":
-        return grid(rate, cycle_s, start + phase, 0.0)
+        return grid(rate, cycle_s, start + phase, slack(release))
     raise ValueError(f"release must be one of {RELEASES}, not {release!r}")

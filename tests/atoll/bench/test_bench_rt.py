@@ -88,4 +88,3 @@ def test_the_stall_probe_runs_one_level_above_the_real_time_lanes(monkeypatch):
         levels["probe"] = os.sched_getparam(probe._thread.native_id).sched_priority
     # SCHED_FIFO where the OS permits it: lanes at RT_FIFO + 1, the probe one above; elsewhere ordinary
     assert (levels["lane"], levels["probe"]) in ((6, 7), (0, 0))
-

@@ -6,7 +6,7 @@ from itertools import islice
 
 import pytest
 
-from atoll.bench.rt_release import LAST_BY, SLACK, hyperperiod, sends
+from atoll.bench.rt_release import LAST_BY, SLACK, hyperperiod, sends, slack
 
 
 def test_the_cycle_is_the_periods_least_common_multiple():
@@ -33,6 +33,7 @@ def test_random_phases_keep_the_rate_and_have_no_slack():
     times = list(islice(sends(80, 0.1, 0.0, "random", phase=0.004), 24))
     assert times[0] == pytest.approx(0.004)
     assert [b - a for a, b in zip(times, times[1:])] == pytest.approx([1 / 80] * 23)
+    assert (slack("random"), slack("critical")) == (0.0, SLACK)  # what the bench's duration allows for
 
 
 def test_an_unknown_release_is_refused():
