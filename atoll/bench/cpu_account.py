@@ -2,7 +2,8 @@
 
 Atoll names the OS threads of its data plane by what they do (`gpu_runtime.thread_names`), so a
 window's CPU time, summed by name, is an account by stage that costs the server nothing: the
-front ends' event loops (HTTP/gRPC edge, admission, answers), their preprocessing lanes, the
+front ends' event loops (HTTP/gRPC edge, admission, answers), their preprocessing lanes (which
+also run the models a front end runs itself, `atoll/front_end/colocated.py`), the
 supervisor's loop (dispatching and batching), the hops to and from the vGPU workers (their reply
 threads and the supervisor's sender and monitor threads), and the
 executor (its engine threads and onnxruntime's pool). Any other thread counts to its process by
@@ -18,7 +19,7 @@ from atoll.bench.cpustat import PROC, descendants, named_cpu_s
 # thread-name prefix -> stage, first match wins (names: atoll-fe0, lane-be0, atoll-super, ...)
 STAGES = (
     ("atoll-fe", "front end: edge, admission, answers"),
-    ("lane-", "preprocessing"),
+    ("lane-", "lanes: preprocessing, colocated runs"),
     ("atoll-super", "supervisor: dispatch, batching"),
     ("send-", "hop: supervisor to vGPU worker"),
     ("atoll-w-", "hop: into the vGPU worker"),

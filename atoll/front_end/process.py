@@ -17,6 +17,7 @@ from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
 from gpu_runtime.thread_names import name_this_thread
 
 from atoll.front_end import grpc_service
+from atoll.front_end.colocated import LocalModels
 from atoll.front_end.endpoints import Endpoints
 from atoll.front_end.http_routes import InferenceServer
 from atoll.front_end.rows import FrontEnd, FrontEndSetup
@@ -130,9 +131,10 @@ class _Changes:
         error = None
         try:
             match message.change:
-                case AddModel(spec=spec, arenas=arenas):
+                case AddModel(spec=spec, arenas=arenas, colocated=colocated):
                     await self.front_end.warm_for(spec)
-                    self.front_end.add_model(spec, arenas.get(self.index))  # none for an ensemble
+                    session = await asyncio.to_thread(LocalModels.build, spec) if colocated else None
+                    self.front_end.add_model(spec, arenas.get(self.index), session)  # no arena: an ensemble
                 case RetireModel(name=name):
                     await self.front_end.retire_model(name, self.timeout_s)
                 case RtBounds():  # config answers show the real-time bounds (wire/rt_bounds.py)

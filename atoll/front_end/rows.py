@@ -32,6 +32,7 @@ from gpu_runtime.vgpu.messages import Row, RowInput, RowSequence
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
+from atoll.front_end.colocated import LocalModels
 from atoll.front_end.lanes import Lanes
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import pad_stack, read_wav
@@ -113,6 +114,7 @@ class FrontEndSetup:
     gpu_uuids: tuple[str, ...]  # the server's GPU vGPUs (GPU metrics, CUDA shared memory)
     held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
     regions: tuple = ()  # shared-memory regions registered before it started (shm_registry.Register)
+    colocated: frozenset[str] = frozenset()  # models whose best-effort requests it runs itself (colocated.py)
 
 
 class FrontEnd:
@@ -137,6 +139,9 @@ class FrontEnd:
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
         threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
+        self.local = LocalModels(metrics)
+        for key in setup.colocated & self.models.keys():
+            self.local.add(key, LocalModels.build(self.models[key]))
         self.slots: dict[str, SlotAllocator] = {}
         self._by_arena: dict[str, SlotAllocator] = {}
         for name, arena in setup.arenas.items():
@@ -159,9 +164,12 @@ class FrontEnd:
             await asyncio.to_thread(cpu_backend.warm_audio)
             self.audio_warm = True
 
-    def add_model(self, spec: ModelSpec, arena: str | None) -> None:
+    def add_model(self, spec: ModelSpec, arena: str | None, session=None) -> None:
+        """`session`: `LocalModels.build(spec)`, for a model it runs itself (`AddModel.colocated`)."""
         if arena is not None:  # an ensemble has none: its steps' models make its rows
             self._attach(spec, arena)
+        if session is not None:
+            self.local.add(spec.key, session)
         self.models[spec.key] = spec
 
     async def retire_model(self, name: str, timeout_s: float) -> None:
@@ -180,6 +188,7 @@ class FrontEnd:
                                                    f"{timeout_s:g} s")  # fmt: skip
             await asyncio.sleep(0.01)
         del self._active[name], self.slots[name], self._by_arena[slots.arena.name]
+        self.local.remove(name)
         slots.arena.close()
 
     def close(self) -> None:
@@ -208,6 +217,8 @@ class FrontEnd:
         queue = queue_parameters(request.parameters)
         make, sources = self._sources(spec, request)
         sequence = sequence_of(spec, request.parameters, len(sources))
+        if priority == Priority.BE and len(sources) == 1 and spec.key in self.local:
+            return await self._infer_here(spec, make, sources[0], deadline)
         slots = self.slots[spec.key]
         try:
             indices = await slots.acquire(len(sources), priority)
@@ -240,6 +251,36 @@ class FrontEnd:
         finally:
             slots.release(indices)
             counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
+
+    async def _infer_here(self, spec: ModelSpec, make, source, deadline: float) -> dict[str, np.ndarray]:
+        """A model this front end runs itself (`colocated.py`): the row made and run on one lane."""
+        slots = self.slots[spec.key] if make is not None else None  # a file is preprocessed into a slot
+        indices = await slots.acquire(1, Priority.BE) if slots is not None else []
+        release = functools.partial(slots.release, indices) if slots is not None else None
+        future = self.lanes.run(Priority.BE, self._made_and_run, spec, make, source, slots and slots.arena,
+                                indices and indices[0], deadline, time.perf_counter(), abandoned=release)  # fmt: skip
+        if slots is None:
+            outputs = await future
+        else:
+            outputs = (await _settled([future], slots, indices))[0]
+            slots.release(indices)
+        return {out.name: outputs[out.name] if out.reshape is None else outputs[out.name].reshape((1, *out.dims))
+                for out in spec.outputs}  # fmt: skip
+
+    def _made_and_run(self, spec: ModelSpec, make, source, arena: SlotArena | None, index: int | None,
+                      deadline: float, queued: float) -> dict[str, np.ndarray]:
+        """On a lane: preprocess the file (if it is one) and run the row; a row whose deadline has
+        passed is not run, as the dispatcher drops it. Its wait for the lane is its queue time."""
+        start = time.perf_counter()
+        self.metrics.queue_us.labels(spec.name, spec.version).inc((start - queued) * 1e6)
+        inputs = [make(spec, source, arena, index)] if make is not None else source
+        self.metrics.of(spec.name, spec.version).compute_input_us.inc((time.perf_counter() - start) * 1e6)
+        if time.monotonic() >= deadline:
+            raise RowFailed(Failure.EXPIRED, "its deadline passed before it was run")
+        try:
+            return self.local.run(spec, inputs)
+        except Exception as exc:  # the run failed, as a batch fails on its vGPU
+            raise RowFailed(Failure.BACKEND, str(exc) or type(exc).__name__) from None
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
         """How to make each row (a function for the lanes, or None to copy its tensors in here) and
@@ -275,8 +316,8 @@ class FrontEnd:
         futures = [self.lanes.run(priority, make, spec, data, arena, index,
                                   abandoned=functools.partial(slots.release, [index]))
                    for data, index in zip(sources, indices)]  # fmt: skip
-        shapes = await _settled(futures, slots, indices)
-        return tuple(Row(arena.name, index, shape) for index, shape in zip(indices, shapes))
+        made = await _settled(futures, slots, indices)
+        return tuple(Row(arena.name, index, array.shape) for index, array in zip(indices, made))
 
     @staticmethod
     def _copy_fields(fields, arena: SlotArena, index: int, row: list[np.ndarray]) -> Row:
@@ -294,11 +335,11 @@ class FrontEnd:
                 raise ProtocolError(f"input {field.name!r}: {exc} (its config's parameter atoll.max_bytes)") from None
         return Row(arena.name, index, row[0].shape, tuple(a.shape for a in row[1:]))
 
-    def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
+    def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> np.ndarray:
         # checked: every file of the request passed `self.limits` (the preprocessor's limits)
         return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index), checked=True))
 
-    def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> tuple[int, ...]:
+    def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> np.ndarray:
         pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)
         return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=self._slot(arena, index)))
 
@@ -306,11 +347,12 @@ class FrontEnd:
     def _slot(arena: SlotArena, index: int) -> np.ndarray:
         return arena.input(index, (arena.in_stride // 4,))
 
-    def _preprocessed(self, spec, future) -> tuple[int, ...]:
-        """Wait for the preprocessing (a DPU run; the CPU path has already finished) and account it."""
+    def _preprocessed(self, spec, future) -> np.ndarray:
+        """Wait for the preprocessing (a DPU run; the CPU path has already finished) and account it:
+        the tensor, in its slot."""
         result = future.result()
         self.metrics.preprocess_us.labels(spec.name, result.backend).inc(result.timings["total_ms"] * 1e3)
-        return result.array.shape
+        return result.array
 
     def _outputs(self, spec: ModelSpec, slots: SlotAllocator, indices, layouts) -> dict[str, np.ndarray]:
         rows = [shm.views(slots.arena.output(index), layout) for index, layout in zip(indices, layouts)]

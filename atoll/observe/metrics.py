@@ -137,6 +137,15 @@ class Metrics:
                                               self.last_inference, self.compute_input_us, self.compute_output_us)))
         return found
 
+    def batch_ran(self, model: str, version: str, rows: int, seconds: float) -> None:
+        """A batch of `rows` ran in `seconds` (on a vGPU, or in a front end: its colocated models)."""
+        labels = (model, version)
+        self.exec_count.labels(*labels).inc()
+        self.count.labels(*labels).inc(rows)
+        self.compute_us.labels(*labels).inc(seconds * rows * 1e6)  # Triton's: each inference's batch time
+        self.batch_runs.labels(*labels, rows).inc()
+        self.batch_compute_us.labels(*labels, rows).inc(seconds * 1e6)
+
     def families(self) -> list:
         """Every metric family, summed over the server's processes where it has several."""
         directory = os.environ.get(MULTIPROCESS_DIR)

@@ -410,13 +410,9 @@ class Dispatcher:
         finished()
 
     def _account(self, plan: ModelPlan, vgpu: str, rows: int, elapsed: float) -> None:
-        m, labels = self.metrics, (plan.name, plan.version)
+        m = self.metrics
         self.latency.observe(plan.key, self.vgpu_kinds.get(vgpu, "cpu"), rows, elapsed)
-        m.exec_count.labels(*labels).inc()
-        m.count.labels(*labels).inc(rows)
-        m.compute_us.labels(*labels).inc(elapsed * rows * 1e6)  # Triton's: each inference's batch time
-        m.batch_runs.labels(*labels, rows).inc()
-        m.batch_compute_us.labels(*labels, rows).inc(elapsed * 1e6)
+        m.batch_ran(plan.name, plan.version, rows, elapsed)
         builds = self.pool.workers[vgpu].program_builds if vgpu in self.pool.workers else 0
         if builds > self._builds[vgpu]:
             log.error("vGPU %s built %d program(s) after load (model %s): a shape was not prepared",

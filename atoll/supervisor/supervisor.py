@@ -40,6 +40,7 @@ from atoll.observe.metrics import Metrics, share_metrics
 from atoll.pybackend.instances import PythonModels
 from atoll.repository.demo import demo_repository
 from atoll.repository.specs import ModelSpec
+from atoll.supervisor import colocation
 from atoll.supervisor.checks import Checked, StartError, check
 from atoll.supervisor.dispatcher import Dispatcher
 from atoll.supervisor.executor_choice import choose
@@ -103,6 +104,7 @@ class Supervisor:
         self._regions = RegionBook()
         self._tasks: set[asyncio.Task] = set()  # control calls being answered, the repository poll
         self._arenas: dict[str, list[SlotArena]] = {}  # model -> its arena in each front end
+        self._colocated: set[str] = set()  # models whose best-effort requests the front ends run (colocation.py)
         self._loads = 0  # models loaded so far: part of their arenas' names
         self._arena_prefix = segment_prefix()
         self._gpu_uuids: tuple[str, ...] = ()
@@ -232,7 +234,8 @@ class Supervisor:
             self.models[spec.key] = spec
             undo.append(lambda: self.models.pop(spec.key))
             undo.append(lambda: self._channels.apply(RetireModel(spec.key)))  # the front ends that added it
-            await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)}))
+            await self._channels.apply(AddModel(spec, {index: arena.name for index, arena in enumerate(arenas)},
+                                                spec.key in self._colocated))  # fmt: skip
             await self._publish_rt_bounds()
         except Exception:
             for step in reversed(undo):
@@ -255,6 +258,11 @@ class Supervisor:
                                            max((instances or {}).values(), default=1))  # fmt: skip
         if executor.reason:
             log.info("%s runs on %s: %s", spec.name, executor.executor, executor.reason)
+        kinds = [v.kind for v in self._vgpus if v.id in (instances or self.pool.workers)]
+        if not colocation.reason_not(spec, executor.executor or self._executor, kinds, self.config.server.colocate):
+            log.info("%s: the front ends run its best-effort requests themselves (CPU vGPUs)", spec.key)
+            self._colocated.add(spec.key)
+            undo.append(lambda: self._colocated.discard(spec.key))
         log.info("loading %s on %s: batches up to %d%s", spec.key,
                  f"{len(self.pool.workers)} vGPU(s)" if instances is None else f"vGPU instances {instances}",
                  plan.max_batch, f", lengths {plan.padded_frames} frames" if plan.padded_frames else "")  # fmt: skip
@@ -287,6 +295,7 @@ class Supervisor:
         requests first), then everywhere else."""
         await self._channels.apply(RetireModel(name))
         spec = self.models.pop(name)
+        self._colocated.discard(name)
         self._forget_real_time(spec.name)
         await self._publish_rt_bounds()
         if spec.ensemble is not None:
@@ -331,7 +340,7 @@ class Supervisor:
         def setup_of(index: int, held: frozenset) -> FrontEndSetup:
             arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
             return FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids,
-                                 held, self._regions.all())  # fmt: skip
+                                 held, self._regions.all(), frozenset(self._colocated))  # fmt: skip
 
         for index in range(count):
             self.front_ends.append(FrontEndSupervisor(

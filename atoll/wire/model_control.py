@@ -33,6 +33,7 @@ class IndexModels:
 class AddModel:
     spec: ModelSpec
     arenas: dict[int, str]  # front-end index -> the model's slot arena there
+    colocated: bool = False  # the front ends run its best-effort requests themselves (supervisor/colocation.py)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ def answers(tmp_path_factory):
     feeds = {f"{m}/{n}": a for m, (_, _, arrays) in MODELS.items() for n, a in arrays.items()}
     np.savez(tmp / "in.npz", **feeds)
     args = ["--repository", str(root), "--backend", "cpu", "--set", "vgpus.cpu_vgpus=1", "--front-ends", "1",
-            "--set", "batching.max_queue_delay_microseconds=20000"]  # fmt: skip
+            "--set", "batching.max_queue_delay_microseconds=20000",
+            "--set", "server.colocate=off"]  # batches formed: the dispatcher's path (front_end/colocated.py)  # fmt: skip
     env = {**os.environ, "BATCH": ",".join(BATCHING), "PADDED": ",".join(PADDED)}
     with ServerProcess(args) as server:
         subprocess.run([python, os.path.join(HERE, "user_model_calls.py"), server.url.removeprefix("http://"),
