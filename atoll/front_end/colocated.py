@@ -1,8 +1,9 @@
 """The models a front end runs itself, on CPU vGPUs (`supervisor/colocation.py` says which and
 why): one onnxruntime session per model, on one thread per call, shared by the lanes (a session
-takes calls from several threads at once). A best-effort request's row is inferred as a batch of
-one on the lane that made it, so its tensor is read in the cache it was just written to, and its
-outputs go straight to the answer: no slot output, no `Submit`, no `Done`.
+takes calls from several threads at once). A best-effort request's row is made and inferred on
+one lane, in a batch with the rows of its model that wait there (`lanes.Batched`), so its tensor
+is read in the cache it was just written to, and its outputs go straight to the answer: no slot,
+no `Submit`, no `Done`.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ class LocalModels:
         return key in self._sessions
 
     def run(self, spec: ModelSpec, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """One row (each input without its batch dimension, in the spec's order) as a batch of one,
-        on the calling thread; its outputs by name, with their batch dimension."""
+        """One batch (each input with its batch dimension, in the spec's order) on the calling
+        thread; its outputs by name."""
         session = self._sessions[spec.key]
         start = time.monotonic()
-        outputs = session.run({t.name: a[np.newaxis] for t, a in zip(spec.inputs, inputs)})
-        self.metrics.batch_ran(spec.name, spec.version, 1, time.monotonic() - start)
-        return {t.name: outputs[t.name] for t in spec.outputs}
+        outputs = session.run({t.name: a for t, a in zip(spec.inputs, inputs)})
+        self.metrics.batch_ran(spec.name, spec.version, len(inputs[0]), time.monotonic() - start)
+        return outputs

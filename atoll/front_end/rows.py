@@ -33,7 +33,7 @@ from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
 from atoll.front_end.colocated import LocalModels
-from atoll.front_end.lanes import Lanes
+from atoll.front_end.lanes import Batched, Lanes
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import pad_stack, read_wav
 from atoll.front_end.slots import SlotAllocator
@@ -136,8 +136,11 @@ class FrontEnd:
         # served, else when one is added (`warm_for`)
         self.audio_warm = any(spec.preprocess == "audio" for spec in self.models.values())
         cpu_backend.init_worker(audio_too=self.audio_warm)
-        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
-        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
+        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads:
+        # by default one more than the front end's share of the cores, so a lane waiting for the
+        # GIL leaves no core idle (2-core VM, one front end, web JPEGs: 2 lanes used 1.79 cores,
+        # 3 lanes 1.91, and answered 15 % more; docs/data-plane.md).
+        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count) + 1
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
         self.local = LocalModels(metrics)
         for key in setup.colocated & self.models.keys():
@@ -253,34 +256,49 @@ class FrontEnd:
             counters.compute_output_us.inc((time.perf_counter() - start) * 1e6)
 
     async def _infer_here(self, spec: ModelSpec, make, source, deadline: float) -> dict[str, np.ndarray]:
-        """A model this front end runs itself (`colocated.py`): the row made and run on one lane."""
-        slots = self.slots[spec.key] if make is not None else None  # a file is preprocessed into a slot
-        indices = await slots.acquire(1, Priority.BE) if slots is not None else []
-        release = functools.partial(slots.release, indices) if slots is not None else None
-        future = self.lanes.run(Priority.BE, self._made_and_run, spec, make, source, slots and slots.arena,
-                                indices and indices[0], deadline, time.perf_counter(), abandoned=release)  # fmt: skip
-        if slots is None:
-            outputs = await future
-        else:
-            outputs = (await _settled([future], slots, indices))[0]
-            slots.release(indices)
-        return {out.name: outputs[out.name] if out.reshape is None else outputs[out.name].reshape((1, *out.dims))
-                for out in spec.outputs}  # fmt: skip
+        """A model this front end runs itself (`colocated.py`): the row made and run on a lane,
+        batched with the rows of its model and shapes that wait there (`lanes.Batched`)."""
+        shapes = None if make is not None else tuple(a.shape for a in source)  # a file: the model's one shape
+        job = Batched(self._made_and_run, (spec.key, shapes), spec.max_batch_size)
+        return await self.lanes.run(Priority.BE, job, spec, make, source, deadline, time.perf_counter())
 
-    def _made_and_run(self, spec: ModelSpec, make, source, arena: SlotArena | None, index: int | None,
-                      deadline: float, queued: float) -> dict[str, np.ndarray]:
-        """On a lane: preprocess the file (if it is one) and run the row; a row whose deadline has
-        passed is not run, as the dispatcher drops it. Its wait for the lane is its queue time."""
+    def _made_and_run(self, items: list[tuple]) -> list:
+        """On a lane: each row made (a file preprocessed straight into its row of the batch), the
+        rows whose deadline has not passed run as one batch, as the dispatcher drops the others;
+        each row's outputs (with the batch dimension), or its error. Each row's wait for the lane
+        is its queue time."""
+        spec, make = items[0][0], items[0][1]
         start = time.perf_counter()
-        self.metrics.queue_us.labels(spec.name, spec.version).inc((start - queued) * 1e6)
-        inputs = [make(spec, source, arena, index)] if make is not None else source
+        self.metrics.queue_us.labels(spec.name, spec.version).inc(sum(start - i[4] for i in items) * 1e6)
+        results: list = [None] * len(items)
+        if make is not None:
+            first = spec.inputs[0]
+            rows = np.empty((len(items), *first.dims), DTYPES[first.datatype])
+            for k, item in enumerate(items):
+                try:
+                    make(spec, item[2], rows[k].reshape(-1).view(np.float32))
+                except Exception as exc:  # this file alone fails (e.g. a corrupt JPEG)
+                    results[k] = exc
+            inputs = [rows]
+        else:
+            inputs = [parts[0][np.newaxis] if len(parts) == 1 else np.stack(parts)
+                      for parts in zip(*(item[2] for item in items))]  # fmt: skip
         self.metrics.of(spec.name, spec.version).compute_input_us.inc((time.perf_counter() - start) * 1e6)
-        if time.monotonic() >= deadline:
-            raise RowFailed(Failure.EXPIRED, "its deadline passed before it was run")
+        now = time.monotonic()
+        for k, item in enumerate(items):
+            if results[k] is None and now >= item[3]:
+                results[k] = RowFailed(Failure.EXPIRED, "its deadline passed before it was run")
+        run = [k for k, result in enumerate(results) if result is None]
+        if not run:
+            return results
         try:
-            return self.local.run(spec, inputs)
-        except Exception as exc:  # the run failed, as a batch fails on its vGPU
-            raise RowFailed(Failure.BACKEND, str(exc) or type(exc).__name__) from None
+            outputs = self.local.run(spec, inputs if len(run) == len(items) else [a[run] for a in inputs])
+        except Exception as exc:  # the run failed, as a batch fails on its vGPU: every row of it
+            failed = RowFailed(Failure.BACKEND, str(exc) or type(exc).__name__)
+            return [failed if k in run else result for k, result in enumerate(results)]
+        for j, k in enumerate(run):
+            results[k] = {out.name: _as_configured_batch(out, outputs[out.name][j : j + 1]) for out in spec.outputs}
+        return results
 
     def _sources(self, spec: ModelSpec, request: InferRequest):
         """How to make each row (a function for the lanes, or None to copy its tensors in here) and
@@ -313,7 +331,7 @@ class FrontEnd:
             except BaseException:
                 slots.release(indices)
                 raise
-        futures = [self.lanes.run(priority, make, spec, data, arena, index,
+        futures = [self.lanes.run(priority, make, spec, data, self._slot(arena, index),
                                   abandoned=functools.partial(slots.release, [index]))
                    for data, index in zip(sources, indices)]  # fmt: skip
         made = await _settled(futures, slots, indices)
@@ -335,13 +353,14 @@ class FrontEnd:
                 raise ProtocolError(f"input {field.name!r}: {exc} (its config's parameter atoll.max_bytes)") from None
         return Row(arena.name, index, row[0].shape, tuple(a.shape for a in row[1:]))
 
-    def _preprocess_image(self, spec, data: bytes, arena: SlotArena, index: int) -> np.ndarray:
+    def _preprocess_image(self, spec, data: bytes, out: np.ndarray) -> np.ndarray:
+        """Into `out`, a float32 buffer (a slot, or a row of a batch): the tensor, a view of it."""
         # checked: every file of the request passed `self.limits` (the preprocessor's limits)
-        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=self._slot(arena, index), checked=True))
+        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=out, checked=True))
 
-    def _preprocess_audio(self, spec, data: bytes, arena: SlotArena, index: int) -> np.ndarray:
+    def _preprocess_audio(self, spec, data: bytes, out: np.ndarray) -> np.ndarray:
         pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)
-        return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=self._slot(arena, index)))
+        return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=out))
 
     @staticmethod
     def _slot(arena: SlotArena, index: int) -> np.ndarray:
@@ -440,6 +459,11 @@ def _split_request(spec: ModelSpec, by_name: dict[str, Tensor]) -> list[list[np.
         raise ProtocolError(f"inputs of model {spec.name!r} must have as many rows: "
                             f"{', '.join(f'{t.name} {len(p)}' for t, p in zip(spec.inputs, parts))}")  # fmt: skip
     return [list(row) for row in zip(*parts)]
+
+
+def _as_configured_batch(out: TensorSpec, rows: np.ndarray) -> np.ndarray:
+    """`_as_configured` for rows with their batch dimension."""
+    return rows if out.reshape is None else rows.reshape((len(rows), *out.dims))
 
 
 def _as_configured(out: TensorSpec, row: np.ndarray) -> np.ndarray:

@@ -37,6 +37,8 @@ def reason_not(spec: ModelSpec, executor: str | None, vgpu_kinds: list[str], mod
         return "max_batch_size 0"
     if spec.preprocess not in ("none", "image"):
         return f"its {spec.preprocess} rows are padded to buckets"
+    if spec.preprocess == "image" and -1 in spec.inputs[0].dims:
+        return "its images have no fixed shape"
     if spec.pad_dynamic:
         return "atoll.pad_dynamic pads its rows"
     if spec.queue_policies != QueuePolicies():

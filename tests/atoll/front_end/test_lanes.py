@@ -10,7 +10,7 @@ import threading
 import pytest
 from gpu_runtime.priority import BE_NICE, Priority
 
-from atoll.front_end.lanes import Lanes
+from atoll.front_end.lanes import Batched, Lanes
 
 
 def test_rt_job_runs_while_the_be_lane_is_busy():
@@ -62,6 +62,68 @@ def test_a_job_given_up_is_skipped_and_reported_abandoned():
             assert ran == []
         finally:
             gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_batched_jobs_waiting_together_run_in_one_call_within_their_share():
+    calls = []
+
+    def run(items):
+        calls.append([item[0] for item in items])
+        return [ValueError(f"bad {x}") if x == 3 else x * 10 for (x,) in items]
+
+    async def main():
+        lanes = Lanes(be_threads=1)
+        gate = threading.Event()
+        try:
+            held = lanes.run(Priority.BE, gate.wait)
+            job, other = Batched(run, "a", limit=8), Batched(run, "b", limit=8)
+            waiting = [lanes.run(Priority.BE, job, x) for x in (1, 2)]
+            passed_over = lanes.run(Priority.BE, other, 9)
+            waiting += [lanes.run(Priority.BE, job, x) for x in (3, 4)]
+            given_up = lanes.run(Priority.BE, job, 5)
+            given_up.cancel()
+            gate.set()
+            await held
+            results = await asyncio.gather(*waiting, passed_over, return_exceptions=True)
+            assert results[:2] + results[3:] == [10, 20, 40, 90]
+            assert isinstance(results[2], ValueError) and str(results[2]) == "bad 3"  # that job alone failed
+            # one lane, so its share is all that waits: the jobs of "a" in one call (the one given
+            # up left out), the job of "b" it passed over after them
+            assert calls == [[1, 2, 3, 4], [9]]
+        finally:
+            gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_a_lane_takes_no_more_than_its_share_of_what_waits():
+    calls = []
+
+    def run(items):
+        calls.append(len(items))
+        return [None] * len(items)
+
+    async def main():
+        lanes = Lanes(be_threads=2)
+        gates = [threading.Event(), threading.Event()]
+        try:
+            held = [lanes.run(Priority.BE, gate.wait) for gate in gates]
+            job = Batched(run, "a", limit=32)
+            waiting = [lanes.run(Priority.BE, job, x) for x in range(8)]
+            gates[0].set()  # one lane goes on while the other is busy: 8 wait, 2 lanes
+            await held[0]
+            await asyncio.sleep(0)
+            gates[1].set()
+            await asyncio.gather(*held, *waiting)
+            assert calls[0] == 1 + 7 // 2  # itself and its share of those behind it
+            assert sum(calls) == 8
+        finally:
+            for gate in gates:
+                gate.set()
             lanes.close()
 
     asyncio.run(main())
