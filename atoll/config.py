@@ -91,7 +91,7 @@ class ServerConfig:
 @dataclass
 class PreprocessingConfig:
     backend: str = _choice(BACKEND_CHOICES, doc="DPU backend")
-    cpu_threads: int = _num(0, 0, "best-effort CPU preprocessing threads per front end (0 = cores / front ends + 1)")
+    cpu_threads: int = _num(0, 0, "best-effort CPU preprocessing threads per front end (0 = cores / front ends)")
     image_cus: int = _num(4, 1, "image_cu compute units (emulated XRT)")
     audio_mel_cus: int = _num(2, 1, "audio_mel_cu compute units (emulated XRT)")
     audio_norm_cus: int = _num(2, 1, "audio_norm_cu compute units (emulated XRT)")

@@ -136,11 +136,8 @@ class FrontEnd:
         # served, else when one is added (`warm_for`)
         self.audio_warm = any(spec.preprocess == "audio" for spec in self.models.values())
         cpu_backend.init_worker(audio_too=self.audio_warm)
-        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads:
-        # by default one more than the front end's share of the cores, so a lane waiting for the
-        # GIL leaves no core idle (2-core VM, one front end, web JPEGs: 2 lanes used 1.79 cores,
-        # 3 lanes 1.91, and answered 15 % more; docs/data-plane.md).
-        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count) + 1
+        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
+        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
         self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
         self.local = LocalModels(metrics)
         for key in setup.colocated & self.models.keys():

@@ -25,7 +25,9 @@ class ServerProcess:
 
     def __init__(self, extra_args: list[str] | None = None, start_timeout_s: float = 600.0,
                  env: dict[str, str] | None = None, new_session: bool = False, launcher: tuple[str, ...] = ()):  # fmt: skip
-        self.args = [*launcher, sys.executable, "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
+        # -P: the server imports the atoll this process imported (PYTHONPATH, else the installed
+        # one), never one that happens to sit in the working directory, which `-m` would put first
+        self.args = [*launcher, sys.executable, "-P", "-m", "atoll", "serve", "--http-port", "0", "--grpc-port", "0",
                      "--metrics-port", "-1", *(extra_args or [])]  # fmt: skip
         self.start_timeout_s = start_timeout_s
         self.env = {**os.environ, **(env or {})}
