@@ -32,7 +32,7 @@ from gpu_runtime.vgpu.messages import Row, RowInput, RowSequence
 from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
-from atoll.front_end.colocated import LocalModels
+from atoll.front_end.colocated import LANE_BATCH_MAX, LocalModels
 from atoll.front_end.lanes import Batched, Lanes
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import pad_stack, read_wav
@@ -256,7 +256,7 @@ class FrontEnd:
         """A model this front end runs itself (`colocated.py`): the row made and run on a lane,
         batched with the rows of its model and shapes that wait there (`lanes.Batched`)."""
         shapes = None if make is not None else tuple(a.shape for a in source)  # a file: the model's one shape
-        job = Batched(self._made_and_run, (spec.key, shapes), spec.max_batch_size)
+        job = Batched(self._made_and_run, (spec.key, shapes), min(spec.max_batch_size, LANE_BATCH_MAX))
         return await self.lanes.run(Priority.BE, job, spec, make, source, deadline, time.perf_counter())
 
     def _made_and_run(self, items: list[tuple]) -> list:
