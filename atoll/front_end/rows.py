@@ -270,7 +270,7 @@ class FrontEnd:
         results: list = [None] * len(items)
         if make is not None:
             first = spec.inputs[0]
-            rows = np.empty((len(items), *first.dims), DTYPES[first.datatype])
+            rows = np.empty((len(items), *first.model_dims), DTYPES[first.datatype])
             for k, item in enumerate(items):
                 try:
                     make(spec, item[2], rows[k].reshape(-1).view(np.float32))

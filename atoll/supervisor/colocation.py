@@ -37,8 +37,8 @@ def reason_not(spec: ModelSpec, executor: str | None, vgpu_kinds: list[str], mod
         return "max_batch_size 0"
     if spec.preprocess not in ("none", "image"):
         return f"its {spec.preprocess} rows are padded to buckets"
-    if spec.preprocess == "image" and -1 in spec.inputs[0].dims:
-        return "its images have no fixed shape"
+    if spec.preprocess == "image" and (-1 in spec.inputs[0].model_dims or spec.inputs[0].datatype != "FP32"):
+        return "its images are not FP32 tensors of one shape"
     if spec.pad_dynamic:
         return "atoll.pad_dynamic pads its rows"
     if spec.queue_policies != QueuePolicies():

@@ -35,6 +35,8 @@ def test_a_plain_onnxruntime_model_on_cpu_vgpus_runs_in_the_front_ends():
     (_spec(max_batch_size=0), ORT, ["cpu"], "auto", "max_batch_size 0"),
     (_spec(preprocess="audio", raw_input="audio"), ORT, ["cpu"], "auto", "padded to buckets"),
     (_spec(parameters={"atoll.pad_dynamic": "true"}), ORT, ["cpu"], "auto", "pad_dynamic"),
+    (_spec(preprocess="image", raw_input="image", inputs=[TensorSpec("x", "FP16", (3, 8, 8))]), ORT, ["cpu"], "auto",
+     "not FP32"),
     (_spec(queue_policies=QueuePolicies(priority_levels=2, default_priority_level=2)), ORT, ["cpu"], "auto",
      "queue policies"),
     (_spec(inputs=[TensorSpec("x", "BYTES", (1,))]), ORT, ["cpu"], "auto", "BYTES/BF16"),
