@@ -71,8 +71,9 @@ class ServerConfig:
     be_nice: int = _num(10, 0, "how much nicer best-effort threads run than real-time ones (0 = equal)")
     colocate: str = _choice(("auto", "off"), doc="auto: on CPU vGPUs, a front end runs the best-effort requests of "
                                                  "plain onnxruntime models itself, preprocessed and inferred on one "
-                                                 "lane thread as batches of one (no hop to the dispatcher or a vGPU "
-                                                 "worker); off: every request through the dispatcher")
+                                                 "lane thread, batched with those waiting there (no hop to the "
+                                                 "dispatcher or a vGPU worker); off: every request through the "
+                                                 "dispatcher")
     http_restricted_api: list[str] = field(default_factory=list, metadata={
         "doc": "Triton's restricted APIs: '<category>,...:<header>=<value>' each; requests of those categories "
                "without the header are refused (HTTP 403). Categories: health, metadata, inference, "

@@ -93,7 +93,7 @@ class Lanes:
         """Run `first` with the jobs of its key waiting now (at most `share` jobs in all); the
         other jobs taken meanwhile."""
         batched, batch, later = first[2], [first], []
-        while len(batch) < min(batched.limit, share) and len(batch) + len(later) < share:
+        while len(batch) < batched.limit and len(batch) + len(later) < share:
             try:
                 job = jobs.get_nowait()
             except queue.Empty:

@@ -1,6 +1,7 @@
 """Which models a front end runs itself: on CPU vGPUs, a best-effort request of a plain
 onnxruntime model is preprocessed and inferred on the same lane thread of the front end that
-received it, as one batch of one, instead of going to the dispatcher and a vGPU worker.
+received it, batched with the requests waiting there (`front_end/colocated.py`), instead of going
+to the dispatcher and a vGPU worker.
 
 Why: where the vGPU is a CPU, the hand-offs cost as much as a batch saves. The dispatcher, the
 pool's threads and the worker's own spent ~0.8 CPU-ms a request on the 2-core VM (web JPEGs,
