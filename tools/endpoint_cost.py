@@ -1,6 +1,7 @@
 """What the cluster endpoint alone costs per request: `atoll serve --cluster`'s endpoint
 (`serve_endpoint` over a `StaticDirectory`) in front of a stand-in node that answers every infer
-request at once with a fixed 4 KB answer (Atoll's HTTP edge, no model), driven in closed loop by the
+request with a fixed 4 KB answer, at once or after `--node-delay-ms` (Atoll's HTTP edge, no model:
+20 ms gives 8 connections the ~400 req/s of a real node, each request its own wake-up), driven in closed loop by the
 bench's load client from a process of its own. The figure is the endpoint process's CPU-ms per
 request (user and system apart; the bench's `cpustat` gives only their sum) for a 110 KB body (a
 web JPEG's size) and a 602 KB FP32 tensor, without the node's work on the same cores and without
@@ -10,7 +11,7 @@ tenants come and go. Figures: docs/cluster.md.
 
 Usage (PYTHONPATH set to a checkout, as for every tool):
     python tools/endpoint_cost.py [--tree DIR ...] [--rounds 3] [--seconds 5] [--connections 8]
-        [--out bench/results/cluster_endpoint_cost_cpu.json]
+        [--node-delay-ms 0] [--out bench/results/cluster_endpoint_cost_cpu.json]
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ ANSWER_BYTES = 4000  # MobileNetV3's 1,000 FP32 scores
 READY_S = 60.0
 
 
-def _node(port: int) -> None:
-    """The stand-in node: ready, one READY model in its index, every infer answered at once."""
+def _node(port: int, delay_s: float) -> None:
+    """The stand-in node: ready, one READY model in its index, every infer answered at once or
+    after `delay_s`."""
     from atoll.http.bodies import BodyLimits
     from atoll.http.connections import HttpConnections
     from atoll.http.edge import HttpServer
@@ -56,6 +58,8 @@ def _node(port: int) -> None:
         return index
 
     async def infer(request):
+        if delay_s:
+            await asyncio.sleep(delay_s)
         return answer
 
     routes.add("GET", "/v2/health/ready", ready)
@@ -130,8 +134,8 @@ def _cpu(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def measure(tree: str, size: int, connections: int, seconds: float, port: int) -> dict:
-    node = _started(["--node", str(port)], tree, "ready")
+def measure(tree: str, size: int, connections: int, seconds: float, port: int, delay_ms: float) -> dict:
+    node = _started(["--node", str(port), str(delay_ms)], tree, "ready")
     endpoint = None
     try:
         endpoint = _started(["--endpoint", str(port), str(port + 1)], tree, "serving on")
@@ -151,11 +155,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--out", default="")
-    parser.add_argument("--node", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--node-delay-ms", type=float, default=0.0,
+                        help="the stand-in node answers after this long: with --connections, the rate a real node's "
+                             "latency sets, each request then a wake-up of its own (default 0: at once)")
+    parser.add_argument("--node", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.node is not None:
-        return _node(args.node)
+        return _node(int(args.node[0]), float(args.node[1]) / 1000)
     if args.endpoint is not None:
         return _endpoint(*args.endpoint)
     trees = [str(Path(t).resolve()) for t in args.tree or [ROOT]]
@@ -166,7 +173,7 @@ def main() -> None:
             for tree in trees:
                 commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True,
                                         text=True).stdout.strip()  # fmt: skip
-                point = measure(tree, size, args.connections, args.seconds, port)
+                point = measure(tree, size, args.connections, args.seconds, port, args.node_delay_ms)
                 runs.append({"round": r + 1, "body": name, "tree": tree, "commit": commit, **point,
                              "load_avg_1min": os.getloadavg()[0]})  # fmt: skip
                 print(json.dumps(runs[-1]), flush=True)
@@ -174,7 +181,7 @@ def main() -> None:
                                                    if p["body"] == name and p["tree"] == tree)
                for name in SIZES for tree in trees}  # fmt: skip
     result = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
-              "connections": args.connections, "seconds": args.seconds, "median_cpu_ms_per_request": summary,
+              "connections": args.connections, "node_delay_ms": args.node_delay_ms, "seconds": args.seconds, "median_cpu_ms_per_request": summary,
               "runs": runs}  # fmt: skip
     print(json.dumps(summary, indent=1))
     if args.out:
