@@ -98,8 +98,9 @@ def _started(args: list[str], tree: str, ready: str) -> subprocess.Popen:
     raise RuntimeError(f"{args[0]} did not start (from {tree})")
 
 
-async def _drive(port: int, size: int, connections: int, seconds: float, endpoint_pid: int) -> dict:
-    """Closed loop on `connections`; after a second's warm-up, the endpoint's CPU over `seconds`."""
+async def _drive(port: int, size: int, connections: int, seconds: float, endpoint_pid: int, node_pid: int) -> dict:
+    """Closed loop on `connections`; after a second's warm-up, the endpoint's CPU over `seconds`
+    (and the stand-in node's: what the endpoint's way of sending costs the node's edge)."""
     client = HttpClient(f"http://127.0.0.1:{port}", 30.0)
     body, headers = http_body("x", "FP32", [size // 4], os.urandom(size))
     request = client.request(f"/v2/models/{MODEL}/infer", body, headers)
@@ -114,9 +115,9 @@ async def _drive(port: int, size: int, connections: int, seconds: float, endpoin
 
     tasks = [asyncio.create_task(loop()) for _ in range(connections)]
     await asyncio.sleep(1.0)
-    n0, cpu0, t0 = answered[0], _cpu(endpoint_pid), time.monotonic()
+    n0, cpu0, node0, t0 = answered[0], _cpu(endpoint_pid), _cpu(node_pid), time.monotonic()
     await asyncio.sleep(seconds)
-    n1, cpu1, t1 = answered[0], _cpu(endpoint_pid), time.monotonic()
+    n1, cpu1, node1, t1 = answered[0], _cpu(endpoint_pid), _cpu(node_pid), time.monotonic()
     running[0] = False
     await asyncio.gather(*tasks)
     client.close()
@@ -124,7 +125,8 @@ async def _drive(port: int, size: int, connections: int, seconds: float, endpoin
     return {"requests": n, "throughput_rps": round(n / (t1 - t0), 1),
             "cpu_ms_per_request": round((cpu1[0] + cpu1[1] - cpu0[0] - cpu0[1]) * 1000 / n, 4),
             "user_ms_per_request": round((cpu1[0] - cpu0[0]) * 1000 / n, 4),
-            "system_ms_per_request": round((cpu1[1] - cpu0[1]) * 1000 / n, 4)}  # fmt: skip
+            "system_ms_per_request": round((cpu1[1] - cpu0[1]) * 1000 / n, 4),
+            "node_cpu_ms_per_request": round((sum(node1) - sum(node0)) * 1000 / n, 4)}  # fmt: skip
 
 
 def _cpu(pid: int) -> tuple[float, float]:
@@ -139,7 +141,7 @@ def measure(tree: str, size: int, connections: int, seconds: float, port: int, d
     endpoint = None
     try:
         endpoint = _started(["--endpoint", str(port), str(port + 1)], tree, "serving on")
-        return asyncio.run(_drive(port + 1, size, connections, seconds, endpoint.pid))
+        return asyncio.run(_drive(port + 1, size, connections, seconds, endpoint.pid, node.pid))
     finally:
         for proc in (endpoint, node):
             if proc is not None:
