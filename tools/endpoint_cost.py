@@ -183,8 +183,8 @@ def main() -> None:
                                                    if p["body"] == name and p["tree"] == tree)
                for name in SIZES for tree in trees}  # fmt: skip
     result = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
-              "connections": args.connections, "node_delay_ms": args.node_delay_ms, "seconds": args.seconds, "median_cpu_ms_per_request": summary,
-              "runs": runs}  # fmt: skip
+              "connections": args.connections, "node_delay_ms": args.node_delay_ms, "seconds": args.seconds,
+              "median_cpu_ms_per_request": summary, "runs": runs}  # fmt: skip
     print(json.dumps(summary, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
