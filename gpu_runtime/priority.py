@@ -99,9 +99,9 @@ def make_this_thread_background() -> None:
     """Linux's idle scheduling class for the calling thread (SCHED_IDLE; elsewhere nice 19): for
     work such as model loads, which may take the cycles serving leaves but none it needs. A waking
     thread of any other class preempts it at once, where nice 19 still shares a core for a
-    scheduler slice (2-core VM, MobileNetV3 at 250 req/s while CitriNet loads: p99 26 vs 55 ms);
-    on a saturated machine it waits. Threads it starts inherit its class (and an unprivileged
-    process cannot raise it again), so serving threads must be started elsewhere."""
+    scheduler slice (docs/data-plane.md, "Settings that rest on a measurement"); on a saturated
+    machine it waits. Threads it starts inherit its class (and an unprivileged process cannot
+    raise it again), so serving threads must be started elsewhere."""
     tid = threading.get_native_id()
     try:
         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))

@@ -69,8 +69,7 @@ class CpuStream:
         # priority keeps off the core never returns (a one-core worker hung so). BE streams stay
         # ordinary, not niced as a SerialEngine's BE lanes are: a NumPy kernel holds the
         # interpreter lock the RT stream needs, and a niced holder starved by other processes
-        # kept it from the RT stream longer (2-core VM, 10 runnable threads: RT response beside
-        # BE p99 6-10 ms niced, 3-6 ms not).
+        # kept it from the RT stream longer (docs/scheduling.md, "The benchmark").
         if self._device.os_priorities and not self.guarded:
             prioritise_this_thread(Priority.RT)
         device = self._device

@@ -16,10 +16,9 @@ from gpu_runtime.executors.ort_executor import OrtExecutor
 from atoll.repository.specs import ModelSpec
 
 
-# The most rows a lane runs at once. Larger batches keep a lane busy longer for little: on the
-# 2-core VM (web JPEGs, MobileNetV3, 64 connections) batches of up to 32 gave p99 223 ms and
-# real-time p99 x1.40-1.45 beside them, batches of up to 8 p99 175 ms and x1.26-1.28, at the same
-# throughput (onnxruntime on one thread: 2.44 CPU-ms an image at batch 1, 2.10 at 8).
+# The most rows a lane runs at once: larger batches keep a lane busy longer, and the real-time
+# lane and the next batch wait behind it, for little saved per row (docs/data-plane.md, "Settings
+# that rest on a measurement").
 LANE_BATCH_MAX = 8
 
 

@@ -9,9 +9,8 @@ loop, which they answer through one `call_soon_threadsafe` per job.
 A job may be `Batched`: a lane that takes one also takes jobs of the same key waiting behind it and
 runs them in one call, as a dynamic batcher with no delay batches what is queued (a front end's
 models on CPU vGPUs, `colocated.py`); their answers reach the loop in one wake. It takes no more
-than its share of what waits (the queue over the lanes), so the other lanes are not left idle: on
-the 2-core VM, batches of up to 32 left ~0.2 of the cores idle at 8 connections and doubled p99
-at 64.
+than its share of what waits (the queue over the lanes), so the other lanes are not left idle
+(docs/data-plane.md).
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class FrontEnd:
             first = spec.inputs[0]
             rows = np.empty((len(items), *first.model_dims), DTYPES[first.datatype])
             for k, item in enumerate(items):
-                try:  # its header checked here, off the event loop (a seventh of the loop's Python per request)
+                try:  # its header checked here, off the event loop (docs/data-plane.md)
                     self.limits.check(spec.preprocess, [item[2]])
                     make(spec, item[2], rows[k].reshape(-1).view(np.float32))
                 except Exception as exc:  # this file alone fails (e.g. a corrupt JPEG)

@@ -3,10 +3,8 @@ onnxruntime model is preprocessed and inferred on the same lane thread of the fr
 received it, batched with the requests waiting there (`front_end/colocated.py`), instead of going
 to the dispatcher and a vGPU worker.
 
-Why: where the vGPU is a CPU, the hand-offs cost as much as a batch saves. The dispatcher, the
-pool's threads and the worker's own spent ~0.8 CPU-ms a request on the 2-core VM (web JPEGs,
-MobileNetV3) against onnxruntime's ~0.3 ms gained from batching, and the tensor crossed three
-processes' caches (issue 41, docs/data-plane.md). Real-time requests keep the dispatcher's path
+Why: where the vGPU is a CPU, the hand-offs cost more than a batch saves, and the tensor crossed
+three processes' caches (the figures: docs/data-plane.md). Real-time requests keep the dispatcher's path
 (REEF, admission by analysis), and so does every model whose semantics live there: sequences,
 Python models, ensembles, queue policies, audio's padded buckets, BYTES and BF16 tensors, and
 models run on the kernel runtime (preemptible programs).
