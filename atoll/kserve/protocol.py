@@ -24,6 +24,8 @@ from atoll.kserve.json_tensors import Skeleton, Span, Steps, json_values, skelet
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _NAMES = {dt: name for name, dt in DTYPES.items() if name != "BYTES"}
+# one compact encoder for every answer: json.dumps with separators would build one per call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 @dataclass
@@ -331,7 +333,7 @@ def encode_response(model: str, version: str, request_id: str | None, outputs: l
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _COMPACT.encode(value).encode()
 
 
 def binary_outputs(request: InferRequest, outputs: list[Output]) -> set[str]:
