@@ -276,7 +276,7 @@ class FrontEnd:
             for k, item in enumerate(items):
                 try:  # its header checked here, off the event loop (docs/data-plane.md)
                     self.limits.check(spec.preprocess, [item[2]])
-                    make(spec, item[2], rows[k].reshape(-1).view(np.float32))
+                    make(spec, item[2], rows[k].reshape(-1))
                 except Exception as exc:  # this file alone fails (e.g. a corrupt JPEG)
                     results[k] = exc
             inputs = [rows]
