@@ -4,8 +4,8 @@ received it, batched with the requests waiting there (`front_end/colocated.py`),
 to the dispatcher and a vGPU worker.
 
 Why: where the vGPU is a CPU, the hand-offs cost more than a batch saves, and the tensor crossed
-three processes' caches (the figures: docs/data-plane.md). Real-time requests keep the dispatcher's path
-(REEF, admission by analysis), and so does every model whose semantics live there: sequences,
+three processes' caches (the figures: docs/data-plane.md). Real-time requests keep the dispatcher's
+path (REEF, admission by analysis), and so does every model whose semantics live there: sequences,
 Python models, ensembles, queue policies, audio's padded buckets, BYTES and BF16 tensors, and
 models run on the kernel runtime (preemptible programs).
 """
