@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -158,13 +159,14 @@ class ClusterView:
         self.nodes.pop(name).close()
 
     def reachable(self) -> list[str]:
-        return [name for name, state in self.nodes.items() if state.reachable]
+        return [name for name, state in list(self.nodes.items()) if state.reachable]
 
     def candidates(self, model: str, version: str | None = None) -> list[str]:
         """The reachable nodes whose index says `model` (that version, where given) is READY."""
+        nodes = list(self.nodes.items())  # (one step under the GIL: the relay's threads call this too)
         if version:
-            return [n for n, s in self.nodes.items() if (model, version) in s.serving]
-        return [n for n, s in self.nodes.items() if model in s.models]
+            return [n for n, s in nodes if (model, version) in s.serving]
+        return [n for n, s in nodes if model in s.models]
 
     def ready(self) -> bool:
         return any(state.ready for state in self.nodes.values())
@@ -176,40 +178,24 @@ class ClusterView:
         """`send(node)`'s result from the node `routing` picks among `candidates`; where it fails
         (NodeGone) or the node refuses (`refused(result)`: it is starting, stopping or full), from
         another of them, up to RETRIES more. Then the last refusal, or ApiError UNAVAILABLE."""
-        tried: list[str] = []
-        last, failure = None, None
-        for _ in range(1 + RETRIES):
-            name = self.router.choose([n for n in candidates if n not in tried and n in self.nodes], real_time)
-            if name is None:
-                break
-            if tried:
-                self.metrics.retries.inc()
-            tried.append(name)
-            self.metrics.forwarded_to(name).inc()
-            self.router.sent(name, real_time)
+        attempts = Attempts(self, model, candidates, real_time)
+        last = None
+        while (name := attempts.next()) is not None:
             try:
                 result = await send(self.nodes[name])
             except NodeGone as exc:
-                self.node_failed(name, exc)
-                failure = f"{name}: {exc}"
+                attempts.answered(name, exc)
                 continue
-            finally:
-                self.router.answered(name, real_time)
+            except BaseException:
+                attempts.answered(name, None)
+                raise
+            attempts.answered(name, None)
             if not refused(result):
                 return result
             last = result
         if last is not None:
             return last
-        self.metrics.unavailable.inc()
-        if not model:
-            raise ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster answered ({failure or 'none reachable'})", 1)
-        if failure is not None:
-            raise ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster could answer for model '{model}' "
-                                                  f"(tried {', '.join(tried)}; {failure})", 1)  # fmt: skip
-        if not any(model == e.get("name") for s in self.nodes.values() for e in s.index) and self.reachable():
-            raise ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found")
-        raise ApiError(ErrorCode.UNAVAILABLE, f"model '{model}' is not ready on any node of the cluster "
-                                              f"({len(self.reachable())} of {len(self.nodes)} nodes reachable)", 1)
+        raise attempts.failure()
 
     def spread(self, model: str | None) -> list[str]:
         """Where a call about `model` goes that any node holding it can answer (metadata, config):
@@ -355,3 +341,59 @@ def node_error(answer: Answer) -> ApiError:
     except (ValueError, KeyError, TypeError):
         message = answer.body.decode(errors="replace")[:500] or f"HTTP {answer.status}"
     return ApiError(_ERRORS.get(answer.status, ErrorCode.INTERNAL), str(message))
+
+
+class Attempts:
+    """The tries of one forwarded request, as `ClusterView.forward` makes them and as the native
+    relay's threads step through them (`relay.py`): `next()` names the node to send to (None: no
+    more), `answered` is called once for each, and `failure()` is the error when none answered.
+    The router's counts change under a lock, since the relay's threads and the loop share them."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, view: ClusterView, model: str, candidates: list[str], real_time: bool):
+        self.view = view
+        self.model = model
+        self.candidates = candidates
+        self.real_time = real_time
+        self.tried: list[str] = []
+        self.gone: str | None = None  # the last failure, "node: reason"
+
+    def next(self) -> str | None:
+        view = self.view
+        if len(self.tried) > RETRIES:
+            return None
+        with self._lock:
+            name = view.router.choose([n for n in self.candidates if n not in self.tried and n in view.nodes],
+                                      self.real_time)  # fmt: skip
+            if name is None:
+                return None
+            view.router.sent(name, self.real_time)
+        if self.tried:
+            view.metrics.retries.inc()
+        self.tried.append(name)
+        view.metrics.forwarded_to(name).inc()
+        return name
+
+    def answered(self, name: str, gone: NodeGone | None) -> None:
+        """`name` answered (or, `gone`, did not)."""
+        with self._lock:
+            self.view.router.answered(name, self.real_time)
+        if gone is not None:
+            self.view.node_failed(name, gone)
+            self.gone = f"{name}: {gone}"
+
+    def failure(self) -> ApiError:
+        """Why no node answered (no refusal came either)."""
+        view, model = self.view, self.model
+        view.metrics.unavailable.inc()
+        if not model:
+            return ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster answered ({self.gone or 'none reachable'})",
+                            1)  # fmt: skip
+        if self.gone is not None:
+            return ApiError(ErrorCode.UNAVAILABLE, f"no node of the cluster could answer for model '{model}' "
+                                                   f"(tried {', '.join(self.tried)}; {self.gone})", 1)  # fmt: skip
+        if not any(model == e.get("name") for s in list(view.nodes.values()) for e in s.index) and view.reachable():
+            return ApiError(ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found")
+        return ApiError(ErrorCode.UNAVAILABLE, f"model '{model}' is not ready on any node of the cluster "
+                                               f"({len(view.reachable())} of {len(view.nodes)} nodes reachable)", 1)

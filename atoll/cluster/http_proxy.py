@@ -26,9 +26,9 @@ SHARED_MEMORY_REFUSAL = ("shared memory is not available through the cluster end
                          "machine and a request may be served by any node; send the tensors in the request, or "
                          "register the region with one node and send to that node")  # fmt: skip
 # headers of one hop, not passed on: the edge undid any Content-Encoding, and lengths are the sender's
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "expect",
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "expect",
         "te", "trailer", "upgrade", "proxy-connection"}  # fmt: skip
-_ANSWER_HOP = _HOP | {"content-type"}
+_ANSWER_HOP = HOP | {"content-type"}
 _HEADER_LENGTH = HEADER_LENGTH.lower()
 OK = HttpResponse(200)
 
@@ -112,7 +112,7 @@ class HttpProxy:
         return await self._forward(request, model or "", self.view.spread(model), False)
 
     async def _forward(self, request: HttpRequest, model: str, candidates: list[str], rt: bool) -> HttpResponse:
-        headers = {name: value for name, value in request.headers.items() if name not in _HOP}
+        headers = {name: value for name, value in request.headers.items() if name not in HOP}
         target = request.path + ("?" + request.query if request.query else "")
 
         method = "GET" if request.method == "HEAD" else request.method  # (the edge leaves the body out)
@@ -123,8 +123,11 @@ class HttpProxy:
         try:
             answer = await self.view.forward(model, candidates, rt, send, _refused)
         except TimeoutError:
-            raise ApiError(ErrorCode.TIMEOUT, f"the node did not answer within {self.timeout_s:g} s") from None
+            raise self.timed_out() from None
         return _response(answer)
+
+    def timed_out(self) -> ApiError:
+        return ApiError(ErrorCode.TIMEOUT, f"the node did not answer within {self.timeout_s:g} s")
 
 
 def _refused(answer: Answer) -> bool:
@@ -137,17 +140,23 @@ def _response(answer: Answer) -> HttpResponse:
 
 
 def _real_time(request: HttpRequest) -> bool:
-    """Whether the request asks for real-time service, from its JSON part alone (the binary
-    extension's header, else the body with every input's data skipped, not decoded); a request
-    that cannot be read is routed as best-effort, and the node answers what is wrong with it."""
+    value = request.headers.get(_HEADER_LENGTH)
     try:
-        value = request.headers.get(_HEADER_LENGTH)
         length = int(value) if value else None
-        body = request.body
-        if body.find(b'"priority"', 0, len(body) if length is None else length) < 0:
+    except ValueError:
+        return False
+    return real_time_in(request.body, length)
+
+
+def real_time_in(body: bytes, json_length: int | None) -> bool:
+    """Whether an infer request's `body` (its JSON part the first `json_length` bytes; None: all
+    of it) asks for real-time service, from its JSON part alone (the body with every input's data
+    skipped, not decoded); a request that cannot be read is routed as best-effort, and the node
+    answers what is wrong with it."""
+    try:
+        if body.find(b'"priority"', 0, len(body) if json_length is None else json_length) < 0:
             return False  # most requests: no JSON read at all (an escaped key goes best-effort)
-        skeleton = sliced_sync(request_skeleton(request.body, length))
+        skeleton = sliced_sync(request_skeleton(body, json_length))
         return real_time(request_parameters(skeleton.fields))
     except (ProtocolError, ValueError):
         return False
-
