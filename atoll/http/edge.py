@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from atoll.http.answers import Answers
 from atoll.http.bodies import BodyError, BodyLimits
@@ -55,6 +56,7 @@ class HttpServer:
         self.head_buffer = self.buffer[:HEAD_READ]
         self.drop_buffer = self.buffer[:1]  # a body being dropped: its first byte, to wake `BodyReader.discard`
         self._listeners: list[asyncio.Server] = []
+        self._adopting: set[asyncio.Task] = set()
 
     async def listen(self, host: str, port: int, backlog: int = 100, reuse_port: bool = False) -> asyncio.Server:
         loop = asyncio.get_running_loop()
@@ -62,6 +64,19 @@ class HttpServer:
                                             backlog=backlog)  # fmt: skip
         self._listeners.append(listener)
         return listener
+
+    def adopt(self, sock: socket.socket, prefix: bytes) -> None:
+        """Serve a connection accepted elsewhere (the cluster endpoint's native relay), whose first
+        `prefix` bytes were read there: they are taken before anything the socket brings."""
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(loop.connect_accepted_socket(lambda: Connection(self, prefix), sock))
+        self._adopting.add(task)
+        task.add_done_callback(self._adopted)
+
+    def _adopted(self, task: asyncio.Task) -> None:
+        self._adopting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a connection handed on by the relay could not be served: %s", task.exception())
 
     async def shutdown(self, timeout_s: float) -> None:
         """Accept no more; answer the requests in hand (for up to `timeout_s`), then close every
@@ -97,8 +112,9 @@ class Connection(asyncio.BufferedProtocol):
     (`BodyReader`) and answers them in order (`Answers`), on one timer (`Deadline`). `state`
     (`Receiving`) is where it is; only its own methods change it."""
 
-    def __init__(self, server: HttpServer):
+    def __init__(self, server: HttpServer, prefix: bytes = b""):
         self.server = server
+        self._prefix = prefix  # read elsewhere before the connection came here (`HttpServer.adopt`)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.state = IDLE
@@ -136,6 +152,24 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._deadline.set(self.server.idle_timeout_s, self.close)
         self.server.connections.add(self)
+        if self._prefix:
+            self._take(self._prefix)
+            self._prefix = b""
+
+    def _take(self, data: bytes) -> None:
+        """Take `data` as if it had been read from the socket (the prefix of an adopted connection).
+        Bodies are copied through, not dropped in the kernel, since these bytes come first."""
+        sock, self._body.sock = self._body.sock, None
+        view = memoryview(data)
+        try:
+            while view and self.transport is not None and self.state not in STOPPED:
+                buffer = self.get_buffer(len(view))
+                n = min(len(buffer), len(view))
+                buffer[:n] = view[:n]
+                view = view[n:]
+                self.buffer_updated(n)
+        finally:
+            self._body.sock = sock
 
     def get_buffer(self, sizehint: int) -> memoryview:
         state = self.state
