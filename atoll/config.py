@@ -74,6 +74,11 @@ class ServerConfig:
                                                  "lane thread, batched with those waiting there (no hop to the "
                                                  "dispatcher or a vGPU worker); off: every request through the "
                                                  "dispatcher")
+    endpoint_relay: str = _choice(("native", "python"), doc="the cluster endpoint's HTTP infer requests: native: "
+                                                             "relayed by C threads (built with the system compiler "
+                                                             "on first use; without one, python), each request's "
+                                                             "node still chosen by the endpoint's Python; python: "
+                                                             "all on the endpoint's event loop")
     http_restricted_api: list[str] = field(default_factory=list, metadata={
         "doc": "Triton's restricted APIs: '<category>,...:<header>=<value>' each; requests of those categories "
                "without the header are refused (HTTP 403). Categories: health, metadata, inference, "

@@ -1,5 +1,6 @@
-"""Native helpers of the GPU runtime (the RT launcher, the CUDA emulator's kernels) built with the
-system compiler on first use and cached by content.
+"""Native helpers of the GPU runtime (the RT launcher, the CUDA emulator's kernels) and of the cluster
+endpoint above it (its relay, `atoll.cluster.relay`) built with the system compiler on first use and
+cached by content.
 
 `build_library(sources, flags, name)` compiles the sources into build/<kind>/<hash>/<name>, the
 hash covering the compiler, the flags and every source's bytes (headers listed among the sources

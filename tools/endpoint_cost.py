@@ -11,7 +11,8 @@ tenants come and go. Figures: docs/cluster.md.
 
 Usage (PYTHONPATH set to a checkout, as for every tool):
     python tools/endpoint_cost.py [--tree DIR ...] [--rounds 3] [--seconds 5] [--connections 8]
-        [--node-delay-ms 0] [--out bench/results/cluster_endpoint_cost_cpu.json]
+        [--node-delay-ms 0] [--set server.endpoint_relay=python]
+        [--out bench/results/cluster_endpoint_cost_cpu.json]
 """
 
 from __future__ import annotations
@@ -74,14 +75,15 @@ def _node(port: int, delay_s: float) -> None:
     asyncio.run(main())
 
 
-def _endpoint(node_port: int, port: int) -> None:
+def _endpoint(node_port: int, port: int, settings: list[str]) -> None:
     from atoll.cluster.directory import NodeAddress, StaticDirectory
     from atoll.cluster.endpoint import serve_endpoint
     from atoll.config import load_config
 
     nodes = StaticDirectory([NodeAddress("stand-in", f"127.0.0.1:{node_port}", "", "")])
     serve_endpoint(nodes, load_config(None, {"server.host": "127.0.0.1", "server.http_port": str(port),
-                                             "server.grpc_port": "-1", "server.metrics_port": "-1"}))
+                                             "server.grpc_port": "-1", "server.metrics_port": "-1",
+                                             **dict(s.split("=", 1) for s in settings)}))  # fmt: skip
 
 
 def _started(args: list[str], tree: str, ready: str) -> subprocess.Popen:
@@ -136,11 +138,12 @@ def _cpu(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def measure(tree: str, size: int, connections: int, seconds: float, port: int, delay_ms: float) -> dict:
+def measure(tree: str, size: int, connections: int, seconds: float, port: int, delay_ms: float,
+            settings: list[str]) -> dict:  # fmt: skip
     node = _started(["--node", str(port), str(delay_ms)], tree, "ready")
     endpoint = None
     try:
-        endpoint = _started(["--endpoint", str(port), str(port + 1)], tree, "serving on")
+        endpoint = _started(["--endpoint", str(port), str(port + 1), *settings], tree, "serving on")
         return asyncio.run(_drive(port + 1, size, connections, seconds, endpoint.pid, node.pid))
     finally:
         for proc in (endpoint, node):
@@ -160,13 +163,15 @@ def main() -> None:
     parser.add_argument("--node-delay-ms", type=float, default=0.0,
                         help="the stand-in node answers after this long: with --connections, the rate a real node's "
                              "latency sets, each request then a wake-up of its own (default 0: at once)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the endpoint's config, e.g. server.endpoint_relay=python (repeatable)")
     parser.add_argument("--node", nargs=2, help=argparse.SUPPRESS)
-    parser.add_argument("--endpoint", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.node is not None:
         return _node(int(args.node[0]), float(args.node[1]) / 1000)
     if args.endpoint is not None:
-        return _endpoint(*args.endpoint)
+        return _endpoint(int(args.endpoint[0]), int(args.endpoint[1]), args.endpoint[2:])
     trees = [str(Path(t).resolve()) for t in args.tree or [ROOT]]
     runs: list[dict] = []
     port = 21000 + os.getpid() % 2000 * 2
@@ -175,7 +180,7 @@ def main() -> None:
             for tree in trees:
                 commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True,
                                         text=True).stdout.strip()  # fmt: skip
-                point = measure(tree, size, args.connections, args.seconds, port, args.node_delay_ms)
+                point = measure(tree, size, args.connections, args.seconds, port, args.node_delay_ms, args.set)
                 runs.append({"round": r + 1, "body": name, "tree": tree, "commit": commit, **point,
                              "load_avg_1min": os.getloadavg()[0]})  # fmt: skip
                 print(json.dumps(runs[-1]), flush=True)
@@ -184,6 +189,7 @@ def main() -> None:
                for name in SIZES for tree in trees}  # fmt: skip
     result = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
               "connections": args.connections, "node_delay_ms": args.node_delay_ms, "seconds": args.seconds,
+              "settings": args.set,
               "median_cpu_ms_per_request": summary, "runs": runs}  # fmt: skip
     print(json.dumps(summary, indent=1))
     if args.out:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping
 
 import grpc
@@ -18,6 +19,7 @@ from atoll.cluster.directory import Directory
 from atoll.cluster.grpc_proxy import GrpcProxy
 from atoll.cluster.heap import tune_heap
 from atoll.cluster.http_proxy import HttpProxy
+from atoll.cluster.relay import InferRelay
 from atoll.config import Config
 from atoll.http.bodies import BodyBudget, BodyLimits, body_budget_bytes
 from atoll.http.connections import (
@@ -32,6 +34,7 @@ from atoll.kserve.grpc_calls import STREAM_WINDOW_BYTES
 from atoll.kserve.restricted import Restrictions
 from atoll.supervisor.lifecycle import serve_forever
 from atoll.supervisor.process_settings import HEAP_TUNING, METRICS_BODY_BYTES, METRICS_CONNECTIONS
+from gpu_runtime.native import NativeBuildError
 
 log = logging.getLogger(__name__)
 FORWARD_MARGIN_S = 10.0  # a forward waits the node's own request timeout and this much more
@@ -58,6 +61,7 @@ class Endpoint:
         self._servers: list[HttpServer] = []
         self._grpc_server: grpc.aio.Server | None = None
         self._refreshing: asyncio.Task | None = None
+        self._relay: InferRelay | None = None
 
     async def start(self) -> None:
         c = self.config.server
@@ -68,7 +72,8 @@ class Endpoint:
         bound = connection_bound(c.max_connections, raise_open_file_limit())
         http = HttpServer(self.http.routes(), BodyLimits(c.max_request_bytes, c.body_timeout_s, budget),
                           HttpConnections(bound), c.idle_timeout_s)  # fmt: skip
-        self.http_url = f"http://{c.host}:{await self._listen(http, c.http_port)}"
+        port = self._relayed(http, budget.total, bound) if c.endpoint_relay == "native" else None
+        self.http_url = f"http://{c.host}:{port or await self._listen(http, c.http_port)}"
         if c.metrics_port >= 0:
             routes = Routes()
             routes.add("GET", "/metrics", self.http.metrics)
@@ -89,6 +94,23 @@ class Endpoint:
             self.grpc_address = f"{c.host}:{port}"
         log.info("cluster endpoint: %d nodes listed, %d reachable", len(self.view.nodes), len(self.view.reachable()))
 
+    def _relayed(self, http: HttpServer, budget: int, bound: int) -> int | None:
+        """Serve the HTTP port through the native relay (`relay.InferRelay`), `http` taking what it
+        hands on: its port, or None where the relay cannot be built (the port is then `http`'s)."""
+        c = self.config.server
+        sock = socket.create_server((c.host, c.http_port), family=socket.AF_INET6 if ":" in c.host else socket.AF_INET,
+                                    backlog=100)  # fmt: skip
+        try:
+            self._relay = InferRelay(self.http, http, sock, c.max_request_bytes, budget, c.idle_timeout_s,
+                                     c.body_timeout_s, bound)  # fmt: skip
+        except NativeBuildError as exc:
+            sock.close()
+            log.warning("the endpoint's native relay is not available, every HTTP request is served on its event loop: "
+                        "%s", exc)  # fmt: skip
+            return None
+        self._servers.append(http)
+        return sock.getsockname()[1]
+
     async def _listen(self, server: HttpServer, port: int) -> int:
         listener = await server.listen(self.config.server.host, port)
         self._servers.append(server)
@@ -98,6 +120,8 @@ class Endpoint:
         """Accept no more; answer what is in hand for up to `server.drain_s`, then close."""
         drain_s = self.config.server.drain_s
         waits = [server.shutdown(drain_s) for server in self._servers]
+        if self._relay is not None:
+            waits.append(self._relay.stop(drain_s))
         if self._grpc_server is not None:
             waits.append(self._grpc_server.stop(drain_s))
         await asyncio.gather(*waits)

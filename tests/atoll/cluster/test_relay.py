@@ -1,0 +1,245 @@
+"""The endpoint's native relay (`cluster/relay.py`, `native/relay.c`) over stand-in nodes (Atoll's HTTP
+edge answering as the test says): infer requests relayed whole in both directions with one hop's
+headers dropped, pipelined and kept-alive requests, a refusing node passed over and a gone one marked,
+the request timeout, and what the relay hands to the endpoint's Python edge (other routes, encoded
+or chunked bodies, a restricted call without its header, a stalled body), answered as before. The
+Python path (`server.endpoint_relay=python`) answers the same requests the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from atoll.bench.bodies import http_body
+from atoll.cluster import endpoint as endpoint_module
+from atoll.cluster.directory import NodeAddress, StaticDirectory
+from atoll.http.bodies import BodyLimits
+from atoll.http.connections import HttpConnections
+from atoll.http.edge import HttpServer
+from atoll.http.messages import HttpResponse, Routes
+from tests.atoll.cluster.test_endpoint import Running
+from tests.atoll.probes import until
+
+ANSWER_HEADER = json.dumps({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 4],
+                                                            "parameters": {"binary_data_size": 16}}]}).encode()
+ANSWER_BODY = ANSWER_HEADER + bytes(range(16))
+
+
+class StandIn:
+    """A node on a loop of its own: ready, model "m" in its index, infer answered as `mode` says
+    ("ok", "refuse": 503, "hang": never), each infer request's headers and body kept."""
+
+    def __init__(self):
+        self.mode = "ok"
+        self.seen: list[tuple[dict, bytes]] = []
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.port = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+        self.address = NodeAddress(f"n{self.port}", f"127.0.0.1:{self.port}", "", "")
+
+    async def _start(self) -> int:
+        routes = Routes()
+
+        async def ready(request):
+            return HttpResponse(200)
+
+        async def index(request):
+            return HttpResponse.json([{"name": "m", "version": "1", "state": "READY"}])
+
+        async def infer(request):
+            self.seen.append((dict(request.headers), bytes(request.body)))
+            if self.mode == "refuse":
+                return HttpResponse.json({"error": "full"}, 503, {"Retry-After": "1"})
+            if self.mode == "hang":
+                await asyncio.sleep(3600)
+            return HttpResponse(200, ANSWER_BODY, "application/octet-stream",
+                                {"Inference-Header-Content-Length": str(len(ANSWER_HEADER))})  # fmt: skip
+
+        routes.add("GET", "/v2/health/ready", ready)
+        routes.add("POST", "/v2/repository/index", index)
+        routes.add("POST", "/v2/models/{model}/infer", infer)
+        self.server = HttpServer(routes, BodyLimits(64 << 20, 30.0), HttpConnections(1024))
+        listener = await self.server.listen("127.0.0.1", 0)
+        return listener.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        """Close the port and every connection (a node gone), then the loop."""
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.server.shutdown(0), self.loop).result(30)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture(params=["native", "python"])
+def relay_kind(request):
+    return request.param
+
+
+@pytest.fixture
+def nodes():
+    made = [StandIn(), StandIn()]
+    yield made
+    for node in made:
+        node.stop()
+
+
+def _endpoint(nodes, relay="native", **settings) -> Running:
+    running = Running(StaticDirectory([n.address for n in nodes]), **{"server.endpoint_relay": relay, **settings})
+    until(lambda: running.endpoint.view.candidates("m"), "the stand-ins' model in the routing")
+    return running
+
+
+def _port(running: Running) -> int:
+    return int(running.endpoint.http_url.rsplit(":", 1)[1])
+
+
+def _infer(extra: dict | None = None, priority: int = 0, size: int = 300_000) -> bytes:
+    body, headers = http_body("x", "UINT8", [size], bytes(i % 251 for i in range(size)), priority)
+    head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, **(extra or {})}.items())
+    return f"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body
+
+
+def _answers(sock: socket.socket, count: int = 1) -> list[tuple[int, dict, bytes]]:
+    """`count` whole answers read from `sock` (status, headers in lower case, body)."""
+    data, out = b"", []
+    while len(out) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            lines = data[:end].decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+            length = int(headers["content-length"])
+            if len(data) >= end + 4 + length:
+                out.append((int(lines[0].split()[1]), headers, data[end + 4:end + 4 + length]))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} answers")
+        data += chunk
+    return out
+
+
+def _ask(running: Running, raw: bytes, count: int = 1) -> list[tuple[int, dict, bytes]]:
+    with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
+        sock.sendall(raw)
+        return _answers(sock, count)
+
+
+def test_infer_requests_are_relayed_whole_both_ways_and_one_hops_headers_stay(nodes, relay_kind):
+    running = _endpoint(nodes, relay_kind)
+    try:
+        raw = _infer({"X-Trace": "t1", "Keep-Alive": "timeout=5"})
+        answers = _ask(running, raw * 3, 3)  # pipelined on one connection
+    finally:
+        running.stop()
+    sent_body = raw[raw.index(b"\r\n\r\n") + 4:]
+    assert [(s, b) for s, _, b in answers] == [(200, ANSWER_BODY)] * 3
+    assert all(h["inference-header-content-length"] == str(len(ANSWER_HEADER)) for _, h, _ in answers)
+    assert all(h["content-type"] == "application/octet-stream" for _, h, _ in answers)
+    seen = [s for n in nodes for s in n.seen]
+    assert len(seen) == 3 and all(body == sent_body for _, body in seen)
+    assert all(h["x-trace"] == "t1" and "keep-alive" not in h for h, _ in seen)
+    assert {n.address.name for n in nodes if n.seen} == {n.address.name for n in nodes}  # both get work
+
+
+def test_the_relay_counts_what_it_relayed_and_what_it_handed_on(nodes):
+    running = _endpoint(nodes)
+    try:
+        _ask(running, _infer() * 2, 2)
+        status = _ask(running, b"GET /v2/health/ready HTTP/1.1\r\nHost: e\r\n\r\n")[0][0]
+        counts = running.endpoint._relay.counts()
+    finally:
+        running.stop()
+    assert status == 200
+    assert (counts["requests"], counts["handed"], counts["held"]) == (2, 1, 0)
+
+
+def test_encoded_chunked_and_restricted_requests_are_answered_by_the_edge(nodes):
+    running = _endpoint(nodes, **{"server.http_restricted_api": ["inference:key=secret"]})
+    try:
+        refused = _ask(running, _infer())[0]
+        allowed = _ask(running, _infer({"key": "secret"}))[0]
+        raw = _infer({"key": "secret"})
+        head, body = raw.split(b"\r\n\r\n", 1)
+        packed = gzip.compress(body)
+        head = head.replace(f"Content-Length: {len(body)}".encode(), f"Content-Length: {len(packed)}".encode())
+        encoded = _ask(running, head + b"\r\nContent-Encoding: gzip\r\n\r\n" + packed)[0]
+        chunked_head = head.replace(f"Content-Length: {len(packed)}".encode(), b"Transfer-Encoding: chunked")
+        chunked = _ask(running, chunked_head + b"\r\n\r\n" + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")[0]
+        counts = running.endpoint._relay.counts()
+    finally:
+        running.stop()
+    assert refused[0] == 403 and "restricted" in json.loads(refused[2])["error"]
+    assert [allowed[0], encoded[0], chunked[0]] == [200, 200, 200]
+    assert [s[1] for n in nodes for s in n.seen] == [body] * 3  # the edge undid the encoding and the chunks
+    assert counts["handed"] == 3 and counts["requests"] == 1
+
+
+def test_a_refusing_node_is_passed_over_and_a_gone_one_taken_out(nodes, relay_kind):
+    running = _endpoint(nodes, relay_kind)
+    try:
+        nodes[0].mode = "refuse"
+        assert all(a[0] == 200 for a in _ask(running, _infer() * 4, 4))
+        nodes[1].mode = "refuse"
+        last = _ask(running, _infer())[0]  # every node refuses: the last refusal, as the node gave it
+        nodes[0].stop()
+        nodes[1].stop()
+        gone = _ask(running, _infer())[0]
+        out_of_routing = running.endpoint.view.candidates("m")
+        retries = running.endpoint.view.metrics.retries._value.get()
+    finally:
+        running.stop()
+    assert (last[0], json.loads(last[2]), last[1]["retry-after"]) == (503, {"error": "full"}, "1")
+    assert gone[0] == 503 and "no node of the cluster could answer for model 'm'" in json.loads(gone[2])["error"]
+    assert out_of_routing == [] and retries >= 2
+    assert sum(1 for n in nodes for _ in n.seen) >= 6
+
+
+def test_a_node_that_does_not_answer_is_a_timeout(nodes, relay_kind, monkeypatch):
+    monkeypatch.setattr(endpoint_module, "FORWARD_MARGIN_S", 0.0)
+    running = _endpoint(nodes, relay_kind, **{"server.request_timeout_s": 0.5})
+    try:
+        for node in nodes:
+            node.mode = "hang"
+        status, _, body = _ask(running, _infer())[0]
+        outstanding = {name: o.total for name, o in running.endpoint.view.router.outstanding.items()}
+    finally:
+        running.stop()
+    assert (status, json.loads(body)) == (504, {"error": "the node did not answer within 0.5 s"})
+    assert set(outstanding.values()) == {0}
+
+
+def test_a_body_that_stalls_is_answered_by_the_edges_own_timeout(nodes):
+    running = _endpoint(nodes, **{"server.body_timeout_s": 0.3})
+    try:
+        raw = _infer()
+        with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
+            sock.sendall(raw[:len(raw) // 2])
+            status, _, body = _answers(sock)[0]
+        counts = running.endpoint._relay.counts()
+    finally:
+        running.stop()
+    assert status == 408 and counts["handed"] == 1 and counts["held"] == 0
+
+
+def test_stop_closes_idle_connections_and_accepts_no_more(nodes):
+    running = _endpoint(nodes)
+    port = _port(running)
+    idle = socket.create_connection(("127.0.0.1", port), timeout=60)
+    assert _answers_after(idle, _infer())[0][0] == 200
+    started = time.monotonic()
+    running.stop()
+    assert idle.recv(1) == b"" and time.monotonic() - started < 30
+    idle.close()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).recv(1)
+
+
+def _answers_after(sock: socket.socket, raw: bytes) -> list[tuple[int, dict, bytes]]:
+    sock.sendall(raw)
+    return _answers(sock)
