@@ -50,7 +50,8 @@ struct Relay;
 typedef struct Conn {
     struct Relay *relay;
     int fd;
-    int idle;  /* waiting for a request's first byte: stop may close it */
+    int idle;     /* waiting for a request's first byte: stop may close it */
+    int node_fd;  /* the node connection its request is on (-1: none): a forced stop shuts it */
     struct Conn *prev, *next;
 } Conn;
 
@@ -67,7 +68,8 @@ typedef struct Relay {
     atomic_llong requests, handed;
     pthread_mutex_t lock;
     pthread_cond_t changed;
-    int live, stopping, accepting;
+    int live, accepting;
+    atomic_int stopping, forced;
     Conn *conns;
     Node *nodes;
 } Relay;
@@ -370,11 +372,25 @@ typedef struct Answer {
     size_t length;
 } Answer;
 
-enum { ANSWERED, GONE, TIMED_OUT };
+enum { ANSWERED, GONE, TIMED_OUT, CLIENT_GONE };
+
+/* Wait up to `ms` for the node's answer on `fd`: 1 readable, 0 not yet, -1 error, -2 the client
+ * on `client` reset its connection meanwhile (as the edge does then, the request is given up; a
+ * client that only shut its sending side still gets its answer). */
+static int wait_answer(int fd, int client, long long ms) {
+    struct pollfd p[2] = {{fd, POLLIN, 0}, {client, 0, 0}};
+    for (;;) {
+        int n = poll(p, 2, (int)(ms > INT_MAX ? INT_MAX : ms < 0 ? 0 : ms));
+        if (n < 0 && errno == EINTR) continue;
+        if (n > 0 && (p[1].revents & (POLLHUP | POLLERR)) && !p[0].revents) return -2;
+        return n < 0 ? -1 : n > 0;
+    }
+}
 
 /* Read the node's answer on `fd` by `deadline`; GONE with `why` if none can be read. `started`:
  * a byte of it came. */
-static int read_answer(const Relay *r, int fd, long long deadline, Answer *a, int *started, char *why, size_t why_len) {
+static int read_answer(const Relay *r, int fd, int client, long long deadline, Answer *a, int *started, char *why,
+                       size_t why_len) {
     size_t have = 0;
     char *blank = NULL;
     *started = 0;
@@ -382,7 +398,8 @@ static int read_answer(const Relay *r, int fd, long long deadline, Answer *a, in
         if (have == sizeof a->head) return snprintf(why, why_len, "unreadable answer: head too long"), GONE;
         long long left = deadline - now_ms();
         if (left <= 0) return TIMED_OUT;
-        int w = wait_in(fd, left);
+        int w = wait_answer(fd, client, left);
+        if (w == -2) return CLIENT_GONE;
         if (w == 0) return TIMED_OUT;
         ssize_t k = w < 0 ? -1 : recv(fd, a->head + have, sizeof a->head - have, MSG_DONTWAIT);
         if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -427,7 +444,7 @@ static int read_answer(const Relay *r, int fd, long long deadline, Answer *a, in
 
 /* Send the request to the node at `addr` and read its answer: a kept-alive connection first (one
  * the node closed while idle is replaced, as node_client.NodeHttp does), else a new one. */
-static int forward_to(Relay *r, const char *addr, const Request *q, const char *body, long long deadline,
+static int forward_to(Relay *r, Conn *c, const char *addr, const Request *q, const char *body, long long deadline,
                       Answer *a, char *why, size_t why_len) {
     char head[HEAD_MAX + 1024];  /* (the client's head, less its first line, plus ours: it fits) */
     int n = snprintf(head, sizeof head, "POST %.*s HTTP/1.1\r\nHost: %s\r\nContent-Length: %lld\r\n",
@@ -440,8 +457,12 @@ static int forward_to(Relay *r, const char *addr, const Request *q, const char *
     }
     head[n++] = '\r', head[n++] = '\n';
     for (;;) {
+        if (r->forced) return snprintf(why, why_len, "the endpoint is stopping"), GONE;
         int fd = kept(r, addr), reused = fd >= 0;
         if (fd < 0 && (fd = connect_to(r, addr, deadline, why, why_len)) < 0) return fd == -2 ? TIMED_OUT : GONE;
+        pthread_mutex_lock(&r->lock);
+        c->node_fd = fd;
+        pthread_mutex_unlock(&r->lock);
         /* the head in a segment of its own, as node_client sends it: a node's edge that reads the
          * head alone has the kernel place the body, where head and body in one read go through its
          * parser (docs/http-edge.md) */
@@ -451,8 +472,11 @@ static int forward_to(Relay *r, const char *addr, const Request *q, const char *
             if (errno == EAGAIN || errno == EWOULDBLOCK) rc = TIMED_OUT;  /* (SO_SNDTIMEO) */
             else snprintf(why, why_len, "connection closed before the answer (%s)", strerror(errno)), rc = GONE;
         } else {
-            rc = read_answer(r, fd, deadline, a, &started, why, why_len);
+            rc = read_answer(r, fd, c->fd, deadline, a, &started, why, why_len);
         }
+        pthread_mutex_lock(&r->lock);
+        c->node_fd = -1;
+        pthread_mutex_unlock(&r->lock);
         if (rc == ANSWERED && !a->close) keep(r, addr, fd);
         else close(fd);
         if (rc == GONE && reused && !started) continue;
@@ -493,7 +517,8 @@ static int target(PyObject *t, PyObject **attempts, PyObject **name, char *addr)
 
 /* Forward request `q` with `body`; write the answer (the node's, or an error's) to `fd`. 0, or -1
  * when the connection must close. */
-static int serve(Relay *r, PyThreadState **ts, int fd, const Request *q, const char *body) {
+static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const char *body) {
+    int fd = c->fd;
     /* the JSON part (a binary request's header, else the whole body) goes to Python only where it
      * names "priority" (else best-effort: no JSON read), as http_proxy.real_time_in reads it */
     const char *json = NULL;
@@ -505,7 +530,7 @@ static int serve(Relay *r, PyThreadState **ts, int fd, const Request *q, const c
     Answer *a = malloc(sizeof *a), *last = NULL;
     if (a == NULL) return -1;
     a->body = NULL;
-    int ok = 0, timed_out = 0;
+    int ok = 0, timed_out = 0, gone = 0;
     long long deadline = now_ms() + r->timeout_ms;
 
     PyEval_RestoreThread(*ts);
@@ -515,8 +540,13 @@ static int serve(Relay *r, PyThreadState **ts, int fd, const Request *q, const c
     while (t && t != Py_None && target(t, &attempts, &name, addr)) {
         Py_CLEAR(t);
         *ts = PyEval_SaveThread();
-        int rc = forward_to(r, addr, q, body, deadline, a, why, sizeof why);
+        int rc = forward_to(r, c, addr, q, body, deadline, a, why, sizeof why);
         PyEval_RestoreThread(*ts);
+        if (rc == CLIENT_GONE) {  /* nobody to answer: the connection closes */
+            t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
+            gone = 1;
+            break;
+        }
         if (rc == TIMED_OUT) {
             t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
             timed_out = 1;
@@ -538,7 +568,7 @@ static int serve(Relay *r, PyThreadState **ts, int fd, const Request *q, const c
         if (a == NULL) break;
         a->body = NULL;
     }
-    if (t != NULL && !ok && (timed_out || last == NULL) && attempts != NULL) {
+    if (t != NULL && !ok && !gone && (timed_out || last == NULL) && attempts != NULL) {
         Py_CLEAR(t);
         t = call(r->failed, Py_BuildValue("(OO)", attempts, timed_out ? Py_True : Py_False));
     }
@@ -550,8 +580,10 @@ static int serve(Relay *r, PyThreadState **ts, int fd, const Request *q, const c
     *ts = PyEval_SaveThread();
 
     int rc = 0, closing = q->close || r->stopping;
-    if (!ok && !reply && last && !broken) free(a ? a->body : NULL), free(a), a = last, last = NULL, ok = 1;
-    if (ok) {
+    if (!ok && !reply && last && !broken && !gone) free(a ? a->body : NULL), free(a), a = last, last = NULL, ok = 1;
+    if (gone) {
+        rc = -1;
+    } else if (ok) {
         char head[HEAD_MAX + 256];
         const char *eol = memchr(a->head, '\r', a->head_len + 2);
         size_t n = (size_t)(eol - a->head) + 2;
@@ -685,7 +717,7 @@ static void *connection_main(void *arg) {
             }
             goto done;
         }
-        rc = serve(r, &ts, fd, q, body);
+        rc = serve(r, c, &ts, q, body);
         atomic_fetch_sub(&r->held, q->length);
         size_t used = head_len + 4 + (at_hand < length ? at_hand : length);
         memmove(buf, buf + used, have - used);
@@ -737,7 +769,7 @@ static void *accept_main(void *arg) {
         pthread_mutex_lock(&r->lock);
         int room = c != NULL && r->live < r->max_conns;
         if (room) {
-            c->relay = r, c->fd = fd, c->next = r->conns;
+            c->relay = r, c->fd = fd, c->node_fd = -1, c->next = r->conns;
             if (r->conns) r->conns->prev = c;
             r->conns = c;
             r->live++;
@@ -835,7 +867,11 @@ static PyObject *Relay_stop(Relay *r, PyObject *arg) {
     for (Conn *c = r->conns; c; c = c->next)
         if (c->idle) shutdown(c->fd, SHUT_RDWR);
     left = wait_gone(r, now_ms() + (long long)(drain_s * 1000));
-    for (Conn *c = r->conns; c; c = c->next) shutdown(c->fd, SHUT_RDWR);  /* what is still in hand */
+    r->forced = 1;  /* what is still in hand: its client's and its node's connections shut */
+    for (Conn *c = r->conns; c; c = c->next) {
+        shutdown(c->fd, SHUT_RDWR);
+        if (c->node_fd >= 0) shutdown(c->node_fd, SHUT_RDWR);
+    }
     left = wait_gone(r, now_ms() + 5000);
     for (Node *n = r->nodes; n; n = n->next)
         while (n->n_idle) close(n->idle[--n->n_idle]);

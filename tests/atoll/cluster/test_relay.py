@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import json
 import socket
+import struct
 import threading
 import time
 
@@ -64,6 +65,7 @@ class StandIn:
         routes.add("GET", "/v2/health/ready", ready)
         routes.add("POST", "/v2/repository/index", index)
         routes.add("POST", "/v2/models/{model}/infer", infer)
+        routes.add("POST", "/v2/models/{model}/versions/{version}/infer", infer)
         self.server = HttpServer(routes, BodyLimits(64 << 20, 30.0), HttpConnections(1024))
         listener = await self.server.listen("127.0.0.1", 0)
         return listener.sockets[0].getsockname()[1]
@@ -157,6 +159,58 @@ def test_the_relay_counts_what_it_relayed_and_what_it_handed_on(nodes):
         running.stop()
     assert status == 200
     assert (counts["requests"], counts["handed"], counts["held"]) == (2, 1, 0)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close `sock` with a reset, as a client killed mid-request does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_version_and_a_priority_are_read_and_a_reset_client_gives_its_request_up(nodes, relay_kind):
+    running = _endpoint(nodes, relay_kind)
+    router = running.endpoint.view.router
+
+    def out(kind: str) -> int:
+        return sum(getattr(o, kind) for o in list(router.outstanding.values()))
+
+    try:
+        versioned = _infer().replace(b"/v2/models/m/infer", b"/v2/models/m/versions/1/infer", 1)
+        statuses = [a[0] for a in _ask(running, versioned + versioned.replace(b"/versions/1/", b"/versions/2/"), 2)]
+        for node in nodes:
+            node.mode = "hang"
+        sock = socket.create_connection(("127.0.0.1", _port(running)), timeout=60)
+        sock.sendall(_infer(priority=1))
+        until(lambda: out("real_time") == 1, "a real-time request out")
+        _reset(sock)
+        until(lambda: out("total") == 0, "the reset client's request given up")
+        sock = socket.create_connection(("127.0.0.1", _port(running)), timeout=60)
+        sock.sendall(_infer(priority=2))
+        until(lambda: out("total") == 1, "a best-effort request out")
+        real_time = out("real_time")
+        started = time.monotonic()
+    finally:
+        running.stop()  # a request still in hand: given up after drain_s (1 s)
+    stopped_in = time.monotonic() - started
+    answer = sock.recv(1 << 16)
+    sock.close()
+    assert statuses == [200, 503]  # version 2 is READY on no node (its model is: not 404)
+    assert real_time == 0 and out("total") == 0
+    assert stopped_in < 30 and not answer.startswith(b"HTTP/1.1 200")
+
+
+def test_connections_past_the_relays_bound_are_the_edges(nodes):
+    running = _endpoint(nodes, **{"server.max_connections": 2})
+    try:
+        held = [socket.create_connection(("127.0.0.1", _port(running)), timeout=60) for _ in range(2)]
+        until(lambda: running.endpoint._relay.counts()["live"] == 2, "two connections on the relay")
+        third = _ask(running, _infer())[0]
+        counts = running.endpoint._relay.counts()
+        for sock in held:
+            sock.close()
+    finally:
+        running.stop()
+    assert third[0] == 200 and counts["handed"] == 1 and counts["requests"] == 0
 
 
 def test_encoded_chunked_and_restricted_requests_are_answered_by_the_edge(nodes):
