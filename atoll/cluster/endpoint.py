@@ -1,7 +1,8 @@
-"""The cluster's one KServe v2 endpoint: an asyncio process serving HTTP (Atoll's own edge), gRPC
-(grpc.aio) and Prometheus metrics, forwarding each request to a node that has its model loaded. It is
-Atoll's own proxy, not Ray Serve's, because the entry's cost per request decides the design (Ray
-Serve's proxy's and this one's, measured: docs/cluster.md, "The endpoint").
+"""The cluster's one KServe v2 endpoint: an asyncio process serving HTTP (Atoll's own edge, its infer
+requests relayed by C threads: `relay.py`), gRPC (grpc.aio) and Prometheus metrics, forwarding each
+request to a node that has its model loaded. It is Atoll's own proxy, not Ray Serve's, because the
+entry's cost per request decides the design (Ray Serve's proxy's and this one's, measured:
+docs/cluster.md, "The endpoint").
 """
 
 from __future__ import annotations
