@@ -624,7 +624,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     Answer *a = malloc(sizeof *a), *last = NULL;
     if (a == NULL) return -1;
     a->body = NULL;
-    int ok = 0, timed_out = 0, gone = 0;
+    int ok = 0, settle = 0, timed_out = 0, gone = 0;
     long long deadline = now_ms() + r->timeout_ms;
 
     PyEval_RestoreThread(*ts);
@@ -650,12 +650,12 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
             t = call(r->answered, Py_BuildValue("(OOsO)", attempts, name, why, Py_True));
             continue;
         }
-        int refused = a->status == 503;
-        t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, refused ? Py_True : Py_False));
-        if (!refused) {
-            ok = 1;
+        if (a->status != 503) {  /* answered: Python hears of it once the client has the answer */
+            ok = settle = 1;
+            t = Py_NewRef(Py_None);
             break;
         }
+        t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_True));
         if (last) free(last->body), free(last);
         last = a;
         a = malloc(sizeof *a);
@@ -669,8 +669,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     if (t != NULL && PyBytes_Check(t)) reply = Py_NewRef(t);  /* an error answered by Python */
     int broken = t == NULL;
     Py_XDECREF(t);
-    Py_XDECREF(attempts);
-    Py_XDECREF(name);
+    if (!settle) Py_XDECREF(attempts), Py_XDECREF(name);
     *ts = PyEval_SaveThread();
 
     int rc = 0, closing = q->close || r->stopping;
@@ -703,9 +702,13 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
         send_all(fd, &iov, 1, r->stall_ms);
         rc = -1;
     }
-    if (reply) {
+    if (reply || settle) {
         PyEval_RestoreThread(*ts);
-        Py_DECREF(reply);
+        Py_XDECREF(reply);
+        if (settle) {
+            Py_XDECREF(call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False)));
+            Py_DECREF(attempts), Py_DECREF(name);
+        }
         *ts = PyEval_SaveThread();
     }
     if (a) free(a->body), free(a);
