@@ -102,12 +102,14 @@ static void set_lowat(int fd, long long n) {
     setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
 }
 
-/* Read `n` bytes into `dst`; *got counts them. 1: whole; 0: nothing came for `stall_ms` or the
- * deadline (0: none) passed; -1: the peer closed or failed. The thread is woken once they are all
- * there (SO_RCVLOWAT), not at every segment; it also looks every LOWAT_CHECK_MS, and its reads
- * never block: where the kernel holds fewer bytes than the bound and its wake-up does not come
- * (the window closed under memory pressure), the sender could send no more and both would wait. */
-static int recv_exact(int fd, char *dst, size_t n, size_t *got, int stall_ms, long long deadline) {
+/* Take `n` bytes from socket `fd` into `dst` or, where `pipe_w` is a pipe (not -1), into that pipe
+ * (splice: the kernel's pages passed on, not copied); *got counts them. 1: whole; 0: nothing came
+ * for `stall_ms` or the deadline (0: none) passed; -1: the peer closed or failed. The thread is
+ * woken once they are all there (SO_RCVLOWAT), not at every segment; it also looks every
+ * LOWAT_CHECK_MS, and its reads never block: where the kernel holds fewer bytes than the bound and
+ * its wake-up does not come (the window closed under memory pressure), the sender could send no
+ * more and both would wait. */
+static int take_exact(int fd, char *dst, int pipe_w, size_t n, size_t *got, int stall_ms, long long deadline) {
     int rc = 1, raised = *got + 1 < n;
     long long quiet_until = now_ms() + stall_ms;
     if (raised) set_lowat(fd, n - *got);
@@ -117,7 +119,8 @@ static int recv_exact(int fd, char *dst, size_t n, size_t *got, int stall_ms, lo
         if (ms <= 0) { rc = 0; break; }
         if (raised && ms > LOWAT_CHECK_MS) ms = LOWAT_CHECK_MS;
         if (wait_in(fd, ms) < 0) { rc = -1; break; }
-        ssize_t k = recv(fd, dst + *got, n - *got, MSG_DONTWAIT);
+        ssize_t k = pipe_w >= 0 ? splice(fd, NULL, pipe_w, NULL, n - *got, SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+                                : recv(fd, dst + *got, n - *got, MSG_DONTWAIT);
         if (k == 0) { rc = -1; break; }
         if (k < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -188,32 +191,6 @@ static int pipes_fit(Conn *c, size_t n) {
     }
     c->pipe_cap = n;
     return 1;
-}
-
-/* Move `n` bytes from socket `fd` into pipe `w`, as recv_exact reads them (its return values). */
-static int splice_exact(int fd, int w, size_t n, size_t *got, int stall_ms, long long deadline) {
-    int rc = 1, raised = *got + 1 < n;
-    long long quiet_until = now_ms() + stall_ms;
-    if (raised) set_lowat(fd, n - *got);
-    while (*got < n) {
-        long long now = now_ms(), ms = quiet_until - now;
-        if (deadline && deadline - now < ms) ms = deadline - now;
-        if (ms <= 0) { rc = 0; break; }
-        if (raised && ms > LOWAT_CHECK_MS) ms = LOWAT_CHECK_MS;
-        if (wait_in(fd, ms) < 0) { rc = -1; break; }
-        ssize_t k = splice(fd, NULL, w, NULL, n - *got, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (k == 0) { rc = -1; break; }
-        if (k < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-            rc = -1;
-            break;
-        }
-        *got += (size_t)k;
-        quiet_until = now_ms() + stall_ms;
-        if (*got + 1 < n || (raised && *got < n)) set_lowat(fd, n - *got), raised = n - *got > 1;
-    }
-    if (raised) set_lowat(fd, 1);
-    return rc;
 }
 
 /* Send the `n` bytes held in `c`'s keep pipe to `fd`, leaving them there for another try. 0, or
@@ -526,7 +503,7 @@ static int read_answer(const Relay *r, int fd, int client, long long deadline, A
     a->body = malloc(a->length ? a->length : 1);
     if (a->body == NULL) return snprintf(why, why_len, "out of memory"), GONE;
     memcpy(a->body, a->head + a->head_len + 4, at_hand);
-    int rc = recv_exact(fd, a->body, a->length, &at_hand, INT_MAX, deadline);  /* (the deadline bounds it) */
+    int rc = take_exact(fd, a->body, -1, a->length, &at_hand, INT_MAX, deadline);  /* (the deadline bounds it) */
     if (rc == 1) return ANSWERED;
     free(a->body), a->body = NULL;
     if (rc == 0) return TIMED_OUT;
@@ -810,7 +787,7 @@ static void *connection_main(void *arg) {
         }
         memcpy(body, buf + head_len + 4, got);
         long long body_by = now_ms() + r->stall_ms;
-        int rc = recv_exact(fd, body, in_memory, &got, r->stall_ms, body_by);
+        int rc = take_exact(fd, body, -1, in_memory, &got, r->stall_ms, body_by);
         if (rc == 1 && q->spliced) {
             /* what of the binary part came with the head's read */
             size_t extra = at_hand > in_memory ? (at_hand < length ? at_hand : length) - in_memory : 0;
@@ -819,7 +796,7 @@ static void *connection_main(void *arg) {
                 rc = k == (ssize_t)extra ? 1 : -1;
                 piped = k > 0 ? (size_t)k : 0;
             }
-            if (rc == 1) rc = splice_exact(fd, c->keep[1], q->spliced, &piped, r->stall_ms, body_by);
+            if (rc == 1) rc = take_exact(fd, NULL, c->keep[1], q->spliced, &piped, r->stall_ms, body_by);
         }
         if (rc != 1) {
             /* stalled or cut short: the edge gets what came (it answers a stall as it would) */
