@@ -54,7 +54,7 @@ typedef struct Conn {
     int idle;     /* waiting for a request's first byte: stop may close it */
     int node_fd;  /* the node connection its request is on (-1: none): a forced stop shuts it */
     int keep[2], out[2];  /* pipes: a body's binary part as received, and its copy for one try (-1: none) */
-    size_t pipe_cap;
+    size_t pipe_cap, pipe_refused;  /* what they hold; the least the system refused them (0: none) */
     struct Conn *prev, *next;
 } Conn;
 
@@ -182,12 +182,14 @@ static void drop_pipe(const Relay *r, int rfd, size_t n) {
 /* Whether the connection's pipes hold `n` bytes each, made or grown now. */
 static int pipes_fit(Conn *c, size_t n) {
     if (c->pipe_cap >= n) return 1;
-    if (n > INT_MAX) return 0;
+    if (n > INT_MAX || (c->pipe_refused && n >= c->pipe_refused)) return 0;
     for (int i = 0; i < 2; i++) {
         int *p = i ? c->out : c->keep;
-        if (p[0] < 0 && pipe2(p, O_CLOEXEC)) return 0;
-        int got = fcntl(p[1], F_SETPIPE_SZ, (int)n);
-        if (got < 0 || (size_t)got < n) return 0;
+        int got = p[0] >= 0 || pipe2(p, O_CLOEXEC) == 0 ? fcntl(p[1], F_SETPIPE_SZ, (int)n) : -1;
+        if (got < 0 || (size_t)got < n) {
+            c->pipe_refused = n;  /* (not asked again on this connection for as much) */
+            return 0;
+        }
     }
     c->pipe_cap = n;
     return 1;

@@ -143,10 +143,11 @@ def _ask(running: Running, raw: bytes, count: int = 1) -> list[tuple[int, dict, 
         return _answers(sock, count)
 
 
-def test_infer_requests_are_relayed_whole_both_ways_and_one_hops_headers_stay(nodes, relay_kind):
+@pytest.mark.parametrize("size", [300_000, 1_000])  # the binary part through pipes, or in memory
+def test_infer_requests_are_relayed_whole_both_ways_and_one_hops_headers_stay(nodes, relay_kind, size):
     running = _endpoint(nodes, relay_kind)
     try:
-        raw = _infer({"X-Trace": "t1", "Keep-Alive": "timeout=5"})
+        raw = _infer({"X-Trace": "t1", "Keep-Alive": "timeout=5"}, size=size)
         answers = _ask(running, raw * 3, 3)  # pipelined on one connection
     finally:
         running.stop()
