@@ -2,8 +2,9 @@
 edge answering as the test says): infer requests relayed whole in both directions with one hop's
 headers dropped, pipelined and kept-alive requests, a refusing node passed over and a gone one marked,
 the request timeout, and what the relay hands to the endpoint's Python edge (other routes, encoded
-or chunked bodies, a restricted call without its header, a stalled body), answered as before. The
-Python path (`server.endpoint_relay=python`) answers the same requests the same way."""
+or chunked bodies, a restricted call without its header, a stalled body, odd and hostile heads),
+answered as before. The Python path (`server.endpoint_relay=python`) answers the same requests the
+same way."""
 
 from __future__ import annotations
 
@@ -309,3 +310,33 @@ def test_stop_closes_idle_connections_and_accepts_no_more(nodes):
 def _answers_after(sock: socket.socket, raw: bytes) -> list[tuple[int, dict, bytes]]:
     sock.sendall(raw)
     return _answers(sock)
+
+
+HOSTILE = {
+    "too large": b"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nContent-Length: 99999999999\r\n\r\n",
+    "two lengths": b"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    "bad length": b"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nContent-Length: -2\r\n\r\n{}",
+    "folded header": b"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nX-A: 1\r\n  2\r\nContent-Length: 2\r\n\r\n{}",
+    "many headers": b"POST /v2/models/m/infer HTTP/1.1\r\n" + b"X-A: 1\r\n" * 200 + b"Content-Length: 2\r\n\r\n{}",
+    "encoded name": b"POST /v2/models/%6D/infer HTTP/1.1\r\nHost: e\r\nContent-Length: 2\r\n\r\n{}",
+    "HTTP/1.0": b"POST /v2/models/m/infer HTTP/1.0\r\nHost: e\r\nContent-Length: 2\r\n\r\n{}",
+    "no length": b"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\n\r\n",
+}
+
+
+def test_odd_and_hostile_heads_are_answered_as_the_edge_answers_them(nodes):
+    answered = {}
+    for kind in ("native", "python"):
+        running = _endpoint(nodes, kind, **{"server.max_request_bytes": 1 << 20})
+        try:
+            for name, raw in HOSTILE.items():
+                with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
+                    sock.sendall(raw)
+                    head = b""
+                    while b"\r\n" not in head and (chunk := sock.recv(1 << 16)):
+                        head += chunk
+                answered[kind, name] = head.split(b"\r\n", 1)[0]
+        finally:
+            running.stop()
+    assert all(answered["native", name] == answered["python", name] for name in HOSTILE), answered
+    assert answered["native", "too large"].startswith(b"HTTP/1.1 413")
