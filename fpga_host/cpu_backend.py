@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fpga_host import jpeg_header
+from fpga_host import host_kernels, jpeg_header
 from fpga_host.status import PreprocessError, Status, reason_of
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def image_size(data: bytes, max_dim: int, max_scans: int) -> tuple[int, int]:
     if 8 * len(data) < f.blocks():
         raise PreprocessError(Status.CORRUPT, f"a {f.width}x{f.height} JPEG codes {f.blocks()} blocks, at least a bit "
                                               f"each, but the file has {len(data)} bytes: it is truncated")  # fmt: skip
-    if jpeg_header.scan_count(data, max_scans) > max_scans:
+    if host_kernels.scan_count(data, max_scans) > max_scans:
         raise PreprocessError(Status.UNSUPPORTED, f"a JPEG of more than {max_scans} scans (each progressive "
                                                   "scan is a pass over the whole image)")  # fmt: skip
     return f.height, f.width
@@ -148,10 +148,11 @@ def normalize_bgr(bgr: np.ndarray, fp16: bool = False, out: np.ndarray | None = 
     h, w = bgr.shape[:2]
     dst = np.empty((3, h, w), np.float32) if out is None else out.reshape(-1)[: 3 * h * w].reshape(3, h, w)
     table = _normalize_table(fp16)
-    for c, plane in enumerate(reversed(cv2.split(bgr))):
-        written = cv2.LUT(plane, table[c].reshape(256, 1), dst=dst[c])
-        if not np.shares_memory(written, dst[c]):
-            dst[c] = written  # OpenCV chose its own buffer (`out` is not float32)
+    if not host_kernels.normalize_bgr(bgr, table, dst):  # the C step (one call, the GIL released) or OpenCV's
+        for c, plane in enumerate(reversed(cv2.split(bgr))):
+            written = cv2.LUT(plane, table[c].reshape(256, 1), dst=dst[c])
+            if not np.shares_memory(written, dst[c]):
+                dst[c] = written  # OpenCV chose its own buffer (`out` is not float32)
     return dst.astype(np.float16) if fp16 and out is None else dst
 
 
@@ -235,6 +236,7 @@ def init_worker(audio_too: bool = True) -> None:
     workers (figures: docs/benchmarks.md, Preprocessing).
     """
     cv2.setNumThreads(1)
+    host_kernels.library()  # built (once per tree) before any request, not by the first
     if audio_too:
         warm_audio()
     else:
