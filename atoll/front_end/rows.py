@@ -268,7 +268,7 @@ class FrontEnd:
         is its queue time."""
         spec, make = items[0][0], items[0][1]
         start = time.perf_counter()
-        self.metrics.queue_us.labels(spec.name, spec.version).inc(sum(start - i[4] for i in items) * 1e6)
+        self.metrics.of(spec.name, spec.version).queue_us.inc(sum(start - i[4] for i in items) * 1e6)
         results: list = [None] * len(items)
         if make is not None:
             first = spec.inputs[0]
@@ -370,7 +370,7 @@ class FrontEnd:
         """Wait for the preprocessing (a DPU run; the CPU path has already finished) and account it:
         the tensor, in the buffer it was given."""
         result = future.result()
-        self.metrics.preprocess_us.labels(spec.name, result.backend).inc(result.timings["total_ms"] * 1e3)
+        self.metrics.child(self.metrics.preprocess_us, spec.name, result.backend).inc(result.timings["total_ms"] * 1e3)
         return result.array
 
     def _outputs(self, spec: ModelSpec, slots: SlotAllocator, indices, layouts) -> dict[str, np.ndarray]:

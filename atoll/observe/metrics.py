@@ -65,6 +65,10 @@ class ModelMetrics:
     last_inference: Gauge
     compute_input_us: Counter
     compute_output_us: Counter
+    queue_us: Counter
+    count: Counter
+    exec_count: Counter
+    compute_us: Counter
 
 
 class Metrics:
@@ -72,6 +76,7 @@ class Metrics:
         """`gpu_uuids`: the server's GPU vGPUs, whose GPUs' NVML readings are rendered too."""
         self.gpus = GpuMetrics(gpu_uuids) if gpu_uuids else None
         self._models: dict[tuple[str, str], ModelMetrics] = {}
+        self._children: dict[tuple, Counter | Histogram] = {}  # other labelled series, by family and labels
         self.registry = CollectorRegistry()
         r, mv = self.registry, ("model", "version")
         self.success = Counter("nv_inference_request_success", "Successful requests", mv, registry=r)
@@ -134,17 +139,27 @@ class Metrics:
             labels = (model, version)
             found = self._models[labels] = ModelMetrics(
                 *(m.labels(*labels) for m in (self.success, self.request_us, self.failure_us, self.pending,
-                                              self.last_inference, self.compute_input_us, self.compute_output_us)))
+                                              self.last_inference, self.compute_input_us, self.compute_output_us,
+                                              self.queue_us, self.count, self.exec_count, self.compute_us)))
+        return found
+
+    def child(self, family, *labels):
+        """`family.labels(*labels)`, looked up once (the lanes and the dispatcher count per image and
+        per batch)."""
+        key = (family, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = family.labels(*labels)
         return found
 
     def batch_ran(self, model: str, version: str, rows: int, seconds: float) -> None:
         """A batch of `rows` ran in `seconds` (on a vGPU, or in a front end: its colocated models)."""
-        labels = (model, version)
-        self.exec_count.labels(*labels).inc()
-        self.count.labels(*labels).inc(rows)
-        self.compute_us.labels(*labels).inc(seconds * rows * 1e6)  # Triton's: each inference's batch time
-        self.batch_runs.labels(*labels, rows).inc()
-        self.batch_compute_us.labels(*labels, rows).inc(seconds * 1e6)
+        m = self.of(model, version)
+        m.exec_count.inc()
+        m.count.inc(rows)
+        m.compute_us.inc(seconds * rows * 1e6)  # Triton's: each inference's batch time
+        self.child(self.batch_runs, model, version, rows).inc()
+        self.child(self.batch_compute_us, model, version, rows).inc(seconds * 1e6)
 
     def families(self) -> list:
         """Every metric family, summed over the server's processes where it has several."""

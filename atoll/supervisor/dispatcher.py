@@ -349,9 +349,9 @@ class Dispatcher:
         if not live:
             asyncio.get_running_loop().call_soon(finished)  # not from inside the poll that sent it
             return
-        m, labels = self.metrics, (plan.name, plan.version)
-        m.queue_us.labels(*labels).inc(sum(start - t.arrival for t in live) * 1e6)
-        m.batch_size.labels(plan.name, bucket, vgpu).observe(len(live))
+        m = self.metrics
+        m.of(plan.name, plan.version).queue_us.inc(sum(start - t.arrival for t in live) * 1e6)
+        m.child(m.batch_size, plan.name, bucket, vgpu).observe(len(live))
         loop = asyncio.get_running_loop()
         try:
             future = self._submit(plan, vgpu, priority, live, released)
