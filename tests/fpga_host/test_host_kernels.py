@@ -63,15 +63,15 @@ def test_normalisation_matches_opencvs_lookups(fp16):
 
 
 def test_normalisation_declines_what_it_does_not_lay_out():
-    """Pixels not packed, or a destination not float32 CHW: nothing written, OpenCV's path runs."""
+    """Pixels not packed, or a destination not float32 CHW of the image's size: nothing written,
+    and `cpu_backend.normalize_bgr` takes OpenCV's path to the same values."""
     table = cpu_backend._normalize_table(False)
     bgr = _crop(jpeg_bytes(120, 90))
-    dst = np.zeros((3, 50, 70), np.float32)
-    assert not host_kernels.normalize_bgr(bgr[:, ::2], table, np.zeros((3, 50, 35), np.float32))
-    assert not host_kernels.normalize_bgr(bgr, table, np.zeros((3, 50, 70), np.float64))
-    assert not host_kernels.normalize_bgr(bgr, table, np.zeros((3, 70, 50), np.float32))
-    assert (dst == 0).all()
     strided = bgr[:, ::2]
+    for image, dst in ((strided, np.zeros((3, 50, 35), np.float32)), (bgr, np.zeros((3, 50, 70), np.float64)),
+                       (bgr, np.zeros((3, 70, 50), np.float32)), (bgr, np.zeros((3, 50, 140), np.float32)[:, :, ::2])):
+        assert not host_kernels.normalize_bgr(image, table, dst)
+        assert (dst == 0).all()
     np.testing.assert_array_equal(cpu_backend.normalize_bgr(strided), cpu_backend.normalize_bgr(strided.copy()))
 
 
