@@ -1,5 +1,5 @@
-// The CPU path's per-image steps that Python would otherwise run while holding the GIL
-// (fpga_host/host_kernels.py calls them through ctypes, which releases it for the call).
+// The CPU path's per-image steps that Python would otherwise run while holding the GIL, or with
+// several hand-backs of it (fpga_host/host_kernels.py calls them through ctypes).
 // Each computes exactly what its Python reference computes: jpeg_header.scan_count and the
 // table lookup of cpu_backend.normalize_bgr.
 #include <cstddef>
