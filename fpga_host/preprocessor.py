@@ -81,6 +81,17 @@ class Preprocessor:
             return self._from_cpu(cpu(), start, None)
         return self._from_dpu(self._driver.submit_image(data, stage, out), cpu, start)
 
+    def image_now(self, data: bytes, out: np.ndarray | None = None, checked: bool = False) -> Result:
+        """`submit_image(data, "normalize", out, checked).result()`, for a caller on a thread of its
+        own (a front end's lane). Where the CPU path runs on the calling thread (no DPU, no process
+        pool) no future is made: two futures and their callbacks were ~20 µs an image, all of it
+        holding the GIL the lane shares with its event loop."""
+        if self._driver is not None or self._cpu.workers:
+            return self.submit_image(data, out=out, checked=checked).result()
+        start = time.perf_counter()
+        array = cpu_backend.image(data, "normalize", self.image_params, out, checked)
+        return _cpu_result(array, time.perf_counter() - start, start, None)
+
     def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
                      out: np.ndarray | None = None) -> cf.Future:
         """Future[Result] for mono int16/float32 PCM; `stage` is mel|normalize; `out` as for images."""
@@ -104,8 +115,7 @@ class Preprocessor:
             except BaseException as exc:  # PreprocessError and worker failures reach the caller
                 outer.set_exception(exc)
                 return
-            outer.set_result(Result(array, CPU_PATH, Status.OK, reason, {
-                "compute_ms": compute_s * 1e3, "total_ms": (time.perf_counter() - start) * 1e3}))
+            outer.set_result(_cpu_result(array, compute_s, start, reason))
 
         inner.add_done_callback(done)
         return outer
@@ -163,3 +173,9 @@ class Preprocessor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _cpu_result(array: np.ndarray, compute_s: float, start: float, reason: str | None) -> Result:
+    """The CPU path's result, begun at `start` (`time.perf_counter()`), computed in `compute_s`."""
+    return Result(array, CPU_PATH, Status.OK, reason, {
+        "compute_ms": compute_s * 1e3, "total_ms": (time.perf_counter() - start) * 1e3})

@@ -356,20 +356,19 @@ class FrontEnd:
     def _preprocess_image(self, spec, data: bytes, out: np.ndarray) -> np.ndarray:
         """Into `out`, a float32 buffer (a slot, or a row of a batch): the tensor, a view of it."""
         # checked: every file of the request passed `self.limits` (the preprocessor's limits)
-        return self._preprocessed(spec, self.pre.submit_image(bytes(data), out=out, checked=True))
+        return self._preprocessed(spec, self.pre.image_now(bytes(data), out=out, checked=True))
 
     def _preprocess_audio(self, spec, data: bytes, out: np.ndarray) -> np.ndarray:
         pcm, rate = read_wav(bytes(data), self.limits.max_clip_seconds)
-        return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=out))
+        return self._preprocessed(spec, self.pre.submit_audio(pcm, rate, out=out).result())
 
     @staticmethod
     def _slot(arena: SlotArena, index: int) -> np.ndarray:
         return arena.input(index, (arena.in_stride // 4,))
 
-    def _preprocessed(self, spec, future) -> np.ndarray:
-        """Wait for the preprocessing (a DPU run; the CPU path has already finished) and account it:
-        the tensor, in the buffer it was given."""
-        result = future.result()
+    def _preprocessed(self, spec, result) -> np.ndarray:
+        """The preprocessing's `Result` (a DPU run's, or the CPU path's), accounted: the tensor, in
+        the buffer it was given."""
         self.metrics.child(self.metrics.preprocess_us, spec.name, result.backend).inc(result.timings["total_ms"] * 1e3)
         return result.array
 

@@ -39,6 +39,22 @@ def test_cpu_backend_image_and_audio():
             pre.submit_image(data, "blur")
 
 
+def test_image_now_is_what_the_future_holds_on_the_calling_thread():
+    """`image_now` (a lane's call): the CPU path's result into the caller's buffer, with its
+    timings, and its errors raised, as `submit_image(...).result()` gives them."""
+    data = jpeg_bytes(320, 240, seed=4)
+    with Preprocessor("cpu", cpu_workers=0) as pre:
+        out = np.zeros(3 * 224 * 224 + 7, np.float32)
+        now = pre.image_now(data, out=out)
+        later = pre.submit_image(data).result(30)
+        assert (now.backend, now.status, now.fallback_reason) == ("cpu", Status.OK, None)
+        assert np.shares_memory(now.array, out) and now.timings["total_ms"] >= now.timings["compute_ms"] > 0
+        np.testing.assert_array_equal(now.array, later.array)
+        with pytest.raises(PreprocessError) as err:
+            pre.image_now(b"garbage")
+        assert err.value.status == Status.CORRUPT
+
+
 def test_options_reach_the_cpu_path():
     data = jpeg_bytes(400, 300)
     with Preprocessor("cpu", cpu_workers=0, resize_short=128, crop=96, fp16=True) as pre:
@@ -71,6 +87,7 @@ def test_unsupported_jpeg_is_redone_on_cpu(use_fake_library):
     data = jpeg_bytes(300, 200, progressive=True)
     with Preprocessor("emu", cpu_workers=0) as pre:
         res = pre.submit_image(data).result(10)
+        assert pre.image_now(data).fallback_reason == res.fallback_reason  # with a DPU: its run, waited for
     assert res.backend == "cpu" and "UNSUPPORTED" in res.fallback_reason
     np.testing.assert_array_equal(res.array, cpu_backend.image(data, "normalize"))
 
