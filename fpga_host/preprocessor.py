@@ -89,8 +89,8 @@ class Preprocessor:
         if self._driver is not None or self._cpu.workers:
             return self.submit_image(data, out=out, checked=checked).result()
         start = time.perf_counter()
-        array = cpu_backend.image(data, "normalize", self.image_params, out, checked)
-        return _cpu_result(array, time.perf_counter() - start, start, None)
+        array, compute_s = cpu_backend.timed(cpu_backend.image, data, "normalize", self.image_params, out, checked)
+        return _cpu_result(array, compute_s, start, None)
 
     def submit_audio(self, pcm: np.ndarray, sample_rate: int, stage: str = "normalize",
                      out: np.ndarray | None = None) -> cf.Future:
