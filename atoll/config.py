@@ -98,6 +98,9 @@ class ServerConfig:
 class PreprocessingConfig:
     backend: str = _choice(BACKEND_CHOICES, doc="DPU backend")
     cpu_threads: int = _num(0, 0, "best-effort CPU preprocessing threads per front end (0 = cores / front ends)")
+    pin_threads: bool = field(default=True, metadata={"doc": "CPU backend: each best-effort preprocessing thread "
+                                                             "stays on one core of its front end's share (false: "
+                                                             "where the OS places it)"})
     image_cus: int = _num(4, 1, "image_cu compute units (emulated XRT)")
     audio_mel_cus: int = _num(2, 1, "audio_mel_cu compute units (emulated XRT)")
     audio_norm_cus: int = _num(2, 1, "audio_norm_cu compute units (emulated XRT)")

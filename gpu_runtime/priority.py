@@ -78,6 +78,15 @@ def prioritise_this_thread(priority: Priority) -> None:
             pass
 
 
+def pin_this_thread(core: int) -> None:
+    """Keep the calling thread on `core` (Linux keeps an affinity per thread); left where the OS
+    places it where that is not possible (another OS, a core outside the process's cpuset)."""
+    try:
+        os.sched_setaffinity(threading.get_native_id(), {core})
+    except (AttributeError, OSError):
+        pass
+
+
 def above_real_time_this_thread() -> None:
     """SCHED_FIFO one level above the real-time lanes where permitted (ordinary where they are):
     for a thread that measures how long a ready real-time thread may wait for its core and the

@@ -3,6 +3,9 @@
 Real-time jobs run on a thread of their own (SCHED_FIFO where the OS permits); best-effort jobs on
 `be_threads` threads whose OS priority is lowered (`gpu_runtime.priority.prioritise_this_thread`),
 so an RT job starts at once and, on a busy CPU, takes a core from BE work rather than sharing it.
+Given `cores`, each best-effort thread stays on one of them (in turn): left to the OS, two busy
+lanes of a front end shared one core at times while another idled, ~7 % of the cores at
+saturation on the 2-core VM (docs/data-plane.md, "Settings that rest on a measurement").
 OpenCV and NumPy release the GIL while they work, so the lanes run beside the front end's event
 loop, which they answer through one `call_soon_threadsafe` per job.
 
@@ -19,10 +22,10 @@ import asyncio
 import collections
 import queue
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from gpu_runtime.priority import Priority, prioritise_this_thread
+from gpu_runtime.priority import Priority, pin_this_thread, prioritise_this_thread
 from gpu_runtime.thread_names import name_this_thread
 
 
@@ -38,13 +41,15 @@ class Batched:
 
 
 class Lanes:
-    def __init__(self, be_threads: int = 1):
+    def __init__(self, be_threads: int = 1, cores: Sequence[int] = ()):
         if be_threads < 1:
             raise ValueError(f"need at least one best-effort thread, got {be_threads}")
         self._queues = {priority: queue.SimpleQueue() for priority in Priority}
-        self._threads = [(priority, threading.Thread(target=self._loop, args=(priority,),
+        placed = [(Priority.RT, 0, None)] + [(Priority.BE, i, cores[i % len(cores)] if cores else None)
+                                             for i in range(be_threads)]
+        self._threads = [(priority, threading.Thread(target=self._loop, args=(priority, core),
                                                      name=f"lane-{priority}{i}", daemon=True))
-                         for priority, n in ((Priority.RT, 1), (Priority.BE, be_threads)) for i in range(n)]
+                         for priority, i, core in placed]
         self._count = {Priority.RT: 1, Priority.BE: be_threads}
         for _, thread in self._threads:
             thread.start()
@@ -66,9 +71,11 @@ class Lanes:
         for _, thread in self._threads:
             thread.join()
 
-    def _loop(self, priority: Priority) -> None:
+    def _loop(self, priority: Priority, core: int | None) -> None:
         name_this_thread()
         prioritise_this_thread(priority)
+        if core is not None:
+            pin_this_thread(core)
         jobs = self._queues[priority]
         passed: collections.deque = collections.deque()  # jobs a batch passed over, next in order
         while (job := passed.popleft() if passed else jobs.get()) is not None:
@@ -114,6 +121,13 @@ class Lanes:
         for loop, answers in settled.items():  # one wake of each loop for all its jobs
             loop.call_soon_threadsafe(_settle, answers)
         return later
+
+
+def core_share(cores: Sequence[int], index: int, count: int) -> list[int]:
+    """Front end `index` of `count`'s part of `cores`: sorted, split in contiguous parts as even as
+    can be, at least one core each (where there are fewer cores than front ends, some share one)."""
+    cores, start = sorted(cores), index * len(cores) // count
+    return cores[start:max(start + 1, (index + 1) * len(cores) // count)]
 
 
 def _split(result) -> tuple:

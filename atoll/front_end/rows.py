@@ -33,7 +33,7 @@ from gpu_runtime.vgpu.slots import SlotArena, pack_bytes, row_layout
 
 from atoll.config import Config
 from atoll.front_end.colocated import LANE_BATCH_MAX, LocalModels
-from atoll.front_end.lanes import Batched, Lanes
+from atoll.front_end.lanes import Batched, Lanes, core_share
 from atoll.front_end.limits import MediaLimits
 from atoll.front_end.media import pad_stack, read_wav
 from atoll.front_end.slots import SlotAllocator
@@ -136,9 +136,14 @@ class FrontEnd:
         # served, else when one is added (`warm_for`)
         self.audio_warm = any(spec.preprocess == "audio" for spec in self.models.values())
         cpu_backend.init_worker(audio_too=self.audio_warm)
-        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads.
-        threads = p.cpu_threads or max(1, len(os.sched_getaffinity(0)) // setup.count)
-        self.lanes = Lanes(threads if self.pre.backend == "cpu" else max(threads, self.pre.parallelism - 1))
+        # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads,
+        # each kept on a core of this front end's share (measured: docs/data-plane.md).
+        cores = sorted(os.sched_getaffinity(0))
+        threads = p.cpu_threads or max(1, len(cores) // setup.count)
+        if self.pre.backend == "cpu":
+            self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else ())
+        else:
+            self.lanes = Lanes(max(threads, self.pre.parallelism - 1))
         self.local = LocalModels(metrics)
         for key in setup.colocated & self.models.keys():
             self.local.add(key, LocalModels.build(self.models[key]))

@@ -1,5 +1,6 @@
 """Preprocessing lanes: an RT job runs while every BE thread is busy, BE jobs run in order at a
-lowered OS priority, and a job given up before it starts is skipped and reported abandoned."""
+lowered OS priority, each on its core where given cores, and a job given up before it starts is
+skipped and reported abandoned."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import pytest
 from gpu_runtime.priority import BE_NICE, Priority
 
-from atoll.front_end.lanes import Batched, Lanes
+from atoll.front_end.lanes import Batched, Lanes, core_share
 
 
 def test_rt_job_runs_while_the_be_lane_is_busy():
@@ -124,6 +125,43 @@ def test_a_lane_takes_no_more_than_its_share_of_what_waits():
         finally:
             for gate in gates:
                 gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_core_share_splits_the_cores_among_front_ends():
+    assert [core_share([3, 0, 2, 1], i, 2) for i in range(2)] == [[0, 1], [2, 3]]
+    assert [core_share(range(5), i, 2) for i in range(2)] == [[0, 1], [2, 3, 4]]
+    assert [core_share([4, 6], i, 3) for i in range(3)] == [[4], [4], [6]]  # fewer cores than front ends
+    assert core_share([7], 0, 1) == [7]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread affinity is Linux's")
+def test_best_effort_lanes_stay_on_their_cores_in_turn():
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = allowed[:2] if len(allowed) > 1 else allowed * 2
+
+    async def main():
+        lanes = Lanes(be_threads=2, cores=cores)
+        both = threading.Barrier(2, timeout=30)  # one job on each lane at once
+        placed = lambda: (both.wait(), os.sched_getaffinity(0))[1]  # noqa: E731
+        try:
+            on_lanes = await asyncio.gather(lanes.run(Priority.BE, placed), lanes.run(Priority.BE, placed))
+            assert sorted(map(sorted, on_lanes)) == sorted([[cores[0]], [cores[1]]])
+            assert await lanes.run(Priority.RT, os.sched_getaffinity, 0) == set(allowed)  # RT goes anywhere
+        finally:
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_lanes_given_no_cores_go_where_the_os_places_them():
+    async def main():
+        lanes = Lanes(be_threads=1)
+        try:
+            assert await lanes.run(Priority.BE, os.sched_getaffinity, 0) == os.sched_getaffinity(0)
+        finally:
             lanes.close()
 
     asyncio.run(main())
