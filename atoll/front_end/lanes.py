@@ -3,9 +3,9 @@
 Real-time jobs run on a thread of their own (SCHED_FIFO where the OS permits); best-effort jobs on
 `be_threads` threads whose OS priority is lowered (`gpu_runtime.priority.prioritise_this_thread`),
 so an RT job starts at once and, on a busy CPU, takes a core from BE work rather than sharing it.
-Given `cores`, each best-effort thread stays on one of them (in turn): left to the OS, two busy
-lanes of a front end shared one core at times while another idled, ~7 % of the cores at
-saturation on the 2-core VM (docs/data-plane.md, "Settings that rest on a measurement").
+Given `cores`, each best-effort thread stays on one of them (in turn): left to the OS, busy lanes
+that never lacked work left ~7 % of the 2-core VM idle at saturation (docs/data-plane.md,
+"Settings that rest on a measurement").
 OpenCV and NumPy release the GIL while they work, so the lanes run beside the front end's event
 loop, which they answer through one `call_soon_threadsafe` per job.
 

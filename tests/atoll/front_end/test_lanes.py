@@ -138,30 +138,21 @@ def test_core_share_splits_the_cores_among_front_ends():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread affinity is Linux's")
-def test_best_effort_lanes_stay_on_their_cores_in_turn():
+def test_best_effort_lanes_stay_on_the_cores_given_in_turn_else_where_the_os_places_them():
     allowed = sorted(os.sched_getaffinity(0))
     cores = allowed[:2] if len(allowed) > 1 else allowed * 2
 
     async def main():
-        lanes = Lanes(be_threads=2, cores=cores)
+        pinned, free = Lanes(be_threads=2, cores=cores), Lanes(be_threads=1)
         both = threading.Barrier(2, timeout=30)  # one job on each lane at once
         placed = lambda: (both.wait(), os.sched_getaffinity(0))[1]  # noqa: E731
         try:
-            on_lanes = await asyncio.gather(lanes.run(Priority.BE, placed), lanes.run(Priority.BE, placed))
+            on_lanes = await asyncio.gather(pinned.run(Priority.BE, placed), pinned.run(Priority.BE, placed))
             assert sorted(map(sorted, on_lanes)) == sorted([[cores[0]], [cores[1]]])
-            assert await lanes.run(Priority.RT, os.sched_getaffinity, 0) == set(allowed)  # RT goes anywhere
+            assert await pinned.run(Priority.RT, os.sched_getaffinity, 0) == set(allowed)  # RT goes anywhere
+            assert await free.run(Priority.BE, os.sched_getaffinity, 0) == set(allowed)
         finally:
-            lanes.close()
-
-    asyncio.run(main())
-
-
-def test_lanes_given_no_cores_go_where_the_os_places_them():
-    async def main():
-        lanes = Lanes(be_threads=1)
-        try:
-            assert await lanes.run(Priority.BE, os.sched_getaffinity, 0) == os.sched_getaffinity(0)
-        finally:
-            lanes.close()
+            pinned.close()
+            free.close()
 
     asyncio.run(main())
