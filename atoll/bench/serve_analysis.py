@@ -158,5 +158,6 @@ def _stage_bars(ax, rows: list[dict]) -> None:
     ax.set_xlabel("server CPU-ms per request")
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    if stages:  # no run kept an account (a server without per-thread clocks): an empty chart
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax.grid(axis="x", alpha=0.3)
