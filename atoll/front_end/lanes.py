@@ -45,11 +45,10 @@ class Lanes:
         if be_threads < 1:
             raise ValueError(f"need at least one best-effort thread, got {be_threads}")
         self._queues = {priority: queue.SimpleQueue() for priority in Priority}
-        placed = [(Priority.RT, 0, None)] + [(Priority.BE, i, cores[i % len(cores)] if cores else None)
-                                             for i in range(be_threads)]
-        self._threads = [(priority, threading.Thread(target=self._loop, args=(priority, core),
+        self._cores = tuple(cores)
+        self._threads = [(priority, threading.Thread(target=self._loop, args=(priority, i),
                                                      name=f"lane-{priority}{i}", daemon=True))
-                         for priority, i, core in placed]
+                         for priority, n in ((Priority.RT, 1), (Priority.BE, be_threads)) for i in range(n)]
         self._count = {Priority.RT: 1, Priority.BE: be_threads}
         for _, thread in self._threads:
             thread.start()
@@ -71,11 +70,11 @@ class Lanes:
         for _, thread in self._threads:
             thread.join()
 
-    def _loop(self, priority: Priority, core: int | None) -> None:
+    def _loop(self, priority: Priority, index: int) -> None:
         name_this_thread()
         prioritise_this_thread(priority)
-        if core is not None:
-            pin_this_thread(core)
+        if priority == Priority.BE and self._cores:
+            pin_this_thread(self._cores[index % len(self._cores)])
         jobs = self._queues[priority]
         passed: collections.deque = collections.deque()  # jobs a batch passed over, next in order
         while (job := passed.popleft() if passed else jobs.get()) is not None:

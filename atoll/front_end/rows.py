@@ -138,7 +138,7 @@ class FrontEnd:
         cpu_backend.init_worker(audio_too=self.audio_warm)
         # A lane thread per DPU compute unit (they wait on it), else the configured CPU threads,
         # each kept on a core of this front end's share (measured: docs/data-plane.md).
-        cores = sorted(os.sched_getaffinity(0))
+        cores = os.sched_getaffinity(0)
         threads = p.cpu_threads or max(1, len(cores) // setup.count)
         if self.pre.backend == "cpu":
             self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else ())
