@@ -9,35 +9,15 @@
  * Why native: the relay's work is a few system calls a request; in Python on asyncio it was ~335
  * calls of Python and 0.24 CPU-ms a request (docs/benchmarks.md, "the cluster endpoint").
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "http1.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
 
-#define HEAD_MAX 16384      /* a request's or an answer's head; a longer one goes to the Python edge */
 #define POOL_MAX 64         /* kept-alive connections per node (as node_client.MAX_IDLE) */
-#define ADDR_MAX 256
+#define ADDR_MAX NAME_MAX_
 #define NAMES_MAX 32
-#define STACK_BYTES (256 * 1024)
-#define KEEP_BODY (4 << 20)
+#define KEEP_BODY (4 << 20)  /* a connection keeps its body buffer between requests up to this size */
 #define SPLICE_MIN (64 * 1024)  /* a binary part at least this long goes through pipes, not memory */
-#define LOWAT_CHECK_MS 200  /* a body awaited with SO_RCVLOWAT is looked at this often all the same */  /* a connection keeps its body buffer between requests up to this size */
 
 typedef struct Node {
     char addr[ADDR_MAX];
@@ -77,91 +57,6 @@ typedef struct Relay {
     Node *nodes;
     int null_fd;  /* /dev/null, where a pipe's pages are dropped */
 } Relay;
-
-/* -- time and sockets ------------------------------------------------------------------------------ */
-
-static long long now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
-}
-
-/* 1: readable (as SO_RCVLOWAT counts), 0: `ms` passed, -1: error */
-static int wait_in(int fd, long long ms) {
-    struct pollfd p = {fd, POLLIN, 0};
-    if (ms < 0) ms = 0;
-    for (;;) {
-        int n = poll(&p, 1, (int)(ms > INT_MAX ? INT_MAX : ms));
-        if (n < 0 && errno == EINTR) continue;
-        return n < 0 ? -1 : n;
-    }
-}
-
-static void set_lowat(int fd, long long n) {
-    int v = n > (1 << 30) ? (1 << 30) : (int)n;
-    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
-}
-
-/* Take `n` bytes from socket `fd` into `dst` or, where `pipe_w` is a pipe (not -1), into that pipe
- * (splice: the kernel's pages passed on, not copied); *got counts them. 1: whole; 0: nothing came
- * for `stall_ms` or the deadline (0: none) passed; -1: the peer closed or failed. The thread is
- * woken once they are all there (SO_RCVLOWAT), not at every segment; it also looks every
- * LOWAT_CHECK_MS, and its reads never block: where the kernel holds fewer bytes than the bound and
- * its wake-up does not come (the window closed under memory pressure), the sender could send no
- * more and both would wait. */
-static int take_exact(int fd, char *dst, int pipe_w, size_t n, size_t *got, int stall_ms, long long deadline) {
-    int rc = 1, raised = *got + 1 < n;
-    long long quiet_until = now_ms() + stall_ms;
-    if (raised) set_lowat(fd, n - *got);
-    while (*got < n) {
-        long long now = now_ms(), ms = quiet_until - now;
-        if (deadline && deadline - now < ms) ms = deadline - now;
-        if (ms <= 0) { rc = 0; break; }
-        if (raised && ms > LOWAT_CHECK_MS) ms = LOWAT_CHECK_MS;
-        if (wait_in(fd, ms) < 0) { rc = -1; break; }
-        ssize_t k = pipe_w >= 0 ? splice(fd, NULL, pipe_w, NULL, n - *got, SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
-                                : recv(fd, dst + *got, n - *got, MSG_DONTWAIT);
-        if (k == 0) { rc = -1; break; }
-        if (k < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-            rc = -1;
-            break;
-        }
-        *got += (size_t)k;
-        quiet_until = now_ms() + stall_ms;
-        if (*got + 1 < n || (raised && *got < n)) set_lowat(fd, n - *got), raised = n - *got > 1;
-    }
-    if (raised) set_lowat(fd, 1);
-    return rc;
-}
-
-/* Write all of `iov`. A client's socket is non-blocking (splice(2) from a blocking one would wait
- * in the kernel): where it is full, wait up to `wait_ms` for room (0: a node's blocking socket,
- * bounded by its SO_SNDTIMEO). 0, or -1 with errno (EAGAIN: no room in time). */
-static int send_all(int fd, struct iovec *iov, int n, int wait_ms) {
-    while (n > 0) {
-        ssize_t k = writev(fd, iov, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_ms > 0) {
-                struct pollfd p = {fd, POLLOUT, 0};
-                int w = poll(&p, 1, wait_ms);
-                if (w > 0 || (w < 0 && errno == EINTR)) continue;
-                errno = w == 0 ? EAGAIN : errno;
-            }
-            return -1;
-        }
-        while (n > 0 && (size_t)k >= iov->iov_len) {
-            k -= (ssize_t)iov->iov_len;
-            iov++, n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + k;
-            iov->iov_len -= (size_t)k;
-        }
-    }
-    return 0;
-}
 
 /* -- bodies through pipes ----------------------------------------------------------------------------
  * A request's binary part (past its JSON header) is moved from the client's socket into a pipe and
@@ -218,48 +113,7 @@ static int send_kept(const Relay *r, Conn *c, int fd, size_t n) {
     return 0;
 }
 
-static void client_options(int fd) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);  /* (send_all) */
-}
-
 /* -- heads ------------------------------------------------------------------------------------------ */
-
-typedef struct Line {
-    const char *name, *value;
-    size_t name_len, value_len, whole_len; /* whole: the line without its CRLF */
-    const char *whole;
-} Line;
-
-/* The header lines of a head (after its first line) up to the blank line at `end`; -1 if one is
- * malformed or there are too many (the caller hands such a request on). */
-static int header_lines(const char *p, const char *end, Line *lines, int cap) {
-    int n = 0;
-    while (p < end) {
-        const char *eol = memchr(p, '\r', (size_t)(end - p));
-        if (eol == NULL || eol[1] != '\n' || n == cap) return -1;
-        const char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon == NULL || colon == p) return -1;
-        for (const char *c = p; c < colon; c++)
-            if (*c <= ' ' || *c >= 127) return -1;  /* also rejects obs-fold (a line starting with space) */
-        const char *v = colon + 1, *ve = eol;
-        while (v < ve && (*v == ' ' || *v == '\t')) v++;
-        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
-        for (const char *c = v; c < ve; c++)
-            if ((unsigned char)*c < ' ' && *c != '\t') return -1;
-        lines[n].name = p, lines[n].name_len = (size_t)(colon - p);
-        lines[n].value = v, lines[n].value_len = (size_t)(ve - v);
-        lines[n].whole = p, lines[n].whole_len = (size_t)(eol - p);
-        n++;
-        p = eol + 2;
-    }
-    return n;
-}
-
-static int named(const Line *l, const char *name) {
-    return l->name_len == strlen(name) && strncasecmp(l->name, name, l->name_len) == 0;
-}
 
 static int hop(const Relay *r, const Line *l) {
     for (int i = 0; i < r->n_hop; i++)
@@ -267,98 +121,10 @@ static int hop(const Relay *r, const Line *l) {
     return 0;
 }
 
-/* A decimal value of at most 18 digits, else -1. */
-static long long digits(const char *v, size_t n) {
-    if (n == 0 || n > 18) return -1;
-    long long x = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9') return -1;
-        x = x * 10 + (v[i] - '0');
-    }
-    return x;
-}
-
-static int has_token(const char *v, size_t n, const char *token) {
-    size_t t = strlen(token);
-    for (size_t i = 0; i + t <= n; i++)
-        if (strncasecmp(v + i, token, t) == 0 && (i == 0 || v[i - 1] == ',' || v[i - 1] == ' ') &&
-            (i + t == n || v[i + t] == ',' || v[i + t] == ' '))
-            return 1;
-    return 0;
-}
-
-/* One path segment of a model name or version: visible ASCII, no '/', '?', '%' or '#' (a
- * percent-encoded name goes to the Python edge, which decodes it). */
-static size_t segment(const char *p, const char *end) {
-    const char *s = p;
-    while (s < end && *s > ' ' && *s < 127 && *s != '/' && *s != '?' && *s != '%' && *s != '#') s++;
-    return (size_t)(s - p);
-}
-
 typedef struct Request {
-    const char *target;
-    size_t target_len;
-    char model[ADDR_MAX], version[64];
-    int has_version;
-    long long length, json_length;
+    InferHead h;
     size_t spliced;  /* the body's last bytes, in the connection's `keep` pipe (0: all in memory) */
-    int close;
-    Line lines[64];
-    int n_lines;
 } Request;
-
-/* Whether the head (`head`, `head_len` bytes up to and without its blank line's CRLF) is an infer
- * request this relay forwards whole; fills `q`. */
-static int infer_request(const Relay *r, const char *head, size_t head_len, Request *q) {
-    const char *end = head + head_len, *eol = memchr(head, '\r', head_len);
-    static const char method[] = "POST ", prefix[] = "/v2/models/", version[] = " HTTP/1.1";
-    if (eol == NULL || (size_t)(eol - head) < sizeof method - 1 + sizeof prefix - 1 + sizeof version - 1)
-        return 0;
-    if (memcmp(head, method, sizeof method - 1) || memcmp(eol - (sizeof version - 1), version, sizeof version - 1))
-        return 0;
-    q->target = head + sizeof method - 1;
-    const char *target_end = eol - (sizeof version - 1);
-    q->target_len = (size_t)(target_end - q->target);
-    if (memcmp(q->target, prefix, sizeof prefix - 1)) return 0;
-    const char *p = q->target + sizeof prefix - 1;
-    size_t n = segment(p, target_end);
-    if (n == 0 || n >= sizeof q->model) return 0;
-    memcpy(q->model, p, n), q->model[n] = 0, p += n;
-    q->has_version = 0;
-    if ((size_t)(target_end - p) > 10 && memcmp(p, "/versions/", 10) == 0) {
-        p += 10;
-        n = segment(p, target_end);
-        if (n == 0 || n >= sizeof q->version) return 0;
-        memcpy(q->version, p, n), q->version[n] = 0, p += n, q->has_version = 1;
-    }
-    if ((size_t)(target_end - p) != 6 || memcmp(p, "/infer", 6)) return 0;
-    q->n_lines = header_lines(eol + 2, end + 2, q->lines, 64);
-    if (q->n_lines < 0) return 0;
-    q->length = q->json_length = -1;
-    q->close = 0;
-    int rule_met = r->rule_key == NULL;
-    for (int i = 0; i < q->n_lines; i++) {
-        const Line *l = &q->lines[i];
-        if (named(l, "content-length")) {
-            if (q->length >= 0) return 0;
-            q->length = digits(l->value, l->value_len);
-            if (q->length < 0) return 0;
-        } else if (named(l, "transfer-encoding") || named(l, "content-encoding") || named(l, "expect") ||
-                   named(l, "upgrade")) {
-            return 0;
-        } else if (named(l, "connection")) {
-            if (has_token(l->value, l->value_len, "upgrade")) return 0;
-            q->close |= has_token(l->value, l->value_len, "close");
-        } else if (named(l, "inference-header-content-length")) {
-            q->json_length = l->value_len ? digits(l->value, l->value_len) : -1;
-            if (q->json_length == -1 && l->value_len) q->json_length = -2;  /* unreadable: best-effort */
-        }
-        if (r->rule_key && named(l, r->rule_key) && l->value_len == strlen(r->rule_value) &&
-            memcmp(l->value, r->rule_value, l->value_len) == 0)
-            rule_met = 1;
-    }
-    return rule_met && q->length >= 0 && q->length <= r->max_body;
-}
 
 /* -- the nodes' connections ------------------------------------------------------------------------- */
 
@@ -519,9 +285,9 @@ static int forward_to(Relay *r, Conn *c, const char *addr, const Request *q, con
                       Answer *a, char *why, size_t why_len) {
     char head[HEAD_MAX + 1024];  /* (the client's head, less its first line, plus ours: it fits) */
     int n = snprintf(head, sizeof head, "POST %.*s HTTP/1.1\r\nHost: %s\r\nContent-Length: %lld\r\n",
-                     (int)q->target_len, q->target, addr, q->length);
-    for (int i = 0; i < q->n_lines; i++) {
-        const Line *l = &q->lines[i];
+                     (int)q->h.target_len, q->h.target, addr, q->h.length);
+    for (int i = 0; i < q->h.n_lines; i++) {
+        const Line *l = &q->h.lines[i];
         if (hop(r, l) || (size_t)n + l->whole_len + 4 >= sizeof head) continue;
         memcpy(head + n, l->whole, l->whole_len), n += (int)l->whole_len;
         head[n++] = '\r', head[n++] = '\n';
@@ -537,7 +303,7 @@ static int forward_to(Relay *r, Conn *c, const char *addr, const Request *q, con
         /* the head in a segment of its own, as node_client sends it: a node's edge that reads the
          * head alone has the kernel place the body, where head and body in one read go through its
          * parser (docs/http-edge.md) */
-        size_t in_memory = (size_t)q->length - q->spliced;
+        size_t in_memory = (size_t)q->h.length - q->spliced;
         struct iovec iov[2] = {{head, (size_t)n}, {(void *)body, in_memory}};
         int started = 0, rc;
         if (send_all(fd, iov, 1, 0) || (in_memory && send_all(fd, iov + 1, 1, 0)) ||
@@ -562,18 +328,6 @@ static int forward_to(Relay *r, Conn *c, const char *addr, const Request *q, con
 static const char INTERNAL[] = "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
                                "Content-Length: 33\r\nConnection: close\r\n\r\n{\"error\":\"Internal Server Error\"}";
 
-/* A callback's result; on an exception (a bug) it is logged and NULL returned. Holds the GIL. */
-static PyObject *call(PyObject *f, PyObject *args) {
-    if (args == NULL) {
-        PyErr_WriteUnraisable(f);
-        return NULL;
-    }
-    PyObject *out = PyObject_CallObject(f, args);
-    Py_DECREF(args);
-    if (out == NULL) PyErr_WriteUnraisable(f);
-    return out;
-}
-
 /* A target (attempts, name, address) into its parts; 0 if `t` is not one. */
 static int target(PyObject *t, PyObject **attempts, PyObject **name, char *addr) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) return 0;
@@ -595,8 +349,8 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     /* the JSON part (a binary request's header, else the whole body) goes to Python only where it
      * names "priority" (else best-effort: no JSON read), as http_proxy.real_time_in reads it */
     const char *json = NULL;
-    size_t json_len = q->json_length >= 0 ? (size_t)q->json_length : (size_t)q->length;
-    if (q->json_length != -2 && json_len <= (size_t)q->length && memmem(body, json_len, "\"priority\"", 10))
+    size_t json_len = q->h.json_length >= 0 ? (size_t)q->h.json_length : (size_t)q->h.length;
+    if (q->h.json_length != -2 && json_len <= (size_t)q->h.length && memmem(body, json_len, "\"priority\"", 10))
         json = body;
     PyObject *attempts = NULL, *name = NULL, *reply = NULL;
     char addr[ADDR_MAX], why[512];
@@ -607,8 +361,8 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     long long deadline = now_ms() + r->timeout_ms;
 
     PyEval_RestoreThread(*ts);
-    PyObject *length = q->json_length >= 0 ? PyLong_FromLongLong(q->json_length) : Py_NewRef(Py_None);
-    PyObject *t = call(r->route, Py_BuildValue("(szy#N)", q->model, q->has_version ? q->version : NULL,
+    PyObject *length = q->h.json_length >= 0 ? PyLong_FromLongLong(q->h.json_length) : Py_NewRef(Py_None);
+    PyObject *t = call(r->route, Py_BuildValue("(szy#N)", q->h.model, q->h.has_version ? q->h.version : NULL,
                                                json, (Py_ssize_t)(json ? json_len : 0), length));
     while (t && t != Py_None && target(t, &attempts, &name, addr)) {
         Py_CLEAR(t);
@@ -651,7 +405,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     if (!settle) Py_XDECREF(attempts), Py_XDECREF(name);
     *ts = PyEval_SaveThread();
 
-    int rc = 0, closing = q->close || r->stopping;
+    int rc = 0, closing = q->h.close || r->stopping;
     if (!ok && !reply && last && !broken && !gone) free(a ? a->body : NULL), free(a), a = last, last = NULL, ok = 1;
     if (gone) {
         rc = -1;
@@ -696,32 +450,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     return rc || closing ? -1 : 0;
 }
 
-/* Give `fd` to the Python edge with the bytes read of it (`a`, then `b`); `ts`: the calling
- * thread's Python thread state (NULL: it has none). */
-static void hand_off(Relay *r, PyThreadState **ts, int fd, const char *a, size_t a_len, const char *b, size_t b_len) {
-    atomic_fetch_add(&r->handed, 1);
-    PyGILState_STATE gil = PyGILState_UNLOCKED;
-    if (ts) PyEval_RestoreThread(*ts);
-    else gil = PyGILState_Ensure();
-    PyObject *prefix = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(a_len + b_len));
-    if (prefix) {
-        memcpy(PyBytes_AS_STRING(prefix), a, a_len);
-        if (b_len) memcpy(PyBytes_AS_STRING(prefix) + a_len, b, b_len);
-    }
-    PyObject *out = prefix ? call(r->handoff, Py_BuildValue("(iN)", fd, prefix)) : NULL;
-    if (out == NULL) close(fd);  /* (the callback owns `fd` once called) */
-    Py_XDECREF(out);
-    if (ts) *ts = PyEval_SaveThread();
-    else PyGILState_Release(gil);
-}
-
 /* -- a connection's thread -------------------------------------------------------------------------- */
-
-static void set_idle(Conn *c, int idle) {
-    pthread_mutex_lock(&c->relay->lock);
-    c->idle = idle;
-    pthread_mutex_unlock(&c->relay->lock);
-}
 
 static void *connection_main(void *arg) {
     Conn *c = arg;
@@ -737,41 +466,20 @@ static void *connection_main(void *arg) {
      * than the call */
     PyGILState_STATE gil = PyGILState_Ensure();
     PyThreadState *ts = PyEval_SaveThread();
+    Idle idle = {&r->lock, &c->idle, &r->stopping};
     while (buf && q) {
-        char *blank = have >= 4 ? memmem(buf, have, "\r\n\r\n", 4) : NULL;
-        long long head_by = have ? now_ms() + r->stall_ms : 0;  /* a head's first byte to its end */
-        while (blank == NULL) {
-            if (have == 0) {
-                pthread_mutex_lock(&r->lock);
-                int stopping = r->stopping;
-                c->idle = !stopping;
-                pthread_mutex_unlock(&r->lock);
-                if (stopping) goto done;
-            }
-            if (have == HEAD_MAX) goto hand;
-            int w = wait_in(fd, have ? head_by - now_ms() : r->idle_ms);
-            if (w < 0 || (w == 0 && have == 0)) goto done;
-            if (w == 0) goto hand;
-            ssize_t k = recv(fd, buf + have, HEAD_MAX - have, MSG_DONTWAIT);
-            if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-            if (k <= 0) {
-                if (have) goto hand;  /* half-closed after part of a request: the edge answers as it does */
-                goto done;
-            }
-            if (have == 0) set_idle(c, 0), head_by = now_ms() + r->stall_ms;
-            size_t from = have > 3 ? have - 3 : 0;
-            have += (size_t)k;
-            blank = memmem(buf + from, have - from, "\r\n\r\n", 4);
-        }
-        size_t head_len = (size_t)(blank - buf);
-        if (!infer_request(r, buf, head_len, q)) goto hand;
-        size_t length = (size_t)q->length;
-        if (atomic_fetch_add(&r->held, q->length) + q->length > r->budget) {
-            atomic_fetch_sub(&r->held, q->length);
+        size_t head_len;
+        int head = read_head(fd, buf, &have, &head_len, r->idle_ms, r->stall_ms, idle);
+        if (head == HEAD_CLOSE) goto done;
+        if (head == HEAD_HAND) goto hand;
+        if (!infer_head(buf, head_len, r->rule_key, r->rule_value, r->max_body, &q->h)) goto hand;
+        size_t length = (size_t)q->h.length;
+        if (atomic_fetch_add(&r->held, q->h.length) + q->h.length > r->budget) {
+            atomic_fetch_sub(&r->held, q->h.length);
             goto hand;
         }
         size_t at_hand = have - (head_len + 4);
-        size_t json = q->json_length >= 0 ? (size_t)q->json_length : length;
+        size_t json = q->h.json_length >= 0 ? (size_t)q->h.json_length : length;
         q->spliced = json < length && length - json >= SPLICE_MIN && r->null_fd >= 0 && pipes_fit(c, length - json)
                          ? length - json : 0;
         size_t in_memory = length - q->spliced;
@@ -784,7 +492,7 @@ static void *connection_main(void *arg) {
         size_t got = at_hand < in_memory ? at_hand : in_memory, piped = 0;
         if (body == NULL) {
             kept_cap = 0;
-            atomic_fetch_sub(&r->held, q->length);
+            atomic_fetch_sub(&r->held, q->h.length);
             goto hand;
         }
         memcpy(body, buf + head_len + 4, got);
@@ -802,7 +510,7 @@ static void *connection_main(void *arg) {
         }
         if (rc != 1) {
             /* stalled or cut short: the edge gets what came (it answers a stall as it would) */
-            atomic_fetch_sub(&r->held, q->length);
+            atomic_fetch_sub(&r->held, q->h.length);
             char *came = piped ? malloc(got + piped) : body;
             if (came != body && came != NULL) {  /* (the piped part back out of its pipe: a rare path) */
                 memcpy(came, body, got);
@@ -814,14 +522,14 @@ static void *connection_main(void *arg) {
             }
             if (rc == 0 && came != NULL) {
                 handed = 1;
-                hand_off(r, &ts, fd, buf, head_len + 4, came, got + piped);
+                hand_off(r->handoff, &r->handed, &ts, fd, buf, head_len + 4, came, got + piped);
             }
             if (came != body) free(came);
             goto done;
         }
         rc = serve(r, c, &ts, q, body);
         if (q->spliced) drop_pipe(r, c->keep[0], q->spliced);
-        atomic_fetch_sub(&r->held, q->length);
+        atomic_fetch_sub(&r->held, q->h.length);
         size_t used = head_len + 4 + (at_hand < length ? at_hand : length);
         memmove(buf, buf + used, have - used);
         have -= used;
@@ -830,7 +538,7 @@ static void *connection_main(void *arg) {
     goto done;
 hand:
     handed = 1;
-    hand_off(r, &ts, fd, buf, have, NULL, 0);
+    hand_off(r->handoff, &r->handed, &ts, fd, buf, have, NULL, 0);
 done:
     if (!handed) close(fd);
     for (int i = 0; i < 2; i++) {
@@ -853,49 +561,42 @@ done:
     return NULL;
 }
 
-static void *accept_main(void *arg) {
-    Relay *r = arg;
+/* A connection's thread for `fd`: 0, or -1 past the relay's bound (or out of memory). */
+static int take_connection(void *owner, int fd) {
+    Relay *r = owner;
+    Conn *c = calloc(1, sizeof *c);
+    pthread_mutex_lock(&r->lock);
+    int room = c != NULL && r->live < r->max_conns;
+    if (room) {
+        c->relay = r, c->fd = fd, c->node_fd = -1, c->next = r->conns;
+        c->keep[0] = c->keep[1] = c->out[0] = c->out[1] = -1;
+        if (r->conns) r->conns->prev = c;
+        r->conns = c;
+        r->live++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, STACK_BYTES);
-    for (;;) {
-        int fd = accept4(r->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        pthread_mutex_lock(&r->lock);
-        int stopping = r->stopping;
-        pthread_mutex_unlock(&r->lock);
-        if (stopping) {
-            if (fd >= 0) close(fd);
-            break;
-        }
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) usleep(10000);
-            continue;
-        }
-        Conn *c = calloc(1, sizeof *c);
-        pthread_mutex_lock(&r->lock);
-        int room = c != NULL && r->live < r->max_conns;
-        if (room) {
-            c->relay = r, c->fd = fd, c->node_fd = -1, c->next = r->conns;
-            c->keep[0] = c->keep[1] = c->out[0] = c->out[1] = -1;
-            if (r->conns) r->conns->prev = c;
-            r->conns = c;
-            r->live++;
-        }
-        pthread_mutex_unlock(&r->lock);
-        pthread_t t;
-        if (room && pthread_create(&t, &attr, connection_main, c) == 0) continue;
-        if (room) {
-            pthread_mutex_lock(&r->lock);
-            r->conns = c->next;
-            if (c->next) c->next->prev = NULL;
-            r->live--;
-            pthread_mutex_unlock(&r->lock);
-        }
-        free(c);
-        hand_off(r, NULL, fd, "", 0, NULL, 0);  /* past the relay's bound: the edge's own bound applies */
-    }
+    int started = room && pthread_create(&t, &attr, connection_main, c) == 0;
     pthread_attr_destroy(&attr);
+    if (started) return 0;
+    if (room) {
+        pthread_mutex_lock(&r->lock);
+        r->conns = c->next;
+        if (c->next) c->next->prev = NULL;
+        r->live--;
+        pthread_mutex_unlock(&r->lock);
+    }
+    free(c);
+    return -1;
+}
+
+static void *accept_main(void *arg) {
+    Relay *r = arg;
+    accept_loop(r->listen_fd, &r->lock, &r->stopping, take_connection, r, r->handoff, &r->handed);
     pthread_mutex_lock(&r->lock);
     r->accepting = 0;
     pthread_cond_broadcast(&r->changed);
