@@ -74,6 +74,10 @@ class ServerConfig:
                                                  "lane thread, batched with those waiting there (no hop to the "
                                                  "dispatcher or a vGPU worker); off: every request through the "
                                                  "dispatcher")
+    http_intake: str = _choice(("native", "python"), doc="a front end's HTTP infer requests: native: read and "
+                                                          "answered by C threads (built with the system compiler on "
+                                                          "first use; without one, python), each run on the front "
+                                                          "end's event loop as before; python: all on the event loop")
     endpoint_relay: str = _choice(("native", "python"), doc="the cluster endpoint's HTTP infer requests: native: "
                                                              "relayed by C threads (built with the system compiler "
                                                              "on first use; without one, python), each request's "

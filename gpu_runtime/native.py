@@ -12,10 +12,13 @@ helper: the two packages import nothing of each other, ARCHITECTURE §2.)
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
+import sysconfig
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build"
 
@@ -53,3 +56,15 @@ def build_library(sources: list[Path], flags: tuple[str, ...], name: str, kind: 
         raise NativeBuildError(f"building {name} failed: {' '.join(command)}", done.stderr)
     os.replace(tmp, target)
     return target
+
+
+def extension_module(sources: list[Path], module: str, kind: str) -> ModuleType:
+    """A CPython extension `module` (its `PyInit_<module>`) built from `sources` with the system
+    compiler ($CC, else cc) and imported; `NativeBuildError` without a compiler or Python's headers."""
+    flags = ("-O2", "-shared", "-fPIC", "-std=c11", f"-I{sysconfig.get_paths()['include']}")
+    name = module + sysconfig.get_config_var("EXT_SUFFIX")
+    path = build_library(sources, flags, name, kind, os.environ.get("CC", "cc"), ("-pthread",))
+    spec = importlib.util.spec_from_file_location(module, path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded

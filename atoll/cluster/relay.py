@@ -16,10 +16,8 @@ endpoint's relay".
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import socket
-import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -28,24 +26,16 @@ from atoll.cluster.http_proxy import HOP, HttpProxy, real_time_in
 from atoll.cluster.node_client import NodeGone
 from atoll.http.edge import HttpServer
 from atoll.http.messages import api_error
-from gpu_runtime.native import build_library
+from gpu_runtime.native import extension_module
 
 SOURCE = Path(__file__).with_name("native") / "relay.c"
 HTTP1 = Path(__file__).parents[1] / "http" / "native" / "http1.h"  # shared with the front ends' intake
-CC = os.environ.get("CC", "cc")
-CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c11")
 RELAY_CONNECTIONS = 1024  # client connections the relay holds, a thread each (256 KB of stack); past it the edge's
 
 
 def native_module() -> ModuleType:
     """The compiled relay (`NativeBuildError` without a compiler or Python's headers)."""
-    name = "_relay" + sysconfig.get_config_var("EXT_SUFFIX")
-    flags = (*CFLAGS, f"-I{sysconfig.get_paths()['include']}")
-    path = build_library([SOURCE, HTTP1], flags, name, "relay", CC, ("-pthread",))
-    spec = importlib.util.spec_from_file_location("_relay", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return extension_module([SOURCE, HTTP1], "_relay", "relay")
 
 
 class InferRelay:

@@ -12,17 +12,21 @@ import gc
 import logging
 import os
 import signal
+import socket
 
+from gpu_runtime.native import NativeBuildError
 from gpu_runtime.priority import favour_real_time_threads, relay_this_thread
 from gpu_runtime.thread_names import name_this_thread
 
 from atoll.front_end import grpc_service
 from atoll.front_end.colocated import LocalModels
 from atoll.front_end.endpoints import Endpoints
+from atoll.front_end.intake import NativeIntake
 from atoll.front_end.http_routes import InferenceServer
 from atoll.front_end.rows import FrontEnd, FrontEndSetup
 from atoll.http.bodies import BodyBudget, body_budget_bytes
 from atoll.http.connections import HttpConnections, connection_bound, grpc_limits, raise_open_file_limit
+from atoll.http.edge import HttpServer
 from atoll.http.refusal_pace import RefusalPace
 from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
 from atoll.kserve.restricted import Restrictions
@@ -38,6 +42,8 @@ from atoll.wire.responses import Response
 from atoll.wire.rt_bounds import RtBounds
 
 log = logging.getLogger(__name__)
+# An open loop past capacity connects faster than the server accepts: beyond a backlog of 128 the
+# kernel reset some of those connections (measured: docs/data-plane.md).
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.02  # how often a stopping front end looks whether its requests are all answered
 
@@ -77,9 +83,9 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     pace = RefusalPace(c.server.refusals_per_answer, endpoints.answer_rate, metrics.refusals_held)  # HTTP's and gRPC's
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
                        pace)  # fmt: skip
-    # An open loop past capacity connects faster than the loop accepts: beyond a backlog of 128
-    # the kernel reset some of those connections (measured: docs/data-plane.md).
-    await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
+    intake = _intake(http, c.server, setup.port, restrictions)
+    if intake is None:
+        await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
@@ -106,12 +112,29 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
                         left, c.server.drain_s)  # fmt: skip
         # both close their listeners, send the answers in hand, then close every connection
         rest = max(0.0, deadline - loop.time())
-        await asyncio.gather(http.shutdown(rest), *([grpc.stop(rest)] if grpc is not None else []))
+        await asyncio.gather(http.shutdown(rest), *([intake.stop(rest)] if intake is not None else []),
+                             *([grpc.stop(rest)] if grpc is not None else []))  # fmt: skip
     finally:
         listener.cancel()
         writer.close()
         front_end.close()
         regions.close()
+
+
+def _intake(http: HttpServer, server, port: int, restrictions: Restrictions) -> NativeIntake | None:
+    """The native intake of infer requests on `port` (`intake.NativeIntake`), `http` taking what
+    it hands on; None where `server.http_intake` is python or the intake cannot be built (`http`
+    then listens on the port itself)."""
+    if server.http_intake != "native":
+        return None
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    sock = socket.create_server((server.host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=True)
+    try:
+        return NativeIntake(http, sock, restrictions.http_rule("/v2/models/m/infer"))
+    except NativeBuildError as exc:
+        sock.close()
+        log.warning("the native intake is not available, every HTTP request is served on the event loop: %s", exc)
+        return None
 
 
 class _Changes:

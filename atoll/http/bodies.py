@@ -40,19 +40,24 @@ class BodyBudget:
     memory (docs/http-edge.md). When a body's next bytes would pass `total`, the largest body still
     arriving goes: another one is cut off (its connection closed), or this one is refused (503,
     Retry-After). So bodies held back cannot keep smaller requests out, and one largest request
-    always fits. A request's share is given back when it is answered or given up (`release`)."""
+    always fits. A request's share is given back when it is answered or given up (`release`).
+
+    `elsewhere`, where set, gives the bytes of bodies the front end holds outside this budget (its
+    native intake's, at most `total - max_request_bytes`): they count against `total` here too, so
+    the two together stay within it while one largest request still fits here."""
 
     def __init__(self, total: int, refused=None):
         self.total = total
         self.used = 0
         self.refused = refused  # a prometheus Counter, or None
+        self.elsewhere = _nothing
         self._arriving: dict[int, HttpRequest] = {}  # bodies still being read, by id
         self._warn = Throttled(log)
 
     def take(self, request: HttpRequest, size: int) -> None:
         """Count `size` more bytes of `request`'s body, or BodyError (503) if it is the one to go."""
         self._arriving[id(request)] = request
-        while self.used + size > self.total:
+        while self.used + self.elsewhere() + size > self.total:
             largest = max(self._arriving.values(), key=lambda r: r.held + (size if r is request else 0))
             if largest is request:
                 if self.refused is not None:
@@ -69,7 +74,7 @@ class BodyBudget:
         allocate; a gRPC message: anything with `held`), or BodyError (503) where they do not fit:
         nothing is cut off for them. A request holding everything held may pass the total (one
         largest request always fits)."""
-        if self.used + size > self.total and self.used > request.held:
+        if self.used + self.elsewhere() + size > self.total and self.used > request.held:
             if self.refused is not None:
                 self.refused.inc()
             raise BodyError(ErrorCode.UNAVAILABLE, f"this front end holds {self.used} bytes of requests and may hold "
@@ -92,6 +97,10 @@ class BodyBudget:
         request.connection.abort()
         self._warn.warning("request bodies at server.body_memory_bytes (%d): cut off one still arriving after %d "
                            "bytes to make room", self.total, share)  # fmt: skip
+
+
+def _nothing() -> int:
+    return 0
 
 
 def body_budget_bytes(configured: int, front_ends: int, max_request_bytes: int) -> int:

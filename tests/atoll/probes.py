@@ -4,6 +4,7 @@ tests."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import urllib.error
@@ -26,6 +27,30 @@ def until(condition, what: str):
             raise AssertionError(f"not within {PATIENCE_S} s: {what}")
         time.sleep(0.05)
     return result
+
+
+def http_answers(sock: socket.socket, count: int = 1) -> list[tuple[int, dict, bytes]]:
+    """`count` whole HTTP answers read from `sock` (status, headers in lower case, body; a 100
+    Continue passed over)."""
+    data, out = b"", []
+    while len(out) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0 and data.startswith(b"HTTP/1.1 100 "):
+            data = data[end + 4:]
+            continue
+        if end >= 0:
+            lines = data[:end].decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+            length = int(headers["content-length"])
+            if len(data) >= end + 4 + length:
+                out.append((int(lines[0].split()[1]), headers, data[end + 4:end + 4 + length]))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} answers")
+        data += chunk
+    return out
 
 
 def request(url: str, body: bytes = b"", headers: dict | None = None) -> int | str:

@@ -575,13 +575,7 @@ static int take_connection(void *owner, int fd) {
         r->live++;
     }
     pthread_mutex_unlock(&r->lock);
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, STACK_BYTES);
-    int started = room && pthread_create(&t, &attr, connection_main, c) == 0;
-    pthread_attr_destroy(&attr);
+    int started = room && start_detached(connection_main, c, STACK_BYTES) == 0;
     if (started) return 0;
     if (room) {
         pthread_mutex_lock(&r->lock);
@@ -637,13 +631,8 @@ static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *Relay_start(Relay *r, PyObject *unused) {
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     r->accepting = 1;
-    int e = pthread_create(&t, &attr, accept_main, r);
-    pthread_attr_destroy(&attr);
+    int e = start_detached(accept_main, r, 0);
     if (e) {
         r->accepting = 0;
         errno = e;

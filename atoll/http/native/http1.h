@@ -340,7 +340,19 @@ static void hand_off(PyObject *handoff, atomic_llong *handed, PyThreadState **ts
     else PyGILState_Release(gil);
 }
 
-/* -- accepting ------------------------------------------------------------------------------------- */
+/* -- threads and accepting -------------------------------------------------------------------------- */
+
+/* Start `main(arg)` on a detached thread (`stack` bytes of stack; 0: the default): 0, or an errno. */
+static int start_detached(void *(*main)(void *), void *arg, size_t stack) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (stack) pthread_attr_setstacksize(&attr, stack);
+    int e = pthread_create(&t, &attr, main, arg);
+    pthread_attr_destroy(&attr);
+    return e;
+}
 
 /* Accept on `listen_fd` until `*stopping` (read under `lock`): `take(owner, fd)` starts a
  * connection's thread (0) or declines (-1: past its bound, or out of memory), and the connection

@@ -28,7 +28,7 @@ from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpResponse, Routes
 from gpu_runtime.native import NativeBuildError
 from tests.atoll.cluster.test_endpoint import Running
-from tests.atoll.probes import until
+from tests.atoll.probes import http_answers, until
 
 ANSWER_HEADER = json.dumps({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 4],
                                                             "parameters": {"binary_data_size": 16}}]}).encode()
@@ -118,30 +118,10 @@ def _infer(extra: dict | None = None, priority: int = 0, size: int = 300_000) ->
     return f"POST /v2/models/m/infer HTTP/1.1\r\nHost: e\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body
 
 
-def _answers(sock: socket.socket, count: int = 1) -> list[tuple[int, dict, bytes]]:
-    """`count` whole answers read from `sock` (status, headers in lower case, body)."""
-    data, out = b"", []
-    while len(out) < count:
-        end = data.find(b"\r\n\r\n")
-        if end >= 0:
-            lines = data[:end].decode("latin-1").split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-            length = int(headers["content-length"])
-            if len(data) >= end + 4 + length:
-                out.append((int(lines[0].split()[1]), headers, data[end + 4:end + 4 + length]))
-                data = data[end + 4 + length:]
-                continue
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} answers")
-        data += chunk
-    return out
-
-
 def _ask(running: Running, raw: bytes, count: int = 1) -> list[tuple[int, dict, bytes]]:
     with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
         sock.sendall(raw)
-        return _answers(sock, count)
+        return http_answers(sock, count)
 
 
 @pytest.mark.parametrize("size", [300_000, 1_000])  # the binary part through pipes, or in memory
@@ -287,7 +267,7 @@ def test_a_body_that_stalls_is_answered_by_the_edges_own_timeout(nodes):
         raw = _infer()
         with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
             sock.sendall(raw[:len(raw) // 2])
-            status, _, body = _answers(sock)[0]
+            status, _, body = http_answers(sock)[0]
         counts = running.endpoint._relay.counts()
     finally:
         running.stop()
@@ -309,7 +289,7 @@ def test_stop_closes_idle_connections_and_accepts_no_more(nodes):
 
 def _answers_after(sock: socket.socket, raw: bytes) -> list[tuple[int, dict, bytes]]:
     sock.sendall(raw)
-    return _answers(sock)
+    return http_answers(sock)
 
 
 HOSTILE = {

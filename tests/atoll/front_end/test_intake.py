@@ -1,0 +1,219 @@
+"""A front end's native intake (`front_end/intake.py`, `native/intake.c`) in front of its HTTP edge:
+infer requests read and answered by C threads give the answers the edge gives (binary and JSON
+bodies, versions, pipelined and kept-alive requests, errors, Connection: close, a half-closed
+client); what the intake does not take (other routes, encoded or chunked bodies, Expect, bodies
+too large, a restricted call without its header, a stalled body) the edge answers as before; a
+reset client cancels its request; a stop answers what is in hand and closes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import struct
+
+import numpy as np
+import pytest
+from gpu_runtime.priority import Priority
+from tests.atoll.front_end.test_server_errors import EchoFrontEnd, StuckFrontEnd, _serving
+from tests.atoll.http_served import http_served
+from tests.atoll.probes import http_answers, until
+
+from atoll.front_end.intake import native_module
+from atoll.http.bodies import BodyBudget
+from atoll.kserve.restricted import Restrictions
+from gpu_runtime.native import NativeBuildError
+
+X = np.array([[1.5, -2.0]], np.float32)
+HEADER = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                 "parameters": {"binary_data_size": X.nbytes}}],
+                     "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()  # fmt: skip
+JSON_BODY = json.dumps({"id": "j1", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]})
+
+
+@pytest.fixture(autouse=True)
+def _native():
+    try:
+        native_module()
+    except NativeBuildError as exc:  # no C compiler or Python headers here: the front end serves in Python
+        pytest.skip(f"the native intake cannot be built here: {exc}")
+
+
+def _request(body: bytes, path: str = "/v2/models/m/infer", headers: dict | None = None) -> bytes:
+    head = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    return f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body
+
+
+BINARY = _request(HEADER + X.tobytes(), headers={"Inference-Header-Content-Length": len(HEADER)})
+JSON = _request(JSON_BODY.encode())
+VERSIONED = _request(JSON_BODY.encode(), "/v2/models/m/versions/1/infer")
+
+
+async def _ask(served, raw: bytes, count: int = 1, half_close: bool = False) -> list[tuple[int, dict, bytes]]:
+    """Send `raw` on a new connection and read `count` answers (off the loop: the server runs on it)."""
+
+    def go():
+        with socket.create_connection((served.host, served.port), timeout=30) as sock:
+            sock.sendall(raw)
+            if half_close:
+                sock.shutdown(socket.SHUT_WR)
+            return http_answers(sock, count)
+
+    return await asyncio.to_thread(go)
+
+
+async def _settled(served) -> dict | None:
+    """The intake's counts once no connection is left (its threads count after they write)."""
+    if served.intake is None:
+        return None
+    await asyncio.to_thread(until, lambda: served.intake.counts()["live"] == 0, "the connections closed")
+    return served.intake.counts()
+
+
+def _both(scenario, **kw) -> tuple:
+    """`scenario(served)` against the edge alone and through the intake."""
+
+    async def go(intake: bool):
+        async with http_served(_serving(EchoFrontEnd()), intake=intake, **kw) as served:
+            return await scenario(served)
+
+    return asyncio.run(go(False)), asyncio.run(go(True))
+
+
+def test_infer_requests_get_the_edges_answers_pipelined_on_one_kept_connection():
+    async def scenario(served):
+        answers = await _ask(served, BINARY + JSON + VERSIONED + _request(b"{", "/v2/models/nope/infer"), 4)
+        return answers, await _settled(served)
+
+    (edge, _), (native, counts) = _both(scenario)
+    assert [(s, b) for s, _, b in native] == [(s, b) for s, _, b in edge]
+    assert [s for s, _, _ in native] == [200, 200, 200, 404]
+    assert native[0][2].endswith(X.tobytes())  # the binary output, as sent
+    assert json.loads(native[1][2])["outputs"][0]["data"] == [3, 4] and json.loads(native[1][2])["id"] == "j1"
+    assert all("connection" not in h for _, h, _ in native)
+    assert (counts["requests"], counts["handed"], counts["held"]) == (4, 0, 0)
+
+
+def test_connection_close_and_a_half_closed_client_get_their_answer_then_the_connection_closes():
+    async def scenario(served):
+        closing = await asyncio.to_thread(_closed_after, served, _request(JSON_BODY.encode(), headers={"Connection": "close"}))
+        half = await _ask(served, JSON, 1, half_close=True)
+        return closing, half[0][0]
+
+    edge, native = _both(scenario)
+    assert native == edge == ((200, True), 200)
+
+
+def _closed_after(served, raw: bytes) -> tuple[int, bool]:
+    with socket.create_connection((served.host, served.port), timeout=30) as sock:
+        sock.sendall(raw)
+        [(status, headers, _)] = http_answers(sock, 1)
+        return status, headers.get("connection") == "close" and sock.recv(1) == b""
+
+
+def test_what_the_intake_does_not_take_the_edge_answers_as_before():
+    zipped = gzip.compress(JSON_BODY.encode())
+    chunked = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + f"{len(JSON_BODY):x}\r\n".encode() + JSON_BODY.encode() + b"\r\n0\r\n\r\n")  # fmt: skip
+    raws = [b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n",
+            _request(zipped, headers={"Content-Encoding": "gzip"}), chunked,
+            _request(JSON_BODY.encode(), headers={"Expect": "100-continue"}),
+            _request(b"x" * 5000),  # past max_bytes
+            _request(b"{}", "/v2/models/m%31/infer")]  # fmt: skip
+
+    async def scenario(served):
+        out = [(await _ask(served, raw))[0] for raw in raws]
+        return [(status, body) for status, _, body in out], await _settled(served)
+
+    (edge, _), (native, counts) = _both(scenario, max_bytes=4096)
+    assert native == edge
+    assert [status for status, _ in native] == [200, 200, 200, 200, 413, 404]
+    assert counts["handed"] == len(raws) and counts["requests"] == 0
+
+
+def test_a_body_that_stalls_goes_to_the_edge_which_answers_its_timeout():
+    async def scenario(served):
+        return (await _ask(served, JSON[:-5]))[0][0]
+
+    assert _both(scenario, body_timeout_s=0.3) == (408, 408)
+
+
+def test_bodies_share_the_edges_budget_leaving_one_largest_request_to_the_edge():
+    budget = BodyBudget(len(JSON) + 4096)  # the intake may hold what leaves max_bytes (4096) to the edge
+
+    async def scenario(served):
+        statuses = [(await _ask(served, raw))[0][0] for raw in (JSON, _request(b"x" * 4000))]
+        return statuses, (await _settled(served) or {}).get("handed"), budget.used
+
+    assert _both(scenario, max_bytes=4096, budget=budget) == (([200, 400], None, 0), ([200, 400], 1, 0))
+
+
+def test_the_edge_counts_what_the_intake_holds():
+    budget = BodyBudget(8192)
+
+    async def go():
+        async with http_served(_serving(EchoFrontEnd()), max_bytes=4096, budget=budget, intake=True) as served:
+            sock = await asyncio.to_thread(socket.create_connection, (served.host, served.port), 30)
+            await asyncio.to_thread(sock.sendall, JSON[:-5])  # held back before its last bytes
+            await asyncio.to_thread(until, lambda: budget.elsewhere() == len(JSON_BODY), "the body held")
+            sock.close()
+            await asyncio.to_thread(until, lambda: budget.elsewhere() == 0, "given back")
+
+    asyncio.run(go())
+
+
+def test_a_restricted_infer_call_needs_its_header_on_either_path():
+    restrictions = Restrictions.parse(["inference:X-Key=k1"], [])
+
+    async def scenario(served):
+        bare = (await _ask(served, JSON))[0]
+        keyed = (await _ask(served, _request(JSON_BODY.encode(), headers={"x-key": "k1"})))[0]
+        return bare[0], keyed[0], await _settled(served)
+
+    (*edge, _), (*native, counts) = _both(scenario, restrictions=restrictions)
+    assert native == edge == [403, 200]
+    assert (counts["requests"], counts["handed"]) == (1, 1)
+
+
+def test_a_reset_client_cancels_its_request():
+    endpoints = _serving(StuckFrontEnd())
+
+    async def go():
+        async with http_served(endpoints, intake=True) as served:
+            sock = await asyncio.to_thread(socket.create_connection, (served.host, served.port), 30)
+            await asyncio.to_thread(sock.sendall, JSON)
+            await asyncio.to_thread(until, lambda: endpoints.admission[Priority.BE].in_flight == 1, "admitted")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            await asyncio.to_thread(until, lambda: endpoints.admission[Priority.BE].in_flight == 0, "given up")
+            await asyncio.to_thread(until, lambda: served.intake.counts()["live"] == 0, "its thread gone")
+
+    asyncio.run(go())
+    assert b'reason="CANCELED"' in endpoints.metrics.render()
+
+
+def test_a_stop_answers_what_is_in_hand_then_closes_every_connection():
+    release = asyncio.Event()
+
+    class Slow(EchoFrontEnd):
+        async def infer(self, spec, request, priority, deadline):
+            await release.wait()
+            return await super().infer(spec, request, priority, deadline)
+
+    endpoints = _serving(Slow())
+
+    async def go():
+        async with http_served(endpoints, intake=True) as served:
+            idle = await asyncio.to_thread(socket.create_connection, (served.host, served.port), 30)
+            busy = await asyncio.to_thread(socket.create_connection, (served.host, served.port), 30)
+            await asyncio.to_thread(busy.sendall, JSON)
+            await asyncio.to_thread(until, lambda: endpoints.admission[Priority.BE].in_flight == 1, "admitted")
+            stopping = asyncio.create_task(served.intake.stop(10))
+            idle_closed = await asyncio.to_thread(idle.recv, 1)
+            release.set()
+            [(status, headers, _)] = await asyncio.to_thread(http_answers, busy, 1)
+            await stopping
+            return idle_closed, status, headers.get("connection"), served.intake._native.live()
+
+    assert asyncio.run(go()) == (b"", 200, "close", 0)
