@@ -1,12 +1,13 @@
-"""Native helpers of the GPU runtime (the RT launcher, the CUDA emulator's kernels) and of the cluster
-endpoint above it (its relay, `atoll.cluster.relay`) built with the system compiler on first use and
-cached by content.
+"""Native helpers of the GPU runtime (the RT launcher, the CUDA emulator's kernels) and of the server
+above it (the cluster endpoint's relay, `atoll.cluster.relay`; a front end's intake,
+`atoll.front_end.intake`) built with the system compiler on first use and cached by content.
 
 `build_library(sources, flags, name)` compiles the sources into build/<kind>/<hash>/<name>, the
 hash covering the compiler, the flags and every source's bytes (headers listed among the sources
 count too), so an edit rebuilds and an unchanged tree reuses; concurrent builds write a private
-name and rename it into place. (fpga_host builds its C simulation the same way with its own
-helper: the two packages import nothing of each other, ARCHITECTURE §2.)
+name and rename it into place; `extension_module` builds a CPython extension so and imports it.
+(fpga_host builds its C simulation the same way with its own helper: the two packages import
+nothing of each other, ARCHITECTURE §2.)
 """
 
 from __future__ import annotations
