@@ -107,6 +107,7 @@ class NativeIntake:
             if model is None:  # its client went away
                 if (task := self._running.get(key)) is not None:
                     task.cancel()
+                    task.add_done_callback(lambda _, key=key: self._given_up(key))  # (one not yet started)
                 continue
             self._running[key] = self._loop.create_task(self._answer(key, model, version, json_length, body, close))
 
@@ -129,8 +130,14 @@ class NativeIntake:
             pass
         finally:
             edge.limits.release(request)
-            del self._running[key]
+            self._running.pop(key, None)
             self._native.answer(*key, data, not request.keep_alive or self._stopping)
+
+    def _given_up(self, key: tuple[int, int]) -> None:
+        """A cancelled request's thread is told, where its task was cancelled before it began (its
+        `finally` never ran): no answer, the connection closes. A second word is ignored."""
+        self._running.pop(key, None)
+        self._native.answer(*key, None, True)
 
     def _handoff(self, fd: int, prefix: bytes) -> None:
         """The connection on `fd` is the edge's from now on, `prefix` what the intake read of it
@@ -144,7 +151,7 @@ class NativeIntake:
         self._edge.adopt(socket.socket(fileno=fd), prefix)
 
     def _opened(self, slot: int, id_: int) -> None:
-        """A connection's thread started (called from it, under the GIL)."""
+        """A connection was accepted (called from the accepting thread, under the GIL, in order)."""
         with contextlib.suppress(RuntimeError):  # the loop has closed: the front end is gone
             self._loop.call_soon_threadsafe(self._listed, slot, id_)
 

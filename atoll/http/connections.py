@@ -73,17 +73,18 @@ class HttpConnections:
     def add(self, connection) -> None:
         self._live[connection] = None
         if len(self._live) > self.bound:
-            self._make_room()
+            self._make_room(connection)
 
     def discard(self, connection) -> None:
         self._live.pop(connection, None)
 
-    def _make_room(self) -> None:
+    def _make_room(self, new) -> None:
         """Close connections to bring the live ones under the bound, with a margin, so that a full
-        front end does not sweep its list on every accept."""
+        front end does not sweep its list on every accept; `new`, the one that came, is not one of
+        them (a client's request may be on its way on it)."""
         idle, arriving = [], []
         for conn in self._live:
-            if not conn.holds_request:
+            if conn is not new and not conn.holds_request:
                 (arriving if conn.receiving_body else idle).append(conn)
         excess = len(self._live) - self.bound + self.bound // EVICT_SHARE
         victims = (idle + arriving)[:max(0, excess)]

@@ -151,10 +151,10 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._deadline.set(self.server.idle_timeout_s, self.close)
-        self.server.connections.add(self)
-        if self._prefix:
+        if self._prefix:  # listed once it is taken: what was read counts (a head, a body arriving), not idle
             self._take(self._prefix)
             self._prefix = b""
+        self.server.connections.add(self)
 
     def _take(self, data: bytes) -> None:
         """Take `data` as if it had been read from the socket (the prefix of an adopted connection).

@@ -631,15 +631,9 @@ static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *Relay_start(Relay *r, PyObject *unused) {
-    r->accepting = 1;
-    int e = start_detached(accept_main, r, 0);
-    if (e) {
-        r->accepting = 0;
-        errno = e;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_INCREF(r);  /* the threads' reference, given back by stop() once they are gone */
-    Py_RETURN_NONE;
+    PyObject *out = start_accepting(&r->accepting, accept_main, r);
+    if (out) Py_INCREF(r);  /* the threads' reference, given back by stop() once they are gone */
+    return out;
 }
 
 /* Wait (GIL released) until no connection is live and accepting has ended, or `until`. */

@@ -1,15 +1,17 @@
 /* A front end's intake of KServe v2 infer requests over HTTP/1.1 (atoll/front_end/intake.py): a
  * thread per client connection reads each request's head and body with blocking calls and no
- * Python, queues it for the front end's event loop and waits for its answer, which it writes back.
- * The loop is woken once for all that is queued (an eventfd written only when the queue was
- * empty), takes the requests in one call and answers each in one call: no socket, head or body of
- * an infer request is handled in Python. What the intake does not take whole (another route,
+ * Python and queues it for the front end's event loop. The loop is woken once for all that is
+ * queued (an eventfd written only when the queue was empty) and takes the requests in one call;
+ * it gives each answer in one call, which writes it to the socket at once where it fits and leaves
+ * the thread asleep until the client's next request (it wakes the thread only for the rest of a
+ * longer answer, a close, or pipelined requests). No socket, head or body of an infer request is
+ * handled in Python. What the intake does not take whole (another route,
  * chunked or encoded bodies, a restricted call without its header, a stalled head or body, a
  * connection past INTAKE_CONNECTIONS, a body past the budget) goes with the bytes read so far to
  * the front end's Python edge (`handoff`), which answers it as it always did (http1.h). Each
- * connection is announced to Python when its thread starts and ends (`opened`, `closed`), so that
- * the edge's bound on connections (`HttpConnections`) covers the intake's too: it asks a
- * connection's state and may close one that holds no request (`connection`).
+ * connection is announced to Python when it is accepted and when its thread ends (`opened`,
+ * `closed`), so that the edge's bound on connections (`HttpConnections`) covers the intake's too:
+ * it asks a connection's state and may close one that holds no request (`connection`).
  *
  * Why native: on the asyncio edge a request's socket, parse and answer were ~30 % of the loop's
  * Python (docs/benchmarks.md, "a front end's native intake").
@@ -17,6 +19,7 @@
 #include "http1.h"
 
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 
 #define THREAD_NAME "atoll-fe-http"  /* counted as the front end's by `atoll bench serve`'s CPU account */
 
@@ -73,15 +76,18 @@ typedef struct Conn {
     int slot;
     unsigned long long id;      /* the connection's, with `slot` its name in Python */
     unsigned long long serial;  /* its request's, while the loop holds one (0: none) */
-    char *answer;
+    char *answer;       /* what the loop could not write of its answer (NULL: it wrote it all, or none) */
     size_t answer_len;
-    int answered, answer_close;
+    int answered, answer_close, answer_none;  /* the loop has answered; then the connection closes; no answer */
+    int waiting;        /* the thread waits on `answer_fd` for the answer: the loop wakes it */
+    long long answered_ms;  /* when the loop wrote the last answer: the idle timer runs from then */
 } Conn;
 
 typedef struct Intake {
     PyObject_HEAD
     int listen_fd, wake_fd;
     PyObject *handoff, *opened, *closed;
+    PyThreadState *accept_ts;  /* the accepting thread's */
     char *rule_key, *rule_value;  /* the header an infer call must carry (NULL: none) */
     long long max_body, budget;
     int idle_ms, stall_ms, max_conns;
@@ -118,31 +124,54 @@ static void push(Intake *in, Job *j) {
     }
 }
 
-/* Wait until the loop has answered `c`'s request. Where the client resets or closes its connection
- * meanwhile, the loop is told (its request is given up, as the edge does) and the wait goes on for
- * its word. 1: the client went away. */
-static int wait_answer(Conn *c) {
+/* Wait until the loop has answered `c`'s request. The loop writes an answer that fits the
+ * socket's buffer itself and wakes the thread only where it must (the rest of a longer answer, no
+ * answer, the connection to close, or a thread that asked: `waiting`), so a kept-alive
+ * connection's thread usually wakes next for the client's next request. Where the client resets
+ * its connection meanwhile, the loop is told (its request is given up, as the edge does); where it
+ * sends more (pipelining; `more`: the next request's bytes are in hand already) or only shuts its
+ * sending side, the thread waits for the answer first. 0: the connection goes on; -1: it closes. */
+static int await_answer(Conn *c, int more) {
     Intake *in = c->intake;
-    struct pollfd p[2] = {{c->answer_fd, POLLIN, 0}, {c->fd, 0, 0}};
-    int gone = 0;
+    int waiting = more, gone = 0;
+    short seen = 0;  /* what the last poll saw on the client's socket */
     for (;;) {
-        int n = poll(p, gone ? 1 : 2, -1);
-        if (n < 0 && errno != EINTR) return 1;
+        pthread_mutex_lock(&in->lock);
+        int answered = c->answered, closing = c->answer_none || c->answer_close || in->stopping;
+        char *rest = c->answer;
+        size_t rest_len = c->answer_len;
+        long long since = c->answered_ms;
+        c->answer = NULL;
+        waiting |= seen && !answered;  /* the client sent more, or closed, before its answer */
+        c->waiting = waiting && !answered;
+        unsigned long long serial = c->serial;
+        pthread_mutex_unlock(&in->lock);
+        if (!answered && !gone && (seen & (POLLHUP | POLLERR))) {
+            Job *j = calloc(1, sizeof *j);
+            if (j != NULL) {  /* (else told nothing: the answer goes to a closed socket) */
+                j->slot = c->slot, j->serial = serial;
+                push(in, j);
+            }
+            gone = 1;
+        }
+        if (rest) {
+            struct iovec iov = {rest, rest_len};
+            int rc = send_all(c->fd, &iov, 1, in->stall_ms);
+            free(rest);
+            if (rc) return -1;
+        }
+        if (answered && (closing || gone)) return -1;
+        if (answered && (waiting || rest || seen)) return 0;  /* read_head sees what came */
+        long long ms = answered ? since + in->idle_ms - now_ms() : in->idle_ms;
+        if (ms <= 0) return -1;  /* answered, then idle for idle_ms */
+        struct pollfd p[2] = {{c->answer_fd, POLLIN, 0}, {c->fd, waiting ? 0 : POLLIN, 0}};
+        int n = poll(p, gone ? 1 : 2, waiting ? -1 : (int)(ms > INT_MAX ? INT_MAX : ms));
+        if (n < 0 && errno != EINTR) return -1;
         if (p[0].revents & POLLIN) {
             uint64_t count;
             while (read(c->answer_fd, &count, sizeof count) < 0 && errno == EINTR) {}
-            pthread_mutex_lock(&in->lock);
-            int answered = c->answered;
-            pthread_mutex_unlock(&in->lock);
-            if (answered) return gone;
         }
-        if (!gone && (p[1].revents & (POLLHUP | POLLERR))) {
-            Job *j = calloc(1, sizeof *j);
-            if (j == NULL) continue;  /* (told nothing: the answer goes to a closed socket) */
-            j->slot = c->slot, j->serial = c->serial;
-            push(in, j);
-            gone = 1;
-        }
+        seen = n > 0 && !gone ? p[1].revents : 0;
     }
 }
 
@@ -168,27 +197,15 @@ static int serve(Conn *c, const InferHead *q, const char *at, size_t at_hand, ch
     *body = NULL;  /* the loop's from now on */
     pthread_mutex_lock(&in->lock);
     j->slot = c->slot, j->serial = c->serial = ++in->serials;
-    c->answered = 0, c->arriving = 0;
+    c->answered = c->answer_close = c->answer_none = 0, c->arriving = 0;
     pthread_mutex_unlock(&in->lock);
     push(in, j);
-    int gone = wait_answer(c);
-    pthread_mutex_lock(&in->lock);
-    char *answer = c->answer;
-    size_t answer_len = c->answer_len;
-    int closing = c->answer_close || in->stopping;
-    c->answer = NULL;
-    pthread_mutex_unlock(&in->lock);
-    rc = gone || answer == NULL ? -1 : 0;
-    if (rc == 0) {
-        struct iovec iov = {answer, answer_len};
-        rc = send_all(c->fd, &iov, 1, in->stall_ms);
-    }
-    free(answer);
+    rc = await_answer(c, at_hand > length);
     pthread_mutex_lock(&in->lock);
     c->serial = 0;  /* (a request is held until its answer is written: never evicted meanwhile) */
     pthread_mutex_unlock(&in->lock);
     atomic_fetch_add(&in->requests, 1);
-    return rc || closing ? -1 : 0;
+    return rc;
 }
 
 /* Tell Python through `f(slot, id)`; holds the GIL. */
@@ -206,7 +223,6 @@ static void *connection_main(void *arg) {
     size_t have = 0, head_len = 0;
     client_options(fd);
     PyGILState_STATE gil = PyGILState_Ensure();  /* (its Python thread state: for a hand-off) */
-    announce(in->opened, c);
     PyThreadState *ts = PyEval_SaveThread();
     Idle idle = {&in->lock, &c->idle, &in->stopping};
     while (buf && q) {
@@ -258,6 +274,13 @@ done:
     return NULL;
 }
 
+/* Tell Python of `c` through `f`, from the accepting thread. */
+static void tell(Intake *in, PyObject *f, const Conn *c) {
+    PyEval_RestoreThread(in->accept_ts);
+    announce(f, c);
+    in->accept_ts = PyEval_SaveThread();
+}
+
 /* A connection's thread for `fd`: 0, or -1 past the intake's bound (or out of memory). */
 static int take_connection(void *owner, int fd) {
     Intake *in = owner;
@@ -272,8 +295,10 @@ static int take_connection(void *owner, int fd) {
         in->live++;
     }
     pthread_mutex_unlock(&in->lock);
+    if (room) tell(in, in->opened, c);  /* (from this thread, before its own: listed in the order accepted) */
     int started = room && start_detached(connection_main, c, STACK_BYTES) == 0;
     if (started) return 0;
+    if (room) tell(in, in->closed, c);
     if (room) {
         pthread_mutex_lock(&in->lock);
         in->slots[c->slot] = NULL;
@@ -289,7 +314,11 @@ static int take_connection(void *owner, int fd) {
 static void *accept_main(void *arg) {
     Intake *in = arg;
     pthread_setname_np(pthread_self(), THREAD_NAME);
+    PyGILState_STATE gil = PyGILState_Ensure();  /* (its Python thread state for its life: `tell`) */
+    in->accept_ts = PyEval_SaveThread();
     accept_loop(in->listen_fd, &in->lock, &in->stopping, take_connection, in, in->handoff, &in->handed);
+    PyEval_RestoreThread(in->accept_ts);
+    PyGILState_Release(gil);
     pthread_mutex_lock(&in->lock);
     in->accepting = 0;
     pthread_mutex_unlock(&in->lock);
@@ -325,16 +354,9 @@ static int Intake_init(Intake *in, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *Intake_start(Intake *in, PyObject *unused) {
-    in->accepting = 1;
-    int e = start_detached(accept_main, in, 0);
-    if (e) {
-        in->accepting = 0;
-        errno = e;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    in->started = 1;
-    Py_INCREF(in);  /* the threads' reference, given back by close() once they are gone */
-    Py_RETURN_NONE;
+    PyObject *out = start_accepting(&in->accepting, accept_main, in);
+    if (out) in->started = 1, Py_INCREF(in);  /* the threads' reference, given back by close() once they are gone */
+    return out;
 }
 
 static PyObject *Intake_take(Intake *in, PyObject *unused) {
@@ -369,6 +391,9 @@ static PyObject *Intake_take(Intake *in, PyObject *unused) {
     return out;
 }
 
+/* The loop's answer: written at once where the socket takes it all (no wake of the thread), the
+ * rest left to the thread. Under the lock, as the thread's wake: it closes its descriptors only
+ * once its slot is cleared under it. */
 static PyObject *Intake_answer(Intake *in, PyObject *args) {
     int slot, close_after;
     unsigned long long serial;
@@ -376,27 +401,34 @@ static PyObject *Intake_answer(Intake *in, PyObject *args) {
     PyObject *data;
     if (!PyArg_ParseTuple(args, "iKOp", &slot, &serial, &data, &close_after)) return NULL;
     if (data != Py_None && PyObject_GetBuffer(data, &answer, PyBUF_SIMPLE) < 0) return NULL;
-    char *copy = NULL;
-    if (data != Py_None) {
-        copy = malloc(answer.len ? (size_t)answer.len : 1);
-        if (copy) memcpy(copy, answer.buf, (size_t)answer.len);
-        PyBuffer_Release(&answer);
-        if (copy == NULL) return PyErr_NoMemory();
-    }
-    int fd = -1;
+    int ok = 0;
     pthread_mutex_lock(&in->lock);
     Conn *c = slot >= 0 && slot < in->max_conns ? in->slots[slot] : NULL;
     if (c && c->serial == serial && !c->answered) {
-        c->answer = copy, c->answer_len = (size_t)answer.len, c->answer_close = close_after;
-        c->answered = 1, copy = NULL, fd = c->answer_fd;
+        ok = 1;
+        int wake = c->waiting || close_after || data == Py_None;
+        ssize_t k = data == Py_None ? 0 : send(c->fd, answer.buf, (size_t)answer.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (data == Py_None) {
+            c->answer_none = 1;
+        } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            c->answer_none = 1, wake = 1;  /* (the client is gone: the connection closes) */
+        } else if (k < answer.len) {
+            size_t done = k > 0 ? (size_t)k : 0;
+            c->answer_len = (size_t)answer.len - done;
+            c->answer = malloc(c->answer_len);
+            if (c->answer) memcpy(c->answer, (char *)answer.buf + done, c->answer_len);
+            else c->answer_none = 1;
+            wake = 1;
+        } else {  /* written: no longer held (until the next request's first byte a stop may close it) */
+            c->idle = 1, c->serial = 0;
+        }
+        c->answered = 1, c->answer_close = close_after, c->answered_ms = now_ms();
+        uint64_t one = 1;
+        while (wake && write(c->answer_fd, &one, sizeof one) < 0 && errno == EINTR) {}
     }
     pthread_mutex_unlock(&in->lock);
-    free(copy);
-    if (fd >= 0) {
-        uint64_t one = 1;
-        while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {}
-    }
-    return PyBool_FromLong(fd >= 0);
+    if (data != Py_None) PyBuffer_Release(&answer);
+    return PyBool_FromLong(ok);
 }
 
 /* The connection `slot`, `id` if it is still live, under the lock. */
@@ -411,7 +443,9 @@ static PyObject *Intake_connection(Intake *in, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iKp", &slot, &id, &evict)) return NULL;
     pthread_mutex_lock(&in->lock);
     Conn *c = conn_of(in, slot, id);
-    const char *state = c == NULL ? "closed" : c->serial ? "holds" : c->arriving ? "arriving" : "open";
+    int pending = 0;  /* (a request in the socket that its thread has not read yet: on its way, not idle) */
+    if (c && c->idle) ioctl(c->fd, FIONREAD, &pending);
+    const char *state = c == NULL ? "closed" : c->serial ? "holds" : c->idle && pending == 0 ? "open" : "arriving";
     if (evict && c && !c->serial) shutdown(c->fd, SHUT_RDWR);  /* (its thread sees it closed, and ends) */
     pthread_mutex_unlock(&in->lock);
     return PyUnicode_FromString(state);
@@ -478,9 +512,9 @@ static PyMethodDef Intake_methods[] = {
      "answer(slot, serial, data, close): the whole HTTP answer to a request taken (None: none, the "
      "connection closes); False where the request is no longer waiting."},
     {"connection", (PyCFunction)Intake_connection, METH_VARARGS,
-     "connection(slot, id, evict): its state, 'open' (nothing or part of a head), 'arriving' (a body being "
-     "read), 'holds' (a request with the loop, or its answer being written) or 'closed'; with `evict`, one "
-     "that holds no request is closed."},
+     "connection(slot, id, evict): its state, 'open' (waiting for a request's first byte), 'arriving' (a "
+     "request on its way: in the socket, or being read), 'holds' (a request with the loop, or its answer "
+     "being written) or 'closed'; with `evict`, one that holds no request is closed."},
     {"stop_accepting", (PyCFunction)Intake_stop_accepting, METH_NOARGS,
      "Accept no more and close the idle connections; those with a request close once it is answered."},
     {"force", (PyCFunction)Intake_force, METH_NOARGS, "Shut every connection (their requests are given up)."},

@@ -354,6 +354,19 @@ static int start_detached(void *(*main)(void *), void *arg, size_t stack) {
     return e;
 }
 
+/* Start `main(owner)` as the accepting thread, `*accepting` set while it runs: None, or NULL with
+ * OSError raised. */
+static PyObject *start_accepting(int *accepting, void *(*main)(void *), void *owner) {
+    *accepting = 1;
+    int e = start_detached(main, owner, 0);
+    if (e) {
+        *accepting = 0;
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 /* Accept on `listen_fd` until `*stopping` (read under `lock`): `take(owner, fd)` starts a
  * connection's thread (0) or declines (-1: past its bound, or out of memory), and the connection
  * then goes to the Python edge, whose own bound applies. */

@@ -8,21 +8,24 @@ reset client cancels its request; a stop answers what is in hand and closes the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import socket
 import struct
+import time
 
 import numpy as np
 import pytest
 from gpu_runtime.priority import Priority
-from tests.atoll.front_end.test_server_errors import EchoFrontEnd, StuckFrontEnd, _serving
+from tests.atoll.front_end.test_server_errors import SPEC, EchoFrontEnd, StuckFrontEnd, _serving
 from tests.atoll.http_served import http_served
 from tests.atoll.probes import http_answers, until
 
 from atoll.front_end.intake import native_module
 from atoll.http.bodies import BodyBudget
 from atoll.kserve.restricted import Restrictions
+from atoll.repository.specs import TensorSpec
 from gpu_runtime.native import NativeBuildError
 
 X = np.array([[1.5, -2.0]], np.float32)
@@ -217,3 +220,55 @@ def test_a_stop_answers_what_is_in_hand_then_closes_every_connection():
             return idle_closed, status, headers.get("connection"), served.intake._native.live()
 
     assert asyncio.run(go()) == (b"", 200, "close", 0)
+
+
+BIG = dataclasses.replace(SPEC, inputs=[TensorSpec("x", "FP32", (1 << 18,))], outputs=[TensorSpec("y", "FP32", (1 << 18,))])
+
+
+class BigEcho(EchoFrontEnd):
+    models = {"m": BIG}
+
+
+def test_answers_the_socket_cannot_take_at_once_are_written_whole_and_in_order():
+    """The loop writes an answer at once where the socket takes it; a client that reads nothing
+    for a while leaves 1 MB answers to the connection's thread, which writes the rest."""
+    x = [np.full((1, 1 << 18), i, np.float32) for i in range(3)]
+
+    def body(i: int) -> bytes:
+        header = json.dumps({"id": f"r{i}", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1 << 18],
+                                                        "parameters": {"binary_data_size": x[i].nbytes}}],
+                             "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()  # fmt: skip
+        return _request(header + x[i].tobytes(), headers={"Inference-Header-Content-Length": len(header)})
+
+    def go(served):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(30)
+            sock.connect((served.host, served.port))
+            sock.sendall(b"".join(body(i) for i in range(3)))
+            time.sleep(0.5)  # (not a wait for the server: the client reads late on purpose)
+            return http_answers(sock, 3)
+
+    async def scenario(served):
+        answers = await asyncio.to_thread(go, served)
+        return [(status, out[-4:] == x[i].tobytes()[-4:], len(out)) for i, (status, _, out) in enumerate(answers)]
+
+    async def run(intake: bool):
+        async with http_served(_serving(BigEcho()), max_bytes=4 << 20, intake=intake) as served:
+            return await scenario(served)
+
+    edge, native = asyncio.run(run(False)), asyncio.run(run(True))
+    assert native == edge and [(s, same) for s, same, _ in native] == [(200, True)] * 3
+
+
+def test_a_connection_idle_after_its_answer_is_closed_after_the_idle_timeout():
+    async def scenario(served):
+        def go():
+            with socket.create_connection((served.host, served.port), timeout=30) as sock:
+                sock.sendall(JSON)
+                [(status, _, _)] = http_answers(sock, 1)
+                return status, sock.recv(1)  # the server closes it: b""
+
+        return await asyncio.to_thread(go)
+
+    assert _both(scenario, idle_timeout_s=0.3) == ((200, b""), (200, b""))
