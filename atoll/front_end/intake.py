@@ -117,7 +117,7 @@ class NativeIntake:
         path = f"/v2/models/{model}/infer" if version is None else f"/v2/models/{model}/versions/{version}/infer"
         headers = self._headers if json_length is None else {**self._headers, _HEADER_LENGTH: str(json_length)}
         request = HttpRequest("POST", path, "", headers)
-        request.body = memoryview(body)
+        request.body = body if type(body) is bytes else memoryview(body)  # (a binary request's, not copied)
         request.keep_alive = not close
         data = None
         try:

@@ -359,6 +359,18 @@ static PyObject *Intake_start(Intake *in, PyObject *unused) {
     return out;
 }
 
+/* A request's body for Python: its memory itself (a `Body`) where only a binary-extension header
+ * is JSON without input data; else a copy as bytes, since JSON tensor data is read with bytes'
+ * methods (json_tensors), and that parse costs far more than the copy. */
+static PyObject *body_of(Job *j) {
+    size_t json = j->json_length >= 0 ? (size_t)j->json_length : j->length;
+    if (j->json_length < 0 || json > j->length || memmem(j->body, json, "\"data\"", 6))
+        return PyBytes_FromStringAndSize(j->body, (Py_ssize_t)j->length);
+    Body *b = PyObject_New(Body, &BodyType);
+    if (b != NULL) b->data = j->body, b->length = (Py_ssize_t)j->length, j->body = NULL;
+    return (PyObject *)b;
+}
+
 static PyObject *Intake_take(Intake *in, PyObject *unused) {
     uint64_t count;
     while (read(in->wake_fd, &count, sizeof count) < 0 && errno == EINTR) {}  /* (non-blocking: EAGAIN is fine) */
@@ -374,13 +386,13 @@ static PyObject *Intake_take(Intake *in, PyObject *unused) {
         if (out != NULL && j->body == NULL) {
             item = Py_BuildValue("(iKOOOOO)", j->slot, j->serial, Py_None, Py_None, Py_None, Py_None, Py_False);
         } else if (out != NULL) {
-            Body *b = PyObject_New(Body, &BodyType);
-            if (b != NULL) {
-                b->data = j->body, b->length = (Py_ssize_t)j->length, j->body = NULL;
-                PyObject *json = j->json_length >= 0 ? PyLong_FromLongLong(j->json_length) : Py_NewRef(Py_None);
+            PyObject *body = body_of(j);
+            PyObject *json = j->json_length >= 0 ? PyLong_FromLongLong(j->json_length) : Py_NewRef(Py_None);
+            if (body != NULL)
                 item = Py_BuildValue("(iKszNNO)", j->slot, j->serial, j->model, j->has_version ? j->version : NULL,
-                                     json, (PyObject *)b, j->close ? Py_True : Py_False);
-            }
+                                     json, body, j->close ? Py_True : Py_False);
+            else
+                Py_XDECREF(json);
         }
         if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
         Py_XDECREF(item);
@@ -506,8 +518,9 @@ static void Intake_dealloc(Intake *in) {
 static PyMethodDef Intake_methods[] = {
     {"start", (PyCFunction)Intake_start, METH_NOARGS, "Accept on the listening socket, a thread per connection."},
     {"take", (PyCFunction)Intake_take, METH_NOARGS,
-     "What is queued, in order: (slot, serial, model, version, json_length, body, close) per request; "
-     "(slot, serial, None, ...) where a request's client went away."},
+     "What is queued, in order: (slot, serial, model, version, json_length, body, close) per request, the "
+     "body a read-only buffer (a binary request's) or bytes; (slot, serial, None, ...) where a request's "
+     "client went away."},
     {"answer", (PyCFunction)Intake_answer, METH_VARARGS,
      "answer(slot, serial, data, close): the whole HTTP answer to a request taken (None: none, the "
      "connection closes); False where the request is no longer waiting."},

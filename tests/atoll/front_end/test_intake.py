@@ -272,3 +272,20 @@ def test_a_connection_idle_after_its_answer_is_closed_after_the_idle_timeout():
         return await asyncio.to_thread(go)
 
     assert _both(scenario, idle_timeout_s=0.3) == ((200, b""), (200, b""))
+
+
+def test_json_tensor_data_is_read_as_on_the_edge_past_one_slice_and_in_a_binary_header():
+    big = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1 << 18],
+                                  "data": [1.5] * (1 << 18)}]}).encode()  # fmt: skip
+    header = JSON_BODY.encode()  # a binary-extension header that carries its input's data
+
+    async def run(front_end, raw: bytes, intake: bool):
+        async with http_served(_serving(front_end), max_bytes=8 << 20, intake=intake) as served:
+            [(status, _, body)] = await _ask(served, raw)
+            return status, json.loads(body)["outputs"][0]["data"][-2:]
+
+    cases = [(BigEcho(), _request(big)),
+             (EchoFrontEnd(), _request(header, headers={"Inference-Header-Content-Length": len(header)}))]
+    edge = [asyncio.run(run(f, raw, False)) for f, raw in cases]
+    native = [asyncio.run(run(f, raw, True)) for f, raw in cases]
+    assert native == edge == [(200, [1.5, 1.5]), (200, [3.0, 4.0])]
