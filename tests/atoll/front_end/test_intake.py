@@ -229,6 +229,11 @@ class BigEcho(EchoFrontEnd):
     models = {"m": BIG}
 
 
+class MidEcho(EchoFrontEnd):  # a JSON body of its input's data: past one slice (128 KB), under 1 MB
+    models = {"m": dataclasses.replace(SPEC, inputs=[TensorSpec("x", "FP32", (1 << 15,))],
+                                       outputs=[TensorSpec("y", "FP32", (1 << 15,))])}  # fmt: skip
+
+
 def test_answers_the_socket_cannot_take_at_once_are_written_whole_and_in_order():
     """The loop writes an answer at once where the socket takes it; a client that reads nothing
     for a while leaves 1 MB answers to the connection's thread, which writes the rest."""
@@ -275,8 +280,8 @@ def test_a_connection_idle_after_its_answer_is_closed_after_the_idle_timeout():
 
 
 def test_json_tensor_data_is_read_as_on_the_edge_past_one_slice_and_in_a_binary_header():
-    big = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1 << 18],
-                                  "data": [1.5] * (1 << 18)}]}).encode()  # fmt: skip
+    mid = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1 << 15],
+                                  "data": [1.5] * (1 << 15)}]}).encode()  # fmt: skip
     header = JSON_BODY.encode()  # a binary-extension header that carries its input's data
 
     async def run(front_end, raw: bytes, intake: bool):
@@ -284,8 +289,20 @@ def test_json_tensor_data_is_read_as_on_the_edge_past_one_slice_and_in_a_binary_
             [(status, _, body)] = await _ask(served, raw)
             return status, json.loads(body)["outputs"][0]["data"][-2:]
 
-    cases = [(BigEcho(), _request(big)),
+    cases = [(MidEcho(), _request(mid)),
              (EchoFrontEnd(), _request(header, headers={"Inference-Header-Content-Length": len(header)}))]
     edge = [asyncio.run(run(f, raw, False)) for f, raw in cases]
     native = [asyncio.run(run(f, raw, True)) for f, raw in cases]
     assert native == edge == [(200, [1.5, 1.5]), (200, [3.0, 4.0])]
+
+
+def test_a_json_body_over_a_megabyte_goes_to_the_edge():
+    big = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1 << 18],
+                                  "data": [1.5] * (1 << 18)}]}).encode()  # fmt: skip
+
+    async def go():
+        async with http_served(_serving(BigEcho()), max_bytes=8 << 20, intake=True) as served:
+            [(status, _, _)] = await _ask(served, _request(big))
+            return len(big) > 1 << 20, status, (await _settled(served))["handed"]
+
+    assert asyncio.run(go()) == (True, 200, 1)
