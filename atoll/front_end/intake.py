@@ -1,9 +1,9 @@
 """A front end's native intake (native/intake.c) of KServe v2 infer requests over HTTP: C threads
-read each request's head and body and write its answer, so the event loop handles no socket, head
-or body of an infer request. The loop is woken once for every request queued meanwhile, takes them
-in one call and runs each through the same handler as the Python edge (`HttpServer.answer`:
-admission, decoding, the request's timeout, errors as Triton answers them), then hands the answer
-back in one call. What the intake does not take whole (every other route, chunked or encoded
+read each request's head and body, so the event loop handles no socket, head or body of an infer
+request. The loop is woken once for every request queued meanwhile, takes them in one call and runs
+each through the same handler as the Python edge (`HttpServer.answer`: admission, decoding, the
+request's timeout, errors as Triton answers them), then hands the answer back in one call, which
+writes it to the socket (the rest of a longer one is the connection's thread's to write). What the intake does not take whole (every other route, chunked or encoded
 bodies, a restricted call without its header, a stalled head or body, connections past
 INTAKE_CONNECTIONS, bodies past the budget) it hands on, with the bytes already read, to the front
 end's Python edge, which answers it as it always did. A client that goes away cancels its request,
@@ -61,6 +61,10 @@ class NativeIntake:
         self._loop = asyncio.get_running_loop()
         # a restricted infer route checks its header again in Python: the intake took only requests carrying it
         self._headers = {} if rule is None else {rule.key: rule.value}
+        # the infer route's handler, unversioned and versioned: the intake parsed the path already
+        self._handlers = {versioned: edge.routes.resolve(HttpRequest("POST", path, "", {}))
+                          for versioned, path in ((False, "/v2/models/m/infer"),
+                                                  (True, "/v2/models/m/versions/1/infer"))}  # fmt: skip
         self._running: dict[tuple[int, int], asyncio.Task] = {}
         self._held: dict[tuple[int, int], _Held] = {}
         self._stopping = False
@@ -117,11 +121,12 @@ class NativeIntake:
         path = f"/v2/models/{model}/infer" if version is None else f"/v2/models/{model}/versions/{version}/infer"
         headers = self._headers if json_length is None else {**self._headers, _HEADER_LENGTH: str(json_length)}
         request = HttpRequest("POST", path, "", headers)
+        request.params = {"model": model} if version is None else {"model": model, "version": version}
+        request.handler = self._handlers[version is not None]
         request.body = body if type(body) is bytes else memoryview(body)  # (a binary request's, not copied)
         request.keep_alive = not close
         data = None
         try:
-            request.handler = edge.routes.resolve(request)
             response = await edge.answer(request)
             if response.status == 503 and edge.pace is not None:
                 await edge.pace.turn()

@@ -73,7 +73,7 @@ struct Intake;
 
 typedef struct Conn {
     struct Intake *intake;
-    int fd, answer_fd;  /* the client's socket; an eventfd the loop writes once it has answered */
+    int fd, answer_fd;  /* the client's socket; an eventfd the loop writes where the thread must act on its answer */
     int idle;           /* waiting for a request's first byte: a stop may close it */
     int arriving;       /* its request's body is being read */
     int handed;         /* handed to the edge: its descriptor is no longer the intake's */
@@ -105,6 +105,12 @@ typedef struct Intake {
     Job *first, *last;
     int signaled;  /* the loop was woken for what is queued */
 } Intake;
+
+/* Give `c`'s slot back (under the lock): from then on no call from Python reaches `c`. */
+static void free_slot(Intake *in, const Conn *c) {
+    in->slots[c->slot] = NULL;
+    in->free_slots[in->n_free++] = c->slot;
+}
 
 static void set_flag(Intake *in, int *flag, int value) {
     pthread_mutex_lock(&in->lock);
@@ -220,7 +226,7 @@ static void announce(PyObject *f, const Conn *c) {
 static void *connection_main(void *arg) {
     Conn *c = arg;
     Intake *in = c->intake;
-    int fd = c->fd, handed = 0;
+    int fd = c->fd;
     pthread_setname_np(pthread_self(), THREAD_NAME);
     char *buf = malloc(HEAD_MAX);
     InferHead *q = malloc(sizeof *q);
@@ -244,7 +250,6 @@ static void *connection_main(void *arg) {
         int rc = serve(c, q, buf + head_len + 4, at_hand, &body, &got);
         atomic_fetch_sub(&in->held, q->length);
         if (rc == 1) {  /* stalled: the edge gets what came (it answers a stall as it would) */
-            handed = 1;
             set_flag(in, &c->handed, 1);
             hand_off(in->handoff, &in->handed, &ts, fd, buf, head_len + 4, body, got);
         }
@@ -256,15 +261,13 @@ static void *connection_main(void *arg) {
     }
     goto done;
 hand:
-    handed = 1;
     set_flag(in, &c->handed, 1);
     hand_off(in->handoff, &in->handed, &ts, fd, buf, have, NULL, 0);
 done:
     pthread_mutex_lock(&in->lock);  /* (no `connection` call shuts `fd` once it is closed and maybe reused) */
-    in->slots[c->slot] = NULL;
-    in->free_slots[in->n_free++] = c->slot;
+    free_slot(in, c);
     pthread_mutex_unlock(&in->lock);
-    if (!handed) close(fd);
+    if (!c->handed) close(fd);
     close(c->answer_fd);
     PyEval_RestoreThread(ts);
     announce(in->closed, c);
@@ -305,8 +308,7 @@ static int take_connection(void *owner, int fd) {
     if (room) tell(in, in->closed, c);
     if (room) {
         pthread_mutex_lock(&in->lock);
-        in->slots[c->slot] = NULL;
-        in->free_slots[in->n_free++] = c->slot;
+        free_slot(in, c);
         in->live--;
         pthread_mutex_unlock(&in->lock);
     }
