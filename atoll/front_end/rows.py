@@ -140,10 +140,11 @@ class FrontEnd:
         # each kept on a core of this front end's share (measured: docs/data-plane.md).
         cores = os.sched_getaffinity(0)
         threads = p.cpu_threads or max(1, len(cores) // setup.count)
+        wait_s = c.server.colocate_wait_us / 1e6
         if self.pre.backend == "cpu":
-            self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else ())
+            self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else (), wait_s)
         else:
-            self.lanes = Lanes(max(threads, self.pre.parallelism - 1))
+            self.lanes = Lanes(max(threads, self.pre.parallelism - 1), batch_wait_s=wait_s)
         self.local = LocalModels(metrics)
         for key in setup.colocated & self.models.keys():
             self.local.add(key, LocalModels.build(self.models[key]))

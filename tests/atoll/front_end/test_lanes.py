@@ -11,7 +11,7 @@ import threading
 import pytest
 from gpu_runtime.priority import BE_NICE, Priority
 
-from atoll.front_end.lanes import Batched, Lanes, core_share
+from atoll.front_end.lanes import Batched, InHand, Lanes, core_share
 
 
 def test_rt_job_runs_while_the_be_lane_is_busy():
@@ -128,6 +128,76 @@ def test_a_lane_takes_no_more_than_its_share_of_what_waits():
             lanes.close()
 
     asyncio.run(main())
+
+
+def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
+    calls = []
+
+    def run(items):
+        calls.append([x for (x,) in items])
+        return [x for (x,) in items]
+
+    async def main():
+        lanes = Lanes(be_threads=1, batch_wait_s=600)  # (no test waits that long: the jobs come first)
+        gate = threading.Event()
+        job = Batched(run, "a", limit=8)
+        try:
+            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
+            first = [lanes.run(Priority.BE, job, x) for x in (1, 2, 3)]
+            gate.set()  # 4 held at once, so the lane's share is 4: it waits for a fourth of "a"
+            await asyncio.sleep(0.05)
+            last = lanes.run(Priority.BE, job, 4)  # (had the lane not waited, [1, 2, 3] would run alone)
+            assert await asyncio.gather(held, *first, last) == [True, 1, 2, 3, 4]
+            assert calls == [[1, 2, 3, 4]]
+        finally:
+            gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_a_lane_waits_no_longer_than_batch_wait_and_not_for_the_real_time_lane():
+    calls = []
+
+    def run(items):
+        calls.append(len(items))
+        return [None] * len(items)
+
+    async def main():
+        lanes = Lanes(be_threads=1, batch_wait_s=0.05)
+        gate = threading.Event()
+        try:
+            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
+            others = [lanes.run(Priority.BE, Batched(run, "a", limit=8), x) for x in range(3)]
+            gate.set()
+            await asyncio.gather(held, *others)
+            await lanes.run(Priority.BE, Batched(run, "a", limit=8), 9)  # its share is 4: it waits, then runs alone
+            await lanes.run(Priority.RT, Batched(run, "a", limit=8), 9)
+            assert calls == [3, 1, 1]
+        finally:
+            gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_in_hand_keeps_the_most_held_over_the_last_one_to_two_windows():
+    now = [0.0]
+    held = InHand(window_s=0.5, clock=lambda: now[0])
+    for _ in range(6):
+        held.add()
+    held.done(6)
+    assert held.peak() == 6
+    now[0] = 0.6  # a new window: the last one's 6 still counts
+    held.add()
+    assert held.peak() == 6
+    now[0] = 1.2  # two windows on: only the last one's (1) and this one's
+    held.add()
+    assert held.peak() == 2
+    held.done(2)
+    now[0] = 5.0  # after an idle spell both windows are stale
+    held.add()
+    assert held.peak() == 1
 
 
 def test_core_share_splits_the_cores_among_front_ends():
