@@ -87,6 +87,11 @@ class ServerConfig:
                                                              "on first use; without one, python), each request's "
                                                              "node still chosen by the endpoint's Python; python: "
                                                              "all on the endpoint's event loop")
+    endpoint_node_congestion: list[str] = field(default_factory=lambda: ["cubic", "reno"], metadata={
+        "doc": "the TCP congestion control of the native relay's connections to the nodes: the first of these "
+               "the kernel allows (net.ipv4.tcp_allowed_congestion_control, all of them as root; empty: the "
+               "system's default). BBR, where a host defaults to it, paces every burst with a timer of its own "
+               "unless the fq qdisc does: a fifth of the relay's CPU for 600 KB tensors (docs/cluster.md)"})
     http_restricted_api: list[str] = field(default_factory=list, metadata={
         "doc": "Triton's restricted APIs: '<category>,...:<header>=<value>' each; requests of those categories "
                "without the header are refused (HTTP 403). Categories: health, metadata, inference, "

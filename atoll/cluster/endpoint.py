@@ -103,7 +103,7 @@ class Endpoint:
                                     backlog=100)  # fmt: skip
         try:
             self._relay = InferRelay(self.http, http, sock, c.max_request_bytes, budget, c.idle_timeout_s,
-                                     c.body_timeout_s, bound)  # fmt: skip
+                                     c.body_timeout_s, bound, tuple(c.endpoint_node_congestion))  # fmt: skip
         except NativeBuildError as exc:
             sock.close()
             log.warning("the endpoint's native relay is not available, every HTTP request is served on its event loop: "

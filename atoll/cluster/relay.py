@@ -41,10 +41,12 @@ def native_module() -> ModuleType:
 class InferRelay:
     """Relays the infer requests arriving on `sock` (listening) for `proxy` (its view, restrictions
     and timeout), handing everything else to `edge`, the endpoint's HTTP server; `max_body`,
-    `budget` (bytes of bodies held at once), `idle_s` and `stall_s` are the edge's own limits."""
+    `budget` (bytes of bodies held at once), `idle_s` and `stall_s` are the edge's own limits.
+    Its connections to the nodes take the first of `congestion` (TCP congestion controls) that the
+    kernel allows (none: the system's default)."""
 
     def __init__(self, proxy: HttpProxy, edge: HttpServer, sock: socket.socket, max_body: int, budget: int,
-                 idle_s: float, stall_s: float, max_connections: int):  # fmt: skip
+                 idle_s: float, stall_s: float, max_connections: int, congestion: tuple[str, ...] = ()):  # fmt: skip
         self._proxy = proxy
         self._edge = edge
         self._sock = sock
@@ -54,7 +56,7 @@ class InferRelay:
             listen_fd=sock.fileno(), route=self._route, answered=self._answered, failed=self._failed,
             handoff=self._handoff, hop=sorted(HOP), rule=None if rule is None else (rule.key, rule.value),
             max_body=max_body, budget=budget, idle_s=idle_s, stall_s=stall_s, timeout_s=proxy.timeout_s,
-            max_connections=min(max_connections, RELAY_CONNECTIONS))  # fmt: skip
+            max_connections=min(max_connections, RELAY_CONNECTIONS), congestion=congestion)  # fmt: skip
         self._native.start()
 
     def counts(self) -> dict[str, int]:

@@ -18,6 +18,8 @@
 #define NAMES_MAX 32
 #define KEEP_BODY (4 << 20)  /* a connection keeps its body buffer between requests up to this size */
 #define SPLICE_MIN (64 * 1024)  /* a binary part at least this long goes through pipes, not memory */
+#define CC_MAX 4            /* congestion controls to try on a node connection */
+#define CC_NAME 16          /* the kernel's TCP_CA_NAME_MAX */
 
 typedef struct Node {
     char addr[ADDR_MAX];
@@ -56,6 +58,8 @@ typedef struct Relay {
     Conn *conns;
     Node *nodes;
     int null_fd;  /* /dev/null, where a pipe's pages are dropped */
+    char cc[CC_MAX][CC_NAME];  /* the node connections' congestion control: the first the kernel allows */
+    int n_cc;
 } Relay;
 
 /* -- bodies through pipes ----------------------------------------------------------------------------
@@ -194,6 +198,10 @@ static int connect_to(const Relay *r, const char *addr, long long deadline, char
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* (BBR, where it is the system's, paces each burst with a timer of its own without the fq
+         * qdisc; a connection inside the cluster gains nothing by it: docs/cluster.md) */
+        for (int i = 0; i < r->n_cc; i++)
+            if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, r->cc[i], (socklen_t)strlen(r->cc[i])) == 0) break;
         /* a node that stops reading holds a send no longer than the request may wait */
         struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -602,13 +610,21 @@ static void *accept_main(void *arg) {
 
 static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
     static char *names[] = {"listen_fd", "route", "answered", "failed", "handoff", "hop", "rule", "max_body",
-                            "budget", "idle_s", "stall_s", "timeout_s", "max_connections", NULL};
-    PyObject *hop_names, *rule;
+                            "budget", "idle_s", "stall_s", "timeout_s", "max_connections", "congestion", NULL};
+    PyObject *hop_names, *rule, *cc;
     double idle_s, stall_s, timeout_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iOOOOOOLLdddi", names, &r->listen_fd, &r->route, &r->answered,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iOOOOOOLLdddiO", names, &r->listen_fd, &r->route, &r->answered,
                                      &r->failed, &r->handoff, &hop_names, &rule, &r->max_body, &r->budget, &idle_s,
-                                     &stall_s, &timeout_s, &r->max_conns))
+                                     &stall_s, &timeout_s, &r->max_conns, &cc))
         return -1;
+    PyObject *ccs = PySequence_Fast(cc, "congestion: a sequence of names");
+    if (ccs == NULL) return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ccs) && r->n_cc < CC_MAX; i++) {
+        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(ccs, i));
+        if (s == NULL) return Py_DECREF(ccs), -1;
+        snprintf(r->cc[r->n_cc++], CC_NAME, "%s", s);
+    }
+    Py_DECREF(ccs);
     Py_INCREF(r->route), Py_INCREF(r->answered), Py_INCREF(r->failed), Py_INCREF(r->handoff);
     PyObject *seq = PySequence_Fast(hop_names, "hop: a sequence of header names");
     if (seq == NULL) return -1;

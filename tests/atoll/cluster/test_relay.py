@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import socket
 import struct
 import threading
@@ -152,6 +153,46 @@ def test_the_relay_counts_what_it_relayed_and_what_it_handed_on(nodes):
         running.stop()
     assert status == 200
     assert (counts["requests"], counts["handed"], counts["held"]) == (2, 1, 0)
+
+
+def _congestion(sock: socket.socket) -> str:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
+
+
+def _controls_towards(ports: set[int]) -> list[str]:
+    """The congestion control of each of this process's TCP connections to one of `ports`."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:  # not a socket (or gone meanwhile)
+            continue
+        with sock:
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getpeername()[1] in ports:
+                    found.append(_congestion(sock))
+            except OSError:  # not connected, or not TCP
+                continue
+    return found
+
+
+def test_the_node_connections_take_the_first_congestion_control_the_kernel_allows(nodes):
+    with socket.socket() as fresh:
+        default = _congestion(fresh)
+    allowed = open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+    if os.geteuid() == 0:
+        allowed += open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    other = next((name for name in allowed if name != default), None)
+    if other is None:
+        pytest.skip(f"this kernel lets this process choose no congestion control but {default}")
+    running = _endpoint(nodes, **{"server.endpoint_node_congestion": ["no-such-control", other]})
+    try:
+        before = _controls_towards({n.port for n in nodes})  # the endpoint's own calls (index, health)
+        _ask(running, _infer() * 4, 4)
+        after = _controls_towards({n.port for n in nodes})
+    finally:
+        running.stop()
+    assert other not in before and after.count(other) >= 1  # the relay's, kept alive for the next request
 
 
 def _reset(sock: socket.socket) -> None:
