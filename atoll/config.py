@@ -74,10 +74,10 @@ class ServerConfig:
                                                  "lane thread, batched with those waiting there (no hop to the "
                                                  "dispatcher or a vGPU worker); off: every request through the "
                                                  "dispatcher")
-    colocate_wait_us: int = _num(1000, 0, "colocated models: a free lane that finds fewer requests waiting than "
-                                          "its share of the most the lanes held in the last second waits up to "
-                                          "this long for the rest, as a dynamic batcher's queue delay (0 = it "
-                                          "runs what waits)")
+    colocate_wait_us: int = _num(1000, 0, "colocated models: where the lanes were busy 90 % of the last second, a "
+                                          "free one that finds fewer requests waiting than its share of the most "
+                                          "they held meanwhile waits up to this long for the rest, as a dynamic "
+                                          "batcher's queue delay (0 = it runs what waits)")
     http_intake: str = _choice(("native", "python"), doc="a front end's HTTP infer requests: native: read and "
                                                           "answered by C threads (built with the system compiler on "
                                                           "first use; without one, python), each run on the front "

@@ -13,11 +13,11 @@ A job may be `Batched`: a lane that takes one also takes jobs of the same key wa
 runs them in one call, as a dynamic batcher batches what is queued (a front end's models on CPU
 vGPUs, `colocated.py`); their answers reach the loop in one wake. It takes no more than its share of
 what waits (the queue over the lanes), so the other lanes are not left idle. Given `batch_wait_s`,
-a best-effort lane that finds fewer jobs than its share of the most the lanes recently held
-(`InHand`) waits up to that long for the rest, as a dynamic batcher's queue delay: closed-loop
-clients whose answers just left send again within it, and without it two lanes at 8 connections
-ran batches of 2-3 where 4 were theirs (docs/data-plane.md). A lane that recently held one job at a
-time never waits.
+best-effort lanes kept busy (`LaneLoad`) wait up to that long for their share of the most they
+recently held, as a dynamic batcher's queue delay: closed-loop clients whose answers just left send
+again within it, and without it two lanes at 8 connections ran batches of 2-3 where 4 were theirs.
+Lanes less busy run what waits, since there batches only add latency; one that recently held one
+job at a time never waits (docs/data-plane.md).
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from dataclasses import dataclass
 from gpu_runtime.priority import Priority, pin_this_thread, prioritise_this_thread
 from gpu_runtime.thread_names import name_this_thread
 
+# Lanes busier than this wait for their batches (`batch_wait_s`); less busy ones run what waits:
+# batches then only add latency (docs/data-plane.md).
+BUSY_TO_WAIT = 0.9
+
 
 @dataclass(frozen=True)
 class Batched:
@@ -46,10 +50,12 @@ class Batched:
     limit: int
 
 
-class InHand:
-    """How many batched jobs the lanes hold (queued or running), and the most they held in the last
-    `window_s` to 2 x `window_s`: how many a closed-loop client set keeps in flight, so a lane
-    knows how many more are on their way back."""
+class LaneLoad:
+    """What the lanes' batched jobs have been doing: how many they hold (queued or running), the most
+    they held at once and the share of time they ran, each over the last `window_s` to 2 x
+    `window_s`. The most held is how many requests a closed-loop client set keeps in flight, so a
+    free lane knows how many more are on their way back; the share says whether waiting for them
+    can pay (lanes that are not kept busy answer sooner alone)."""
 
     def __init__(self, window_s: float = 0.5, clock: Callable[[], float] = time.monotonic):
         self._lock = threading.Lock()
@@ -57,27 +63,41 @@ class InHand:
         self._window_s = window_s
         self._held = 0
         self._peaks = [0, 0]  # this window's, the last one's
+        self._ran = [0.0, 0.0]  # lane-seconds of batches ended, the same windows
         self._window_start = clock()
 
-    def add(self) -> None:
+    def added(self) -> None:
         with self._lock:
             self._held += 1
-            now = self._clock()
-            if now - self._window_start >= self._window_s:
-                self._peaks = [0, self._peaks[0] if now - self._window_start < 2 * self._window_s else 0]
-                self._window_start = now
+            self._roll(self._clock())
             self._peaks[0] = max(self._peaks[0], self._held)
 
-    def done(self, n: int) -> None:
+    def ran(self, jobs: int, seconds: float) -> None:
+        """A batch of `jobs` ended after running `seconds`."""
         with self._lock:
-            self._held -= n
+            self._held -= jobs
+            self._roll(self._clock())
+            self._ran[0] += seconds
 
     def peak(self) -> int:
         return max(self._peaks)
 
+    def busy(self, lanes: int) -> float:
+        """The share of the time `lanes` ran batches, over the last window and this one so far."""
+        with self._lock:
+            return sum(self._ran) / ((self._clock() - self._window_start + self._window_s) * lanes)
+
+    def _roll(self, now: float) -> None:
+        if now - self._window_start >= self._window_s:
+            recent = now - self._window_start < 2 * self._window_s
+            self._peaks = [0, self._peaks[0] if recent else 0]
+            self._ran = [0.0, self._ran[0] if recent else 0.0]
+            self._window_start = now
+
 
 class Lanes:
-    def __init__(self, be_threads: int = 1, cores: Sequence[int] = (), batch_wait_s: float = 0.0):
+    def __init__(self, be_threads: int = 1, cores: Sequence[int] = (), batch_wait_s: float = 0.0,
+                 load: LaneLoad | None = None):
         if be_threads < 1:
             raise ValueError(f"need at least one best-effort thread, got {be_threads}")
         self._queues = {priority: queue.SimpleQueue() for priority in Priority}
@@ -87,7 +107,7 @@ class Lanes:
                          for priority, n in ((Priority.RT, 1), (Priority.BE, be_threads)) for i in range(n)]
         self._count = {Priority.RT: 1, Priority.BE: be_threads}
         self._batch_wait_s = batch_wait_s
-        self.in_hand = InHand()
+        self.load = load or LaneLoad()
         for _, thread in self._threads:
             thread.start()
 
@@ -99,7 +119,7 @@ class Lanes:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if isinstance(fn, Batched):
-            self.in_hand.add()
+            self.load.added()
         self._queues[priority].put((loop, future, fn, args, abandoned))
         return future
 
@@ -136,10 +156,14 @@ class Lanes:
 
     def _wanted(self, priority: Priority, share: int) -> tuple[int, float]:
         """How many jobs a free lane takes, and how long it waits for them: its `share` of what
-        waits (itself and the queue over the lanes) at once, or, best-effort, its share of the most
-        the lanes recently held where that is more, waiting up to `batch_wait_s` for them."""
-        wanted = share if priority == Priority.RT else math.ceil(self.in_hand.peak() / self._count[priority])
-        return (wanted, self._batch_wait_s) if wanted > share and self._batch_wait_s else (share, 0.0)
+        waits (itself and the queue over the lanes) at once, or, best-effort lanes kept busy
+        (BUSY_TO_WAIT), their share of the most they recently held where that is more, waiting up
+        to `batch_wait_s` for them."""
+        count = self._count[priority]
+        if priority == Priority.RT or not self._batch_wait_s or self.load.busy(count) < BUSY_TO_WAIT:
+            return share, 0.0
+        wanted = math.ceil(self.load.peak() / count)
+        return (wanted, self._batch_wait_s) if wanted > share else (share, 0.0)
 
     def _batch(self, jobs: queue.SimpleQueue, passed: collections.deque, first: tuple, wanted: int,
                wait_s: float) -> collections.deque:
@@ -165,6 +189,7 @@ class Lanes:
                 break
             (batch if _joins(job, batched) else later).append(job)
         live = [job for job in batch if not job[1].cancelled()]
+        began = time.monotonic()
         try:
             results = batched.fn([job[3] for job in live]) if live else []
         except BaseException as exc:  # every job of the batch gets it
@@ -173,7 +198,7 @@ class Lanes:
         settled: dict[asyncio.AbstractEventLoop, list] = {}
         for job in batch:
             settled.setdefault(job[0], []).append((job[1], *_split(outcome.get(id(job))), job[4]))
-        self.in_hand.done(len(batch))  # before the answers: a client's next request counts anew
+        self.load.ran(len(batch), time.monotonic() - began)  # before the answers: the next request counts anew
         for loop, answers in settled.items():  # one wake of each loop for all its jobs
             loop.call_soon_threadsafe(_settle, answers)
         return later

@@ -11,7 +11,7 @@ import threading
 import pytest
 from gpu_runtime.priority import BE_NICE, Priority
 
-from atoll.front_end.lanes import Batched, InHand, Lanes, core_share
+from atoll.front_end.lanes import Batched, LaneLoad, Lanes, core_share
 
 
 def test_rt_job_runs_while_the_be_lane_is_busy():
@@ -130,6 +130,23 @@ def test_a_lane_takes_no_more_than_its_share_of_what_waits():
     asyncio.run(main())
 
 
+class _Busy(LaneLoad):
+    """Lanes that were kept busy: they wait for their batches."""
+
+    def busy(self, lanes: int) -> float:
+        return 1.0
+
+
+class _Idle(LaneLoad):
+    """Lanes busy half the time, that held 4 jobs at once not long ago: they do not wait."""
+
+    def busy(self, lanes: int) -> float:
+        return 0.5
+
+    def peak(self) -> int:
+        return 4
+
+
 def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
     calls = []
 
@@ -138,7 +155,7 @@ def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
         return [x for (x,) in items]
 
     async def main():
-        lanes = Lanes(be_threads=1, batch_wait_s=600)  # (no test waits that long: the jobs come first)
+        lanes = Lanes(be_threads=1, batch_wait_s=600, load=_Busy())  # (no test waits that long: the jobs come first)
         gate = threading.Event()
         job = Batched(run, "a", limit=8)
         try:
@@ -164,7 +181,7 @@ def test_a_lane_waits_no_longer_than_batch_wait_and_not_for_the_real_time_lane()
         return [None] * len(items)
 
     async def main():
-        lanes = Lanes(be_threads=1, batch_wait_s=0.05)
+        lanes = Lanes(be_threads=1, batch_wait_s=0.05, load=_Busy())
         gate = threading.Event()
         try:
             held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
@@ -181,23 +198,48 @@ def test_a_lane_waits_no_longer_than_batch_wait_and_not_for_the_real_time_lane()
     asyncio.run(main())
 
 
-def test_in_hand_keeps_the_most_held_over_the_last_one_to_two_windows():
+def test_lanes_not_kept_busy_run_what_waits():
+    calls = []
+
+    def run(items):
+        calls.append(len(items))
+        return [None] * len(items)
+
+    async def main():
+        lanes = Lanes(be_threads=1, batch_wait_s=1000, load=_Idle())  # (had it waited, pytest's timeout would end it)
+        gate = threading.Event()
+        try:
+            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
+            others = [lanes.run(Priority.BE, Batched(run, "a", limit=8), x) for x in range(3)]
+            gate.set()
+            await asyncio.gather(held, *others)
+            await lanes.run(Priority.BE, Batched(run, "a", limit=8), 9)
+            assert calls == [3, 1]
+        finally:
+            gate.set()
+            lanes.close()
+
+    asyncio.run(main())
+
+
+def test_lane_load_keeps_the_most_held_and_the_busy_share_over_the_last_one_to_two_windows():
     now = [0.0]
-    held = InHand(window_s=0.5, clock=lambda: now[0])
+    load = LaneLoad(window_s=0.5, clock=lambda: now[0])
     for _ in range(6):
-        held.add()
-    held.done(6)
-    assert held.peak() == 6
+        load.added()
+    now[0] = 0.4
+    load.ran(6, 0.4)  # one of two lanes ran for the whole 0.4 s
+    assert load.peak() == 6 and load.busy(2) == pytest.approx(0.4 / (0.9 * 2))
     now[0] = 0.6  # a new window: the last one's 6 still counts
-    held.add()
-    assert held.peak() == 6
+    load.added()
+    assert load.peak() == 6
     now[0] = 1.2  # two windows on: only the last one's (1) and this one's
-    held.add()
-    assert held.peak() == 2
-    held.done(2)
+    load.added()
+    assert load.peak() == 2
+    load.ran(2, 0.0)
     now[0] = 5.0  # after an idle spell both windows are stale
-    held.add()
-    assert held.peak() == 1
+    load.added()
+    assert load.peak() == 1 and load.busy(2) == 0.0
 
 
 def test_core_share_splits_the_cores_among_front_ends():
