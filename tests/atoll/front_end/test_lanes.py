@@ -147,7 +147,15 @@ class _Idle(LaneLoad):
         return 4
 
 
-def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
+def _four_held(lanes: Lanes, job: Batched, gate: threading.Event) -> list[asyncio.Future]:
+    """A job held by `gate` and three of `job` queued behind it: the lanes hold 4 at once."""
+    held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
+    return [held, *(lanes.run(Priority.BE, job, x) for x in (1, 2, 3))]
+
+
+def _batches_after_four_held(lanes: Lanes, then) -> list[list[int]]:
+    """The batches of "a" the lanes ran: three behind a held job, then `then(lanes, job, first)`
+    (`first`: the futures of those four, the gate opened)."""
     calls = []
 
     def run(items):
@@ -155,71 +163,45 @@ def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
         return [x for (x,) in items]
 
     async def main():
-        lanes = Lanes(be_threads=1, batch_wait_s=600, load=_Busy())  # (no test waits that long: the jobs come first)
-        gate = threading.Event()
-        job = Batched(run, "a", limit=8)
+        gate, job = threading.Event(), Batched(run, "a", limit=8)
         try:
-            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
-            first = [lanes.run(Priority.BE, job, x) for x in (1, 2, 3)]
-            gate.set()  # 4 held at once, so the lane's share is 4: it waits for a fourth of "a"
-            await asyncio.sleep(0.05)
-            last = lanes.run(Priority.BE, job, 4)  # (had the lane not waited, [1, 2, 3] would run alone)
-            assert await asyncio.gather(held, *first, last) == [True, 1, 2, 3, 4]
-            assert calls == [[1, 2, 3, 4]]
+            first = _four_held(lanes, job, gate)
+            gate.set()
+            await then(lanes, job, first)
         finally:
             gate.set()
             lanes.close()
 
     asyncio.run(main())
+    return calls
+
+
+def test_a_free_lane_waits_for_its_share_of_what_the_lanes_recently_held():
+    async def then(lanes, job, first):
+        await asyncio.sleep(0.05)  # the lane waits for a fourth of "a": its share of the 4 held
+        last = lanes.run(Priority.BE, job, 4)
+        assert await asyncio.gather(*first, last) == [True, 1, 2, 3, 4]
+
+    lanes = Lanes(be_threads=1, batch_wait_s=1000, load=_Busy())  # (no test waits that long: the job comes first)
+    assert _batches_after_four_held(lanes, then) == [[1, 2, 3, 4]]  # (without the wait: [1, 2, 3], then [4])
 
 
 def test_a_lane_waits_no_longer_than_batch_wait_and_not_for_the_real_time_lane():
-    calls = []
+    async def then(lanes, job, first):
+        await asyncio.gather(*first)  # after 50 ms, the three alone
+        await lanes.run(Priority.BE, job, 5)  # its share is 4: it waits, then runs alone
+        await lanes.run(Priority.RT, job, 6)
 
-    def run(items):
-        calls.append(len(items))
-        return [None] * len(items)
-
-    async def main():
-        lanes = Lanes(be_threads=1, batch_wait_s=0.05, load=_Busy())
-        gate = threading.Event()
-        try:
-            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
-            others = [lanes.run(Priority.BE, Batched(run, "a", limit=8), x) for x in range(3)]
-            gate.set()
-            await asyncio.gather(held, *others)
-            await lanes.run(Priority.BE, Batched(run, "a", limit=8), 9)  # its share is 4: it waits, then runs alone
-            await lanes.run(Priority.RT, Batched(run, "a", limit=8), 9)
-            assert calls == [3, 1, 1]
-        finally:
-            gate.set()
-            lanes.close()
-
-    asyncio.run(main())
+    assert _batches_after_four_held(Lanes(be_threads=1, batch_wait_s=0.05, load=_Busy()), then) == [[1, 2, 3], [5], [6]]
 
 
 def test_lanes_not_kept_busy_run_what_waits():
-    calls = []
+    async def then(lanes, job, first):
+        await asyncio.gather(*first)
+        await lanes.run(Priority.BE, job, 5)
 
-    def run(items):
-        calls.append(len(items))
-        return [None] * len(items)
-
-    async def main():
-        lanes = Lanes(be_threads=1, batch_wait_s=1000, load=_Idle())  # (had it waited, pytest's timeout would end it)
-        gate = threading.Event()
-        try:
-            held = lanes.run(Priority.BE, Batched(lambda items: [gate.wait() for _ in items], "gate", limit=8))
-            others = [lanes.run(Priority.BE, Batched(run, "a", limit=8), x) for x in range(3)]
-            gate.set()
-            await asyncio.gather(held, *others)
-            await lanes.run(Priority.BE, Batched(run, "a", limit=8), 9)
-            assert calls == [3, 1]
-        finally:
-            gate.set()
-            lanes.close()
-
-    asyncio.run(main())
+    lanes = Lanes(be_threads=1, batch_wait_s=1000, load=_Idle())  # (had it waited, pytest's timeout would end it)
+    assert _batches_after_four_held(lanes, then) == [[1, 2, 3], [5]]
 
 
 def test_lane_load_keeps_the_most_held_and_the_busy_share_over_the_last_one_to_two_windows():
