@@ -26,10 +26,12 @@ def named_cpu_s(stat: Path) -> tuple[str, float]:
     return text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / _ticks()
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system seconds of one live process, all its threads (0 when it is gone)."""
+def process_cpu_s(pid: int, reaped: bool = False) -> float:
+    """User + system seconds of one live process, all its threads (0 when it is gone); with
+    `reaped`, also those of its children that ended and that it waited for."""
     try:
-        return named_cpu_s(PROC / str(pid) / "stat")[1]
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15 if reaped else 13]) / _ticks()
     except (OSError, IndexError, ValueError):
         return 0.0
 
@@ -68,7 +70,9 @@ class CpuMeter:
         self.available = PROC.joinpath("stat").is_file()
 
     def _sample(self) -> tuple[float, dict[str, float], float]:
-        used = {name: sum(process_cpu_s(p) for root in roots for p in descendants(root))
+        # (a process that ends during the window keeps counting through its parent, which waited
+        # for it: without that, a server whose worker processes restarted came out at negative cores)
+        used = {name: sum(process_cpu_s(p, reaped=True) for root in roots for p in descendants(root))
                 for name, roots in self.parties.items()}  # fmt: skip
         return time.monotonic(), used, machine_busy_s()
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -276,6 +277,26 @@ def test_triton_baseline_answers_as_onnxruntime_does(repository):
             got = np.frombuffer(payload[int(reply[HEADER_LENGTH]):], dtype=np.float32).reshape(1, 1000)
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
         assert _post(url, *infer_body("image", [b"junk"]))[0] == 400
+
+
+def test_cpu_meter_counts_a_child_that_ends_within_the_window():
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    script = ("import subprocess, sys; sys.stdin.readline(); "
+              f"subprocess.run([sys.executable, '-c', {burn!r}]); print('done', flush=True); sys.stdin.readline()")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        meter = CpuMeter({"server": [parent.pid]})
+        start = time.monotonic()
+        meter.start()
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "done\n"  # the child burned 0.3 CPU-s and was waited for
+        cores = meter.stop()
+        wall = time.monotonic() - start
+    finally:
+        parent.kill()
+        parent.wait()
+    assert cores["server"] * wall >= 0.25  # (the child's CPU, in clock ticks; without its parent's count: ~0)
 
 
 def test_cpu_meter_counts_a_process_tree():
