@@ -53,7 +53,8 @@ class ServerProcess:
                     sys.stderr.write(line)
             found.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if not found.wait(self.start_timeout_s) or not self.url:
             self.stop()
             tail = "\n".join(self.log[-20:])
@@ -96,3 +97,6 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        # the log whole: its last lines may still be in the pipe when the process has ended (a
+        # grandchild that outlives it holds the pipe open: then not past this bound)
+        self._pump.join(5)
