@@ -19,7 +19,6 @@
 #define KEEP_BODY (4 << 20)  /* a connection keeps its body buffer between requests up to this size */
 #define SPLICE_MIN (64 * 1024)  /* a binary part at least this long goes through pipes, not memory */
 #define CC_MAX 4            /* congestion controls to try on a node connection */
-#define CC_NAME 16          /* the kernel's TCP_CA_NAME_MAX */
 
 typedef struct Node {
     char addr[ADDR_MAX];
@@ -58,7 +57,7 @@ typedef struct Relay {
     Conn *conns;
     Node *nodes;
     int null_fd;  /* /dev/null, where a pipe's pages are dropped */
-    char cc[CC_MAX][CC_NAME];  /* the node connections' congestion control: the first the kernel allows */
+    char *cc[CC_MAX];  /* the node connections' congestion control: the first the kernel allows */
     int n_cc;
 } Relay;
 
@@ -608,6 +607,20 @@ static void *accept_main(void *arg) {
 
 /* -- the Python type -------------------------------------------------------------------------------- */
 
+/* The str items of `seq` (at most `max`) copied into `into`, `*n` counting them (the dealloc frees
+ * them): 0, or -1 with an exception set. */
+static int copy_names(PyObject *seq, const char *what, char **into, int max, int *n) {
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL) return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast) && *n < max; i++) {
+        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i));
+        if (s == NULL) return Py_DECREF(fast), -1;
+        into[(*n)++] = strdup(s);
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
 static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
     static char *names[] = {"listen_fd", "route", "answered", "failed", "handoff", "hop", "rule", "max_body",
                             "budget", "idle_s", "stall_s", "timeout_s", "max_connections", "congestion", NULL};
@@ -617,23 +630,10 @@ static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
                                      &r->failed, &r->handoff, &hop_names, &rule, &r->max_body, &r->budget, &idle_s,
                                      &stall_s, &timeout_s, &r->max_conns, &cc))
         return -1;
-    PyObject *ccs = PySequence_Fast(cc, "congestion: a sequence of names");
-    if (ccs == NULL) return -1;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ccs) && r->n_cc < CC_MAX; i++) {
-        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(ccs, i));
-        if (s == NULL) return Py_DECREF(ccs), -1;
-        snprintf(r->cc[r->n_cc++], CC_NAME, "%s", s);
-    }
-    Py_DECREF(ccs);
     Py_INCREF(r->route), Py_INCREF(r->answered), Py_INCREF(r->failed), Py_INCREF(r->handoff);
-    PyObject *seq = PySequence_Fast(hop_names, "hop: a sequence of header names");
-    if (seq == NULL) return -1;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && r->n_hop < NAMES_MAX; i++) {
-        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
-        if (s == NULL) return Py_DECREF(seq), -1;
-        r->hop[r->n_hop++] = strdup(s);
-    }
-    Py_DECREF(seq);
+    if (copy_names(hop_names, "hop: a sequence of header names", r->hop, NAMES_MAX, &r->n_hop) ||
+        copy_names(cc, "congestion: a sequence of names", r->cc, CC_MAX, &r->n_cc))
+        return -1;
     if (rule != Py_None) {
         const char *key, *value;
         if (!PyArg_ParseTuple(rule, "ss", &key, &value)) return -1;
@@ -698,6 +698,7 @@ static PyObject *Relay_counts(Relay *r, PyObject *unused) {
 static void Relay_dealloc(Relay *r) {
     Py_XDECREF(r->route), Py_XDECREF(r->answered), Py_XDECREF(r->failed), Py_XDECREF(r->handoff);
     for (int i = 0; i < r->n_hop; i++) free(r->hop[i]);
+    for (int i = 0; i < r->n_cc; i++) free(r->cc[i]);
     free(r->rule_key), free(r->rule_value);
     for (Node *n = r->nodes, *next; n; n = next) next = n->next, free(n);
     if (r->null_fd > 0) close(r->null_fd);
