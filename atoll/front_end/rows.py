@@ -142,7 +142,8 @@ class FrontEnd:
         threads = p.cpu_threads or max(1, len(cores) // setup.count)
         wait_s = c.server.colocate_wait_us / 1e6
         if self.pre.backend == "cpu":
-            self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else (), wait_s)
+            self.lanes = Lanes(threads, core_share(cores, setup.index, setup.count) if p.pin_threads else (),
+                               batch_wait_s=wait_s)
         else:
             self.lanes = Lanes(max(threads, self.pre.parallelism - 1), batch_wait_s=wait_s)
         self.local = LocalModels(metrics)
