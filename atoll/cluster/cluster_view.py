@@ -119,7 +119,7 @@ class ClusterView:
         for name, address in listed.items():
             if name not in self.nodes:
                 metrics = NodeHttp(address.metrics) if address.metrics else None
-                self.nodes[name] = NodeState(address, NodeHttp(address.http), metrics)
+                self.nodes[name] = NodeState(address, NodeHttp(address.http, address.local), metrics)
         await asyncio.gather(*(self.refresh_node(state) for state in list(self.nodes.values())))
 
     async def refresh_node(self, state: NodeState) -> None:

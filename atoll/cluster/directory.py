@@ -13,6 +13,7 @@ class NodeAddress:
     http: str  # "host:port" of the node's atoll serve HTTP
     grpc: str  # "host:port" of its gRPC, "" when off
     metrics: str  # "host:port" of its Prometheus port, "" when off
+    local: str = ""  # its HTTP port's twin on its host (atoll.http.local_socket), "" when none
 
 
 class Directory(Protocol):

@@ -10,6 +10,7 @@ import asyncio
 
 import httptools
 
+from atoll.http import local_socket
 from atoll.http.deadline import Deadline
 
 MAX_IDLE = 64  # kept-alive connections per node beyond which an answered one is closed
@@ -95,12 +96,16 @@ class _Connection(asyncio.Protocol):
 
 
 class NodeHttp:
-    """Requests to the node at `address` ("host:port")."""
+    """Requests to the node at `address` ("host:port"), through its `local` socket instead where
+    that is on this host (`local_socket.reachable`). `relay_to` is where the native relay sends
+    them: "host:port", or "@" and the local socket's abstract name."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, local: str = ""):
         self.address = address
         host, _, port = address.rpartition(":")
         self._host, self._port = host.strip("[]"), int(port)
+        self._local = local_socket.reachable(local) if local else None
+        self.relay_to = address if self._local is None else f"@{self._local}"
         self._idle: list[_Connection] = []
 
     async def request(self, method: str, target: str, headers: dict[str, str] | None = None, body=b"",
@@ -149,9 +154,12 @@ class NodeHttp:
 
     async def _connect(self, deadline: float) -> _Connection:
         async with asyncio.timeout_at(deadline):  # (outside: TimeoutError is an OSError)
+            loop = asyncio.get_running_loop()
             try:
-                _, connection = await asyncio.get_running_loop().create_connection(_Connection, self._host,
-                                                                                   self._port)  # fmt: skip
+                if self._local is None:
+                    _, connection = await loop.create_connection(_Connection, self._host, self._port)
+                else:
+                    _, connection = await loop.create_unix_connection(_Connection, "\0" + self._local)
             except OSError as exc:
                 raise NodeGone(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
         return connection

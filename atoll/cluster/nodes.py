@@ -57,7 +57,8 @@ class AtollNode:
             print(exc, file=sys.stderr, flush=True)
             os._exit(1)
         metrics = next((m.group(1) for line in self.server.log if (m := METRICS.search(line))), "")
-        self._address = NodeAddress(name, self.server.url.removeprefix("http://"), self.server.grpc_address, metrics)
+        self._address = NodeAddress(name, self.server.url.removeprefix("http://"), self.server.grpc_address, metrics,
+                                    self.server.local_http)  # fmt: skip
         threading.Thread(target=self._watch, daemon=True, name="atoll-child-watch").start()
 
     def _watch(self) -> None:

@@ -71,7 +71,7 @@ class InferRelay:
     # -- called by the relay's threads, under the GIL -------------------------------------------------
 
     def _route(self, model: str, version: str | None, json_part: bytes | None, json_length: int | None):
-        """The first node for an infer request: (attempts, name, "host:port"), or the error's whole
+        """The first node for an infer request: (attempts, name, where: `NodeHttp.relay_to`), or the error's whole
         HTTP answer. `json_part` is its JSON part where that names "priority" (else None)."""
         view = self._proxy.view
         rt = json_part is not None and real_time_in(json_part, json_length)
@@ -96,7 +96,7 @@ class InferRelay:
         if state is None:  # gone from the directory since it was chosen
             attempts.answered(name, NodeGone("left the directory"))
             return InferRelay._next(attempts)
-        return attempts, name, state.http.address
+        return attempts, name, state.http.relay_to
 
     def _handoff(self, fd: int, prefix: bytes) -> None:
         """The connection on `fd` is the edge's from now on, `prefix` what the relay read of it."""

@@ -49,15 +49,16 @@ def native_module() -> ModuleType:
 
 
 class NativeIntake:
-    """Takes the infer requests arriving on `sock` (listening) for `edge`, the front end's HTTP
-    server (its routes, limits, connections and refusal pace), and hands everything else to it;
+    """Takes the infer requests arriving on `socks` (listening: the HTTP port, and its local twin
+    where there is one) for `edge`, the front end's HTTP server (its routes, limits, connections
+    and refusal pace), and hands everything else to it;
     `rule` is the infer route's restriction (None: none). Bodies held at once share the edge's
     budget (`BodyBudget`, `server.body_memory_bytes`): the intake holds at most what leaves one
     largest request to the edge, and the edge counts what the intake holds."""
 
-    def __init__(self, edge: HttpServer, sock: socket.socket, rule: Rule | None):
+    def __init__(self, edge: HttpServer, socks: tuple[socket.socket, ...], rule: Rule | None):
         self._edge = edge
-        self._sock = sock
+        self._socks = socks
         self._loop = asyncio.get_running_loop()
         # a restricted infer route checks its header again in Python: the intake took only requests carrying it
         self._headers = {} if rule is None else {rule.key: rule.value}
@@ -72,9 +73,9 @@ class NativeIntake:
         limits = edge.limits
         budget = limits.budget.total - limits.max_bytes if limits.budget is not None else INTAKE_UNBUDGETED
         self._native = native_module().Intake(
-            listen_fd=sock.fileno(), wake_fd=self._wake, handoff=self._handoff, opened=self._opened,
-            closed=self._closed, rule=None if rule is None else (rule.key, rule.value), max_body=limits.max_bytes,
-            budget=budget, idle_s=edge.idle_timeout_s, stall_s=limits.timeout_s,
+            listen_fds=tuple(sock.fileno() for sock in socks), wake_fd=self._wake, handoff=self._handoff,
+            opened=self._opened, closed=self._closed, rule=None if rule is None else (rule.key, rule.value),
+            max_body=limits.max_bytes, budget=budget, idle_s=edge.idle_timeout_s, stall_s=limits.timeout_s,
             max_connections=INTAKE_CONNECTIONS)  # fmt: skip
         if limits.budget is not None:
             limits.budget.elsewhere = self._native.held
@@ -99,7 +100,8 @@ class NativeIntake:
             self._native.force()
         self._loop.remove_reader(self._wake)
         os.close(self._wake)
-        self._sock.close()
+        for sock in self._socks:
+            sock.close()
         if not self._native.close():
             log.warning("%d intake thread(s) still running at stop", self._native.live())
 

@@ -83,9 +83,11 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     pace = RefusalPace(c.server.refusals_per_answer, endpoints.answer_rate, metrics.refusals_held)  # HTTP's and gRPC's
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
                        pace)  # fmt: skip
-    intake = _intake(http, c.server, setup.port, restrictions)
+    intake = _intake(http, c.server, setup.port, setup.local_http, restrictions)
     if intake is None:
         await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
+        if setup.local_http is not None:
+            await http.listen_on(setup.local_http)
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,
@@ -121,16 +123,18 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
         regions.close()
 
 
-def _intake(http: HttpServer, server, port: int, restrictions: Restrictions) -> NativeIntake | None:
-    """The native intake of infer requests on `port` (`intake.NativeIntake`), `http` taking what
-    it hands on; None where `server.http_intake` is python or the intake cannot be built (`http`
-    then listens on the port itself)."""
+def _intake(http: HttpServer, server, port: int, local: socket.socket | None,
+            restrictions: Restrictions) -> NativeIntake | None:  # fmt: skip
+    """The native intake of infer requests on `port` and `local` (the port's local twin, shared by
+    the front ends; None: none), `http` taking what it hands on; None where `server.http_intake`
+    is python or the intake cannot be built (`http` then listens on both itself)."""
     if server.http_intake != "native":
         return None
     family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
     sock = socket.create_server((server.host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=True)
     try:
-        return NativeIntake(http, sock, restrictions.http_rule("/v2/models/m/infer"))
+        socks = (sock,) if local is None else (sock, local)
+        return NativeIntake(http, socks, restrictions.http_rule("/v2/models/m/infer"))
     except NativeBuildError as exc:
         sock.close()
         log.warning("the native intake is not available, every HTTP request is served on the event loop: %s", exc)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -115,6 +116,7 @@ class FrontEndSetup:
     held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
     regions: tuple = ()  # shared-memory regions registered before it started (shm_registry.Register)
     colocated: frozenset[str] = frozenset()  # models whose best-effort requests it runs itself (colocated.py)
+    local_http: socket.socket | None = None  # the HTTP port's local twin, shared by the front ends (local_socket.py)
 
 
 class FrontEnd:

@@ -59,9 +59,14 @@ class HttpServer:
         self._adopting: set[asyncio.Task] = set()
 
     async def listen(self, host: str, port: int, backlog: int = 100, reuse_port: bool = False) -> asyncio.Server:
-        loop = asyncio.get_running_loop()
-        listener = await loop.create_server(lambda: Connection(self), host, port, reuse_port=reuse_port,
-                                            backlog=backlog)  # fmt: skip
+        return await self._serve(host=host, port=port, reuse_port=reuse_port, backlog=backlog)
+
+    async def listen_on(self, sock: socket.socket) -> asyncio.Server:
+        """Serve the connections of `sock`, listening already (a server's local socket)."""
+        return await self._serve(sock=sock)
+
+    async def _serve(self, **where) -> asyncio.Server:
+        listener = await asyncio.get_running_loop().create_server(lambda: Connection(self), **where)
         self._listeners.append(listener)
         return listener
 

@@ -10,6 +10,7 @@ import sys
 import threading
 
 READY = re.compile(r"atoll: serving on (http://\S+)(?: and grpc://(\S+))?")
+LOCAL = re.compile(r"HTTP also on the local socket (\S+)")
 FRONT_END = re.compile(r"front end (\d+) (?:listening|is back) \(pid (\d+)\)")
 
 
@@ -19,7 +20,8 @@ class ServerStartError(RuntimeError):
 
 class ServerProcess:
     """Starts `atoll serve` on free HTTP and gRPC ports, waits for its ready line, and stops it with
-    SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port; with `new_session` it leads a
+    SIGINT. `url` is its HTTP URL, `grpc_address` its gRPC host:port, `local_http` its HTTP port's
+    local twin ("": none; `atoll.http.local_socket`); with `new_session` it leads a
     process group of its own (which can then be signalled as a service manager does); `launcher`
     is a command that runs it (e.g. one that ties its life to this process's)."""
 
@@ -34,6 +36,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.grpc_address = ""
+        self.local_http = ""
         self.log: list[str] = []
         self.new_session = new_session
 
@@ -45,6 +48,8 @@ class ServerProcess:
         def pump() -> None:  # keep reading so the child never blocks on a full pipe
             for line in self.proc.stdout:
                 self.log.append(line.rstrip())
+                if m := LOCAL.search(line):
+                    self.local_http = m.group(1)
                 m = READY.search(line)
                 if m and not found.is_set():
                     self.url, self.grpc_address = m.group(1), m.group(2) or ""

@@ -29,9 +29,11 @@ from gpu_runtime.vgpu.shm import segment_prefix
 from gpu_runtime.vgpu.slots import SlotArena
 
 from atoll.config import Config
+from atoll.front_end.process import LISTEN_BACKLOG
 from atoll.front_end.rows import FrontEndSetup
 from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections, raise_open_file_limit
+from atoll.http import local_socket
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes
 from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
@@ -116,6 +118,8 @@ class Supervisor:
         self.http_url = ""
         self.grpc_address = ""
         self.metrics_url = ""
+        self.local_http = ""  # the HTTP port's local twin (`local_socket`; "": none)
+        self._local_http: socket.socket | None = None
 
     async def start(self) -> None:
         c = self.config
@@ -336,11 +340,15 @@ class Supervisor:
         ports = self._checked.ports
         port = ports["http"].getsockname()[1]
         grpc_port = ports["grpc"].getsockname()[1] if "grpc" in ports else None
+        if c.server.http_local_socket:  # held here for the front ends' lives: one that restarts accepts on it again
+            local = local_socket.listen(f"atoll-http-{os.getpid()}-{port}", LISTEN_BACKLOG)
+            if local is not None:
+                self._local_http, self.local_http = local
 
         def setup_of(index: int, held: frozenset) -> FrontEndSetup:
             arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
             return FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids,
-                                 held, self._regions.all(), frozenset(self._colocated))  # fmt: skip
+                                 held, self._regions.all(), frozenset(self._colocated), self._local_http)  # fmt: skip
 
         for index in range(count):
             self.front_ends.append(FrontEndSupervisor(
@@ -351,6 +359,8 @@ class Supervisor:
         self.http_url = f"http://{host}:{port}"
         self.grpc_address = f"{host}:{grpc_port}" if grpc_port is not None else ""
         log.info("%d front end(s) on port %d%s", count, port, f", gRPC on {grpc_port}" if grpc_port else "")
+        if self.local_http:
+            log.info("HTTP also on the local socket %s", self.local_http)
 
     def _front_end_message(self, index: int, writer, message) -> None:
         match message:
@@ -411,6 +421,8 @@ class Supervisor:
             log.info("front ends stopped")
         for server in self._http:
             await server.shutdown(0)
+        if self._local_http is not None:
+            self._local_http.close()
         if self.dispatcher:
             await self.dispatcher.stop()
         if self.python:

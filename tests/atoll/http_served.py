@@ -36,20 +36,23 @@ class Served:
 @contextlib.asynccontextmanager
 async def http_served(endpoints, max_bytes: int = 1 << 20, body_timeout_s: float = 30.0, bound: int = 64,
                       idle_timeout_s: float = 300.0, pace=None, intake: bool = False, restrictions=None,
-                      budget: BodyBudget | None = None):  # fmt: skip
+                      budget: BodyBudget | None = None, local: socket.socket | None = None):  # fmt: skip
     """Serving `endpoints` until the block is left, then shut down; with `intake`, infer requests
-    through the native intake (`intake.NativeIntake`), the rest handed on."""
+    through the native intake (`intake.NativeIntake`), the rest handed on; on `local` (a local
+    socket, listening) as well as on the port."""
     server = InferenceServer(endpoints, endpoints.metrics, body_timeout_s, budget, restrictions)
     edge = server.http(max_bytes, HttpConnections(bound), idle_timeout_s, pace)
     native = None
     if intake:
         sock = socket.create_server(("127.0.0.1", 0))
         rule = server.restrictions.http_rule("/v2/models/m/infer")
-        native = NativeIntake(edge, sock, rule)
+        native = NativeIntake(edge, (sock,) if local is None else (sock, local), rule)
         host, port = sock.getsockname()[:2]
     else:
         listener = await edge.listen("127.0.0.1", 0)
         host, port = listener.sockets[0].getsockname()[:2]
+        if local is not None:
+            await edge.listen_on(local)
     try:
         async with aiohttp.ClientSession(f"http://{host}:{port}") as session:
             yield Served(host, port, session, edge, native)

@@ -12,6 +12,8 @@
 #include "http1.h"
 
 #include <netdb.h>
+#include <stddef.h>
+#include <sys/un.h>
 
 #define POOL_MAX 64         /* kept-alive connections per node (as node_client.MAX_IDLE) */
 #define ADDR_MAX NAME_MAX_
@@ -159,9 +161,39 @@ static void keep(Relay *r, const char *addr, int fd) {
     if (fd >= 0) close(fd);
 }
 
-/* A connection to the node at `addr` ("host:port", "[v6]:port") by `deadline`: its descriptor,
- * -1 (GONE, `why` says why) or -2 (TIMED_OUT). */
-static int connect_to(const Relay *r, const char *addr, long long deadline, char *why, size_t why_len) {
+/* A node that stops reading holds a send on `fd` (or a connect to a local socket whose backlog is
+ * full) no longer than a request may wait. */
+static void bound_sends(const Relay *r, int fd) {
+    struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* A connection to the node's local socket, abstract name `name` (atoll/http/local_socket.py): its
+ * descriptor, or -1 (GONE, `why` says why). */
+static int connect_local(const Relay *r, const char *name, char *why, size_t why_len) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(name);
+    if (n + 1 > sizeof a.sun_path) return snprintf(why, why_len, "cannot connect to @%s: name too long", name), -1;
+    memcpy(a.sun_path + 1, name, n);  /* (sun_path[0] = 0: the abstract namespace) */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        bound_sends(r, fd);
+        /* room for a large body at once (as TCP's autotuning gives), so the send does not wait for
+         * the node to read in turns: up to net.core.wmem_max */
+        int room = KEEP_BODY;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
+    }
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+        snprintf(why, why_len, "cannot connect to @%s: %s", name, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A TCP connection to the node at `addr` ("host:port", "[v6]:port") by `deadline`: its
+ * descriptor, -1 (GONE, `why` says why) or -2 (TIMED_OUT). */
+static int connect_tcp(const Relay *r, const char *addr, long long deadline, char *why, size_t why_len) {
     char host[ADDR_MAX];
     snprintf(host, sizeof host, "%s", addr);
     char *colon = strrchr(host, ':');
@@ -201,11 +233,15 @@ static int connect_to(const Relay *r, const char *addr, long long deadline, char
          * qdisc; a connection inside the cluster gains nothing by it: docs/cluster.md) */
         for (int i = 0; i < r->n_cc; i++)
             if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, r->cc[i], (socklen_t)strlen(r->cc[i])) == 0) break;
-        /* a node that stops reading holds a send no longer than the request may wait */
-        struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        bound_sends(r, fd);
     }
     return fd;
+}
+
+/* A connection to the node at `addr` (TCP's "host:port", or "@" and the name of the local socket
+ * a node on this host gives out) by `deadline`: as `connect_tcp`. */
+static int connect_to(const Relay *r, const char *addr, long long deadline, char *why, size_t why_len) {
+    return addr[0] == '@' ? connect_local(r, addr + 1, why, why_len) : connect_tcp(r, addr, deadline, why, why_len);
 }
 
 typedef struct Answer {
@@ -292,7 +328,7 @@ static int forward_to(Relay *r, Conn *c, const char *addr, const Request *q, con
                       Answer *a, char *why, size_t why_len) {
     char head[HEAD_MAX + 1024];  /* (the client's head, less its first line, plus ours: it fits) */
     int n = snprintf(head, sizeof head, "POST %.*s HTTP/1.1\r\nHost: %s\r\nContent-Length: %lld\r\n",
-                     (int)q->h.target_len, q->h.target, addr, q->h.length);
+                     (int)q->h.target_len, q->h.target, addr[0] == '@' ? "localhost" : addr, q->h.length);
     for (int i = 0; i < q->h.n_lines; i++) {
         const Line *l = &q->h.lines[i];
         if (hop(r, l) || (size_t)n + l->whole_len + 4 >= sizeof head) continue;
@@ -597,7 +633,7 @@ static int take_connection(void *owner, int fd) {
 
 static void *accept_main(void *arg) {
     Relay *r = arg;
-    accept_loop(r->listen_fd, &r->lock, &r->stopping, take_connection, r, r->handoff, &r->handed);
+    accept_loop(&r->listen_fd, 1, &r->lock, &r->stopping, take_connection, r, r->handoff, &r->handed);
     pthread_mutex_lock(&r->lock);
     r->accepting = 0;
     pthread_cond_broadcast(&r->changed);

@@ -89,7 +89,7 @@ typedef struct Conn {
 
 typedef struct Intake {
     PyObject_HEAD
-    int listen_fd, wake_fd;
+    int listen_fds[LISTEN_MAX], n_listen, wake_fd;
     PyObject *handoff, *opened, *closed;
     PyThreadState *accept_ts;  /* the accepting thread's */
     char *rule_key, *rule_value;  /* the header an infer call must carry (NULL: none) */
@@ -322,7 +322,7 @@ static void *accept_main(void *arg) {
     pthread_setname_np(pthread_self(), THREAD_NAME);
     PyGILState_STATE gil = PyGILState_Ensure();  /* (its Python thread state for its life: `tell`) */
     in->accept_ts = PyEval_SaveThread();
-    accept_loop(in->listen_fd, &in->lock, &in->stopping, take_connection, in, in->handoff, &in->handed);
+    accept_loop(in->listen_fds, in->n_listen, &in->lock, &in->stopping, take_connection, in, in->handoff, &in->handed);
     PyEval_RestoreThread(in->accept_ts);
     PyGILState_Release(gil);
     pthread_mutex_lock(&in->lock);
@@ -334,14 +334,17 @@ static void *accept_main(void *arg) {
 /* -- the Python type -------------------------------------------------------------------------------- */
 
 static int Intake_init(Intake *in, PyObject *args, PyObject *kw) {
-    static char *names[] = {"listen_fd", "wake_fd", "handoff", "opened", "closed", "rule", "max_body", "budget",
+    static char *names[] = {"listen_fds", "wake_fd", "handoff", "opened", "closed", "rule", "max_body", "budget",
                             "idle_s", "stall_s", "max_connections", NULL};
-    PyObject *rule;
+    PyObject *rule, *listen;
     double idle_s, stall_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOOOOLLddi", names, &in->listen_fd, &in->wake_fd, &in->handoff,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOOOLLddi", names, &listen, &in->wake_fd, &in->handoff,
                                      &in->opened, &in->closed, &rule, &in->max_body, &in->budget, &idle_s, &stall_s,
                                      &in->max_conns))
         return -1;
+    if (!PyArg_ParseTuple(listen, "i|iii", in->listen_fds, in->listen_fds + 1, in->listen_fds + 2, in->listen_fds + 3))
+        return -1;
+    in->n_listen = (int)PyTuple_GET_SIZE(listen);
     if (in->max_conns < 1) return PyErr_SetString(PyExc_ValueError, "max_connections must be at least 1"), -1;
     Py_INCREF(in->handoff), Py_INCREF(in->opened), Py_INCREF(in->closed);
     if (rule != Py_None) {
@@ -472,7 +475,7 @@ static PyObject *Intake_connection(Intake *in, PyObject *args) {
 static PyObject *Intake_stop_accepting(Intake *in, PyObject *unused) {
     pthread_mutex_lock(&in->lock);
     in->stopping = 1;
-    shutdown(in->listen_fd, SHUT_RDWR);  /* wakes accept() */
+    for (int i = 0; i < in->n_listen; i++) shutdown(in->listen_fds[i], SHUT_RDWR);  /* wakes the accepting thread */
     for (int i = 0; i < in->max_conns; i++)
         if (in->slots[i] && in->slots[i]->idle && !in->slots[i]->handed) shutdown(in->slots[i]->fd, SHUT_RDWR);
     pthread_mutex_unlock(&in->lock);

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LISTEN_MAX 4        /* listening sockets one accepting thread serves */
 #define HEAD_MAX 16384      /* a request's or an answer's head; a longer one goes to the Python edge */
 #define NAME_MAX_ 256       /* a model name in a path */
 #define LOWAT_CHECK_MS 200  /* a body awaited with SO_RCVLOWAT is looked at this often all the same */
@@ -367,13 +368,23 @@ static PyObject *start_accepting(int *accepting, void *(*main)(void *), void *ow
     Py_RETURN_NONE;
 }
 
-/* Accept on `listen_fd` until `*stopping` (read under `lock`): `take(owner, fd)` starts a
- * connection's thread (0) or declines (-1: past its bound, or out of memory), and the connection
- * then goes to the Python edge, whose own bound applies. */
-static void accept_loop(int listen_fd, pthread_mutex_t *lock, atomic_int *stopping, int (*take)(void *, int),
+/* Accept on the `n` listening sockets `fds` until `*stopping` (read under `lock`), or until each is
+ * shut: `take(owner, fd)` starts a connection's thread (0) or declines (-1: past its bound, or out
+ * of memory), and the connection then goes to the Python edge, whose own bound applies. A listener
+ * others share (a server's local socket, local_socket.py: non-blocking, as each process polls it)
+ * may be shut by another process's stop: it leaves the poll, not the loop. */
+static void accept_loop(const int *fds, int n, pthread_mutex_t *lock, atomic_int *stopping, int (*take)(void *, int),
                         void *owner, PyObject *handoff, atomic_llong *handed) {
-    for (;;) {
-        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    struct pollfd p[LISTEN_MAX];
+    int open = n < LISTEN_MAX ? n : LISTEN_MAX;
+    for (int i = 0; i < open; i++) p[i] = (struct pollfd){fds[i], POLLIN, 0};
+    while (open > 0) {
+        int ready = poll(p, (nfds_t)open, -1), at = 0, fd = -1;
+        if (ready > 0) {
+            while (!p[at].revents) at++;
+            fd = p[at].revents & POLLIN ? accept4(p[at].fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+        }
+        int e = ready > 0 && !(p[at].revents & POLLIN) ? EBADF : errno;
         pthread_mutex_lock(lock);
         int stop = *stopping;
         pthread_mutex_unlock(lock);
@@ -381,11 +392,13 @@ static void accept_loop(int listen_fd, pthread_mutex_t *lock, atomic_int *stoppi
             if (fd >= 0) close(fd);
             return;
         }
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) usleep(10000);
-            continue;
+        if (fd >= 0) {
+            if (take(owner, fd)) hand_off(handoff, handed, NULL, fd, "", 0, NULL, 0);
+        } else if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+            usleep(10000);
+        } else if (ready > 0 && e != EAGAIN && e != EINTR && e != ECONNABORTED) {
+            p[at] = p[--open];  /* shut (by a stop elsewhere) or broken */
         }
-        if (take(owner, fd)) hand_off(handoff, handed, NULL, fd, "", 0, NULL, 0);
     }
 }
 

@@ -9,6 +9,7 @@ same way."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import os
@@ -23,6 +24,7 @@ from atoll.bench.bodies import http_body
 from atoll.cluster import endpoint as endpoint_module
 from atoll.cluster.directory import NodeAddress, StaticDirectory
 from atoll.cluster.relay import native_module
+from atoll.http import local_socket
 from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections
 from atoll.http.edge import HttpServer
@@ -38,17 +40,20 @@ ANSWER_BODY = ANSWER_HEADER + bytes(range(16))
 
 class StandIn:
     """A node on a loop of its own: ready, model "m" in its index, infer answered as `mode` says
-    ("ok", "refuse": 503, "hang": never), each infer request's headers and body kept."""
+    ("ok", "refuse": 503, "hang": never), each infer request's headers and body kept, and the
+    family of the socket it came on; with `local`, on a local socket too (`local_socket`)."""
 
-    def __init__(self):
+    def __init__(self, local: bool = False):
         self.mode = "ok"
         self.seen: list[tuple[dict, bytes]] = []
+        self.families: list[socket.AddressFamily] = []
+        self.local = ""
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.port = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
-        self.address = NodeAddress(f"n{self.port}", f"127.0.0.1:{self.port}", "", "")
+        self.port = asyncio.run_coroutine_threadsafe(self._start(local), self.loop).result(30)
+        self.address = NodeAddress(f"n{self.port}", f"127.0.0.1:{self.port}", "", "", self.local)
 
-    async def _start(self) -> int:
+    async def _start(self, local: bool) -> int:
         routes = Routes()
 
         async def ready(request):
@@ -59,6 +64,7 @@ class StandIn:
 
         async def infer(request):
             self.seen.append((dict(request.headers), bytes(request.body)))
+            self.families.append(request.connection.transport.get_extra_info("socket").family)
             if self.mode == "refuse":
                 return HttpResponse.json({"error": "full"}, 503, {"Retry-After": "1"})
             if self.mode == "hang":
@@ -72,7 +78,11 @@ class StandIn:
         routes.add("POST", "/v2/models/{model}/versions/{version}/infer", infer)
         self.server = HttpServer(routes, BodyLimits(64 << 20, 30.0), HttpConnections(1024))
         listener = await self.server.listen("127.0.0.1", 0)
-        return listener.sockets[0].getsockname()[1]
+        port = listener.sockets[0].getsockname()[1]
+        if local:
+            sock, self.local = local_socket.listen(f"atoll-test-{os.getpid()}-{port}", 16)
+            await self.server.listen_on(sock)
+        return port
 
     def stop(self) -> None:
         """Close the port and every connection (a node gone), then the loop."""
@@ -141,6 +151,23 @@ def test_infer_requests_are_relayed_whole_both_ways_and_one_hops_headers_stay(no
     assert len(seen) == 3 and all(body == sent_body for _, body in seen)
     assert all(h["x-trace"] == "t1" and "keep-alive" not in h for h, _ in seen)
     assert {n.address.name for n in nodes if n.seen} == {n.address.name for n in nodes}  # both get work
+
+
+def test_a_node_on_this_host_is_reached_through_its_local_socket_one_elsewhere_over_tcp(relay_kind):
+    here, elsewhere = StandIn(local=True), StandIn(local=True)
+    boot, _, rest = elsewhere.local.partition(":")
+    elsewhere.address = dataclasses.replace(elsewhere.address, local=f"{boot}:1{rest[rest.index('/'):]}")  # (netns)
+    running = _endpoint([here, elsewhere], relay_kind)
+    try:
+        answers = _ask(running, _infer(size=300_000) * 4 + _infer(size=1_000) * 2, 6)
+    finally:
+        running.stop()
+        here.stop()
+        elsewhere.stop()
+    assert [(s, b) for s, _, b in answers] == [(200, ANSWER_BODY)] * 6
+    assert here.families and set(here.families) == {socket.AF_UNIX}
+    assert elsewhere.families and set(elsewhere.families) == {socket.AF_INET}
+    assert len(here.seen[0][1]) > 300_000 and here.seen[0][0]["host"]  # whole, with a Host header
 
 
 def test_the_relay_counts_what_it_relayed_and_what_it_handed_on(nodes):

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import gzip
 import json
+import os
 import socket
 import struct
 import time
@@ -23,6 +24,7 @@ from tests.atoll.http_served import http_served
 from tests.atoll.probes import http_answers, until
 
 from atoll.front_end.intake import native_module
+from atoll.http import local_socket
 from atoll.http.bodies import BodyBudget
 from atoll.kserve.restricted import Restrictions
 from atoll.repository.specs import TensorSpec
@@ -306,3 +308,31 @@ def test_a_json_body_over_a_megabyte_goes_to_the_edge():
             return len(big) > 1 << 20, status, (await _settled(served))["handed"]
 
     assert asyncio.run(go()) == (True, 200, 1)
+
+
+def test_the_servers_local_socket_is_served_as_its_port():
+    async def scenario(served):
+        def go():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(30)
+                sock.connect("\0" + name)
+                sock.sendall(BINARY + JSON + b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                return http_answers(sock, 3)
+
+        over_tcp = await _ask(served, BINARY)
+        return over_tcp, await asyncio.to_thread(go), await _settled(served)
+
+    name = f"atoll-test-{os.getpid()}-intake"
+
+    async def go(intake: bool):  # the edge alone, then through the intake: each on a new local socket
+        sock, _ = local_socket.listen(name, 4)
+        async with http_served(_serving(EchoFrontEnd()), intake=intake, local=sock) as served:
+            return await scenario(served)
+
+    answers = asyncio.run(go(False)), asyncio.run(go(True))
+    (edge_tcp, edge_local, _), (tcp, local, counts) = answers
+    assert [s for s, _, _ in local] == [200, 200, 200] and local[0][2] == tcp[0][2] == edge_tcp[0][2]
+    assert [(s, b) for s, _, b in local] == [(s, b) for s, _, b in edge_local]
+    assert (counts["requests"], counts["handed"]) == (3, 1)  # two infer calls, then the edge's route
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as late, pytest.raises(ConnectionRefusedError):
+        late.connect("\0" + name)  # closed with the server
