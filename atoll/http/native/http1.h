@@ -376,13 +376,14 @@ static PyObject *start_accepting(int *accepting, void *(*main)(void *), void *ow
 static void accept_loop(const int *fds, int n, pthread_mutex_t *lock, atomic_int *stopping, int (*take)(void *, int),
                         void *owner, PyObject *handoff, atomic_llong *handed) {
     struct pollfd p[LISTEN_MAX];
-    int open = n < LISTEN_MAX ? n : LISTEN_MAX;
+    int open = n < LISTEN_MAX ? n : LISTEN_MAX, turn = 0;
     for (int i = 0; i < open; i++) p[i] = (struct pollfd){fds[i], POLLIN, 0};
     while (open > 0) {
-        int ready = poll(p, (nfds_t)open, -1), at = 0, fd = -1;
+        int ready = poll(p, (nfds_t)open, -1), at = turn % open, fd = -1;
         if (ready > 0) {
-            while (!p[at].revents) at++;
+            while (!p[at].revents) at = (at + 1) % open;  /* (from the one after the last served: none starves) */
             fd = p[at].revents & POLLIN ? accept4(p[at].fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+            turn = at + 1;
         }
         int e = ready > 0 && !(p[at].revents & POLLIN) ? EBADF : errno;
         pthread_mutex_lock(lock);

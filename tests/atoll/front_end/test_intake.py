@@ -336,3 +336,17 @@ def test_the_servers_local_socket_is_served_as_its_port():
     assert (counts["requests"], counts["handed"]) == (3, 1)  # two infer calls, then the edge's route
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as late, pytest.raises(ConnectionRefusedError):
         late.connect("\0" + name)  # closed with the server
+
+
+def test_a_shared_listener_shut_by_another_front_ends_stop_leaves_the_port_served():
+    async def scenario(served):
+        shared.shutdown(socket.SHUT_RDWR)  # as another front end's stop does to the local socket they share
+        return [await _ask(served, BINARY) for _ in range(3)], await _settled(served)
+
+    async def go():
+        async with http_served(_serving(EchoFrontEnd()), intake=True, local=shared) as served:
+            return await scenario(served)
+
+    shared, _ = local_socket.listen(f"atoll-test-{os.getpid()}-shared", 4)
+    answers, counts = asyncio.run(go())
+    assert [a[0][0] for a in answers] == [200] * 3 and counts["requests"] == 3
