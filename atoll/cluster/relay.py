@@ -71,8 +71,8 @@ class InferRelay:
     # -- called by the relay's threads, under the GIL -------------------------------------------------
 
     def _route(self, model: str, version: str | None, json_part: bytes | None, json_length: int | None):
-        """The first node for an infer request: (attempts, name, where: `NodeHttp.relay_to`), or the error's whole
-        HTTP answer. `json_part` is its JSON part where that names "priority" (else None)."""
+        """The first node for an infer request: (attempts, name, `NodeHttp.relay_to`), or the error's
+        whole HTTP answer. `json_part` is its JSON part where that names "priority" (else None)."""
         view = self._proxy.view
         rt = json_part is not None and real_time_in(json_part, json_length)
         attempts = Attempts(view, model, view.candidates(model, version), rt)

@@ -59,7 +59,7 @@ class NativeIntake:
     def __init__(self, edge: HttpServer, socks: tuple[socket.socket, ...], rule: Rule | None):
         self._edge = edge
         self._socks = socks
-        for sock in socks:  # polled together: an accept that would wait (its connection gone meanwhile) must not
+        for sock in socks:  # polled together: an accept must not wait (its connection gone meanwhile) on one
             sock.setblocking(False)
         self._loop = asyncio.get_running_loop()
         # a restricted infer route checks its header again in Python: the intake took only requests carrying it
