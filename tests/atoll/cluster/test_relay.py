@@ -104,8 +104,9 @@ def relay_kind(request):
 
 
 @pytest.fixture
-def nodes():
-    made = [StandIn(), StandIn()]
+def nodes(request):
+    """Two stand-ins, reached over TCP (or, parametrized "local", through their local sockets)."""
+    made = [StandIn(getattr(request, "param", "tcp") == "local") for _ in range(2)]
     yield made
     for node in made:
         node.stop()
@@ -296,6 +297,7 @@ def test_encoded_chunked_and_restricted_requests_are_answered_by_the_edge(nodes)
     assert counts["handed"] == 3 and counts["requests"] == 1
 
 
+@pytest.mark.parametrize("nodes", ["tcp", "local"], indirect=True)
 def test_a_refusing_node_is_passed_over_and_a_gone_one_taken_out(nodes, relay_kind):
     running = _endpoint(nodes, relay_kind)
     try:
@@ -314,8 +316,10 @@ def test_a_refusing_node_is_passed_over_and_a_gone_one_taken_out(nodes, relay_ki
     assert gone[0] == 503 and "no node of the cluster could answer for model 'm'" in json.loads(gone[2])["error"]
     assert out_of_routing == [] and retries >= 2
     assert sum(1 for n in nodes for _ in n.seen) >= 6
+    assert {f for n in nodes for f in n.families} == {socket.AF_UNIX if nodes[0].local else socket.AF_INET}
 
 
+@pytest.mark.parametrize("nodes", ["tcp", "local"], indirect=True)
 def test_a_node_that_does_not_answer_is_a_timeout(nodes, relay_kind, monkeypatch):
     monkeypatch.setattr(endpoint_module, "FORWARD_MARGIN_S", 0.0)
     running = _endpoint(nodes, relay_kind, **{"server.request_timeout_s": 0.5})
