@@ -31,9 +31,9 @@ from gpu_runtime.vgpu.slots import SlotArena
 from atoll.config import Config
 from atoll.front_end.process import LISTEN_BACKLOG
 from atoll.front_end.rows import FrontEndSetup
+from atoll.http import local_socket
 from atoll.http.bodies import BodyLimits
 from atoll.http.connections import HttpConnections, raise_open_file_limit
-from atoll.http import local_socket
 from atoll.http.edge import HttpServer
 from atoll.http.messages import HttpRequest, HttpResponse, Routes
 from atoll.kserve.errors import INTERNAL_ERROR, ApiError, ErrorCode
@@ -119,7 +119,7 @@ class Supervisor:
         self.grpc_address = ""
         self.metrics_url = ""
         self.local_http = ""  # the HTTP port's local twin (`local_socket`; "": none)
-        self._local_http: socket.socket | None = None
+        self._local_sock: socket.socket | None = None
 
     async def start(self) -> None:
         c = self.config
@@ -343,12 +343,12 @@ class Supervisor:
         if c.server.http_local_socket:  # held here for the front ends' lives: one that restarts accepts on it again
             local = local_socket.listen(f"atoll-http-{os.getpid()}-{port}", LISTEN_BACKLOG)
             if local is not None:
-                self._local_http, self.local_http = local
+                self._local_sock, self.local_http = local
 
         def setup_of(index: int, held: frozenset) -> FrontEndSetup:
             arenas = {name: arenas[index].name for name, arenas in self._arenas.items()}
             return FrontEndSetup(index, count, c, dict(self.models), arenas, port, grpc_port, self._gpu_uuids,
-                                 held, self._regions.all(), frozenset(self._colocated), self._local_http)  # fmt: skip
+                                 held, self._regions.all(), frozenset(self._colocated), self._local_sock)  # fmt: skip
 
         for index in range(count):
             self.front_ends.append(FrontEndSupervisor(
@@ -421,8 +421,8 @@ class Supervisor:
             log.info("front ends stopped")
         for server in self._http:
             await server.shutdown(0)
-        if self._local_http is not None:
-            self._local_http.close()
+        if self._local_sock is not None:
+            self._local_sock.close()
         if self.dispatcher:
             await self.dispatcher.stop()
         if self.python:

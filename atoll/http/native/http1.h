@@ -379,13 +379,17 @@ static void accept_loop(const int *fds, int n, pthread_mutex_t *lock, atomic_int
     int open = n < LISTEN_MAX ? n : LISTEN_MAX, turn = 0;
     for (int i = 0; i < open; i++) p[i] = (struct pollfd){fds[i], POLLIN, 0};
     while (open > 0) {
-        int ready = poll(p, (nfds_t)open, -1), at = turn % open, fd = -1;
+        int ready = poll(p, (nfds_t)open, -1), at = turn % open, fd = -1, e = errno;
         if (ready > 0) {
             while (!p[at].revents) at = (at + 1) % open;  /* (from the one after the last served: none starves) */
-            fd = p[at].revents & POLLIN ? accept4(p[at].fd, NULL, NULL, SOCK_CLOEXEC) : -1;
             turn = at + 1;
+            if (!(p[at].revents & POLLIN)) {  /* shut (by a stop, here or in another process) or broken */
+                p[at] = p[--open];
+                continue;
+            }
+            fd = accept4(p[at].fd, NULL, NULL, SOCK_CLOEXEC);
+            e = errno;
         }
-        int e = ready > 0 && !(p[at].revents & POLLIN) ? EBADF : errno;
         pthread_mutex_lock(lock);
         int stop = *stopping;
         pthread_mutex_unlock(lock);
@@ -398,7 +402,7 @@ static void accept_loop(const int *fds, int n, pthread_mutex_t *lock, atomic_int
         } else if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
             usleep(10000);
         } else if (ready > 0 && e != EAGAIN && e != EINTR && e != ECONNABORTED) {
-            p[at] = p[--open];  /* shut (by a stop elsewhere) or broken */
+            p[at] = p[--open];  /* (shut, where it still polls readable: its accept fails) */
         }
     }
 }
