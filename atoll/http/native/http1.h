@@ -61,21 +61,26 @@ static void set_lowat(int fd, long long n) {
 
 /* Take `n` bytes from socket `fd` into `dst` or, where `pipe_w` is a pipe (not -1), into that pipe
  * (splice: the kernel's pages passed on, not copied); *got counts them. 1: whole; 0: nothing came
- * for `stall_ms` or the deadline (0: none) passed; -1: the peer closed or failed. The thread is
- * woken once they are all there (SO_RCVLOWAT), not at every segment; it also looks every
- * LOWAT_CHECK_MS, and its reads never block: where the kernel holds fewer bytes than the bound and
- * its wake-up does not come (the window closed under memory pressure), the sender could send no
- * more and both would wait. */
+ * for `stall_ms` or the deadline (0: none) passed; -1: the peer closed or failed. The first read
+ * does not wait: a body sent with its head is mostly whole in the socket by the time the head is
+ * read, and taking it at once spares the wait's three calls (strace of the relay: set the mark,
+ * poll, take, reset the mark). What is still on its way the thread waits for once (SO_RCVLOWAT), not
+ * at every segment; it also looks every LOWAT_CHECK_MS, and its reads never block: where the kernel
+ * holds fewer bytes than the bound and its wake-up does not come (the window closed under memory
+ * pressure), the sender could send no more and both would wait. */
 static int take_exact(int fd, char *dst, int pipe_w, size_t n, size_t *got, int stall_ms, long long deadline) {
-    int rc = 1, raised = *got + 1 < n;
+    int rc = 1, raised = 0, wait = 0;
     long long quiet_until = now_ms() + stall_ms;
-    if (raised) set_lowat(fd, n - *got);
     while (*got < n) {
-        long long now = now_ms(), ms = quiet_until - now;
-        if (deadline && deadline - now < ms) ms = deadline - now;
-        if (ms <= 0) { rc = 0; break; }
-        if (raised && ms > LOWAT_CHECK_MS) ms = LOWAT_CHECK_MS;
-        if (wait_in(fd, ms) < 0) { rc = -1; break; }
+        if (wait) {
+            if (!raised && *got + 1 < n) set_lowat(fd, n - *got), raised = 1;
+            long long now = now_ms(), ms = quiet_until - now;
+            if (deadline && deadline - now < ms) ms = deadline - now;
+            if (ms <= 0) { rc = 0; break; }
+            if (raised && ms > LOWAT_CHECK_MS) ms = LOWAT_CHECK_MS;
+            if (wait_in(fd, ms) < 0) { rc = -1; break; }
+        }
+        wait = 1;
         ssize_t k = pipe_w >= 0 ? splice(fd, NULL, pipe_w, NULL, n - *got, SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
                                 : recv(fd, dst + *got, n - *got, MSG_DONTWAIT);
         if (k == 0) { rc = -1; break; }
@@ -86,7 +91,7 @@ static int take_exact(int fd, char *dst, int pipe_w, size_t n, size_t *got, int 
         }
         *got += (size_t)k;
         quiet_until = now_ms() + stall_ms;
-        if (*got + 1 < n || (raised && *got < n)) set_lowat(fd, n - *got), raised = n - *got > 1;
+        if (raised && *got < n) set_lowat(fd, n - *got), raised = n - *got > 1;
     }
     if (raised) set_lowat(fd, 1);
     return rc;

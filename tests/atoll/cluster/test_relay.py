@@ -154,6 +154,24 @@ def test_infer_requests_are_relayed_whole_both_ways_and_one_hops_headers_stay(no
     assert {n.address.name for n in nodes if n.seen} == {n.address.name for n in nodes}  # both get work
 
 
+@pytest.mark.parametrize("size", [300_000, 20_000])  # the binary part through pipes, or in memory
+def test_a_body_that_comes_in_parts_is_relayed_whole(nodes, size):
+    running = _endpoint(nodes)
+    raw = _infer(size=size)
+    head = raw.index(b"\r\n\r\n") + 4
+    cuts = [0, head, head + 100, head + size // 2, len(raw)]  # the head alone, then the body in three parts
+    try:
+        with socket.create_connection(("127.0.0.1", _port(running)), timeout=60) as sock:
+            for a, b in zip(cuts, cuts[1:]):
+                sock.sendall(raw[a:b])
+                time.sleep(0.05)  # (not a wait for the server: each part goes on its own)
+            status, _, body = http_answers(sock)[0]
+    finally:
+        running.stop()
+    assert (status, body) == (200, ANSWER_BODY)
+    assert [b for n in nodes for _, b in n.seen] == [raw[head:]]
+
+
 def test_a_node_on_this_host_is_reached_through_its_local_socket_one_elsewhere_over_tcp(relay_kind):
     here, elsewhere = StandIn(local=True), StandIn(local=True)
     boot, _, rest = elsewhere.local.partition(":")

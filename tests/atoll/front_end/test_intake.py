@@ -110,6 +110,25 @@ def test_connection_close_and_a_half_closed_client_get_their_answer_then_the_con
     assert native == edge == ((200, True), 200)
 
 
+def test_a_body_that_comes_in_parts_is_taken_whole():
+    def parts(served):
+        head = BINARY.index(b"\r\n\r\n") + 4
+        cuts = [0, head, head + 10, len(BINARY)]  # the head alone, then the body in two parts
+        with socket.create_connection((served.host, served.port), timeout=30) as sock:
+            for a, b in zip(cuts, cuts[1:]):
+                sock.sendall(BINARY[a:b])
+                time.sleep(0.05)  # (not a wait for the server: each part goes on its own)
+            return http_answers(sock, 1)
+
+    async def scenario(served):
+        return await asyncio.to_thread(parts, served), await _settled(served)
+
+    (edge, _), (native, counts) = _both(scenario)
+    assert [(s, b) for s, _, b in native] == [(s, b) for s, _, b in edge]
+    assert native[0][0] == 200 and native[0][2].endswith(X.tobytes())
+    assert (counts["requests"], counts["handed"]) == (1, 0)
+
+
 def _closed_after(served, raw: bytes) -> tuple[int, bool]:
     with socket.create_connection((served.host, served.port), timeout=30) as sock:
         sock.sendall(raw)
