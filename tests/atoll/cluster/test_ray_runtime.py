@@ -118,6 +118,35 @@ def test_a_ray_node_that_leaves_leaves_and_a_new_one_joins(ray_cluster, director
     assert all(logits(a).shape == (1, 1000) for a in nodes)
 
 
+def test_the_controller_answers_a_directory_once_its_nodes_differ(directory):
+    nodes = until(lambda: len(found := directory.nodes()) == 2 and found, "both nodes ready")
+    controller = find_controller()
+    # differing: answered at once, long before the wait it was allowed (a wait would time the get out)
+    assert ray.get(controller.nodes_after.remote([], 100 * PATIENCE_S), timeout=PATIENCE_S) == nodes
+    assert ray.get(controller.nodes_after.remote(nodes, 0.1), timeout=PATIENCE_S) == nodes  # the same: after 0.1 s
+
+
+def test_a_directory_asks_a_controller_of_an_older_atoll_as_it_did(ray_cluster):
+    class OlderController:  # (defined here: Ray's workers get it by value, not by importing the tests)
+        """A controller of an Atoll before `nodes_after`: its nodes, one more at each ask up to two."""
+
+        def __init__(self):
+            self.asked = 0
+
+        def nodes(self) -> list[NodeAddress]:
+            self.asked += 1
+            return [NodeAddress(f"n{i}", f"127.0.0.1:{i + 1}", "", "") for i in range(min(self.asked, 2))]
+
+    older = ray.remote(OlderController).options(num_cpus=0).remote()
+    directory = RayDirectory(older)
+    try:
+        assert len(directory.nodes()) == 1
+        until(lambda: len(directory.nodes()) == 2, "the directory asks again")
+    finally:
+        directory.close()
+        ray.kill(older)
+
+
 # serve_cluster as `atoll serve --cluster` runs it (a controller running already: found, not stopped)
 ENDPOINT = """import sys
 from atoll.cluster.runtime import serve_cluster
