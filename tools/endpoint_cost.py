@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from atoll.bench.bodies import http_body
+from atoll.bench.cpustat import stat_fields
 from atoll.bench.http_client import HttpClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +142,7 @@ async def _drive(port: int, size: int, connections: int, seconds: float, endpoin
 
 def _cpu(pid: int) -> tuple[float, float]:
     """User and system seconds of process `pid`."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(Path(f"/proc/{pid}/stat").read_text())
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
 

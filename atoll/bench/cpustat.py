@@ -19,7 +19,7 @@ def _ticks() -> float:
     return float(os.sysconf("SC_CLK_TCK"))
 
 
-def _fields(text: str) -> list[str]:
+def stat_fields(text: str) -> list[str]:
     """A /proc stat file's fields after the name (in parentheses, which may hold spaces): the
     state first, so utime is [11], stime [12], the waited-for children's cutime and cstime [13:15]."""
     return text.rsplit(")", 1)[1].split()
@@ -28,7 +28,7 @@ def _fields(text: str) -> list[str]:
 def named_cpu_s(stat: Path) -> tuple[str, float]:
     """(name, user + system seconds) from a process's or a thread's /proc stat file."""
     text = stat.read_text()
-    fields = _fields(text)
+    fields = stat_fields(text)
     return text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / _ticks()
 
 
@@ -36,7 +36,7 @@ def process_cpu_s(pid: int, reaped: bool = False) -> float:
     """User + system seconds of one live process, all its threads (0 when it is gone); with
     `reaped`, also those of its children that ended and that it waited for."""
     try:
-        fields = _fields((PROC / str(pid) / "stat").read_text())
+        fields = stat_fields((PROC / str(pid) / "stat").read_text())
         return sum(int(v) for v in fields[11:15 if reaped else 13]) / _ticks()
     except (OSError, IndexError, ValueError):
         return 0.0
@@ -48,7 +48,7 @@ def descendants(pid: int) -> list[int]:
     for entry in PROC.iterdir():
         if entry.name.isdigit():
             try:
-                ppid = int(_fields((entry / "stat").read_text())[1])
+                ppid = int(stat_fields((entry / "stat").read_text())[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
