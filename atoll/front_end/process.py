@@ -83,11 +83,11 @@ async def _serve(setup: FrontEndSetup, sock) -> None:
     pace = RefusalPace(c.server.refusals_per_answer, endpoints.answer_rate, metrics.refusals_held)  # HTTP's and gRPC's
     http = server.http(c.server.max_request_bytes, HttpConnections(bound, metrics.evicted), c.server.idle_timeout_s,
                        pace)  # fmt: skip
-    intake = _intake(http, c.server, setup.port, setup.local_http, restrictions)
+    intake = _intake(http, c.server, setup.port, setup.local_sock, restrictions)
     if intake is None:
         await http.listen(c.server.host, setup.port, LISTEN_BACKLOG, reuse_port=True)
-        if setup.local_http is not None:
-            await http.listen_on(setup.local_http)
+        if setup.local_sock is not None:
+            await http.listen_on(setup.local_sock)
     grpc = None
     if setup.grpc_port is not None:
         grpc = await grpc_service.start(endpoints, c.server.host, setup.grpc_port, c.server.max_request_bytes,

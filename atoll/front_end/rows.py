@@ -116,7 +116,7 @@ class FrontEndSetup:
     held: frozenset[tuple[str, int]] = frozenset()  # (arena, slot) a dead predecessor left in flight
     regions: tuple = ()  # shared-memory regions registered before it started (shm_registry.Register)
     colocated: frozenset[str] = frozenset()  # models whose best-effort requests it runs itself (colocated.py)
-    local_http: socket.socket | None = None  # the HTTP port's local twin, shared by the front ends (local_socket.py)
+    local_sock: socket.socket | None = None  # the HTTP port's local twin, shared by the front ends (local_socket.py)
 
 
 class FrontEnd:
