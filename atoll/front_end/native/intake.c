@@ -342,9 +342,16 @@ static int Intake_init(Intake *in, PyObject *args, PyObject *kw) {
                                      &in->opened, &in->closed, &rule, &in->max_body, &in->budget, &idle_s, &stall_s,
                                      &in->max_conns))
         return -1;
-    if (!PyArg_ParseTuple(listen, "i|iii", in->listen_fds, in->listen_fds + 1, in->listen_fds + 2, in->listen_fds + 3))
-        return -1;
-    in->n_listen = (int)PyTuple_GET_SIZE(listen);
+    PyObject *fds = PySequence_Fast(listen, "listen_fds: a sequence of descriptors");
+    if (fds == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fds);
+    for (Py_ssize_t i = 0; i < n && i < LISTEN_MAX; i++)
+        in->listen_fds[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fds, i));
+    Py_DECREF(fds);
+    if (PyErr_Occurred()) return -1;
+    if (n < 1 || n > LISTEN_MAX)
+        return PyErr_Format(PyExc_ValueError, "listen_fds: 1 to %d descriptors, got %zd", LISTEN_MAX, n), -1;
+    in->n_listen = (int)n;
     if (in->max_conns < 1) return PyErr_SetString(PyExc_ValueError, "max_connections must be at least 1"), -1;
     Py_INCREF(in->handoff), Py_INCREF(in->opened), Py_INCREF(in->closed);
     if (rule != Py_None) {
