@@ -73,6 +73,21 @@ class EndpointMetrics:
         self.node_ready = Gauge("atoll_cluster_node_ready", "1 where the node answers ready", ["node"],
                                 registry=self.registry)  # fmt: skip
         self._forwarded: dict[str, Counter] = {}
+        self._relayed: Callable[[], dict[str, int]] = dict
+        self._relayed_seen: dict[str, int] = {}
+
+    def relayed_by(self, relayed: Callable[[], dict[str, int]]) -> None:
+        """Count in `forwarded`, at each scrape, what `relayed()` says was sent to each node since
+        the start without Python (the native relay's first tries)."""
+        self._relayed = relayed
+
+    def sync(self) -> None:
+        """`forwarded` brought up to date with what was relayed."""
+        for node, sent in self._relayed().items():
+            seen = self._relayed_seen.get(node, 0)
+            if sent > seen:
+                self.forwarded_to(node).inc(sent - seen)
+                self._relayed_seen[node] = sent
 
     def forwarded_to(self, node: str) -> Counter:
         """`forwarded`'s series for `node`, looked up once (`labels` takes a lock and builds a key)."""
@@ -99,6 +114,7 @@ class ClusterView:
         self._tried: set[tuple[str, str]] = set()  # (model, node) loads placed since the node joined
         self._tasks: set[asyncio.Task] = set()
         self._warn = Throttled(log)
+        self._watchers: list[Callable[[], None]] = []
 
     # -- the nodes' state -----------------------------------------------------------------------------
 
@@ -140,6 +156,7 @@ class ClusterView:
         ready = [(e.get("name"), e.get("version", "")) for e in entries if e.get("state") == "READY"]
         state.serving = frozenset(ready)
         state.models = frozenset(name for name, _ in ready)
+        self._changed()
 
     def node_failed(self, name: str, reason: BaseException | str) -> None:
         """`name` did not answer: no request goes to it until a refresh finds it again, and what is
@@ -152,11 +169,22 @@ class ClusterView:
         state.reachable = state.ready = False
         state.serving = state.models = frozenset()
         self._tried = {(m, n) for m, n in self._tried if n != name}
+        self._changed()
 
     def _drop(self, name: str) -> None:
         log.info("node %s left the directory", name)
         self.node_failed(name, "left the directory")
         self.nodes.pop(name).close()
+        self._changed()
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call `changed()` whenever a node's models or reachability may have changed (under the GIL,
+        on the loop or a relay thread)."""
+        self._watchers.append(changed)
+
+    def _changed(self) -> None:
+        for changed in self._watchers:
+            changed()
 
     def reachable(self) -> list[str]:
         return [name for name, state in list(self.nodes.items()) if state.reachable]
@@ -167,6 +195,16 @@ class ClusterView:
         if version:
             return [n for n, s in nodes if (model, version) in s.serving]
         return [n for n, s in nodes if model in s.models]
+
+    def routes(self) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+        """Every (model, version) READY somewhere, with its candidates as `candidates` gives them and
+        each one's `NodeHttp.relay_to`: version "" stands for a request that names none."""
+        routes: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for name, state in list(self.nodes.items()):
+            keys = [(m, "") for m in state.models] + [(m, v) for m, v in state.serving if v]
+            for key in keys:
+                routes.setdefault(key, []).append((name, state.http.relay_to))
+        return sorted((model, version, tuple(nodes)) for (model, version), nodes in routes.items())
 
     def ready(self) -> bool:
         return any(state.ready for state in self.nodes.values())
@@ -305,7 +343,8 @@ class ClusterView:
         answers = await asyncio.gather(*(self._scrape(s) for _, s in scraped))
         for name, state in self.nodes.items():
             self.metrics.node_ready.labels(name).set(state.ready)
-        for name, o in self.router.outstanding.items():
+        self.metrics.sync()
+        for name, o in self.router.outstanding().items():
             self.metrics.outstanding.labels(name, "rt").set(o.real_time)
             self.metrics.outstanding.labels(name, "be").set(o.total - o.real_time)
         texts = [(name, text) for (name, _), text in zip(scraped, answers) if text]
@@ -351,12 +390,14 @@ class Attempts:
 
     _lock = threading.Lock()
 
-    def __init__(self, view: ClusterView, model: str, candidates: list[str], real_time: bool):
+    def __init__(self, view: ClusterView, model: str, candidates: list[str], real_time: bool,
+                 tried: tuple[str, ...] = ()):  # fmt: skip
+        """`tried`: nodes already sent to and counted out (the native relay's first try)."""
         self.view = view
         self.model = model
         self.candidates = candidates
         self.real_time = real_time
-        self.tried: list[str] = []
+        self.tried: list[str] = list(tried)
         self.gone: str | None = None  # the last failure, "node: reason"
 
     def next(self) -> str | None:

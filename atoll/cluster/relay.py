@@ -1,8 +1,11 @@
 """The cluster endpoint's native relay (native/relay.c) for KServe v2 infer requests over HTTP: C
-threads read each request, send it to a node and write the answer back, without the event loop and
-with no Python but the choice of node. That choice stays here, in Python, as for every other path
-(`ClusterView`'s `Attempts`: routing, retries, counts): each request calls `_route` and `_answered`
-under the GIL, from the relay's thread. What the relay does not take whole (every other route, a
+threads read each request, send it to a node and write the answer back, without the event loop.
+A best-effort request's first try goes to the node `routing` would pick, chosen in C from the table
+of candidates this module publishes whenever the view changes and from the router's counts, which
+are the relay's (native/routes.h): no Python. Everything else is routed here, as for every other
+path (`ClusterView`'s `Attempts`: routing, retries, counts), by calls under the GIL from the relay's
+thread: a request naming "priority" or a model the table lacks (`_route`), a first try that failed or
+was refused (`_resume`), and each try after it (`_answered`). What the relay does not take whole (every other route, a
 restricted call without its header, encoded or chunked bodies, a stalled head or body, connections
 past RELAY_CONNECTIONS) it hands on, with the bytes already read, to the endpoint's own HTTP edge,
 which answers it as it always did.
@@ -52,8 +55,17 @@ class InferRelay:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
         rule = proxy.restrictions.http_rule("/v2/models/m/infer")
-        self._native = native_module().Relay(
-            listen_fd=sock.fileno(), route=self._route, answered=self._answered, failed=self._failed,
+        native = native_module()
+        view = proxy.view
+        self._routing = native.Routing()
+        self._published: list | None = None
+        view.router.count_with(self._routing)
+        view.metrics.relayed_by(self._routing.relayed)
+        view.watch(self._publish)
+        self._publish()
+        self._native = native.Relay(
+            listen_fd=sock.fileno(), routing=self._routing, route=self._route, resume=self._resume,
+            answered=self._answered, failed=self._failed,
             handoff=self._handoff, hop=sorted(HOP), rule=None if rule is None else (rule.key, rule.value),
             max_body=max_body, budget=budget, idle_s=idle_s, stall_s=stall_s, timeout_s=proxy.timeout_s,
             max_connections=min(max_connections, RELAY_CONNECTIONS), congestion=congestion)  # fmt: skip
@@ -68,6 +80,13 @@ class InferRelay:
         await asyncio.get_running_loop().run_in_executor(None, self._native.stop, drain_s)
         self._sock.close()
 
+    def _publish(self) -> None:
+        """The view's candidates to the relay's table, where they changed."""
+        routes = self._proxy.view.routes()
+        if routes != self._published:
+            self._routing.publish(routes)
+            self._published = routes
+
     # -- called by the relay's threads, under the GIL -------------------------------------------------
 
     def _route(self, model: str, version: str | None, json_part: bytes | None, json_length: int | None):
@@ -77,6 +96,12 @@ class InferRelay:
         rt = json_part is not None and real_time_in(json_part, json_length)
         attempts = Attempts(view, model, view.candidates(model, version), rt)
         return self._next(attempts) or self._failed(attempts, False)
+
+    def _resume(self, model: str, version: str | None, name: str, address: str):
+        """The relay's first try (to `name` at `address`, counted out) as the target that `_answered`
+        goes on from, once it failed or was refused."""
+        view = self._proxy.view
+        return Attempts(view, model, view.candidates(model, version), False, (name,)), name, address
 
     def _answered(self, attempts: Attempts, name: str, gone: str | None, more: bool):
         """`name` answered (`gone`: it did not, why); with `more`, the next node to try, or None."""

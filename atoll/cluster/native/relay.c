@@ -1,7 +1,9 @@
 /* The cluster endpoint's relay for KServe v2 infer requests over HTTP/1.1 (atoll/cluster/relay.py):
  * a thread per client connection reads each request with blocking calls and no Python, sends it to
- * the node the endpoint's Python picks (two calls under the GIL a request: `route` and
- * `answered`), and writes the node's answer back. Anything it does not take whole (another route,
+ * a node and writes the node's answer back. A best-effort request's first try goes where the
+ * routing table Python publishes says (routes.h), with no Python; the rest (a request naming
+ * "priority", a model the table lacks, every try after one that failed or was refused) is routed by
+ * the endpoint's Python (`route`, `resume`, `answered`: calls under the GIL). Anything it does not take whole (another route,
  * a head or body that stalls, chunked or encoded bodies, a restricted call without its header, a
  * connection past its bound) is handed with the bytes read so far to the endpoint's Python edge
  * (`handoff`), which owns the connection from then on and answers as it always did.
@@ -10,6 +12,7 @@
  * calls of Python and 0.24 CPU-ms a request (docs/benchmarks.md, "the cluster endpoint").
  */
 #include "http1.h"
+#include "routes.h"
 
 #include <netdb.h>
 #include <stddef.h>
@@ -44,7 +47,8 @@ typedef struct Conn {
 typedef struct Relay {
     PyObject_HEAD
     int listen_fd;
-    PyObject *route, *answered, *failed, *handoff;
+    PyObject *route, *resume, *answered, *failed, *handoff;
+    Routing *routing;            /* the counts and the table of first tries (routes.h) */
     char *hop[NAMES_MAX];        /* lower-case header names not passed on (either way) */
     int n_hop;
     char *rule_key, *rule_value; /* the header an infer call must carry (NULL: none) */
@@ -396,58 +400,76 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     size_t json_len = q->h.json_length >= 0 ? (size_t)q->h.json_length : (size_t)q->h.length;
     if (q->h.json_length != -2 && json_len <= (size_t)q->h.length && memmem(body, json_len, "\"priority\"", 10))
         json = body;
-    PyObject *attempts = NULL, *name = NULL, *reply = NULL;
+    PyObject *attempts = NULL, *name = NULL, *reply = NULL, *t = NULL;
     char addr[ADDR_MAX], why[512];
     Answer *a = malloc(sizeof *a), *last = NULL;
     if (a == NULL) return -1;
     a->body = NULL;
-    int ok = 0, settle = 0, timed_out = 0, gone = 0;
+    int ok = 0, settle = 0, timed_out = 0, gone = 0, broken = 0, quiet = 0, outcome = GONE;
     long long deadline = now_ms() + r->timeout_ms;
+    const char *version = q->h.has_version ? q->h.version : NULL;
 
-    PyEval_RestoreThread(*ts);
-    PyObject *length = q->h.json_length >= 0 ? PyLong_FromLongLong(q->h.json_length) : Py_NewRef(Py_None);
-    PyObject *t = call(r->route, Py_BuildValue("(szy#N)", q->h.model, q->h.has_version ? q->h.version : NULL,
-                                               json, (Py_ssize_t)(json ? json_len : 0), length));
-    while (t && t != Py_None && target(t, &attempts, &name, addr)) {
-        Py_CLEAR(t);
-        *ts = PyEval_SaveThread();
-        int rc = forward_to(r, c, addr, q, body, deadline, a, why, sizeof why);
+    /* the first try, where the table names the model: chosen and sent here; Python hears of it only
+     * if it fails or is refused */
+    Slot *first = json == NULL ? pick(r->routing, q->h.model, version ? version : "", addr) : NULL;
+    if (first != NULL) {
+        outcome = forward_to(r, c, addr, q, body, deadline, a, why, sizeof why);
+        ok = quiet = outcome == ANSWERED && a->status != 503;
+    }
+    if (!ok) {
         PyEval_RestoreThread(*ts);
-        if (rc == CLIENT_GONE) {  /* nobody to answer: the connection closes */
-            t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
-            gone = 1;
-            break;
+        if (first != NULL) {  /* its outcome is handled below as any try's */
+            t = call(r->resume, Py_BuildValue("(szss)", q->h.model, version, first->name, addr));
+        } else {
+            PyObject *length = q->h.json_length >= 0 ? PyLong_FromLongLong(q->h.json_length) : Py_NewRef(Py_None);
+            t = call(r->route, Py_BuildValue("(szy#N)", q->h.model, version, json, (Py_ssize_t)(json ? json_len : 0),
+                                             length));
         }
-        if (rc == TIMED_OUT) {
-            t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
-            timed_out = 1;
-            break;
+        int tried = first != NULL;
+        while (t && t != Py_None && target(t, &attempts, &name, addr)) {
+            Py_CLEAR(t);
+            if (!tried) {
+                *ts = PyEval_SaveThread();
+                outcome = forward_to(r, c, addr, q, body, deadline, a, why, sizeof why);
+                PyEval_RestoreThread(*ts);
+            }
+            tried = 0;
+            if (outcome == CLIENT_GONE) {  /* nobody to answer: the connection closes */
+                t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
+                gone = 1;
+                break;
+            }
+            if (outcome == TIMED_OUT) {
+                t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_False));
+                timed_out = 1;
+                break;
+            }
+            if (outcome == GONE) {
+                t = call(r->answered, Py_BuildValue("(OOsO)", attempts, name, why, Py_True));
+                continue;
+            }
+            if (a->status != 503) {  /* answered: Python hears of it once the client has the answer */
+                ok = settle = 1;
+                t = Py_NewRef(Py_None);
+                break;
+            }
+            t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_True));
+            if (last) free(last->body), free(last);
+            last = a;
+            a = malloc(sizeof *a);
+            if (a == NULL) break;
+            a->body = NULL;
         }
-        if (rc == GONE) {
-            t = call(r->answered, Py_BuildValue("(OOsO)", attempts, name, why, Py_True));
-            continue;
+        if (t != NULL && !ok && !gone && (timed_out || last == NULL) && attempts != NULL) {
+            Py_CLEAR(t);
+            t = call(r->failed, Py_BuildValue("(OO)", attempts, timed_out ? Py_True : Py_False));
         }
-        if (a->status != 503) {  /* answered: Python hears of it once the client has the answer */
-            ok = settle = 1;
-            t = Py_NewRef(Py_None);
-            break;
-        }
-        t = call(r->answered, Py_BuildValue("(OOOO)", attempts, name, Py_None, Py_True));
-        if (last) free(last->body), free(last);
-        last = a;
-        a = malloc(sizeof *a);
-        if (a == NULL) break;
-        a->body = NULL;
+        if (t != NULL && PyBytes_Check(t)) reply = Py_NewRef(t);  /* an error answered by Python */
+        broken = t == NULL;
+        Py_XDECREF(t);
+        if (!settle) Py_XDECREF(attempts), Py_XDECREF(name);
+        *ts = PyEval_SaveThread();
     }
-    if (t != NULL && !ok && !gone && (timed_out || last == NULL) && attempts != NULL) {
-        Py_CLEAR(t);
-        t = call(r->failed, Py_BuildValue("(OO)", attempts, timed_out ? Py_True : Py_False));
-    }
-    if (t != NULL && PyBytes_Check(t)) reply = Py_NewRef(t);  /* an error answered by Python */
-    int broken = t == NULL;
-    Py_XDECREF(t);
-    if (!settle) Py_XDECREF(attempts), Py_XDECREF(name);
-    *ts = PyEval_SaveThread();
 
     int rc = 0, closing = q->h.close || r->stopping;
     if (!ok && !reply && last && !broken && !gone) free(a ? a->body : NULL), free(a), a = last, last = NULL, ok = 1;
@@ -488,6 +510,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
         }
         *ts = PyEval_SaveThread();
     }
+    if (quiet) atomic_fetch_sub(&first->total, 1);  /* the first try answered: Python never heard of it */
     if (a) free(a->body), free(a);
     if (last) free(last->body), free(last);
     atomic_fetch_add(&r->requests, 1);
@@ -659,15 +682,17 @@ static int copy_names(PyObject *seq, const char *what, char **into, int max, int
 }
 
 static int Relay_init(Relay *r, PyObject *args, PyObject *kw) {
-    static char *names[] = {"listen_fd", "route", "answered", "failed", "handoff", "hop", "rule", "max_body",
-                            "budget", "idle_s", "stall_s", "timeout_s", "max_connections", "congestion", NULL};
+    static char *names[] = {"listen_fd", "routing", "route", "resume", "answered", "failed", "handoff", "hop", "rule",
+                            "max_body", "budget", "idle_s", "stall_s", "timeout_s", "max_connections", "congestion",
+                            NULL};
     PyObject *hop_names, *rule, *cc;
     double idle_s, stall_s, timeout_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iOOOOOOLLdddiO", names, &r->listen_fd, &r->route, &r->answered,
-                                     &r->failed, &r->handoff, &hop_names, &rule, &r->max_body, &r->budget, &idle_s,
-                                     &stall_s, &timeout_s, &r->max_conns, &cc))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!OOOOOOOLLdddiO", names, &r->listen_fd, &RoutingType, &r->routing,
+                                     &r->route, &r->resume, &r->answered, &r->failed, &r->handoff, &hop_names, &rule,
+                                     &r->max_body, &r->budget, &idle_s, &stall_s, &timeout_s, &r->max_conns, &cc))
         return -1;
-    Py_INCREF(r->route), Py_INCREF(r->answered), Py_INCREF(r->failed), Py_INCREF(r->handoff);
+    Py_INCREF(r->routing), Py_INCREF(r->route), Py_INCREF(r->resume), Py_INCREF(r->answered), Py_INCREF(r->failed);
+    Py_INCREF(r->handoff);
     if (copy_names(hop_names, "hop: a sequence of header names", r->hop, NAMES_MAX, &r->n_hop) ||
         copy_names(cc, "congestion: a sequence of names", r->cc, CC_MAX, &r->n_cc))
         return -1;
@@ -733,7 +758,8 @@ static PyObject *Relay_counts(Relay *r, PyObject *unused) {
 }
 
 static void Relay_dealloc(Relay *r) {
-    Py_XDECREF(r->route), Py_XDECREF(r->answered), Py_XDECREF(r->failed), Py_XDECREF(r->handoff);
+    Py_XDECREF(r->routing), Py_XDECREF(r->route), Py_XDECREF(r->resume), Py_XDECREF(r->answered);
+    Py_XDECREF(r->failed), Py_XDECREF(r->handoff);
     for (int i = 0; i < r->n_hop; i++) free(r->hop[i]);
     for (int i = 0; i < r->n_cc; i++) free(r->cc[i]);
     free(r->rule_key), free(r->rule_value);
@@ -766,10 +792,11 @@ static PyTypeObject RelayType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_relay", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__relay(void) {
-    if (PyType_Ready(&RelayType) < 0) return NULL;
+    if (PyType_Ready(&RelayType) < 0 || PyType_Ready(&RoutingType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Py_INCREF(&RelayType);
-    if (PyModule_AddObject(m, "Relay", (PyObject *)&RelayType) < 0) return Py_DECREF(m), NULL;
+    if (PyModule_AddObjectRef(m, "Relay", (PyObject *)&RelayType) < 0 ||
+        PyModule_AddObjectRef(m, "Routing", (PyObject *)&RoutingType) < 0)
+        return Py_DECREF(m), NULL;
     return m;
 }

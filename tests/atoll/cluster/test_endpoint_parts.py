@@ -24,7 +24,7 @@ def test_the_least_loaded_node_is_chosen_and_ties_take_turns():
     router.sent("b", False)
     assert router.choose(["a", "b"], False) == "a"
     router.answered("a", False)
-    assert router.outstanding["a"].total == 0
+    assert router.outstanding()["a"].total == 0
 
 
 def test_a_real_time_request_goes_to_the_shortest_real_time_queue():
@@ -35,7 +35,7 @@ def test_a_real_time_request_goes_to_the_shortest_real_time_queue():
     assert router.choose(["a", "b"], True) == "a"
     assert router.choose(["a", "b"], False) == "b"
     router.answered("b", True)
-    assert (router.outstanding["b"].total, router.outstanding["b"].real_time) == (0, 0)
+    assert (router.outstanding()["b"].total, router.outstanding()["b"].real_time) == (0, 0)
 
 
 @pytest.mark.parametrize("parameters, rt", [({"priority": 1}, True), ({"priority": 2}, False), ({}, False),

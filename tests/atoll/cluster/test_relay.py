@@ -189,6 +189,47 @@ def test_a_node_on_this_host_is_reached_through_its_local_socket_one_elsewhere_o
     assert len(here.seen[0][1]) > 300_000 and here.seen[0][0]["host"]  # whole, with a Host header
 
 
+def test_first_tries_are_chosen_in_c_from_the_counts_every_path_shares(nodes):
+    running = _endpoint(nodes)
+    view = running.endpoint.view
+    busy, idle = (n.address.name for n in nodes)
+    try:
+        for _ in range(5):
+            view.router.sent(busy, False)  # five requests out to one node on another path (the loop's gRPC)
+        around_busy = [a[0] for a in _ask(running, _infer(size=1_000) * 4, 4)]
+        for _ in range(5):
+            view.router.answered(busy, False)
+        in_turn = [a[0] for a in _ask(running, _infer(size=1_000) * 4, 4)]
+        relayed = view.router.counts.relayed()
+        by_python = _ask(running, _infer(priority=2, size=1_000))[0][0]  # names "priority": routed in Python
+        relayed_after = view.router.counts.relayed()
+        view.metrics.sync()
+        forwarded = {name: view.metrics.forwarded_to(name)._value.get() for name in (busy, idle)}
+        out = {name: o.total for name, o in view.router.outstanding().items()}
+    finally:
+        running.stop()
+    assert around_busy == in_turn == [200] * 4 and by_python == 200
+    assert [len(n.seen) for n in nodes] == [2, 7] or [len(n.seen) for n in nodes] == [3, 6]
+    assert relayed == {busy: 2, idle: 6} and relayed_after == relayed  # the one naming "priority": Python's
+    assert sum(forwarded.values()) == 9 and forwarded[busy] >= 2  # the metric counts both paths
+    assert out == {busy: 0, idle: 0}
+
+
+def test_the_routing_table_refuses_what_it_cannot_hold():
+    _native_or_skip()
+    routing = native_module().Routing()
+    routing.publish([("m", "", [("a", "127.0.0.1:1")]), ("m", "2", [("a", "127.0.0.1:1"), ("b", "@atoll-x")])])
+    with pytest.raises(ValueError, match="too long"):
+        routing.publish([("m", "", [("a", "h" * 300)])])
+    with pytest.raises(TypeError):
+        routing.publish([("m", "")])
+    routing.sent("a", True)
+    routing.sent("b", False)
+    routing.answered("a", True)
+    assert routing.of("b") == (1, 0) and routing.of("nowhere") == (0, 0)
+    assert routing.snapshot() == {"a": (0, 0), "b": (1, 0)} and routing.relayed() == {}
+
+
 def test_the_relay_counts_what_it_relayed_and_what_it_handed_on(nodes):
     running = _endpoint(nodes)
     try:
@@ -253,7 +294,7 @@ def test_a_version_and_a_priority_are_read_and_a_reset_client_gives_its_request_
     router = running.endpoint.view.router
 
     def out(kind: str) -> int:
-        return sum(getattr(o, kind) for o in list(router.outstanding.values()))
+        return sum(getattr(o, kind) for o in router.outstanding().values())
 
     try:
         versioned = _infer().replace(b"/v2/models/m/infer", b"/v2/models/m/versions/1/infer", 1)
@@ -326,7 +367,7 @@ def test_a_refusing_node_is_passed_over_and_a_gone_one_taken_out(nodes, relay_ki
         nodes[0].stop()
         nodes[1].stop()
         gone = _ask(running, _infer())[0]
-        out_of_routing = running.endpoint.view.candidates("m")
+        out_of_routing = running.endpoint.view.candidates("m") + running.endpoint.view.routes()
         retries = running.endpoint.view.metrics.retries._value.get()
     finally:
         running.stop()
@@ -345,7 +386,7 @@ def test_a_node_that_does_not_answer_is_a_timeout(nodes, relay_kind, monkeypatch
         for node in nodes:
             node.mode = "hang"
         status, _, body = _ask(running, _infer())[0]
-        outstanding = {name: o.total for name, o in running.endpoint.view.router.outstanding.items()}
+        outstanding = {name: o.total for name, o in running.endpoint.view.router.outstanding().items()}
     finally:
         running.stop()
     assert (status, json.loads(body)) == (504, {"error": "the node did not answer within 0.5 s"})
