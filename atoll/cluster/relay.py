@@ -32,13 +32,14 @@ from atoll.http.messages import api_error
 from gpu_runtime.native import extension_module
 
 SOURCE = Path(__file__).with_name("native") / "relay.c"
+ROUTES = SOURCE.with_name("routes.h")  # the counts and the table of first tries
 HTTP1 = Path(__file__).parents[1] / "http" / "native" / "http1.h"  # shared with the front ends' intake
 RELAY_CONNECTIONS = 1024  # client connections the relay holds, a thread each (256 KB of stack); past it the edge's
 
 
 def native_module() -> ModuleType:
     """The compiled relay (`NativeBuildError` without a compiler or Python's headers)."""
-    return extension_module([SOURCE, HTTP1], "_relay", "relay")
+    return extension_module([SOURCE, ROUTES, HTTP1], "_relay", "relay")
 
 
 class InferRelay:
