@@ -2,11 +2,12 @@
  * a thread per client connection reads each request with blocking calls and no Python, sends it to
  * a node and writes the node's answer back. A best-effort request's first try goes where the
  * routing table Python publishes says (routes.h), with no Python; the rest (a request naming
- * "priority", a model the table lacks, every try after one that failed or was refused) is routed by
- * the endpoint's Python (`route`, `resume`, `answered`: calls under the GIL). Anything it does not take whole (another route,
- * a head or body that stalls, chunked or encoded bodies, a restricted call without its header, a
- * connection past its bound) is handed with the bytes read so far to the endpoint's Python edge
- * (`handoff`), which owns the connection from then on and answers as it always did.
+ * "priority", a model the table lacks, every try after one that failed or was refused) is routed
+ * by the endpoint's Python (`route`, `resume`, `answered`: calls under the GIL). Anything it does
+ * not take whole (another route, a head or body that stalls, chunked or encoded bodies, a
+ * restricted call without its header, a connection past its bound) is handed with the bytes read
+ * so far to the endpoint's Python edge (`handoff`), which owns the connection from then on and
+ * answers as it always did.
  *
  * Why native: the relay's work is a few system calls a request; in Python on asyncio it was ~335
  * calls of Python and 0.24 CPU-ms a request (docs/benchmarks.md, "the cluster endpoint").
