@@ -4,11 +4,11 @@ A best-effort request's first try goes to the node `routing` would pick, chosen 
 of candidates this module publishes whenever the view changes and from the router's counts, which
 are the relay's (native/routes.h): no Python. Everything else is routed here, as for every other
 path (`ClusterView`'s `Attempts`: routing, retries, counts), by calls under the GIL from the relay's
-thread: a request naming "priority" or a model the table lacks (`_route`), a first try that failed or
-was refused (`_resume`), and each try after it (`_answered`). What the relay does not take whole (every other route, a
-restricted call without its header, encoded or chunked bodies, a stalled head or body, connections
-past RELAY_CONNECTIONS) it hands on, with the bytes already read, to the endpoint's own HTTP edge,
-which answers it as it always did.
+thread: a request naming "priority" or a model the table lacks (`_route`), a first try that failed
+or was refused (`_resume`), and each try after it (`_answered`). What the relay does not take whole
+(every other route, a restricted call without its header, encoded or chunked bodies, a stalled head
+or body, connections past RELAY_CONNECTIONS) it hands on, with the bytes already read, to the
+endpoint's own HTTP edge, which answers it as it always did.
 
 The relay is built with the system C compiler on first use and cached by content under
 build/relay/ (`gpu_runtime.native`); without a compiler the endpoint serves every request on its
