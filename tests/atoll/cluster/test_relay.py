@@ -1,6 +1,7 @@
 """The endpoint's native relay (`cluster/relay.py`, `native/relay.c`) over stand-in nodes (Atoll's HTTP
 edge answering as the test says): infer requests relayed whole in both directions with one hop's
-headers dropped, pipelined and kept-alive requests, a refusing node passed over and a gone one marked,
+headers dropped, pipelined and kept-alive requests, first tries chosen in C from the counts every path
+shares, a refusing node passed over and a gone one marked,
 the request timeout, and what the relay hands to the endpoint's Python edge (other routes, encoded
 or chunked bodies, a restricted call without its header, a stalled body, odd and hostile heads),
 answered as before. The Python path (`server.endpoint_relay=python`) answers the same requests the
@@ -306,6 +307,11 @@ def test_a_version_and_a_priority_are_read_and_a_reset_client_gives_its_request_
         until(lambda: out("real_time") == 1, "a real-time request out")
         _reset(sock)
         until(lambda: out("total") == 0, "the reset client's request given up")
+        sock = socket.create_connection(("127.0.0.1", _port(running)), timeout=60)
+        sock.sendall(_infer())  # best-effort, naming no priority: the relay's own first try
+        until(lambda: out("total") == 1, "a best-effort request out")
+        _reset(sock)
+        until(lambda: out("total") == 0, "the reset client's best-effort request given up")
         sock = socket.create_connection(("127.0.0.1", _port(running)), timeout=60)
         sock.sendall(_infer(priority=2))
         until(lambda: out("total") == 1, "a best-effort request out")
