@@ -194,26 +194,31 @@ def test_first_tries_are_chosen_in_c_from_the_counts_every_path_shares(nodes):
     running = _endpoint(nodes)
     view = running.endpoint.view
     busy, idle = (n.address.name for n in nodes)
+
+    def out() -> dict[str, int]:
+        return {name: o.total for name, o in view.router.outstanding().items()}
+
     try:
         for _ in range(5):
             view.router.sent(busy, False)  # five requests out to one node on another path (the loop's gRPC)
         around_busy = [a[0] for a in _ask(running, _infer(size=1_000) * 4, 4)]
         for _ in range(5):
             view.router.answered(busy, False)
+        # (a count is settled once the answer is written: after the client may have read it)
+        until(lambda: out()[idle] == 0, "the first four settled")
         in_turn = [a[0] for a in _ask(running, _infer(size=1_000) * 4, 4)]
         relayed = view.router.counts.relayed()
         by_python = _ask(running, _infer(priority=2, size=1_000))[0][0]  # names "priority": routed in Python
         relayed_after = view.router.counts.relayed()
         view.metrics.sync()
         forwarded = {name: view.metrics.forwarded_to(name)._value.get() for name in (busy, idle)}
-        out = {name: o.total for name, o in view.router.outstanding().items()}
+        until(lambda: out() == {busy: 0, idle: 0}, "every count settled")
     finally:
         running.stop()
     assert around_busy == in_turn == [200] * 4 and by_python == 200
     assert [len(n.seen) for n in nodes] == [2, 7] or [len(n.seen) for n in nodes] == [3, 6]
     assert relayed == {busy: 2, idle: 6} and relayed_after == relayed  # the one naming "priority": Python's
     assert sum(forwarded.values()) == 9 and forwarded[busy] >= 2  # the metric counts both paths
-    assert out == {busy: 0, idle: 0}
 
 
 def test_the_routing_table_refuses_what_it_cannot_hold():
