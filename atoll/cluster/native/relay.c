@@ -406,7 +406,7 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     Answer *a = malloc(sizeof *a), *last = NULL;
     if (a == NULL) return -1;
     a->body = NULL;
-    int ok = 0, settle = 0, timed_out = 0, gone = 0, broken = 0, quiet = 0, outcome = GONE;
+    int ok = 0, settle = 0, timed_out = 0, gone = 0, broken = 0, outcome = GONE;
     long long deadline = now_ms() + r->timeout_ms;
     const char *version = q->h.has_version ? q->h.version : NULL;
 
@@ -415,7 +415,8 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
     Slot *first = json == NULL ? pick(r->routing, q->h.model, version ? version : "", addr) : NULL;
     if (first != NULL) {
         outcome = forward_to(r, c, addr, q, body, deadline, a, why, sizeof why);
-        ok = quiet = outcome == ANSWERED && a->status != 503;
+        ok = outcome == ANSWERED && a->status != 503;
+        if (ok) atomic_fetch_sub(&first->total, 1);  /* answered: no longer out at the node; Python never hears of it */
     }
     if (!ok) {
         PyEval_RestoreThread(*ts);
@@ -511,7 +512,6 @@ static int serve(Relay *r, Conn *c, PyThreadState **ts, const Request *q, const 
         }
         *ts = PyEval_SaveThread();
     }
-    if (quiet) atomic_fetch_sub(&first->total, 1);  /* the first try answered: Python never heard of it */
     if (a) free(a->body), free(a);
     if (last) free(last->body), free(last);
     atomic_fetch_add(&r->requests, 1);
