@@ -11,7 +11,7 @@ from atoll.bench.bodies import grpc_request
 from atoll.cluster import placement
 from atoll.cluster.aggregate import merged_metrics, summed_statistics, union_index
 from atoll.cluster.grpc_proxy import _head, _real_time
-from atoll.cluster.routing import Router, real_time
+from atoll.cluster.routing import Counts, Router, real_time
 
 
 def test_the_least_loaded_node_is_chosen_and_ties_take_turns():
@@ -25,6 +25,18 @@ def test_the_least_loaded_node_is_chosen_and_ties_take_turns():
     assert router.choose(["a", "b"], False) == "a"
     router.answered("a", False)
     assert router.outstanding()["a"].total == 0
+
+
+def test_the_router_takes_other_counts_only_while_none_are_out():
+    router = Router()
+    router.sent("a", False)
+    with pytest.raises(RuntimeError, match="while requests are out"):
+        router.count_with(Counts())
+    router.answered("a", False)
+    shared = Counts()  # (the native relay's `_relay.Routing` in the endpoint)
+    router.count_with(shared)
+    router.sent("b", True)
+    assert shared.of("b") == (1, 1) and router.outstanding()["b"].real_time == 1 and "a" not in router.outstanding()
 
 
 def test_a_real_time_request_goes_to_the_shortest_real_time_queue():
